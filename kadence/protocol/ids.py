@@ -1,0 +1,12 @@
+"""Run ids are derived from the start command's position, so processing is deterministic and the
+client that produced the start knows the run id from its delivery report."""
+
+from __future__ import annotations
+
+import uuid
+
+_RUN_ID_NAMESPACE = uuid.UUID("6b0f3c8e-4f7a-4d5e-9a51-3c2d1e0f9a7b")
+
+
+def run_id_for(workflow_id: str, partition: int, offset: int) -> str:
+    return str(uuid.uuid5(_RUN_ID_NAMESPACE, f"{workflow_id}\x00{partition}\x00{offset}"))

@@ -1,0 +1,246 @@
+"""The one place Kafka clients are configured and created.
+
+Every service and the SDK get producers, consumers and topics from here, so tuning,
+security pass-through and local-broker workarounds live in one module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kadence.protocol.settings import KafkaSettings
+
+log = logging.getLogger("kadence.kafka")
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner (murmur2, as the Java client and librdkafka's murmur2_random)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def base_config(settings: KafkaSettings) -> dict[str, Any]:
+    return {"bootstrap.servers": settings.bootstrap_servers, **settings.client_config}
+
+
+def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    return {
+        **base_config(settings),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 2,
+        "batch.num.messages": 10000,
+        "compression.type": "lz4",
+        "partitioner": "murmur2_random",
+        **overrides,
+    }
+
+
+def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        **base_config(settings),
+        "group.id": group_id,
+        "session.timeout.ms": settings.session_timeout_ms,
+        "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 3),
+        "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": True,
+        "enable.auto.offset.store": False,
+        "max.poll.interval.ms": 600000,
+        **overrides,
+    }
+
+
+def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
+    return Producer(producer_config(settings, **overrides))
+
+
+def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+    return Consumer(consumer_config(settings, group_id, **overrides))
+
+
+def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: float = 30.0) -> None:
+    """Create the topics that do not exist yet (name -> partitions). Services never rely on auto-creation."""
+    admin = AdminClient(base_config(settings))
+    existing = admin.list_topics(timeout=timeout).topics
+    missing = [
+        NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor)
+        for name, partitions in topics.items()
+        if name not in existing
+    ]
+    if not missing:
+        return
+    for name, future in admin.create_topics(missing, operation_timeout=timeout).items():
+        try:
+            future.result()
+            log.info("event=topic_created topic=%s", name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def core_topics(settings: KafkaSettings) -> dict[str, int]:
+    from kadence.protocol import topics
+
+    return {topics.COMMANDS: settings.partitions, topics.HISTORY: settings.partitions, topics.DLQ: 1}
+
+
+class AsyncProducer:
+    """A confluent-kafka Producer whose deliveries resolve asyncio futures.
+
+    A daemon thread serves delivery callbacks, so `produce` never blocks the event loop.
+    """
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._serve_callbacks, name="kadence-producer", daemon=True)
+        self._thread.start()
+
+    def _serve_callbacks(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes | None = None, *, partition: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Message]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Message] = loop.create_future()
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            loop.call_soon_threadsafe(_settle, future, err, msg)
+
+        kwargs: dict[str, Any] = {"key": key, "headers": headers, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                return future
+            except BufferError:
+                self._producer.poll(0.01)
+
+    async def flush(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.flush)
+
+    def close(self) -> None:
+        self._producer.flush(10)
+        self._closed.set()
+        self._thread.join()
+
+
+def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Message) -> None:
+    if future.done():
+        return
+    if err is not None:
+        future.set_exception(KafkaException(err))
+    else:
+        future.set_result(msg)
+
+
+async def consume_batches(
+    consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float = 0.05,
+) -> AsyncIterator[list[Message]]:
+    """Batches of data messages from `consumer`, polled on a worker thread, until `stop` is set.
+
+    Yields empty batches too, so callers can do periodic work between polls. Rebalance callbacks
+    run inside `consume` on that thread while the caller is suspended here, never concurrently.
+    """
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        messages = await loop.run_in_executor(None, consumer.consume, max_messages, timeout)
+        batch = []
+        for msg in messages:
+            error = msg.error()
+            if error is None:
+                batch.append(msg)
+            elif error.code() != KafkaError._PARTITION_EOF:
+                log.warning("event=consume_error topic=%s error=%s", msg.topic(), error)
+        yield batch
+
+
+def read_partition_to_end(
+    settings: KafkaSettings, topic: str, partition: int, start_offset: int,
+) -> Iterable[Message]:
+    """Every record of one partition from `start_offset` to its current end.
+
+    The end is found with partition EOF events, not ListOffsets (which the local broker answers wrongly).
+    """
+    consumer = Consumer({
+        **base_config(settings),
+        "group.id": "kadence-reader",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+    })
+    try:
+        consumer.assign([TopicPartition(topic, partition, start_offset)])
+        while True:
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return
+                    raise KafkaException(msg.error())
+                yield msg
+    finally:
+        consumer.close()
+
+
+def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
+    """faust.App keyword settings equivalent to `consumer_config`/`producer_config`."""
+    import faust
+
+    config = settings.client_config
+    credentials = None
+    if config.get("security.protocol", "").upper().startswith("SASL"):
+        ssl_context = None
+        if config["security.protocol"].upper() == "SASL_SSL":
+            import ssl
+
+            ssl_context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+        credentials = faust.SASLCredentials(
+            username=config.get("sasl.username"), password=config.get("sasl.password"),
+            mechanism=config.get("sasl.mechanism", "PLAIN"), ssl_context=ssl_context,
+        )
+    elif config.get("security.protocol", "").upper() == "SSL":
+        import ssl
+
+        credentials = faust.SSLCredentials(ssl.create_default_context(cafile=config.get("ssl.ca.location")))
+    session_timeout = settings.session_timeout_ms / 1000
+    _set_faust_fetch_wait(settings.fetch_wait_max_ms)
+    return {
+        "broker": [f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
+        "broker_credentials": credentials,
+        "broker_session_timeout": session_timeout,
+        "broker_heartbeat_interval": max(0.1, session_timeout / 3),
+        "broker_request_timeout": max(40.0, session_timeout * 2),
+        "consumer_auto_offset_reset": "earliest",
+        "producer_linger": 0.002,
+        "producer_acks": -1,
+        "producer_compression_type": "lz4",
+    }
+
+
+def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
+    """faust hardcodes fetch_max_wait_ms=1500 for its consumer. A broker that does not wake long
+    polls on new data (the local Tansu broker) then adds 1.5 s per hop, so apply our setting."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    thread_class = faust_aiokafka.AIOKafkaConsumerThread
+    original = getattr(thread_class, "_kadence_original_create_worker_consumer", thread_class._create_worker_consumer)
+
+    def create_worker_consumer(self: Any, transport: Any) -> Any:
+        consumer = original(self, transport)
+        consumer._fetch_max_wait_ms = fetch_wait_max_ms
+        return consumer
+
+    thread_class._kadence_original_create_worker_consumer = original
+    thread_class._create_worker_consumer = create_worker_consumer

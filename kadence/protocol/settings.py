@@ -1,0 +1,59 @@
+"""Settings read from the environment, with the embedded local defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+class SettingError(ValueError):
+    """A required setting is missing or malformed; the message says which and how to fix it."""
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SettingError(f"{name}={raw!r} is not an integer; set it to a whole number or unset it (default {default})") from None
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    partitions: int = 8
+    task_queue_partitions: int = 8
+    replication_factor: int = 1
+    session_timeout_ms: int = 6000
+    fetch_wait_max_ms: int = 5
+    # Passed to librdkafka as is: KADENCE_KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol=SASL_SSL.
+    client_config: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> "KafkaSettings":
+        passthrough = {
+            key.removeprefix("KADENCE_KAFKA_").lower().replace("_", "."): value
+            for key, value in os.environ.items()
+            if key.startswith("KADENCE_KAFKA_")
+        }
+        return cls(
+            bootstrap_servers=os.environ.get("KADENCE_BOOTSTRAP_SERVERS", cls.bootstrap_servers),
+            partitions=env_int("KADENCE_PARTITIONS", cls.partitions),
+            task_queue_partitions=env_int("KADENCE_TASK_QUEUE_PARTITIONS", cls.task_queue_partitions),
+            replication_factor=env_int("KADENCE_REPLICATION_FACTOR", cls.replication_factor),
+            session_timeout_ms=env_int("KADENCE_SESSION_TIMEOUT_MS", cls.session_timeout_ms),
+            fetch_wait_max_ms=env_int("KADENCE_FETCH_WAIT_MAX_MS", cls.fetch_wait_max_ms),
+            client_config=passthrough,
+        )
+
+
+def postgres_dsn() -> str:
+    dsn = os.environ.get("KADENCE_POSTGRES_DSN", "")
+    if not dsn:
+        raise SettingError(
+            "KADENCE_POSTGRES_DSN is not set; set it to a libpq connection string, "
+            "e.g. postgresql://kadence@localhost/kadence (`kadence dev` sets it for you)"
+        )
+    return dsn

@@ -1,0 +1,1 @@
+"""History service: the only writer of kadence.history (DESIGN.md, 'The loop')."""

@@ -1,0 +1,134 @@
+"""The history service loop: commands in, one HistoryBatch out per command, on the same partition."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from kadence.protocol import topics
+from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
+from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key
+from kadence.protocol.settings import KafkaSettings
+from services.history.recovery import PartitionState, recover_partition
+from services.history.state_machine import Rejected, Transition, decide, decide_start, derive_effects
+
+log = logging.getLogger("kadence.history")
+
+CONSUMER_GROUP = "kadence.history-service"
+
+
+class FatalProduceError(RuntimeError):
+    """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
+
+
+class HistoryService:
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.partitions: dict[int, PartitionState] = {}
+        self.commands = command_codec()
+        self.batches = history_batch_codec()
+        self.producer = make_producer(settings)
+        self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, **{"enable.auto.commit": False})
+        self._produce_error: KafkaError | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        ensure_topics(self.settings, core_topics(self.settings))
+        self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
+        try:
+            async for messages in consume_batches(self.consumer, stop):
+                for msg in messages:
+                    self.handle(msg)
+                self.producer.poll(0)
+                if self._produce_error is not None:
+                    raise FatalProduceError(f"history batch not written: {self._produce_error}")
+        finally:
+            self.producer.flush(10)
+            self.consumer.close()
+
+    # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
+    def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        for tp in assigned:
+            state = recover_partition(self.settings, tp.partition)
+            self.partitions[tp.partition] = state
+            tp.offset = state.resume_offset
+        consumer.assign(assigned)
+
+    def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        self.producer.flush(10)  # narrow the window in which this instance writes as a zombie
+        for tp in revoked:
+            self.partitions.pop(tp.partition, None)
+            log.info("event=partition_revoked partition=%d", tp.partition)
+
+    def handle(self, msg: Message) -> None:
+        partition, offset = msg.partition(), msg.offset()
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        try:
+            command = self.commands.decode(msg.value(), msg.headers())
+        except UndecodableRecord as exc:
+            self._dead_letter(msg, str(exc))
+            return
+        workflow_id = command["workflow_id"]
+        owner = partition_for_key(workflow_id.encode(), self.settings.partitions)
+        if owner != partition:
+            self._forward(msg, workflow_id, owner)
+            return
+        kind, body = command["command"]
+        now_ms = int(time.time() * 1000)
+        try:
+            if kind == "StartWorkflowExecution":
+                current = state.executions.get(workflow_id)
+                transition = decide_start(current, workflow_id, body, command["identity"], now_ms, partition, offset)
+            else:
+                execution = state.executions.get(workflow_id)
+                if execution is None:
+                    raise Rejected("unknown workflow execution")
+                transition = decide(execution, kind, body, command["identity"], now_ms)
+        except Rejected as reason:
+            log.info(
+                "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d reason=%r",
+                workflow_id, body.get("run_id", ""), kind, partition, offset, str(reason),
+            )
+            return
+        self._write(state, transition, partition, offset)
+
+    def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int) -> None:
+        before = dict(transition.execution.activities)
+        batch = transition.to_batch(partition, offset)
+        execution = state.apply(batch)
+        assert execution is not None, "a live batch always continues its run"
+        removed = [activity for sid, activity in before.items() if sid not in execution.activities]
+        derive_effects(execution, transition, removed)
+        self.producer.produce(
+            topics.HISTORY, self.batches.encode(batch), execution.workflow_id.encode(),
+            partition=partition, headers=self.batches.headers(), on_delivery=self._delivered,
+        )
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._produce_error = err
+
+    def _dead_letter(self, msg: Message, error: str) -> None:
+        log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
+        headers = [
+            ("kadence-error", error.encode()),
+            ("kadence-source-topic", msg.topic().encode()),
+            ("kadence-source-partition", str(msg.partition()).encode()),
+            ("kadence-source-offset", str(msg.offset()).encode()),
+        ]
+        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=headers, on_delivery=self._delivered)
+
+    def _forward(self, msg: Message, workflow_id: str, owner: int) -> None:
+        log.warning(
+            "event=command_forwarded workflow_id=%s from_partition=%d offset=%d to_partition=%d reason=%r",
+            workflow_id, msg.partition(), msg.offset(), owner, "producer did not partition by murmur2(workflow_id)",
+        )
+        self.producer.produce(
+            topics.COMMANDS, msg.value(), workflow_id.encode(), partition=owner,
+            headers=msg.headers(), on_delivery=self._delivered,
+        )

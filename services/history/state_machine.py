@@ -1,0 +1,478 @@
+"""The per-execution state machine: `decide` turns a command into a transition, `evolve` folds a
+history batch into the execution's state.
+
+Live processing and recovery share `evolve`, so the state rebuilt from the log is the state the
+live service had. `decide` never mutates; it raises `Rejected` for stale or invalid commands.
+
+Workflow-visible events (an activity's final result) that arrive while a workflow task is in
+flight are buffered and written after the task completes, so the history a worker saw when its
+task was dispatched is exactly the history before that task's WorkflowTaskStarted event.
+Attempt-level events (ActivityTaskStarted, a failure that will be retried) are written at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kadence.protocol.ids import run_id_for
+
+Record = dict[str, Any]
+
+RUNNING = "Running"
+COMPLETED = "Completed"
+FAILED = "Failed"
+
+DEFAULT_INITIAL_INTERVAL_MS = 1000
+DEFAULT_BACKOFF_COEFFICIENT = 2.0
+MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
+
+
+class Rejected(Exception):
+    """The command does not apply to the execution's current state; the message says why."""
+
+
+@dataclass
+class ActivityState:
+    scheduled_event_id: int
+    activity_id: str
+    activity_type: str
+    task_queue: str
+    input: list[Record]
+    schedule_to_close_timeout_ms: int
+    start_to_close_timeout_ms: int
+    retry_policy: Record | None
+    scheduled_time_ms: int
+    attempt: int = 1
+    started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
+
+
+@dataclass
+class WorkflowTaskState:
+    scheduled_event_id: int
+    attempt: int
+    started_event_id: int = 0
+
+
+@dataclass
+class Execution:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    status: str = RUNNING
+    next_event_id: int = 1
+    history: list[Record] = field(default_factory=list)
+    workflow_task: WorkflowTaskState | None = None
+    activities: dict[int, ActivityState] = field(default_factory=dict)
+    buffered: list[Record] = field(default_factory=list)
+
+
+@dataclass
+class Transition:
+    """What one command does to one execution: the content of one HistoryBatch."""
+
+    execution: Execution
+    now_ms: int
+    events: list[Record] = field(default_factory=list)
+    buffered: list[Record] = field(default_factory=list)
+    effects: list[tuple[str, Record]] = field(default_factory=list)
+
+    @property
+    def next_event_id(self) -> int:
+        return self.execution.next_event_id + len(self.events)
+
+    def add(self, event_type: str, attributes: Record) -> int:
+        event_id = self.next_event_id
+        self.events.append({"event_id": event_id, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
+        return event_id
+
+    def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
+        """Buffer the event while a workflow task is in flight, else write it and schedule a task."""
+        if self.execution.workflow_task is not None:
+            self.buffered.append({"event_id": 0, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
+        else:
+            self.add(event_type, attributes)
+            self.add("WorkflowTaskScheduled", {"task_queue": self.execution.task_queue, "attempt": 1})
+
+    def flush_buffered(self) -> None:
+        for event in self.execution.buffered:
+            event_type, attributes = event["attributes"]
+            self.add(event_type, attributes)
+
+    def to_batch(self, source_partition: int, source_offset: int) -> Record:
+        ex = self.execution
+        return {
+            "workflow_id": ex.workflow_id,
+            "run_id": ex.run_id,
+            "first_event_id": ex.next_event_id,
+            "events": self.events,
+            "buffered": self.buffered,
+            "effects": self.effects,
+            "source_partition": source_partition,
+            "source_offset": source_offset,
+        }
+
+
+def event_type(event: Record) -> str:
+    return event["attributes"][0]
+
+
+def attributes(event: Record) -> Record:
+    return event["attributes"][1]
+
+
+# ---- evolve: fold a batch into state (live and recovery) -------------------------------------
+
+
+def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Execution:
+    attrs = attributes(started)
+    return Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"])
+
+
+def evolve(ex: Execution, batch: Record) -> None:
+    for event in batch["buffered"]:
+        _apply(ex, event)
+        ex.buffered.append(event)
+    for event in batch["events"]:
+        _apply(ex, event)
+        ex.history.append(event)
+        ex.next_event_id = event["event_id"] + 1
+    if ex.status != RUNNING:
+        ex.history = []  # a closed run takes no more workflow tasks
+
+
+def _apply(ex: Execution, event: Record) -> None:
+    """State effect of one event. Buffered events are applied twice (when buffered, when written):
+    only events whose effect is idempotent (removing a finished activity) are ever buffered."""
+    kind, attrs = event["attributes"]
+    if kind == "WorkflowTaskScheduled":
+        ex.workflow_task = WorkflowTaskState(event["event_id"], attrs["attempt"])
+    elif kind == "WorkflowTaskStarted":
+        assert ex.workflow_task is not None
+        ex.workflow_task.started_event_id = event["event_id"]
+    elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed"):
+        ex.workflow_task = None
+        ex.buffered = []  # the same batch writes them next
+    elif kind == "ActivityTaskScheduled":
+        ex.activities[event["event_id"]] = ActivityState(
+            scheduled_event_id=event["event_id"],
+            activity_id=attrs["activity_id"],
+            activity_type=attrs["activity_type"],
+            task_queue=attrs["task_queue"],
+            input=attrs["input"],
+            schedule_to_close_timeout_ms=attrs["schedule_to_close_timeout_ms"],
+            start_to_close_timeout_ms=attrs["start_to_close_timeout_ms"],
+            retry_policy=attrs["retry_policy"],
+            scheduled_time_ms=event["event_time_ms"],
+        )
+    elif kind == "ActivityTaskStarted":
+        activity = ex.activities[attrs["scheduled_event_id"]]
+        activity.started_event_id = event["event_id"]
+        activity.attempt = attrs["attempt"]
+    elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
+        activity = ex.activities[attrs["scheduled_event_id"]]
+        activity.attempt += 1
+        activity.started_event_id = 0
+    elif kind in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"):
+        ex.activities.pop(attrs["scheduled_event_id"], None)
+    elif kind in ("WorkflowExecutionCompleted", "WorkflowExecutionFailed"):
+        ex.status = COMPLETED if kind == "WorkflowExecutionCompleted" else FAILED
+        ex.workflow_task = None
+        ex.activities.clear()  # pending work is dropped with the run
+
+
+# ---- decide: command -> transition -------------------------------------------------------------
+
+
+def decide_start(
+    current: Execution | None, workflow_id: str, start: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int,
+) -> Transition:
+    if current is not None and current.status == RUNNING:
+        raise Rejected(f"workflow execution already running (run_id={current.run_id})")
+    if not start["workflow_type"] or not start["task_queue"]:
+        raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
+    run_id = run_id_for(workflow_id, source_partition, source_offset)
+    ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
+    t = Transition(ex, now_ms)
+    t.add("WorkflowExecutionStarted", {
+        "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
+        "input": start["input"], "request_id": start["request_id"], "identity": identity,
+    })
+    t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
+    return t
+
+
+def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
+    if cmd["run_id"] != ex.run_id:
+        raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})")
+    if ex.status != RUNNING:
+        raise Rejected(f"workflow execution is {ex.status}")
+    handler = _HANDLERS.get(kind)
+    if handler is None:
+        raise Rejected(f"unknown command {kind}")
+    return handler(ex, cmd, identity, now_ms)
+
+
+def _started_workflow_task(ex: Execution, scheduled_event_id: int) -> WorkflowTaskState:
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
+        raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
+    return wt
+
+
+def _workflow_task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.started_event_id != 0:
+        raise Rejected(f"no pending workflow task with scheduled_event_id={cmd['scheduled_event_id']}")
+    t = Transition(ex, now_ms)
+    t.add("WorkflowTaskStarted", {"scheduled_event_id": wt.scheduled_event_id, "identity": identity})
+    return t
+
+
+def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = _started_workflow_task(ex, cmd["scheduled_event_id"])
+    t = Transition(ex, now_ms)
+    closes = any(kind in ("CompleteWorkflowExecution", "FailWorkflowExecution") for kind, _ in cmd["commands"])
+    if closes and ex.buffered:
+        # New events arrived while the task ran: the workflow must see them before it may close.
+        _fail_workflow_task(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
+        return t
+    problem = next((p for p in map(lambda c: _invalid_command(ex, c), cmd["commands"]) if p), None)
+    if problem:
+        failure = {**_failure(problem, "BadCommandAttributes"), "non_retryable": True}
+        _fail_workflow_task(t, wt, "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", failure, identity, next_attempt=wt.attempt + 1)
+        return t
+    completed_id = t.add("WorkflowTaskCompleted", {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
+    })
+    for kind, attrs in cmd["commands"]:
+        if kind == "ScheduleActivityTask":
+            t.add("ActivityTaskScheduled", {
+                **attrs, "task_queue": attrs["task_queue"] or ex.task_queue,
+                "workflow_task_completed_event_id": completed_id,
+            })
+        elif kind == "CompleteWorkflowExecution":
+            t.add("WorkflowExecutionCompleted", {"result": attrs["result"], "workflow_task_completed_event_id": completed_id})
+            return t
+        elif kind == "FailWorkflowExecution":
+            t.add("WorkflowExecutionFailed", {"failure": attrs["failure"], "workflow_task_completed_event_id": completed_id})
+            return t
+    if ex.buffered:
+        t.flush_buffered()
+        t.add("WorkflowTaskScheduled", {"task_queue": ex.task_queue, "attempt": 1})
+    return t
+
+
+def _invalid_command(ex: Execution, command: tuple[str, Record]) -> str | None:
+    kind, attrs = command
+    if kind != "ScheduleActivityTask":
+        return None
+    if not attrs["activity_type"]:
+        return "ScheduleActivityTask needs an activity_type"
+    if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
+        return f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+    return None
+
+
+def _workflow_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = _started_workflow_task(ex, cmd["scheduled_event_id"])
+    t = Transition(ex, now_ms)
+    _fail_workflow_task(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
+    return t
+
+
+def _fail_workflow_task(
+    t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, next_attempt: int,
+) -> None:
+    t.add("WorkflowTaskFailed", {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
+        "cause": cause, "failure": failure, "identity": identity,
+    })
+    t.flush_buffered()
+    t.add("WorkflowTaskScheduled", {"task_queue": t.execution.task_queue, "attempt": next_attempt})
+
+
+def _activity_task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
+        raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    t = Transition(ex, now_ms)
+    t.add("ActivityTaskStarted", {"scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity})
+    return t
+
+
+def _started_activity(ex: Execution, cmd: Record) -> ActivityState:
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
+        raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    return activity
+
+
+def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd)
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskCompleted", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "result": cmd["result"], "identity": identity,
+    })
+    return t
+
+
+def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd)
+    t = Transition(ex, now_ms)
+    retry_state = activity_retry_state(activity, cmd["failure"], now_ms)
+    attrs = {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "failure": cmd["failure"], "retry_state": retry_state, "identity": identity,
+    }
+    if retry_state == "IN_PROGRESS":
+        t.add("ActivityTaskFailed", attrs)
+    else:
+        t.add_workflow_visible("ActivityTaskFailed", attrs)
+    return t
+
+
+def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    kind = cmd["kind"]
+    t = Transition(ex, now_ms)
+    if kind == "WORKFLOW_TASK_RETRY":
+        wt = ex.workflow_task
+        if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
+            raise Rejected("stale workflow task retry timer")
+        t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
+        return t
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or activity.attempt != cmd["attempt"]:
+        raise Rejected(f"stale {kind} timer")
+    if kind == "ACTIVITY_RETRY":
+        if activity.started_event_id:
+            raise Rejected("activity attempt already started")
+        t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+        return t
+    if not activity.started_event_id:
+        raise Rejected("activity attempt not started")
+    failure = {**_failure("activity StartToClose timeout", ""), "timeout_type": "START_TO_CLOSE"}
+    retry_state = activity_retry_state(activity, failure, now_ms)
+    attrs = {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "failure": failure, "retry_state": retry_state,
+    }
+    if retry_state == "IN_PROGRESS":
+        t.add("ActivityTaskTimedOut", attrs)
+    else:
+        t.add_workflow_visible("ActivityTaskTimedOut", attrs)
+    return t
+
+
+_HANDLERS = {
+    "RecordWorkflowTaskStarted": _workflow_task_started,
+    "RespondWorkflowTaskCompleted": _workflow_task_completed,
+    "RespondWorkflowTaskFailed": _workflow_task_failed,
+    "RecordActivityTaskStarted": _activity_task_started,
+    "RespondActivityTaskCompleted": _activity_task_completed,
+    "RespondActivityTaskFailed": _activity_task_failed,
+    "TimeoutFired": _timeout_fired,
+}
+
+
+def _failure(message: str, failure_type: str) -> Record:
+    return {
+        "message": message, "type": failure_type, "source": "kadence-history", "stack_trace": "",
+        "non_retryable": False, "timeout_type": None, "details": [], "cause": None,
+    }
+
+
+# ---- retry policy ------------------------------------------------------------------------------
+
+
+def retry_backoff_ms(policy: Record | None, attempt: int) -> int:
+    """Delay before attempt `attempt + 1`, with Temporal's defaults for unset fields."""
+    policy = policy or {}
+    initial = policy.get("initial_interval_ms") or DEFAULT_INITIAL_INTERVAL_MS
+    coefficient = policy.get("backoff_coefficient") or DEFAULT_BACKOFF_COEFFICIENT
+    maximum = policy.get("maximum_interval_ms") or 100 * initial
+    return int(min(initial * coefficient ** (attempt - 1), maximum))
+
+
+def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) -> str:
+    policy = activity.retry_policy or {}
+    if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
+        return "NON_RETRYABLE_FAILURE"
+    maximum_attempts = policy.get("maximum_attempts") or 0
+    if maximum_attempts and activity.attempt >= maximum_attempts:
+        return "MAXIMUM_ATTEMPTS_REACHED"
+    if activity.schedule_to_close_timeout_ms:
+        next_start = now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt)
+        if next_start >= activity.scheduled_time_ms + activity.schedule_to_close_timeout_ms:
+            return "TIMEOUT"
+    return "IN_PROGRESS"
+
+
+# ---- effects: derived from the transition once it is applied -----------------------------------
+
+
+def timer_id(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> str:
+    return f"{ex.run_id}/{kind}/{scheduled_event_id}/{attempt}"
+
+
+def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
+    return {
+        "task_queue": ex.task_queue, "workflow_type": ex.workflow_type,
+        "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt,
+        "history": [e for e in ex.history if e["event_id"] <= wt.scheduled_event_id],
+    }
+
+
+def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
+    return {
+        "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
+        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
+        "activity_id": activity.activity_id, "activity_type": activity.activity_type, "input": activity.input,
+        "start_to_close_timeout_ms": activity.start_to_close_timeout_ms or activity.schedule_to_close_timeout_ms,
+        "scheduled_time_ms": activity.scheduled_time_ms,
+    }
+
+
+def _timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
+    return ("Timer", {
+        "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
+        "fire_at_ms": fire_at_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
+    })
+
+
+def _cancel(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
+    return ("CancelTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
+
+
+def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState]) -> None:
+    """Append the tasks and timers the transition's events call for. `ex` has the transition applied;
+    `removed` are the activities it finished or dropped, whose timers are cancelled."""
+    for event in t.events:
+        kind, attrs = event["attributes"]
+        if kind == "WorkflowTaskScheduled" and ex.workflow_task and ex.workflow_task.scheduled_event_id == event["event_id"]:
+            wt = ex.workflow_task
+            if wt.attempt == 1:
+                t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
+            else:
+                delay = min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
+                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", t.now_ms + delay, wt.scheduled_event_id, wt.attempt))
+        elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
+            t.effects.append(("ActivityTask", activity_task_effect(ex, ex.activities[event["event_id"]])))
+        elif kind == "ActivityTaskStarted":
+            activity = ex.activities.get(attrs["scheduled_event_id"])
+            if activity and activity.start_to_close_timeout_ms:
+                fire_at = t.now_ms + activity.start_to_close_timeout_ms
+                t.effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
+        elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
+            activity = ex.activities[attrs["scheduled_event_id"]]
+            t.effects.append(_cancel(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
+            fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
+            t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
+    for activity in removed:
+        if activity.started_event_id:
+            t.effects.append(_cancel(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
+        elif activity.attempt > 1:
+            t.effects.append(_cancel(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))

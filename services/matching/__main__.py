@@ -1,0 +1,19 @@
+"""`python -m services.matching`: run one matching service instance (a faust worker on uvloop)."""
+
+import asyncio
+
+import faust
+import uvloop
+
+from kadence.protocol.kafka import core_topics, ensure_topics
+from kadence.protocol.logs import configure_logging
+from kadence.protocol.settings import KafkaSettings
+from services.matching.app import create_app
+
+if __name__ == "__main__":
+    configure_logging("matching")
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    settings = KafkaSettings.from_env()
+    ensure_topics(settings, core_topics(settings))
+    app = create_app(settings)
+    faust.Worker(app, loglevel="WARN", quiet=True, redirect_stdouts=False, override_logging=False).execute_from_commandline()

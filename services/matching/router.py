@@ -1,0 +1,62 @@
+"""Routing of the task effects of one history batch to task queue topics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kadence.protocol import topics
+from kadence.protocol.codec import UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.fence import LogFence
+from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.settings import KafkaSettings
+
+log = logging.getLogger("kadence.matching")
+
+Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
+
+_TASK_KINDS = {"WorkflowTask": "workflow", "ActivityTask": "activity"}
+
+
+class TaskRouter:
+    def __init__(self, settings: KafkaSettings, send: Send) -> None:
+        self.settings = settings
+        self.send = send
+        self.fence = LogFence(strict=False)
+        self.batches = history_batch_codec()
+        self.tasks = task_codec()
+        self.known_topics: set[str] = set()
+
+    async def route(self, partition: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        try:
+            batch = self.batches.decode(value, headers)
+        except UndecodableRecord as exc:
+            log.error("event=history_record_undecodable partition=%d error=%s", partition, exc)
+            return
+        if not self.fence.admit(partition, batch):
+            log.info("event=zombie_batch_skipped workflow_id=%s run_id=%s source_offset=%d",
+                     batch["workflow_id"], batch["run_id"], batch["source_offset"])
+            return
+        if any(e["attributes"][0] in ("WorkflowExecutionCompleted", "WorkflowExecutionFailed") for e in batch["events"]):
+            self.fence.forget_run(batch["run_id"])
+        for effect_type, effect in batch["effects"]:
+            kind = _TASK_KINDS.get(effect_type)
+            if kind is None:
+                continue
+            topic = topics.task_queue_topic(effect["task_queue"], kind)  # type: ignore[arg-type]
+            await self._ensure_topic(topic)
+            task = {"workflow_id": batch["workflow_id"], "run_id": batch["run_id"], "task": (effect_type, effect)}
+            # Workflow tasks keyed by workflow_id: the same worker keeps the same executions (sticky
+            # cache). Activity tasks unkeyed: spread over all workers.
+            key = batch["workflow_id"].encode() if kind == "workflow" else None
+            await self.send(topic, key, self.tasks.encode(task), self.tasks.headers())
+
+    async def _ensure_topic(self, topic: str) -> None:
+        if topic in self.known_topics:
+            return
+        await asyncio.get_running_loop().run_in_executor(
+            None, ensure_topics, self.settings, {topic: self.settings.task_queue_partitions},
+        )
+        self.known_topics.add(topic)

@@ -1,0 +1,27 @@
+"""The timer service: a history projection into Postgres plus the firing loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from psycopg_pool import AsyncConnectionPool
+
+from kadence.protocol.kafka import AsyncProducer, make_producer
+from kadence.protocol.projection import ProjectionRunner
+from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from services.timer.firing import fire_timers
+from services.timer.store import TimerStore
+
+
+async def run_timer_service(stop: asyncio.Event) -> None:
+    settings = KafkaSettings.from_env()
+    dsn = postgres_dsn()
+    async with AsyncConnectionPool(dsn, min_size=2, max_size=4, open=False) as pool:
+        store = TimerStore()
+        runner = ProjectionRunner(settings, pool, dsn, store)
+        await runner.setup()
+        producer = AsyncProducer(make_producer(settings))
+        try:
+            await asyncio.gather(runner.run(stop), fire_timers(pool, producer, store, stop))
+        finally:
+            producer.close()

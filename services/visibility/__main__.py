@@ -1,0 +1,22 @@
+"""`python -m services.visibility`: run one visibility projector instance."""
+
+import asyncio
+
+from psycopg_pool import AsyncConnectionPool
+
+from kadence.protocol.projection import ProjectionRunner
+from kadence.protocol.runner import run_service
+from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from services.visibility.projector import VisibilityProjector
+
+
+async def run_projector(stop: asyncio.Event) -> None:
+    dsn = postgres_dsn()
+    async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+        runner = ProjectionRunner(KafkaSettings.from_env(), pool, dsn, VisibilityProjector())
+        await runner.setup()
+        await runner.run(stop)
+
+
+if __name__ == "__main__":
+    run_service("visibility", run_projector)

@@ -1,0 +1,112 @@
+"""The read model: one row per execution, the event archive, and a notification on close."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from kadence.protocol.codec import codec
+from kadence.protocol.projection import LogRecord
+
+CLOSED_CHANNEL = "kadence_workflow_closed"
+
+VISIBILITY_DDL = [
+    """
+    CREATE TABLE IF NOT EXISTS kadence_executions (
+        workflow_id text NOT NULL,
+        run_id text NOT NULL,
+        workflow_type text NOT NULL,
+        task_queue text NOT NULL,
+        status text NOT NULL,
+        start_time timestamptz NOT NULL,
+        close_time timestamptz,
+        history_length bigint NOT NULL,
+        result bytea,
+        failure bytea,
+        PRIMARY KEY (workflow_id, run_id)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS kadence_events (
+        workflow_id text NOT NULL,
+        run_id text NOT NULL,
+        event_id bigint NOT NULL,
+        event_type text NOT NULL,
+        event_time timestamptz NOT NULL,
+        event bytea NOT NULL,
+        PRIMARY KEY (workflow_id, run_id, event_id)
+    )
+    """,
+]
+
+_CLOSE_STATUS = {"WorkflowExecutionCompleted": "Completed", "WorkflowExecutionFailed": "Failed"}
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+class VisibilityProjector:
+    name = "visibility"
+    ddl = VISIBILITY_DDL
+
+    def __init__(self) -> None:
+        self.events = codec("HistoryEvent")
+        self.payloads = codec("Payload")
+        self.failures = codec("Failure")
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
+        started: list[tuple[Any, ...]] = []
+        lengths: dict[tuple[str, str], int] = {}
+        closed: list[tuple[Any, ...]] = []
+        archive: list[tuple[Any, ...]] = []
+        for record in records:
+            batch = record.batch
+            key = (batch["workflow_id"], batch["run_id"])
+            for event in batch["events"]:
+                kind, attrs = event["attributes"]
+                archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
+                lengths[key] = event["event_id"]
+                if kind == "WorkflowExecutionStarted":
+                    started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"])))
+                elif kind in _CLOSE_STATUS:
+                    result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
+                    failure = self.failures.encode(attrs["failure"]) if attrs.get("failure") else None
+                    closed.append((_CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure, *key))
+        async with conn.cursor() as cur:
+            if started:
+                await cur.executemany(
+                    "INSERT INTO kadence_executions (workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length) "
+                    "VALUES (%s, %s, %s, %s, 'Running', %s, 1) ON CONFLICT DO NOTHING",
+                    started,
+                )
+            if archive:
+                await cur.executemany(
+                    "INSERT INTO kadence_events (workflow_id, run_id, event_id, event_type, event_time, event) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    archive,
+                )
+            if lengths:
+                await cur.executemany(
+                    "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
+                    [(length, *key) for key, length in lengths.items()],
+                )
+            if closed:
+                await cur.executemany(
+                    "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s "
+                    "WHERE workflow_id = %s AND run_id = %s",
+                    closed,
+                )
+                await cur.executemany(
+                    "SELECT pg_notify(%s, %s)",
+                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[4], "run_id": row[5]})) for row in closed],
+                )
+
+    def on_assign(self, partitions: set[int]) -> None:
+        pass
+
+    def on_revoke(self, partitions: set[int]) -> None:
+        pass
