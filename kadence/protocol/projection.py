@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
+from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
 from kadence.protocol.settings import KafkaSettings
 
@@ -67,8 +68,7 @@ class ProjectionRunner:
     async def setup(self) -> None:
         ensure_topics(self.settings, core_topics(self.settings))
         async with self.pool.connection() as conn:
-            for statement in [OFFSETS_DDL, *self.projection.ddl]:
-                await conn.execute(statement)
+            await apply_ddl(conn, [OFFSETS_DDL, *self.projection.ddl])
 
     async def run(self, stop: asyncio.Event) -> None:
         self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)

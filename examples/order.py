@@ -1,0 +1,77 @@
+"""The seed's order workflow: charge the payment (10 s start-to-close, at most 3 attempts), then
+ship the order, or compensate when the payment failed for good.
+
+Run it against a local stack: `kadence dev --run "python examples/order.py"`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import uvloop
+
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.common import RetryPolicy
+from kadence.exceptions import ActivityError
+from kadence.worker import Worker
+
+TASK_QUEUE = "orders"
+
+
+@dataclass
+class Order:
+    order_id: str
+    amount: float
+
+
+@activity.defn
+async def process_payment(order: Order) -> str:
+    # Here a real activity would call the payment gateway.
+    if order.amount <= 0:
+        raise ValueError(f"cannot charge {order.amount}")
+    return f"payment_success_{order.order_id}"
+
+
+@activity.defn
+async def ship_order(order: Order) -> str:
+    return f"shipped_{order.order_id}"
+
+
+@activity.defn
+async def cancel_order(order: Order) -> str:
+    return f"cancelled_{order.order_id}"
+
+
+@workflow.defn
+class OrderWorkflow:
+    @workflow.run
+    async def run(self, order: Order) -> str:
+        try:
+            payment = await workflow.execute_activity(
+                process_payment, order,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError:
+            # Compensation: the payment failed for good.
+            return await workflow.execute_activity(cancel_order, order, start_to_close_timeout=timedelta(seconds=10))
+        if payment.startswith("payment_success"):
+            return await workflow.execute_activity(ship_order, order, start_to_close_timeout=timedelta(seconds=10))
+        return await workflow.execute_activity(cancel_order, order, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def main() -> None:
+    client = await Client.connect()
+    order_id = os.environ.get("ORDER_ID", f"order-{os.getpid()}")
+    async with Worker(client, task_queue=TASK_QUEUE, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order]):
+        result = await client.execute_workflow(OrderWorkflow.run, Order(order_id, 99.99), id=order_id, task_queue=TASK_QUEUE)
+        print(f"workflow {order_id} result: {result}")
+    await client.close()
+
+
+if __name__ == "__main__":
+    uvloop.run(main())

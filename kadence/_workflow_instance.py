@@ -1,0 +1,233 @@
+"""One workflow run inside a worker: a deterministic asyncio event loop driven by history.
+
+The loop runs callbacks only when an activation runs, and an activation runs only at a
+workflow task boundary: for each past task that completed (replay) and for the task being
+worked on now. Events resolve futures (activity results) in history order before the
+activation that saw them, so replaying a history makes the same decisions it made live.
+Commands produced by an activation must match the events that follow its WorkflowTaskCompleted;
+any difference is a NondeterminismError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kadence.converter import DataConverter
+from kadence.exceptions import FailureError, NondeterminismError
+
+Record = dict[str, Any]
+Command = tuple[str, Record]
+
+_CLOSE_COMMANDS = {"CompleteWorkflowExecution": "WorkflowExecutionCompleted", "FailWorkflowExecution": "WorkflowExecutionFailed"}
+
+
+class WorkflowTaskError(Exception):
+    """The workflow code raised something other than a FailureError: fail the task, not the workflow."""
+
+
+class CacheInvalid(Exception):
+    """This cached run acted on a task that history says failed; rebuild it from history."""
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    name: str
+    cls: type
+    run_fn: Callable[..., Any]
+
+    def arg_types(self) -> list[Any]:
+        hints = typing.get_type_hints(self.run_fn)
+        params = list(inspect.signature(self.run_fn).parameters.values())[1:]
+        return [hints.get(p.name) for p in params]
+
+    def result_type(self) -> Any:
+        return typing.get_type_hints(self.run_fn).get("return")
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+
+
+@dataclass
+class PendingCommand:
+    command: Command
+    future: asyncio.Future[Any] | None = None
+    scheduled: Record = field(default_factory=dict)
+
+
+class WorkflowInstance(asyncio.AbstractEventLoop):
+    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
+        self.definition = definition
+        self.info = info
+        self.converter = converter
+        self.processed_event_id = 0
+        self.last_activated_task = 0  # scheduled_event_id of the task this instance ran live
+        self.closed = False
+        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._time_ms = 0
+        self._unmatched: collections.deque[PendingCommand] = collections.deque()
+        self._new_commands: list[Command] = []
+        self._activities: dict[int, PendingCommand] = {}
+        self._activity_seq = 0
+        self._main: asyncio.Task[Any] | None = None
+        self._object: Any = None
+
+    # ---- driving the run ---------------------------------------------------------------------
+
+    def activate(self, history: list[Record], scheduled_event_id: int) -> list[Command]:
+        """Apply the events not seen yet, run the activation for task `scheduled_event_id`,
+        and return the commands to send with its completion."""
+        for event in history:
+            if event["event_id"] > self.processed_event_id:
+                self._apply(event)
+                self.processed_event_id = event["event_id"]
+        commands = self._run_activation()
+        self.last_activated_task = scheduled_event_id
+        return commands
+
+    def _apply(self, event: Record) -> None:
+        kind, attrs = event["attributes"]
+        if kind == "WorkflowExecutionStarted":
+            self._time_ms = event["event_time_ms"]
+            self._start(attrs["input"])
+        elif kind == "WorkflowTaskStarted":
+            self._time_ms = event["event_time_ms"]
+        elif kind == "WorkflowTaskCompleted":
+            if attrs["scheduled_event_id"] != self.last_activated_task:
+                self._run_activation()  # a past task: replay it
+        elif kind == "WorkflowTaskFailed":
+            if attrs["scheduled_event_id"] == self.last_activated_task:
+                raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']} failed: {attrs['cause']}")
+        elif kind == "ActivityTaskScheduled":
+            pending = self._match(kind, attrs["activity_type"])
+            pending.scheduled = attrs
+            self._activities[event["event_id"]] = pending
+        elif kind == "ActivityTaskCompleted":
+            pending = self._activities.pop(attrs["scheduled_event_id"])
+            assert pending.future is not None
+            if not pending.future.done():
+                pending.future.set_result(attrs["result"])
+        elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] != "IN_PROGRESS":
+            pending = self._activities.pop(attrs["scheduled_event_id"])
+            assert pending.future is not None
+            if not pending.future.done():
+                pending.future.set_exception(self.converter.failure_converter.activity_error(
+                    kind, pending.scheduled, attrs, self.converter.payload_converter))
+        elif kind in _CLOSE_COMMANDS.values():
+            self._match(kind, "")
+            self.closed = True
+
+    def _match(self, event_type: str, activity_type: str) -> PendingCommand:
+        if not self._unmatched:
+            raise NondeterminismError(f"history has {event_type} {activity_type} but the workflow code issued no such command")
+        pending = self._unmatched.popleft()
+        kind, attrs = pending.command
+        expected = _CLOSE_COMMANDS.get(kind, "ActivityTaskScheduled")
+        if expected != event_type or attrs.get("activity_type", "") != activity_type:
+            raise NondeterminismError(
+                f"history has {event_type} {activity_type} where the workflow code issued {kind} {attrs.get('activity_type', '')}"
+            )
+        return pending
+
+    def _run_activation(self) -> list[Command]:
+        if self._unmatched:
+            extra = ", ".join(p.command[0] for p in self._unmatched)
+            raise NondeterminismError(f"workflow code issued commands that history does not have: {extra}")
+        self._new_commands = []
+        self._run_ready()
+        if self._main is not None and self._main.done() and not self.closed:
+            self._issue(self._close_command(self._main), None)
+        return self._new_commands
+
+    def _close_command(self, main: asyncio.Task[Any]) -> Command:
+        exc = main.exception()
+        if exc is None:
+            return ("CompleteWorkflowExecution", {"result": self.converter.payload_converter.to_payload(main.result())})
+        if isinstance(exc, FailureError):
+            return ("FailWorkflowExecution", {"failure": self.converter.to_failure(exc)})
+        raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
+
+    def _start(self, input_payloads: list[Record]) -> None:
+        args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
+        self._object = self.definition.cls()
+        self._main = self.create_task(self.definition.run_fn(self._object, *args), name=f"workflow:{self.info.workflow_id}")
+
+    def _issue(self, command: Command, future: asyncio.Future[Any] | None) -> PendingCommand:
+        pending = PendingCommand(command, future)
+        self._unmatched.append(pending)
+        self._new_commands.append(command)
+        return pending
+
+    def _run_ready(self) -> None:
+        previous = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(self)
+        try:
+            while self._ready:
+                handle = self._ready.popleft()
+                if not handle._cancelled:
+                    handle._run()
+        finally:
+            asyncio.events._set_running_loop(previous)
+
+    # ---- the workflow API's view of the run --------------------------------------------------
+
+    def schedule_activity(self, attrs: Record) -> asyncio.Future[Any]:
+        self._activity_seq += 1
+        attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
+        future = self.create_future()
+        self._issue(("ScheduleActivityTask", attrs), future)
+        return future
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self._time_ms / 1000, UTC)
+
+    # ---- the subset of asyncio.AbstractEventLoop workflow code may use ----------------------
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.Handle:
+        handle = asyncio.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        raise RuntimeError("workflow code cannot use loop timers (asyncio.sleep, wait_for timeouts): durable timers are issue #3")
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        return self.call_later(0, callback, *args, context=context)
+
+    def time(self) -> float:
+        return self._time_ms / 1000
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return asyncio.Future(loop=self)
+
+    def create_task(self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None) -> asyncio.Task[Any]:
+        return asyncio.Task(coro, loop=self, name=name, context=context)
+
+    def get_debug(self) -> bool:
+        return False
+
+    def is_running(self) -> bool:
+        return asyncio.events._get_running_loop() is self
+
+    def is_closed(self) -> bool:
+        return False
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):
+            raise WorkflowTaskError(context.get("message", "workflow callback failed")) from exc
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        self.call_exception_handler(context)

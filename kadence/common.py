@@ -1,0 +1,32 @@
+"""Types shared by workflows, activities and the client (as temporalio.common)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How an activity is retried. Defaults are Temporal's: 1 s, x2.0, capped at 100 x initial, unlimited attempts."""
+
+    initial_interval: timedelta = timedelta(seconds=1)
+    backoff_coefficient: float = 2.0
+    maximum_interval: timedelta | None = None
+    maximum_attempts: int = 0
+    non_retryable_error_types: Sequence[str] | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "initial_interval_ms": to_ms(self.initial_interval),
+            "backoff_coefficient": self.backoff_coefficient,
+            "maximum_interval_ms": to_ms(self.maximum_interval),
+            "maximum_attempts": self.maximum_attempts,
+            "non_retryable_error_types": list(self.non_retryable_error_types or ()),
+        }
+
+
+def to_ms(duration: timedelta | None) -> int:
+    return 0 if duration is None else int(duration.total_seconds() * 1000)

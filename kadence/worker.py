@@ -1,0 +1,233 @@
+"""The worker: polls a task queue's workflow and activity topics and answers with commands (as temporalio.worker).
+
+Workers on one queue share a consumer group per task kind, so Kafka spreads the partitions
+(and the load) over them. Workflow tasks are keyed by workflow_id, so a worker keeps the same
+executions while the assignment is stable and serves them from its cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import inspect
+import logging
+import typing
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Message
+
+from kadence import activity as activity_module
+from kadence import workflow as workflow_module
+from kadence._workflow_instance import CacheInvalid, WorkflowDefinition, WorkflowInfo, WorkflowInstance, WorkflowTaskError
+from kadence.client import Client
+from kadence.exceptions import ApplicationError, NondeterminismError
+from kadence.protocol import topics
+from kadence.protocol.codec import UndecodableRecord, task_codec
+from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
+
+log = logging.getLogger("kadence.worker")
+
+Record = dict[str, Any]
+
+
+class Worker:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str,
+        workflows: Sequence[type] = (),
+        activities: Sequence[Callable[..., Any]] = (),
+        activity_executor: concurrent.futures.Executor | None = None,
+        max_concurrent_activities: int = 100,
+        max_cached_workflows: int = 1000,
+        identity: str | None = None,
+    ) -> None:
+        if not workflows and not activities:
+            raise ValueError("a Worker needs at least one workflow or activity")
+        self.client = client
+        self.task_queue = task_queue
+        self.identity = identity or client.identity
+        self._workflows: dict[str, WorkflowDefinition] = {}
+        for cls in workflows:
+            definition = workflow_module.definition(cls)
+            assert isinstance(definition, WorkflowDefinition)
+            self._workflows[definition.name] = definition
+        self._activities = {d.name: d for d in map(activity_module.definition, activities)}
+        if activity_executor is None and any(not d.is_async for d in self._activities.values()):
+            activity_executor = concurrent.futures.ThreadPoolExecutor(max_concurrent_activities, thread_name_prefix="kadence-activity")
+        self._executor = activity_executor
+        self._max_concurrent_activities = max_concurrent_activities
+        self._max_cached = max_cached_workflows
+        self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
+        self._tasks = task_codec()
+        self._stop = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        """Poll until shutdown() is called."""
+        kinds: list[topics.TaskKind] = (["workflow"] if self._workflows else []) + (["activity"] if self._activities else [])
+        settings = self.client.settings
+        await asyncio.get_running_loop().run_in_executor(None, ensure_topics, settings, {
+            topics.task_queue_topic(self.task_queue, kind): settings.task_queue_partitions for kind in kinds
+        })
+        log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s",
+                 self.task_queue, self.identity, sorted(self._workflows), sorted(self._activities))
+        pollers = {"workflow": self._poll_workflow_tasks, "activity": self._poll_activity_tasks}
+        await asyncio.gather(*(pollers[kind]() for kind in kinds))
+
+    async def shutdown(self) -> None:
+        self._stop.set()
+        if self._running is not None:
+            await self._running
+
+    async def __aenter__(self) -> "Worker":
+        self._running = asyncio.create_task(self.run())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    # ---- workflow tasks ----------------------------------------------------------------------
+
+    async def _poll_workflow_tasks(self) -> None:
+        consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "workflow"))
+        consumer.subscribe([topics.task_queue_topic(self.task_queue, "workflow")])
+        try:
+            async for messages in consume_batches(consumer, self._stop):
+                deliveries = [d for msg in messages for d in self._handle_workflow_task(msg)]
+                await asyncio.gather(*deliveries)
+                for msg in messages:
+                    consumer.store_offsets(msg)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    def _handle_workflow_task(self, msg: Message) -> list[asyncio.Future[Message]]:
+        task = self._decode(msg)
+        if task is None:
+            return []
+        workflow_id, run_id = task["workflow_id"], task["run_id"]
+        wt = task["task"][1]
+        cached = self._cache.get(run_id)
+        if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
+            return []  # a duplicate dispatch of a task this worker already answered
+        send = self.client.send_command
+        started = send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"]})
+        try:
+            instance, commands = self._activate(task, cached)
+        except (NondeterminismError, WorkflowTaskError) as exc:
+            self._cache.pop(run_id, None)
+            cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+            log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
+            failed = send(workflow_id, "RespondWorkflowTaskFailed", {
+                "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
+                "failure": self.client.data_converter.to_failure(exc),
+            })
+            return [started, failed]
+        completed = send(workflow_id, "RespondWorkflowTaskCompleted", {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "commands": commands,
+        })
+        if instance.closed or any(kind in ("CompleteWorkflowExecution", "FailWorkflowExecution") for kind, _ in commands):
+            self._cache.pop(run_id, None)
+        else:
+            self._cache[run_id] = instance
+            self._cache.move_to_end(run_id)
+            while len(self._cache) > self._max_cached:
+                self._cache.popitem(last=False)
+        return [started, completed]
+
+    def _activate(self, task: Record, cached: WorkflowInstance | None) -> tuple[WorkflowInstance, list[Any]]:
+        wt = task["task"][1]
+        if cached is not None:
+            try:
+                return cached, cached.activate(wt["history"], wt["scheduled_event_id"])
+            except CacheInvalid as reason:
+                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", task["workflow_id"], task["run_id"], str(reason))
+        definition = self._workflows.get(wt["workflow_type"])
+        if definition is None:
+            raise WorkflowTaskError(
+                f"workflow type {wt['workflow_type']!r} is not registered on this worker "
+                f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
+            )
+        info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
+        instance = WorkflowInstance(definition, info, self.client.data_converter)
+        return instance, instance.activate(wt["history"], wt["scheduled_event_id"])
+
+    # ---- activity tasks ----------------------------------------------------------------------
+
+    async def _poll_activity_tasks(self) -> None:
+        consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
+        consumer.subscribe([topics.task_queue_topic(self.task_queue, "activity")])
+        slots = asyncio.Semaphore(self._max_concurrent_activities)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
+                started = []
+                for msg in messages:
+                    task = self._decode(msg)
+                    if task is None:
+                        continue
+                    await slots.acquire()
+                    at = task["task"][1]
+                    started.append(self.client.send_command(task["workflow_id"], "RecordActivityTaskStarted", {
+                        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+                    }))
+                    job = asyncio.create_task(self._run_activity(task))
+                    running.add(job)
+                    job.add_done_callback(lambda j: (running.discard(j), slots.release()))
+                await asyncio.gather(*started)
+                for msg in messages:
+                    consumer.store_offsets(msg)
+            await asyncio.gather(*running)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _run_activity(self, task: Record) -> None:
+        at = task["task"][1]
+        workflow_id, run_id = task["workflow_id"], task["run_id"]
+        converter = self.client.data_converter
+        reply = {"run_id": run_id, "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        try:
+            result = await self._execute_activity(task)
+        except Exception as exc:  # an activity's failure is data: it goes back to history
+            log.info("event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
+                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
+            await self.client.send_command(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+            return
+        await self.client.send_command(workflow_id, "RespondActivityTaskCompleted", {
+            **reply, "result": converter.payload_converter.to_payload(result),
+        })
+
+    async def _execute_activity(self, task: Record) -> Any:
+        at = task["task"][1]
+        definition = self._activities.get(at["activity_type"])
+        if definition is None:
+            raise ApplicationError(
+                f"activity type {at['activity_type']!r} is not registered on this worker "
+                f"(task queue {self.task_queue}; registered: {sorted(self._activities)})",
+                type="NotFoundError",
+            )
+        hints = typing.get_type_hints(definition.fn)
+        arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
+        args = self.client.data_converter.payload_converter.from_payloads(at["input"], arg_types)
+        info = activity_module.Info(
+            activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
+            scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
+            workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
+        )
+        context = contextvars.copy_context()
+        context.run(activity_module._current_info.set, info)
+        if definition.is_async:
+            return await asyncio.create_task(definition.fn(*args), context=context)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+
+    def _decode(self, msg: Message) -> Record | None:
+        try:
+            return self._tasks.decode(msg.value(), msg.headers())
+        except UndecodableRecord as exc:
+            log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
+            return None

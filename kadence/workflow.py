@@ -1,0 +1,157 @@
+"""Workflow definitions and the API workflow code calls (as temporalio.workflow).
+
+Workflow code runs on a deterministic loop replayed from history: it must not read clocks,
+randomness, the network or files except through this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import typing
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from kadence import activity as activity_module
+from kadence._workflow_instance import WorkflowDefinition, WorkflowInfo, WorkflowInstance
+from kadence.common import RetryPolicy, to_ms
+from kadence.exceptions import NondeterminismError
+
+__all__ = [
+    "defn", "run", "execute_activity", "start_activity", "info", "now", "NondeterminismError", "Info",
+]
+
+ClassType = TypeVar("ClassType", bound=type)
+RunFn = TypeVar("RunFn", bound=Callable[..., Any])
+
+Info = WorkflowInfo
+
+_DEFINITION_ATTR = "__kadence_workflow_definition"
+_RUN_ATTR = "__kadence_workflow_run"
+
+
+@overload
+def defn(cls: ClassType) -> ClassType: ...
+
+
+@overload
+def defn(*, name: str | None = None) -> Callable[[ClassType], ClassType]: ...
+
+
+def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
+    """Mark a class as a workflow; its type name is `name` or the class name. One method must be @workflow.run."""
+
+    def register(c: ClassType) -> ClassType:
+        runs = [m for m in vars(c).values() if getattr(m, _RUN_ATTR, False)]
+        if len(runs) != 1:
+            raise TypeError(f"workflow {c.__name__} needs exactly one @workflow.run method, found {len(runs)}")
+        if not inspect.iscoroutinefunction(runs[0]):
+            raise TypeError(f"{c.__name__}.{runs[0].__name__}: the @workflow.run method must be `async def`")
+        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0]))
+        return c
+
+    return register(cls) if cls is not None else register
+
+
+def run(fn: RunFn) -> RunFn:
+    """Mark the workflow's entry method."""
+    setattr(fn, _RUN_ATTR, True)
+    return fn
+
+
+def definition(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition | str:
+    """The definition of a workflow class or its run method, or a bare type name."""
+    if isinstance(workflow, str):
+        return workflow
+    if inspect.isclass(workflow):
+        found = getattr(workflow, _DEFINITION_ATTR, None)
+    else:
+        owner = _owner_class(workflow)
+        found = getattr(owner, _DEFINITION_ATTR, None) if owner else None
+    if found is None:
+        raise TypeError(f"{workflow!r} is not a workflow; decorate its class with @workflow.defn and its entry with @workflow.run")
+    return found
+
+
+def _owner_class(fn: Callable[..., Any]) -> type | None:
+    qualname = getattr(fn, "__qualname__", "")
+    module = inspect.getmodule(fn)
+    if "." not in qualname or module is None:
+        return None
+    return getattr(module, qualname.rsplit(".", 1)[0], None)
+
+
+def _instance() -> WorkflowInstance:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if not isinstance(loop, WorkflowInstance):
+        raise RuntimeError("not in a workflow: this call is only valid in workflow code run by a Worker")
+    return loop
+
+
+def info() -> WorkflowInfo:
+    return _instance().info
+
+
+def now() -> datetime:
+    """Deterministic current time: the start time of the current workflow task."""
+    return _instance().now()
+
+
+def start_activity(
+    activity: Callable[..., Any] | str,
+    *args: Any,
+    task_queue: str | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    activity_id: str | None = None,
+    result_type: type | None = None,
+) -> asyncio.Task[Any]:
+    """Schedule an activity; the returned task resolves to its result or raises ActivityError."""
+    instance = _instance()
+    if isinstance(activity, str):
+        activity_type = activity
+    else:
+        activity_definition = activity_module.definition(activity)
+        activity_type = activity_definition.name
+        if result_type is None:
+            result_type = typing.get_type_hints(activity_definition.fn).get("return")
+    if start_to_close_timeout is None and schedule_to_close_timeout is None:
+        raise ValueError(f"activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
+    future = instance.schedule_activity({
+        "activity_id": activity_id or "",
+        "activity_type": activity_type,
+        "task_queue": task_queue or "",
+        "input": instance.converter.payload_converter.to_payloads(args),
+        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
+        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
+        "retry_policy": retry_policy.to_record() if retry_policy else None,
+    })
+
+    async def result() -> Any:
+        return instance.converter.payload_converter.from_payload(await future, result_type)
+
+    return instance.create_task(result(), name=f"activity:{activity_type}")
+
+
+async def execute_activity(
+    activity: Callable[..., Any] | str,
+    *args: Any,
+    task_queue: str | None = None,
+    schedule_to_close_timeout: timedelta | None = None,
+    start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    activity_id: str | None = None,
+    result_type: type | None = None,
+) -> Any:
+    """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
+    return await start_activity(
+        activity, *args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
+        activity_id=activity_id, result_type=result_type,
+    )
+
