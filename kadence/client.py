@@ -88,9 +88,11 @@ class Client:
     def get_workflow_handle(self, workflow_id: str, *, run_id: str | None = None, result_type: type | None = None) -> "WorkflowHandle":
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
 
-    def send_command(self, workflow_id: str, kind: str, body: dict[str, Any]) -> asyncio.Future[Message]:
+    def send_command(
+        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None,
+    ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery."""
-        record = {"workflow_id": workflow_id, "identity": self.identity, "command": (kind, body)}
+        record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
         return self._producer.produce(topics.COMMANDS, self._commands.encode(record), workflow_id.encode(), headers=self._commands.headers())
 
     async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None]:

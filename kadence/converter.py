@@ -75,9 +75,15 @@ class FailureConverter:
             "message": str(exc) if not isinstance(exc, FailureError) else exc.message,
             "type": type(exc).__name__, "source": "kadence-python-sdk",
             "stack_trace": "".join(traceback.format_exception(exc)),
-            "non_retryable": False, "timeout_type": None, "details": [], "cause": None,
+            "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
         }
-        if isinstance(exc, ApplicationError):
+        if isinstance(exc, ActivityError):
+            failure["activity_failure_info"] = {
+                "scheduled_event_id": exc.scheduled_event_id, "started_event_id": exc.started_event_id,
+                "activity_type": exc.activity_type, "activity_id": exc.activity_id,
+                "retry_state": exc.retry_state.value if exc.retry_state else "RETRY_POLICY_NOT_SET",
+            }
+        elif isinstance(exc, ApplicationError):
             failure["type"] = exc.type or ""
             failure["non_retryable"] = exc.non_retryable
             failure["details"] = payloads.to_payloads(exc.details)
@@ -89,7 +95,13 @@ class FailureConverter:
 
     def from_failure(self, failure: Failure, payloads: JSONPayloadConverter) -> FailureError:
         exc: FailureError
-        if failure.get("timeout_type"):
+        info = failure.get("activity_failure_info")
+        if info:
+            exc = ActivityError(
+                failure["message"], scheduled_event_id=info["scheduled_event_id"], started_event_id=info["started_event_id"],
+                activity_type=info["activity_type"], activity_id=info["activity_id"], retry_state=RetryState(info["retry_state"]),
+            )
+        elif failure.get("timeout_type"):
             exc = TimeoutError(failure["message"], type=TimeoutType(failure["timeout_type"]))
         else:
             exc = ApplicationError(

@@ -66,6 +66,8 @@ class LocalStack:
         """The environment that points a process (service, worker, client) at this stack."""
         return {
             **os.environ,
+            # `python` in a --run command is the interpreter Kadence is installed in.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "KADENCE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "KADENCE_POSTGRES_DSN": self.postgres_dsn,
             "KADENCE_PARTITIONS": str(self.partitions),

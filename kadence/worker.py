@@ -67,10 +67,14 @@ class Worker:
         self._tasks = task_codec()
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
+        self._assigned: set[str] = set()
+        self._kinds: list[topics.TaskKind] = (["workflow"] if self._workflows else []) + (["activity"] if self._activities else [])
+        self.ready = asyncio.Event()
+        """Set once every poller of this worker has partitions assigned (useful for tests and probes)."""
 
     async def run(self) -> None:
         """Poll until shutdown() is called."""
-        kinds: list[topics.TaskKind] = (["workflow"] if self._workflows else []) + (["activity"] if self._activities else [])
+        kinds = self._kinds
         settings = self.client.settings
         await asyncio.get_running_loop().run_in_executor(None, ensure_topics, settings, {
             topics.task_queue_topic(self.task_queue, kind): settings.task_queue_partitions for kind in kinds
@@ -92,11 +96,26 @@ class Worker:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
+    def _on_assign(self, kind: str) -> Callable[[Any, list[Any]], None]:
+        loop = asyncio.get_running_loop()
+
+        def assigned(consumer: Any, partitions: list[Any]) -> None:
+            log.info("event=worker_partitions_assigned task_queue=%s kind=%s identity=%s partitions=%s",
+                     self.task_queue, kind, self.identity, [tp.partition for tp in partitions])
+            loop.call_soon_threadsafe(self._mark_assigned, kind)
+
+        return assigned
+
+    def _mark_assigned(self, kind: str) -> None:
+        self._assigned.add(kind)
+        if self._assigned >= set(self._kinds):
+            self.ready.set()
+
     # ---- workflow tasks ----------------------------------------------------------------------
 
     async def _poll_workflow_tasks(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "workflow"))
-        consumer.subscribe([topics.task_queue_topic(self.task_queue, "workflow")])
+        consumer.subscribe([topics.task_queue_topic(self.task_queue, "workflow")], on_assign=self._on_assign("workflow"))
         try:
             async for messages in consume_batches(consumer, self._stop):
                 deliveries = [d for msg in messages for d in self._handle_workflow_task(msg)]
@@ -115,7 +134,7 @@ class Worker:
         cached = self._cache.get(run_id)
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
-        send = self.client.send_command
+        send = self._send
         started = send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"]})
         try:
             instance, commands = self._activate(task, cached)
@@ -161,7 +180,7 @@ class Worker:
 
     async def _poll_activity_tasks(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
-        consumer.subscribe([topics.task_queue_topic(self.task_queue, "activity")])
+        consumer.subscribe([topics.task_queue_topic(self.task_queue, "activity")], on_assign=self._on_assign("activity"))
         slots = asyncio.Semaphore(self._max_concurrent_activities)
         running: set[asyncio.Task[None]] = set()
         try:
@@ -173,7 +192,7 @@ class Worker:
                         continue
                     await slots.acquire()
                     at = task["task"][1]
-                    started.append(self.client.send_command(task["workflow_id"], "RecordActivityTaskStarted", {
+                    started.append(self._send(task["workflow_id"], "RecordActivityTaskStarted", {
                         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
                     }))
                     job = asyncio.create_task(self._run_activity(task))
@@ -196,9 +215,9 @@ class Worker:
         except Exception as exc:  # an activity's failure is data: it goes back to history
             log.info("event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                      workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
-            await self.client.send_command(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
             return
-        await self.client.send_command(workflow_id, "RespondActivityTaskCompleted", {
+        await self._send(workflow_id, "RespondActivityTaskCompleted", {
             **reply, "result": converter.payload_converter.to_payload(result),
         })
 
@@ -224,6 +243,9 @@ class Worker:
         if definition.is_async:
             return await asyncio.create_task(definition.fn(*args), context=context)
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+
+    def _send(self, workflow_id: str, kind: str, body: Record) -> asyncio.Future[Message]:
+        return self.client.send_command(workflow_id, kind, body, identity=self.identity)
 
     def _decode(self, msg: Message) -> Record | None:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -167,13 +167,13 @@ async def consume_batches(
         yield batch
 
 
-def read_partition_to_end(
-    settings: KafkaSettings, topic: str, partition: int, start_offset: int,
-) -> Iterable[Message]:
-    """Every record of one partition from `start_offset` to its current end.
+def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Iterator[Message]:
+    """Every record of the given partitions, each from its start offset to its current end.
 
     The end is found with partition EOF events, not ListOffsets (which the local broker answers wrongly).
     """
+    if not start_offsets:
+        return
     consumer = Consumer({
         **base_config(settings),
         "group.id": "kadence-reader",
@@ -181,15 +181,18 @@ def read_partition_to_end(
         "enable.partition.eof": True,
         "fetch.wait.max.ms": settings.fetch_wait_max_ms,
     })
+    remaining = set(start_offsets)
     try:
-        consumer.assign([TopicPartition(topic, partition, start_offset)])
-        while True:
-            for msg in consumer.consume(1000, 1.0):
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise KafkaException(msg.error())
-                yield msg
+        consumer.assign([TopicPartition(topic, p, offset) for p, offset in start_offsets.items()])
+        while remaining:
+            for msg in consumer.consume(1000, 0.05):
+                error = msg.error()
+                if error is None:
+                    yield msg
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    remaining.discard(msg.partition())
+                else:
+                    raise KafkaException(error)
     finally:
         consumer.close()
 

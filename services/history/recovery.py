@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
-from kadence.protocol.kafka import read_partition_to_end
+from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
 from services.history.state_machine import RUNNING, Execution, Record, event_type, evolve, execution_from_start
 
@@ -47,22 +47,24 @@ class PartitionState:
         return ex
 
 
-def recover_partition(settings: KafkaSettings, partition: int) -> PartitionState:
+def recover_partitions(settings: KafkaSettings, partitions: list[int]) -> dict[int, PartitionState]:
+    """Rebuild the state of `partitions` from history, all read in one pass."""
     started = time.monotonic()
-    state = PartitionState(partition)
+    states = {p: PartitionState(p) for p in partitions}
     codec = history_batch_codec()
     records = skipped = 0
-    for msg in read_partition_to_end(settings, topics.HISTORY, partition, 0):
+    for msg in read_to_end(settings, topics.HISTORY, {p: 0 for p in partitions}):
         records += 1
         try:
             batch = codec.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
-            log.error("event=history_record_undecodable partition=%d offset=%d error=%s", partition, msg.offset(), exc)
+            log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
             continue
-        if state.apply(batch) is None:
+        if states[msg.partition()].apply(batch) is None:
             skipped += 1
     log.info(
-        "event=partition_recovered partition=%d records=%d zombie_batches_skipped=%d executions=%d resume_offset=%d seconds=%.3f",
-        partition, records, skipped, len(state.executions), state.resume_offset, time.monotonic() - started,
+        "event=partitions_recovered partitions=%s records=%d zombie_batches_skipped=%d executions=%d resume_offsets=%s seconds=%.3f",
+        partitions, records, skipped, sum(len(s.executions) for s in states.values()),
+        {p: s.resume_offset for p, s in states.items()}, time.monotonic() - started,
     )
-    return state
+    return states

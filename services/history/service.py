@@ -12,7 +12,7 @@ from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key
 from kadence.protocol.settings import KafkaSettings
-from services.history.recovery import PartitionState, recover_partition
+from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import Rejected, Transition, decide, decide_start, derive_effects
 
 log = logging.getLogger("kadence.history")
@@ -51,10 +51,10 @@ class HistoryService:
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+        recovered = recover_partitions(self.settings, [tp.partition for tp in assigned])
+        self.partitions.update(recovered)
         for tp in assigned:
-            state = recover_partition(self.settings, tp.partition)
-            self.partitions[tp.partition] = state
-            tp.offset = state.resume_offset
+            tp.offset = recovered[tp.partition].resume_offset
         consumer.assign(assigned)
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:

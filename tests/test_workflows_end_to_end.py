@@ -1,0 +1,100 @@
+"""Workflows through the real broker, Postgres and services, with the history audited after each."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
+from kadence.audit import audit_history
+from kadence.client import Client
+from kadence.exceptions import ActivityError, ApplicationError, WorkflowFailureError
+from kadence.local_stack import LocalStack
+from kadence.worker import Worker
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow
+
+
+def audited(stack: LocalStack):
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    return report
+
+
+async def test_order_workflow_ships_the_order(stack: LocalStack, client: Client, task_queue: str) -> None:
+    order_id = f"order-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order]):
+        handle = await client.start_workflow(OrderWorkflow.run, Order(order_id, 99.99), id=order_id, task_queue=task_queue)
+        assert await handle.result() == f"shipped_{order_id}"
+
+    assert audited(stack).event_types(order_id, handle.run_id) == [
+        "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
+        "ActivityTaskScheduled", "ActivityTaskStarted", "ActivityTaskCompleted",
+        "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
+        "ActivityTaskScheduled", "ActivityTaskStarted", "ActivityTaskCompleted",
+        "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
+        "WorkflowExecutionCompleted",
+    ]
+
+
+async def test_order_workflow_compensates_when_payment_fails(client: Client, task_queue: str) -> None:
+    order_id = f"order-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order]):
+        # A zero amount fails the payment on every one of its 3 attempts (1 s, 2 s backoff).
+        result = await client.execute_workflow(OrderWorkflow.run, Order(order_id, 0), id=order_id, task_queue=task_queue)
+    assert result == f"cancelled_{order_id}"
+
+
+async def test_activity_failing_twice_then_succeeding_records_every_attempt(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"flaky-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(FlakyWorkflow.run, "charge", id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "charge on attempt 3"
+
+    history = audited(stack).history(workflow_id, handle.run_id)
+    attempts = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskStarted"]
+    failures = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskFailed"]
+    assert [a["attempt"] for a in attempts] == [1, 2, 3]
+    assert [(f["retry_state"], f["failure"]["message"]) for f in failures] == [
+        ("IN_PROGRESS", "attempt 1 failed"), ("IN_PROGRESS", "attempt 2 failed"),
+    ]
+    assert sum(e["attributes"][0] == "ActivityTaskCompleted" for e in history) == 1
+
+
+async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_cause(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"declined-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(DeclinedWorkflow.run, "order-7", id=workflow_id, task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+
+    activity_error = failed.value.cause
+    assert isinstance(activity_error, ActivityError)
+    assert activity_error.retry_state is not None and activity_error.retry_state.value == "MAXIMUM_ATTEMPTS_REACHED"
+    assert isinstance(activity_error.cause, ApplicationError)
+    assert activity_error.cause.message == "payment declined for order-7"
+    assert activity_error.cause.type == "Declined"
+    event_types = audited(stack).event_types(workflow_id, handle.run_id)
+    assert event_types.count("ActivityTaskStarted") == 3
+    assert event_types[-1] == "WorkflowExecutionFailed"
+
+
+async def test_fifty_workflows_spread_over_two_workers(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workers = [
+        Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity=f"worker-{i}")
+        for i in (1, 2)
+    ]
+    async with workers[0], workers[1]:
+        await asyncio.wait_for(asyncio.gather(*(w.ready.wait() for w in workers)), 30)
+        ids = [f"spread-{i}-{uuid.uuid4()}" for i in range(50)]
+        handles = await asyncio.gather(*(client.start_workflow(EchoWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
+        assert await asyncio.gather(*(h.result() for h in handles)) == ids
+
+    report = audited(stack)
+    identities = {
+        e["attributes"][1]["identity"]
+        for h in handles for e in report.history(h.id, h.run_id)
+        if e["attributes"][0] in ("ActivityTaskStarted", "WorkflowTaskStarted")
+    }
+    assert identities == {"worker-1", "worker-2"}

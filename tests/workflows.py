@@ -1,0 +1,93 @@
+"""Workflows and activities the tests run, in-process and in worker subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+
+from kadence import activity, workflow
+from kadence.common import RetryPolicy
+from kadence.exceptions import ApplicationError
+
+FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
+
+
+@activity.defn
+async def echo(value: str) -> str:
+    return value
+
+
+@activity.defn
+def fail_until_third_attempt(value: str) -> str:
+    attempt = activity.info().attempt
+    if attempt < 3:
+        raise ApplicationError(f"attempt {attempt} failed", type="Flaky")
+    return f"{value} on attempt {attempt}"
+
+
+@activity.defn
+async def always_fail(value: str) -> str:
+    raise ApplicationError(f"payment declined for {value}", type="Declined")
+
+
+@activity.defn
+async def hang_on_first_attempt(marker: str) -> str:
+    """Attempt 1 writes `marker` then hangs (its worker gets killed); later attempts succeed."""
+    if activity.info().attempt == 1:
+        Path(marker).write_text("started")
+        await asyncio.sleep(3600)
+    return f"done on attempt {activity.info().attempt}"
+
+
+@activity.defn
+async def slow_echo(value: str) -> str:
+    await asyncio.sleep(0.2)
+    return value
+
+
+@workflow.defn
+class EchoWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(echo, value, start_to_close_timeout=timedelta(seconds=10))
+
+
+@workflow.defn
+class FlakyWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(
+            fail_until_third_attempt, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY,
+        )
+
+
+@workflow.defn
+class DeclinedWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(
+            always_fail, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY,
+        )
+
+
+@workflow.defn
+class HangingActivityWorkflow:
+    @workflow.run
+    async def run(self, marker: str) -> str:
+        return await workflow.execute_activity(
+            hang_on_first_attempt, marker, start_to_close_timeout=timedelta(seconds=3), retry_policy=FAST_RETRY,
+        )
+
+
+@workflow.defn
+class TwoStepWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        first = await workflow.execute_activity(slow_echo, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
+        second = await workflow.execute_activity(slow_echo, first + "!", start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
+        return second
+
+
+ALL_WORKFLOWS = [EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow]
+ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
