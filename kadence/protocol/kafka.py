@@ -52,6 +52,7 @@ def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) ->
         "fetch.wait.max.ms": settings.fetch_wait_max_ms,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": True,
+        "auto.commit.interval.ms": 1000,  # a worker that dies leaves at most ~1 s of tasks to hand out again
         "enable.auto.offset.store": False,
         "max.poll.interval.ms": 600000,
         **overrides,

@@ -50,6 +50,9 @@ class Projection(Protocol):
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
         """Apply admitted batches inside the caller's transaction."""
 
+    def on_commit(self) -> None:
+        """Called once what `apply` wrote is committed."""
+
     def on_assign(self, partitions: set[int]) -> None: ...
 
     def on_revoke(self, partitions: set[int]) -> None: ...
@@ -100,6 +103,7 @@ class ProjectionRunner:
                     "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
                     [(self.projection.name, p, o) for p, o in next_offsets.items()],
                 )
+        self.projection.on_commit()
 
     # Rebalance callbacks run on the polling thread while the loop waits in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:

@@ -33,6 +33,7 @@ class TimerStore:
     def __init__(self) -> None:
         self.owned: frozenset[int] = frozenset()
         self.wake = asyncio.Event()
+        self._stored_new_timers = False
         self._loop = asyncio.get_running_loop()
 
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
@@ -59,7 +60,11 @@ class TimerStore:
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (timer_id) DO UPDATE SET fire_at_ms = EXCLUDED.fire_at_ms",
                     timers,
                 )
-        if timers:
+        self._stored_new_timers = bool(timers)
+
+    def on_commit(self) -> None:
+        # Only now can the firing loop see the new timers; waking it earlier makes it miss them.
+        if self._stored_new_timers:
             self.wake.set()
 
     def on_assign(self, partitions: set[int]) -> None:

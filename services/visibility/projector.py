@@ -75,6 +75,9 @@ class VisibilityProjector:
                     [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[4], "run_id": row[5]})) for row in closed],
                 )
 
+    def on_commit(self) -> None:
+        pass
+
     def on_assign(self, partitions: set[int]) -> None:
         pass
 

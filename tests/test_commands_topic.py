@@ -1,0 +1,55 @@
+"""What reaches kadence.commands from outside the SDK: any producer's start command, and garbage."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from examples.order import TASK_QUEUE, OrderWorkflow, cancel_order, process_payment, ship_order
+from kadence.client import Client
+from kadence.local_stack import LocalStack
+from kadence.protocol import topics
+from kadence.protocol.kafka import partition_for_key, read_to_end
+from kadence.worker import Worker
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def test_start_command_from_a_plain_kafka_producer_starts_the_workflow(stack: LocalStack, client: Client) -> None:
+    order_id = f"order-{uuid.uuid4()}"
+    produced = subprocess.run(
+        [sys.executable, "examples/start_by_topic.py", order_id, "42.0"], env=stack.env, cwd=REPO,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert produced.returncode == 0, produced.stderr
+    async with Worker(client, task_queue=TASK_QUEUE, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order]):
+        assert await client.get_workflow_handle(order_id).result() == f"shipped_{order_id}"
+
+
+async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_keeps_moving(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    garbage = b"\x00\xff this is not an Avro command " + uuid.uuid4().bytes
+    partition = 1
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    producer.produce(topics.COMMANDS, garbage, b"garbage", partition=partition)
+    producer.flush(10)
+
+    workflow_id = next(
+        candidate for candidate in (f"after-garbage-{uuid.uuid4()}" for _ in range(1000))
+        if partition_for_key(candidate.encode(), stack.partitions) == partition
+    )
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        assert await client.execute_workflow(EchoWorkflow.run, "still moving", id=workflow_id, task_queue=task_queue) == "still moving"
+
+    dead = [msg for msg in read_to_end(stack.settings, topics.DLQ, {0: 0}) if msg.value() == garbage]
+    assert len(dead) == 1
+    headers = dict(dead[0].headers())
+    assert headers["kadence-source-topic"] == topics.COMMANDS.encode()
+    assert headers["kadence-source-partition"] == str(partition).encode()
+    assert b"Command" in headers["kadence-error"]

@@ -1,0 +1,76 @@
+"""SIGKILL of workers and of the history service: nothing lost, nothing duplicated."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from kadence.audit import audit_history
+from kadence.client import Client
+from kadence.local_stack import LocalStack
+from kadence.worker import Worker
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, TwoStepWorkflow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+async def wait_for_file(path: Path, timeout: float) -> None:
+    async def poll() -> None:
+        while not path.exists():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_to_close(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    marker = tmp_path / "attempt-1-started"
+    doomed = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
+    try:
+        workflow_id = f"hang-{uuid.uuid4()}"
+        handle = await client.start_workflow(HangingActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
+        await wait_for_file(marker, 60)
+    finally:
+        doomed.kill()
+        doomed.wait()
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity="rescuer"):
+        assert await asyncio.wait_for(handle.result(), 60) == "done on attempt 2"
+
+    history = audit_history(stack.settings)
+    assert history.violations == []
+    events = [e["attributes"] for e in history.history(workflow_id, handle.run_id)]
+    started = [(a["attempt"], a["identity"]) for kind, a in events if kind == "ActivityTaskStarted"]
+    timed_out = [(a["retry_state"], a["failure"]["timeout_type"]) for kind, a in events if kind == "ActivityTaskTimedOut"]
+    assert started == [(1, "doomed-worker"), (2, "rescuer")]
+    assert timed_out == [("IN_PROGRESS", "START_TO_CLOSE")]
+    assert [kind for kind, _ in events].count("ActivityTaskCompleted") == 1
+
+
+async def test_history_service_killed_mid_run_finishes_every_workflow_exactly_once(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        ids = [f"crash-{i}-{uuid.uuid4()}" for i in range(30)]
+        handles = await asyncio.gather(*(client.start_workflow(TwoStepWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
+        results = [asyncio.ensure_future(h.result()) for h in handles]
+        await asyncio.wait(results, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+        assert not all(r.done() for r in results), "the kill must land mid-run"
+
+        stack.kill_service("history")
+        stack.start_service("history")
+
+        assert await asyncio.wait_for(asyncio.gather(*results), 90) == [f"{i}!" for i in ids]
+
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    for handle in handles:
+        event_types = report.event_types(handle.id, handle.run_id)
+        assert event_types.count("ActivityTaskScheduled") == 2
+        assert event_types.count("ActivityTaskCompleted") == 2
+        assert event_types.count("WorkflowExecutionCompleted") == 1
+        assert event_types[-1] == "WorkflowExecutionCompleted"
