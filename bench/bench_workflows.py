@@ -1,0 +1,131 @@
+"""Throughput and latency of one-activity workflows, next to the raw broker round trip.
+
+    python bench/bench_workflows.py --workflows 2000 --concurrency 50
+
+Starts its own local stack (broker, Postgres, services) and a worker process, runs N workflows
+of one activity that returns its input with at most C in flight, and prints workflows/s and
+start-to-result p50/p99. In the same run it measures the broker's produce-to-consume round
+trip, which bounds every hop a workflow makes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import uvloop
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.local_stack import LocalStack
+from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.settings import KafkaSettings
+
+TASK_QUEUE = "bench"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@activity.defn
+async def echo_input(value: str) -> str:
+    return value
+
+
+@workflow.defn
+class BenchWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(echo_input, value, start_to_close_timeout=timedelta(seconds=30))
+
+
+def percentile(samples: list[float], q: float) -> float:
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] if len(samples) > 1 else samples[0]
+
+
+def broker_round_trip(settings: KafkaSettings, pings: int) -> list[float]:
+    """Milliseconds from produce() to the consumer receiving the record, one record at a time."""
+    topic = f"bench.ping.{uuid.uuid4().hex[:8]}"
+    ensure_topics(settings, {topic: 1})
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 0, "enable.idempotence": True})
+    consumer = Consumer({
+        "bootstrap.servers": settings.bootstrap_servers, "group.id": "bench-ping",
+        "fetch.wait.max.ms": settings.fetch_wait_max_ms, "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    samples = []
+    for i in range(pings):
+        sent = time.perf_counter()
+        producer.produce(topic, str(i).encode())
+        producer.poll(0)
+        while True:
+            msg = consumer.poll(1.0)
+            if msg is not None and not msg.error():
+                break
+        samples.append((time.perf_counter() - sent) * 1000)
+    producer.flush()
+    consumer.close()
+    return samples
+
+
+async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[float, list[float]]:
+    slots = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+
+    async def one(i: int) -> None:
+        async with slots:
+            started = time.perf_counter()
+            value = f"bench-{i}-{uuid.uuid4().hex[:8]}"
+            handle = await client.start_workflow(BenchWorkflow.run, value, id=value, task_queue=TASK_QUEUE)
+            assert await handle.result() == value
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return time.perf_counter() - began, latencies
+
+
+async def bench(stack: LocalStack, workflows: int, concurrency: int, pings: int) -> None:
+    worker = subprocess.Popen([sys.executable, "-m", "bench.worker"], env=stack.env, cwd=REPO)
+    try:
+        client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+        await run_workflows(client, min(50, workflows), concurrency)  # warm-up: group joins, topic creation
+        elapsed, latencies = await run_workflows(client, workflows, concurrency)
+        await client.close()
+    finally:
+        worker.terminate()
+        worker.wait()
+    round_trip = broker_round_trip(stack.settings, pings)
+    print(f"workflows:            {workflows} (one activity each), concurrency {concurrency}, {stack.partitions} partitions")
+    print(f"throughput:           {workflows / elapsed:.0f} workflows/s")
+    print(f"start-to-result:      p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms")
+    print(f"broker round trip:    p50 {percentile(round_trip, 50):.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workflows", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--pings", type=int, default=500)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
+        stack = LocalStack(Path(data_dir), partitions=args.partitions)
+        stack.start()
+        try:
+            uvloop.run(bench(stack, args.workflows, args.concurrency, args.pings))
+        finally:
+            stack.stop()
+
+
+if __name__ == "__main__":
+    main()

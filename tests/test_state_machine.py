@@ -1,0 +1,132 @@
+"""The history state machine as pure functions: decide, evolve, effects, retry policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.history.recovery import PartitionState
+from services.history.state_machine import (
+    ActivityState, Rejected, Transition, activity_retry_state, decide, decide_start, derive_effects, retry_backoff_ms,
+)
+
+NOW = 1_000_000
+
+
+def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
+    before = dict(t.execution.activities)
+    batch = t.to_batch(0, offset)
+    execution = state.apply(batch)
+    assert execution is not None
+    derive_effects(execution, t, [a for sid, a in before.items() if sid not in execution.activities])
+    return batch
+
+
+def started_workflow() -> tuple[PartitionState, str]:
+    state = PartitionState(0)
+    start = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": ""}
+    batch = apply(state, decide_start(None, "order-1", start, "client", NOW, 0, 0), 0)
+    return state, batch["run_id"]
+
+
+def command(state: PartitionState, kind: str, body: dict[str, Any], offset: int) -> dict[str, Any]:
+    return apply(state, decide(state.executions["order-1"], kind, body, "worker", NOW), offset)
+
+
+def schedule_activities(state: PartitionState, run_id: str, count: int = 1) -> None:
+    """Complete the first workflow task with `count` ScheduleActivityTask commands (event ids 5, 6, ...)."""
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {"activity_id": str(i), "activity_type": "charge", "task_queue": "", "input": [],
+                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "retry_policy": None})
+        for i in range(count)
+    ]}, 2)
+
+
+def test_start_writes_started_and_a_workflow_task_with_its_dispatch() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    assert [e["attributes"][0] for e in ex.history] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled"]
+    assert ex.next_event_id == 3 and ex.workflow_task is not None
+    with pytest.raises(Rejected, match="already running"):
+        decide_start(ex, "order-1", {"workflow_type": "X", "task_queue": "q", "input": [], "request_id": ""}, "", NOW, 0, 9)
+
+
+def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    ex = state.executions["order-1"]
+    for offset, scheduled in enumerate((5, 6), start=3):
+        command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
+    first = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 5)
+    assert [e["attributes"][0] for e in first["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
+    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "CancelTimer"]
+    wt = ex.workflow_task
+    assert wt is not None
+
+    second = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "result": None}, 6)
+    assert second["events"] == [] and [e["attributes"][0] for e in second["buffered"]] == ["ActivityTaskCompleted"]
+    with pytest.raises(Rejected):  # the activity is finished even while its event waits in the buffer
+        decide(ex, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "result": None}, "w", NOW)
+
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id}, 7)
+    flushed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id, "commands": []}, 8)
+    assert [e["attributes"][0] for e in flushed["events"]] == ["WorkflowTaskCompleted", "ActivityTaskCompleted", "WorkflowTaskScheduled"]
+    assert [e["event_id"] for e in ex.history] == list(range(1, ex.next_event_id))
+    assert ex.buffered == []
+
+
+def test_a_stale_or_foreign_completion_is_rejected() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    with pytest.raises(Rejected, match="not the current run"):
+        decide(ex, "RecordWorkflowTaskStarted", {"run_id": "other", "scheduled_event_id": 2}, "w", NOW)
+    with pytest.raises(Rejected, match="no started workflow task"):
+        decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "w", NOW)
+
+
+def test_retried_failure_schedules_the_next_attempt_through_a_timer() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    failure = {"message": "boom", "type": "Boom", "source": "", "stack_trace": "", "non_retryable": False,
+               "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None}
+    batch = command(state, "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "failure": failure}, 4)
+    assert [e["attributes"][1]["retry_state"] for e in batch["events"]] == ["IN_PROGRESS"]
+    kinds = [(kind, effect.get("kind")) for kind, effect in batch["effects"]]
+    assert kinds == [("CancelTimer", None), ("Timer", "ACTIVITY_RETRY")]
+    assert batch["effects"][1][1]["fire_at_ms"] == NOW + 1000
+    assert state.executions["order-1"].activities[5].attempt == 2
+
+
+def test_recovery_folds_the_same_state_and_skips_zombie_duplicates() -> None:
+    live, run_id = started_workflow()
+    schedule_activities(live, run_id)
+    log = []
+    for offset, (kind, body) in enumerate([
+        ("RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}),
+        ("RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}),
+    ], start=3):
+        log.append(command(live, kind, body, offset))
+    recovered, _ = started_workflow()
+    schedule_activities(recovered, run_id)
+    for batch in log + log:  # every batch twice, as a zombie writer would leave them
+        recovered.apply(batch)
+    assert recovered.executions["order-1"] == live.executions["order-1"]
+    assert recovered.resume_offset == 5
+
+
+@pytest.mark.parametrize(("attempt", "expected"), [(1, 1000), (2, 2000), (3, 4000), (8, 100_000), (20, 100_000)])
+def test_default_backoff_doubles_and_caps_at_a_hundred_times_the_initial_interval(attempt: int, expected: int) -> None:
+    assert retry_backoff_ms(None, attempt) == expected
+
+
+def test_retry_state_follows_the_policy() -> None:
+    activity = ActivityState(5, "1", "charge", "q", [], 0, 10_000, {"maximum_attempts": 3, "non_retryable_error_types": ["Declined"]}, NOW)
+    failure = {"non_retryable": False, "type": "Flaky"}
+    assert activity_retry_state(activity, failure, NOW) == "IN_PROGRESS"
+    assert activity_retry_state(activity, {**failure, "type": "Declined"}, NOW) == "NON_RETRYABLE_FAILURE"
+    assert activity_retry_state(activity, {**failure, "non_retryable": True}, NOW) == "NON_RETRYABLE_FAILURE"
+    activity.attempt = 3
+    assert activity_retry_state(activity, failure, NOW) == "MAXIMUM_ATTEMPTS_REACHED"
