@@ -147,6 +147,18 @@ def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Messag
         future.set_result(msg)
 
 
+def poll_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Wait up to `timeout` for one message, then take what else is already fetched.
+
+    `Consumer.consume(n, timeout)` returns only when n messages arrived or the timeout expired,
+    which puts a floor of `timeout` on every hop when traffic is light.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)]
+
+
 async def consume_batches(
     consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float = 0.05,
 ) -> AsyncIterator[list[Message]]:
@@ -157,7 +169,7 @@ async def consume_batches(
     """
     loop = asyncio.get_running_loop()
     while not stop.is_set():
-        messages = await loop.run_in_executor(None, consumer.consume, max_messages, timeout)
+        messages = await loop.run_in_executor(None, poll_batch, consumer, max_messages, timeout)
         batch = []
         for msg in messages:
             error = msg.error()
@@ -186,7 +198,7 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
     try:
         consumer.assign([TopicPartition(topic, p, offset) for p, offset in start_offsets.items()])
         while remaining:
-            for msg in consumer.consume(1000, 0.05):
+            for msg in poll_batch(consumer, 1000, 0.05):
                 error = msg.error()
                 if error is None:
                     yield msg
