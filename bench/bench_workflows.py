@@ -116,10 +116,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pings", type=int, default=500)
+    parser.add_argument("--fetch-wait-ms", type=int, default=5, help="KADENCE_FETCH_WAIT_MAX_MS for every process")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=args.partitions)
+        stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms)
         stack.start()
         try:
             uvloop.run(bench(stack, args.workflows, args.concurrency, args.pings))

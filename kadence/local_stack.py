@@ -60,6 +60,7 @@ class LocalStack:
     kafka_port: int = 0
     partitions: int = 8
     session_timeout_ms: int = 2000
+    fetch_wait_max_ms: int = 5
     services: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     broker: subprocess.Popen[bytes] | None = None
     postgres_dsn: str = ""
@@ -81,14 +82,14 @@ class LocalStack:
             "KADENCE_POSTGRES_DSN": self.postgres_dsn,
             "KADENCE_PARTITIONS": str(self.partitions),
             "KADENCE_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
-            "KADENCE_FETCH_WAIT_MAX_MS": "5",
+            "KADENCE_FETCH_WAIT_MAX_MS": str(self.fetch_wait_max_ms),
         }
 
     @property
     def settings(self) -> KafkaSettings:
         return KafkaSettings(
             bootstrap_servers=self.bootstrap_servers, partitions=self.partitions,
-            session_timeout_ms=self.session_timeout_ms, fetch_wait_max_ms=5,
+            session_timeout_ms=self.session_timeout_ms, fetch_wait_max_ms=self.fetch_wait_max_ms,
         )
 
     def start(self) -> None:
