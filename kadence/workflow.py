@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -103,7 +103,8 @@ def now() -> datetime:
 
 def start_activity(
     activity: Callable[..., Any] | str,
-    *args: Any,
+    *positional: Any,
+    args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
@@ -111,7 +112,10 @@ def start_activity(
     activity_id: str | None = None,
     result_type: type | None = None,
 ) -> asyncio.Task[Any]:
-    """Schedule an activity; the returned task resolves to its result or raises ActivityError."""
+    """Schedule an activity; the returned task resolves to its result or raises ActivityError.
+
+    Arguments go positionally (`start_activity(fn, a, b)`) or, as in temporalio, as `args=[a, b]`.
+    """
     instance = _instance()
     if isinstance(activity, str):
         activity_type = activity
@@ -126,7 +130,7 @@ def start_activity(
         "activity_id": activity_id or "",
         "activity_type": activity_type,
         "task_queue": task_queue or "",
-        "input": instance.converter.payload_converter.to_payloads(args),
+        "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
         "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
         "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
         "retry_policy": retry_policy.to_record() if retry_policy else None,
@@ -140,7 +144,8 @@ def start_activity(
 
 async def execute_activity(
     activity: Callable[..., Any] | str,
-    *args: Any,
+    *positional: Any,
+    args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
@@ -150,7 +155,7 @@ async def execute_activity(
 ) -> Any:
     """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_activity(
-        activity, *args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
+        activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
         start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
         activity_id=activity_id, result_type=result_type,
     )

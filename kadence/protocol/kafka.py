@@ -35,7 +35,7 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         **base_config(settings),
         "enable.idempotence": True,
         "acks": "all",
-        "linger.ms": 2,
+        "linger.ms": settings.linger_ms,
         "batch.num.messages": 10000,
         "compression.type": "lz4",
         "partitioner": "murmur2_random",
@@ -239,7 +239,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
         "broker_heartbeat_interval": max(0.1, session_timeout / 3),
         "broker_request_timeout": max(40.0, session_timeout * 2),
         "consumer_auto_offset_reset": "earliest",
-        "producer_linger": 0.002,
+        "producer_linger": settings.linger_ms / 1000,
         "producer_acks": -1,
         "producer_compression_type": "lz4",
     }

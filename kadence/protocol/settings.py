@@ -27,7 +27,10 @@ class KafkaSettings:
     task_queue_partitions: int = 8
     replication_factor: int = 1
     session_timeout_ms: int = 6000
-    fetch_wait_max_ms: int = 5
+    # Apache Kafka answers a long poll as soon as data arrives, so a long wait costs nothing there.
+    # The local Tansu broker does not wake long polls: `kadence dev` and the tests use 5 ms.
+    fetch_wait_max_ms: int = 500
+    linger_ms: int = 5
     # Passed to librdkafka as is: KADENCE_KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol=SASL_SSL.
     client_config: dict[str, str] = field(default_factory=dict)
 
@@ -45,6 +48,7 @@ class KafkaSettings:
             replication_factor=env_int("KADENCE_REPLICATION_FACTOR", cls.replication_factor),
             session_timeout_ms=env_int("KADENCE_SESSION_TIMEOUT_MS", cls.session_timeout_ms),
             fetch_wait_max_ms=env_int("KADENCE_FETCH_WAIT_MAX_MS", cls.fetch_wait_max_ms),
+            linger_ms=env_int("KADENCE_LINGER_MS", cls.linger_ms),
             client_config=passthrough,
         )
 
