@@ -45,6 +45,8 @@ def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None
             code = subprocess.run(command, shell=True, env=stack.env).returncode
         else:
             click.echo("press Ctrl-C to stop", err=True)
+            # Blocked only now, after the children started: they must not inherit the mask.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
     except KeyboardInterrupt:
         pass

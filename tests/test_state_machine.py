@@ -130,3 +130,16 @@ def test_retry_state_follows_the_policy() -> None:
     assert activity_retry_state(activity, {**failure, "non_retryable": True}, NOW) == "NON_RETRYABLE_FAILURE"
     activity.attempt = 3
     assert activity_retry_state(activity, failure, NOW) == "MAXIMUM_ATTEMPTS_REACHED"
+
+
+def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
+                                  "schedule_to_close_timeout_ms": 30_000, "start_to_close_timeout_ms": 0, "retry_policy": None}),
+    ]}, 2)
+    batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    assert [(kind, effect["kind"], effect["fire_at_ms"]) for kind, effect in batch["effects"]] == [
+        ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
+    ]

@@ -87,6 +87,15 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
                 raise
 
 
+def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> int:
+    """The partition count the broker reports for `topic` (metadata, which the local broker gets right)."""
+    admin = AdminClient(base_config(settings))
+    metadata = admin.list_topics(topic, timeout=timeout).topics[topic]
+    if metadata.error is not None:
+        raise KafkaException(metadata.error)
+    return len(metadata.partitions)
+
+
 def core_topics(settings: KafkaSettings) -> dict[str, int]:
     from kadence.protocol import topics
 

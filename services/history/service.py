@@ -10,8 +10,10 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
-from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key
-from kadence.protocol.settings import KafkaSettings
+from kadence.protocol.kafka import (
+    consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key, topic_partitions,
+)
+from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import Rejected, Transition, decide, decide_start, derive_effects
 
@@ -33,9 +35,22 @@ class HistoryService:
         self.producer = make_producer(settings)
         self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, **{"enable.auto.commit": False})
         self._produce_error: KafkaError | None = None
+        self.partition_count = settings.partitions
+
+    def _check_partition_counts(self) -> int:
+        """Command partition p is answered on history partition p, so the counts must match."""
+        commands = topic_partitions(self.settings, topics.COMMANDS)
+        history = topic_partitions(self.settings, topics.HISTORY)
+        if commands != history:
+            raise SettingError(
+                f"{topics.COMMANDS} has {commands} partitions but {topics.HISTORY} has {history}; "
+                "they must be equal: recreate the smaller topic with the same count before starting the history service"
+            )
+        return commands
 
     async def run(self, stop: asyncio.Event) -> None:
         ensure_topics(self.settings, core_topics(self.settings))
+        self.partition_count = self._check_partition_counts()
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
@@ -74,7 +89,7 @@ class HistoryService:
             self._dead_letter(msg, str(exc))
             return
         workflow_id = command["workflow_id"]
-        owner = partition_for_key(workflow_id.encode(), self.settings.partitions)
+        owner = partition_for_key(workflow_id.encode(), self.partition_count)
         if owner != partition:
             self._forward(msg, workflow_id, owner)
             return

@@ -251,6 +251,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
         if kind == "ScheduleActivityTask":
             t.add("ActivityTaskScheduled", {
                 **attrs, "task_queue": attrs["task_queue"] or ex.task_queue,
+                # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
+                "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
                 "workflow_task_completed_event_id": completed_id,
             })
         elif kind == "CompleteWorkflowExecution":
@@ -431,7 +433,7 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
         "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
         "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
         "activity_id": activity.activity_id, "activity_type": activity.activity_type, "input": activity.input,
-        "start_to_close_timeout_ms": activity.start_to_close_timeout_ms or activity.schedule_to_close_timeout_ms,
+        "start_to_close_timeout_ms": activity.start_to_close_timeout_ms,
         "scheduled_time_ms": activity.scheduled_time_ms,
     }
 
