@@ -98,7 +98,7 @@ class Client:
     async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None]:
         if self._results is None:
             self._results = _ResultWaiter(self._postgres_dsn or postgres_dsn())
-            await self._results.start()
+        await self._results.started()
         return await self._results.wait(workflow_id, run_id)
 
     async def close(self) -> None:
@@ -134,8 +134,15 @@ class _ResultWaiter:
         self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False)
         self._listener: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._starting: asyncio.Future[None] | None = None
 
-    async def start(self) -> None:
+    async def started(self) -> None:
+        """Set up once; concurrent first callers all wait for the same setup."""
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
         await self.pool.open()
         self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         await apply_ddl(self._conn, VISIBILITY_DDL)  # the client may start before the projector created them

@@ -143,3 +143,14 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
     assert [(kind, effect["kind"], effect["fire_at_ms"]) for kind, effect in batch["effects"]] == [
         ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
     ]
+
+
+def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
+    from services.history.service import _continues
+
+    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": []}
+    assert _continues(batch, {"run_id": "r", "source_offset": 11, "events": [{"event_id": 4}], "buffered": []})
+    assert not _continues(batch, {"run_id": "r", "source_offset": 12, "events": [], "buffered": []})
+    assert not _continues(batch, {"run_id": "other", "source_offset": 11, "events": [], "buffered": []})
+    # evolve applies buffered events before events, so buffering must not follow written events
+    assert not _continues(batch, {"run_id": "r", "source_offset": 11, "events": [], "buffered": [{"event_id": 0}]})

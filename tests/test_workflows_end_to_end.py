@@ -80,6 +80,17 @@ async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_caus
     assert event_types[-1] == "WorkflowExecutionFailed"
 
 
+async def test_a_fresh_client_waits_for_many_results_at_once(stack: LocalStack, client: Client, task_queue: str) -> None:
+    fresh = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    try:
+        async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+            ids = [f"fresh-{i}-{uuid.uuid4()}" for i in range(10)]
+            results = await asyncio.gather(*(fresh.execute_workflow(EchoWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
+        assert results == ids
+    finally:
+        await fresh.close()
+
+
 async def test_fifty_workflows_spread_over_two_workers(stack: LocalStack, client: Client, task_queue: str) -> None:
     workers = [
         Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity=f"worker-{i}")

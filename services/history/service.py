@@ -15,11 +15,22 @@ from kadence.protocol.kafka import (
 )
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.recovery import PartitionState, recover_partitions
-from services.history.state_machine import Rejected, Transition, decide, decide_start, derive_effects
+from services.history.state_machine import Record, Rejected, Transition, decide, decide_start, derive_effects
 
 log = logging.getLogger("kadence.history")
 
 CONSUMER_GROUP = "kadence.history-service"
+
+
+def _continues(batch: Record, following: Record) -> bool:
+    """Whether `following` may join `batch` as one record: the same run, the very next command
+    offset (so resuming after the joined record's source offset skips no command), and no events
+    buffered after events written (evolve applies a batch's buffered events first)."""
+    return (
+        following["run_id"] == batch["run_id"]
+        and following["source_offset"] == batch["source_offset"] + 1
+        and not (following["buffered"] and batch["events"])
+    )
 
 
 class FatalProduceError(RuntimeError):
@@ -36,6 +47,8 @@ class HistoryService:
         self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, **{"enable.auto.commit": False})
         self._produce_error: KafkaError | None = None
         self.partition_count = settings.partitions
+        # Per partition, the batch not produced yet: adjacent commands of one run join it.
+        self._unwritten: dict[int, Record] = {}
 
     def _check_partition_counts(self) -> int:
         """Command partition p is answered on history partition p, so the counts must match."""
@@ -57,6 +70,7 @@ class HistoryService:
             async for messages in consume_batches(self.consumer, stop):
                 for msg in messages:
                     self.handle(msg)
+                self._flush()
                 self.producer.poll(0)
                 if self._produce_error is not None:
                     raise FatalProduceError(f"history batch not written: {self._produce_error}")
@@ -73,6 +87,7 @@ class HistoryService:
         consumer.assign(assigned)
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
+        self._flush()
         self.producer.flush(10)  # narrow the window in which this instance writes as a zombie
         for tp in revoked:
             self.partitions.pop(tp.partition, None)
@@ -119,10 +134,27 @@ class HistoryService:
         assert execution is not None, "a live batch always continues its run"
         removed = [activity for sid, activity in before.items() if sid not in execution.activities]
         derive_effects(execution, transition, removed)
-        self.producer.produce(
-            topics.HISTORY, self.batches.encode(batch), execution.workflow_id.encode(),
-            partition=partition, headers=self.batches.headers(), on_delivery=self._delivered,
-        )
+        pending = self._unwritten.get(partition)
+        if pending is not None and _continues(pending, batch):
+            pending["events"] += batch["events"]
+            pending["buffered"] += batch["buffered"]
+            pending["effects"] += batch["effects"]
+            pending["source_offset"] = offset
+        else:
+            self._flush_partition(partition)
+            self._unwritten[partition] = batch
+
+    def _flush_partition(self, partition: int) -> None:
+        batch = self._unwritten.pop(partition, None)
+        if batch is not None:
+            self.producer.produce(
+                topics.HISTORY, self.batches.encode(batch), batch["workflow_id"].encode(),
+                partition=partition, headers=self.batches.headers(), on_delivery=self._delivered,
+            )
+
+    def _flush(self) -> None:
+        for partition in list(self._unwritten):
+            self._flush_partition(partition)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
