@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from services.history.recovery import PartitionState
+from services.history.service import _continues
 from services.history.state_machine import (
     ActivityState, Rejected, Transition, activity_retry_state, decide, decide_start, derive_effects, retry_backoff_ms,
 )
@@ -146,8 +147,6 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
 
 
 def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
-    from services.history.service import _continues
-
     batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": []}
     assert _continues(batch, {"run_id": "r", "source_offset": 11, "events": [{"event_id": 4}], "buffered": []})
     assert not _continues(batch, {"run_id": "r", "source_offset": 12, "events": [], "buffered": []})
