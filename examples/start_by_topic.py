@@ -32,6 +32,7 @@ def main(order_id: str, amount: float) -> None:
             "task_queue": "orders",
             "input": [{"metadata": {"encoding": b"json/plain"}, "data": json.dumps({"order_id": order_id, "amount": amount}).encode()}],
             "request_id": "",
+            "workflow_task_timeout_ms": 0,
         }),
     }
     value = io.BytesIO()

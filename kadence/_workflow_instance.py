@@ -27,6 +27,14 @@ Record = dict[str, Any]
 Command = tuple[str, Record]
 
 _CLOSE_COMMANDS = {"CompleteWorkflowExecution": "WorkflowExecutionCompleted", "FailWorkflowExecution": "WorkflowExecutionFailed"}
+_EVENT_FOR_COMMAND = {
+    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled", **_CLOSE_COMMANDS,
+}
+
+
+def _command_key(attrs: Record) -> str:
+    """What must match between a command and its event besides the type."""
+    return attrs.get("activity_type") or attrs.get("timer_id") or ""
 
 
 class WorkflowTaskError(Exception):
@@ -60,6 +68,16 @@ class WorkflowInfo:
     task_queue: str
 
 
+class DurableTimerHandle(asyncio.TimerHandle):
+    """A loop timer backed by a StartTimer command; it fires when history says TimerFired."""
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...], loop: "WorkflowInstance",
+                 context: contextvars.Context | None, start_command: Command) -> None:
+        super().__init__(when, callback, args, loop, context)
+        self.start_command = start_command
+        self.timer_id: str = start_command[1]["timer_id"]
+
+
 @dataclass
 class PendingCommand:
     command: Command
@@ -81,6 +99,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._new_commands: list[Command] = []
         self._activities: dict[int, PendingCommand] = {}
         self._activity_seq = 0
+        self._timers: dict[str, DurableTimerHandle] = {}
+        self._timer_seq = 0
         self._main: asyncio.Task[Any] | None = None
         self._object: Any = None
 
@@ -107,9 +127,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         elif kind == "WorkflowTaskCompleted":
             if attrs["scheduled_event_id"] != self.last_activated_task:
                 self._run_activation()  # a past task: replay it
-        elif kind == "WorkflowTaskFailed":
+        elif kind in ("WorkflowTaskFailed", "WorkflowTaskTimedOut"):
             if attrs["scheduled_event_id"] == self.last_activated_task:
-                raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']} failed: {attrs['cause']}")
+                raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
+        elif kind in ("TimerStarted", "TimerCanceled"):
+            self._match(kind, attrs["timer_id"])
+        elif kind == "TimerFired":
+            handle = self._timers.pop(attrs["timer_id"], None)
+            if handle is not None and not handle.cancelled():
+                self._ready.append(handle)
         elif kind == "ActivityTaskScheduled":
             pending = self._match(kind, attrs["activity_type"])
             pending.scheduled = attrs
@@ -129,16 +155,13 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._match(kind, "")
             self.closed = True
 
-    def _match(self, event_type: str, activity_type: str) -> PendingCommand:
+    def _match(self, event_type: str, key: str) -> PendingCommand:
         if not self._unmatched:
-            raise NondeterminismError(f"history has {event_type} {activity_type} but the workflow code issued no such command")
+            raise NondeterminismError(f"history has {event_type} {key} but the workflow code issued no such command")
         pending = self._unmatched.popleft()
         kind, attrs = pending.command
-        expected = _CLOSE_COMMANDS.get(kind, "ActivityTaskScheduled")
-        if expected != event_type or attrs.get("activity_type", "") != activity_type:
-            raise NondeterminismError(
-                f"history has {event_type} {activity_type} where the workflow code issued {kind} {attrs.get('activity_type', '')}"
-            )
+        if _EVENT_FOR_COMMAND[kind] != event_type or _command_key(attrs) != key:
+            raise NondeterminismError(f"history has {event_type} {key} where the workflow code issued {kind} {_command_key(attrs)}")
         return pending
 
     def _run_activation(self) -> list[Command]:
@@ -190,6 +213,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._issue(("ScheduleActivityTask", attrs), future)
         return future
 
+    def _withdraw(self, command: Command) -> bool:
+        """Take back a command of the current activation that was not sent yet."""
+        for pending in self._unmatched:
+            if pending.command is command and any(c is command for c in self._new_commands):
+                self._unmatched.remove(pending)
+                self._new_commands = [c for c in self._new_commands if c is not command]
+                return True
+        return False
+
     def now(self) -> datetime:
         return datetime.fromtimestamp(self._time_ms / 1000, UTC)
 
@@ -201,10 +233,23 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         return handle
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
-        raise RuntimeError("workflow code cannot use loop timers (asyncio.sleep, wait_for timeouts): durable timers are issue #3")
+        """asyncio.sleep and wait_for timeouts become durable timers (StartTimer commands)."""
+        self._timer_seq += 1
+        timer_id = str(self._timer_seq)
+        start = ("StartTimer", {"timer_id": timer_id, "start_to_fire_timeout_ms": max(1, round(delay * 1000))})
+        handle = DurableTimerHandle(self.time() + delay, callback, args, self, context, start)
+        self._timers[timer_id] = handle
+        self._issue(start, None)
+        return handle
 
     def call_at(self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
-        return self.call_later(0, callback, *args, context=context)
+        return self.call_later(when - self.time(), callback, *args, context=context)
+
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        if not isinstance(handle, DurableTimerHandle) or self._timers.pop(handle.timer_id, None) is None:
+            return  # already fired
+        if not self._withdraw(handle.start_command):
+            self._issue(("CancelTimer", {"timer_id": handle.timer_id}), None)
 
     def time(self) -> float:
         return self._time_ms / 1000

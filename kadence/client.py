@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ from confluent_kafka import Message
 from psycopg_pool import AsyncConnectionPool
 
 from kadence import workflow as workflow_module
+from kadence.common import to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import WorkflowFailureError
 from kadence.protocol import topics
@@ -63,6 +65,7 @@ class Client:
     async def start_workflow(
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
         id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
+        task_timeout: timedelta | None = None,
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command; the handle's run_id follows from where it landed."""
         definition = workflow_module.definition(workflow)
@@ -73,6 +76,7 @@ class Client:
         delivered = await self.send_command(id, "StartWorkflowExecution", {
             "workflow_type": workflow_type, "task_queue": task_queue,
             "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
+            "workflow_task_timeout_ms": to_ms(task_timeout),
         })
         run_id = run_id_for(id, delivered.partition(), delivered.offset())
         log.info("event=workflow_start_sent workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
@@ -80,9 +84,11 @@ class Client:
 
     async def execute_workflow(
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
-        id: str, task_queue: str, result_type: type | None = None,
+        id: str, task_queue: str, result_type: type | None = None, task_timeout: timedelta | None = None,
     ) -> Any:
-        handle = await self.start_workflow(workflow, arg, args=args, id=id, task_queue=task_queue, result_type=result_type)
+        handle = await self.start_workflow(
+            workflow, arg, args=args, id=id, task_queue=task_queue, result_type=result_type, task_timeout=task_timeout,
+        )
         return await handle.result()
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str | None = None, result_type: type | None = None) -> "WorkflowHandle":

@@ -19,7 +19,7 @@ from kadence.common import RetryPolicy, to_ms
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "execute_activity", "start_activity", "info", "now", "NondeterminismError", "Info",
+    "defn", "run", "execute_activity", "start_activity", "sleep", "info", "now", "NondeterminismError", "Info",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -99,6 +99,11 @@ def info() -> WorkflowInfo:
 def now() -> datetime:
     """Deterministic current time: the start time of the current workflow task."""
     return _instance().now()
+
+
+async def sleep(duration: timedelta | float) -> None:
+    """A durable timer: the workflow resumes after `duration`, even across worker restarts."""
+    await asyncio.sleep(duration.total_seconds() if isinstance(duration, timedelta) else duration)
 
 
 def start_activity(

@@ -6,13 +6,14 @@ import asyncio
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, TwoStepWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, StallOnceWorkflow, TwoStepWorkflow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,6 +50,35 @@ async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_
     assert started == [(1, "doomed-worker"), (2, "rescuer")]
     assert timed_out == [("IN_PROGRESS", "START_TO_CLOSE")]
     assert [kind for kind, _ in events].count("ActivityTaskCompleted") == 1
+
+
+async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_timeout(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    marker = tmp_path / "workflow-task-stalled"
+    doomed = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
+    try:
+        workflow_id = f"stall-{uuid.uuid4()}"
+        handle = await client.start_workflow(
+            StallOnceWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue, task_timeout=timedelta(seconds=2),
+        )
+        await wait_for_file(marker, 60)
+    finally:
+        doomed.kill()
+        doomed.wait()
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity="rescuer"):
+        assert await asyncio.wait_for(handle.result(), 60) == "recovered"
+
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    events = [e["attributes"] for e in report.history(workflow_id, handle.run_id)]
+    kinds = [kind for kind, _ in events]
+    assert kinds[:4] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskTimedOut"]
+    assert events[3][1]["timeout_type"] == "START_TO_CLOSE"
+    assert events[4] == ("WorkflowTaskScheduled", {"task_queue": task_queue, "attempt": 2})
+    completed_by = [a["identity"] for kind, a in events if kind == "WorkflowTaskCompleted"]
+    assert completed_by == ["rescuer"]
 
 
 async def test_history_service_killed_mid_run_finishes_every_workflow_exactly_once(

@@ -20,13 +20,13 @@ def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
     batch = t.to_batch(0, offset)
     execution = state.apply(batch)
     assert execution is not None
-    derive_effects(execution, t, [a for sid, a in before.items() if sid not in execution.activities])
+    derive_effects(execution, t, [a for sid, a in before.items() if sid not in execution.activities], [])
     return batch
 
 
 def started_workflow() -> tuple[PartitionState, str]:
     state = PartitionState(0)
-    start = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": ""}
+    start = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}
     batch = apply(state, decide_start(None, "order-1", start, "client", NOW, 0, 0), 0)
     return state, batch["run_id"]
 
@@ -51,7 +51,7 @@ def test_start_writes_started_and_a_workflow_task_with_its_dispatch() -> None:
     assert [e["attributes"][0] for e in ex.history] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled"]
     assert ex.next_event_id == 3 and ex.workflow_task is not None
     with pytest.raises(Rejected, match="already running"):
-        decide_start(ex, "order-1", {"workflow_type": "X", "task_queue": "q", "input": [], "request_id": ""}, "", NOW, 0, 9)
+        decide_start(ex, "order-1", {"workflow_type": "X", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}, "", NOW, 0, 9)
 
 
 def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
@@ -62,7 +62,7 @@ def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_co
         command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
     first = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 5)
     assert [e["attributes"][0] for e in first["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
-    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "CancelTimer"]
+    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "DropTimer"]
     wt = ex.workflow_task
     assert wt is not None
 
@@ -96,7 +96,7 @@ def test_retried_failure_schedules_the_next_attempt_through_a_timer() -> None:
     batch = command(state, "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "failure": failure}, 4)
     assert [e["attributes"][1]["retry_state"] for e in batch["events"]] == ["IN_PROGRESS"]
     kinds = [(kind, effect.get("kind")) for kind, effect in batch["effects"]]
-    assert kinds == [("CancelTimer", None), ("Timer", "ACTIVITY_RETRY")]
+    assert kinds == [("DropTimer", None), ("Timer", "ACTIVITY_RETRY")]
     assert batch["effects"][1][1]["fire_at_ms"] == NOW + 1000
     assert state.executions["order-1"].activities[5].attempt == 2
 

@@ -13,7 +13,7 @@ from kadence.client import Client
 from kadence.exceptions import ActivityError, ApplicationError, WorkflowFailureError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
 
 
 def audited(stack: LocalStack):
@@ -109,3 +109,19 @@ async def test_fifty_workflows_spread_over_two_workers(stack: LocalStack, client
         if e["attributes"][0] in ("ActivityTaskStarted", "WorkflowTaskStarted")
     }
     assert identities == {"worker-1", "worker-2"}
+
+
+async def test_durable_timers_fire_and_cancel(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"sleepy-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(SleepyWorkflow.run, 1.0, id=workflow_id, task_queue=task_queue)
+        result = await handle.result()
+    slept = float(result.removeprefix("slept "))
+    assert 1.0 <= slept < 5.0
+
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    # The short sleep runs first (timer 1): the long one's task starts when the workflow first yields.
+    timers = [(kind, a["timer_id"]) for kind, a in events if kind.startswith("Timer")]
+    assert timers == [("TimerStarted", "1"), ("TimerStarted", "2"), ("TimerFired", "1"), ("TimerCanceled", "2")]
+    started = {a["timer_id"]: a["start_to_fire_timeout_ms"] for kind, a in events if kind == "TimerStarted"}
+    assert started == {"1": 1000, "2": 3_600_000}

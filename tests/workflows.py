@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -89,5 +90,34 @@ class TwoStepWorkflow:
         return second
 
 
-ALL_WORKFLOWS = [EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow]
+@workflow.defn
+class SleepyWorkflow:
+    """Sleeps `seconds` while a long sleep is pending, then cancels the long one."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        long_sleep = asyncio.ensure_future(workflow.sleep(timedelta(hours=1)))
+        before = workflow.now()
+        await workflow.sleep(seconds)
+        long_sleep.cancel()
+        try:
+            await long_sleep
+        except asyncio.CancelledError:
+            pass
+        return f"slept {(workflow.now() - before).total_seconds():.1f}"
+
+
+@workflow.defn
+class StallOnceWorkflow:
+    """The first worker to run it stalls inside the workflow task (its worker then gets killed)."""
+
+    @workflow.run
+    async def run(self, marker: str) -> str:
+        if not Path(marker).exists():  # deliberately outside the workflow API: only the first run stalls
+            Path(marker).write_text("stalled")
+            time.sleep(3600)
+        return "recovered"
+
+
+ALL_WORKFLOWS = [EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
 ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -128,12 +128,13 @@ class HistoryService:
         self._write(state, transition, partition, offset)
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int) -> None:
-        before = dict(transition.execution.activities)
+        activities_before = dict(transition.execution.activities)
+        timers_before = set(transition.execution.timers.values())
         batch = transition.to_batch(partition, offset)
         execution = state.apply(batch)
         assert execution is not None, "a live batch always continues its run"
-        removed = [activity for sid, activity in before.items() if sid not in execution.activities]
-        derive_effects(execution, transition, removed)
+        removed = [activity for sid, activity in activities_before.items() if sid not in execution.activities]
+        derive_effects(execution, transition, removed, sorted(timers_before - set(execution.timers.values())))
         pending = self._unwritten.get(partition)
         if pending is not None and _continues(pending, batch):
             pending["events"] += batch["events"]

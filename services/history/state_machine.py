@@ -23,6 +23,7 @@ RUNNING = "Running"
 COMPLETED = "Completed"
 FAILED = "Failed"
 
+DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
 DEFAULT_INITIAL_INTERVAL_MS = 1000
 DEFAULT_BACKOFF_COEFFICIENT = 2.0
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
@@ -45,6 +46,7 @@ class ActivityState:
     scheduled_time_ms: int
     attempt: int = 1
     started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
+    started_identity: str = ""
 
 
 @dataclass
@@ -52,6 +54,7 @@ class WorkflowTaskState:
     scheduled_event_id: int
     attempt: int
     started_event_id: int = 0
+    started_identity: str = ""
 
 
 @dataclass
@@ -60,11 +63,13 @@ class Execution:
     run_id: str
     workflow_type: str
     task_queue: str
+    workflow_task_timeout_ms: int = DEFAULT_WORKFLOW_TASK_TIMEOUT_MS
     status: str = RUNNING
     next_event_id: int = 1
     history: list[Record] = field(default_factory=list)
     workflow_task: WorkflowTaskState | None = None
     activities: dict[int, ActivityState] = field(default_factory=dict)
+    timers: dict[str, int] = field(default_factory=dict)  # user timer id -> its TimerStarted event id
     buffered: list[Record] = field(default_factory=list)
 
 
@@ -127,7 +132,10 @@ def attributes(event: Record) -> Record:
 
 def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Execution:
     attrs = attributes(started)
-    return Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"])
+    return Execution(
+        workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
+        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"],
+    )
 
 
 def evolve(ex: Execution, batch: Record) -> None:
@@ -151,9 +159,14 @@ def _apply(ex: Execution, event: Record) -> None:
     elif kind == "WorkflowTaskStarted":
         assert ex.workflow_task is not None
         ex.workflow_task.started_event_id = event["event_id"]
-    elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed"):
+        ex.workflow_task.started_identity = attrs["identity"]
+    elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
         ex.workflow_task = None
         ex.buffered = []  # the same batch writes them next
+    elif kind == "TimerStarted":
+        ex.timers[attrs["timer_id"]] = event["event_id"]
+    elif kind in ("TimerFired", "TimerCanceled"):
+        ex.timers.pop(attrs["timer_id"], None)
     elif kind == "ActivityTaskScheduled":
         ex.activities[event["event_id"]] = ActivityState(
             scheduled_event_id=event["event_id"],
@@ -170,6 +183,7 @@ def _apply(ex: Execution, event: Record) -> None:
         activity = ex.activities[attrs["scheduled_event_id"]]
         activity.started_event_id = event["event_id"]
         activity.attempt = attrs["attempt"]
+        activity.started_identity = attrs["identity"]
     elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
         activity = ex.activities[attrs["scheduled_event_id"]]
         activity.attempt += 1
@@ -180,6 +194,7 @@ def _apply(ex: Execution, event: Record) -> None:
         ex.status = COMPLETED if kind == "WorkflowExecutionCompleted" else FAILED
         ex.workflow_task = None
         ex.activities.clear()  # pending work is dropped with the run
+        ex.timers.clear()
 
 
 # ---- decide: command -> transition -------------------------------------------------------------
@@ -199,6 +214,7 @@ def decide_start(
     t.add("WorkflowExecutionStarted", {
         "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
+        "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
     })
     t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
     return t
@@ -215,10 +231,12 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     return handler(ex, cmd, identity, now_ms)
 
 
-def _started_workflow_task(ex: Execution, scheduled_event_id: int) -> WorkflowTaskState:
+def _started_workflow_task(ex: Execution, scheduled_event_id: int, identity: str) -> WorkflowTaskState:
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
         raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
+    if wt.started_identity != identity:
+        raise Rejected(f"workflow task {scheduled_event_id} was started by {wt.started_identity!r}, not {identity!r}")
     return wt
 
 
@@ -232,17 +250,18 @@ def _workflow_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
 
 
 def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    wt = _started_workflow_task(ex, cmd["scheduled_event_id"])
+    wt = _started_workflow_task(ex, cmd["scheduled_event_id"], identity)
     t = Transition(ex, now_ms)
     closes = any(kind in ("CompleteWorkflowExecution", "FailWorkflowExecution") for kind, _ in cmd["commands"])
     if closes and ex.buffered:
         # New events arrived while the task ran: the workflow must see them before it may close.
         _fail_workflow_task(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
         return t
-    problem = next((p for p in map(lambda c: _invalid_command(ex, c), cmd["commands"]) if p), None)
+    problem = _invalid_commands(ex, cmd["commands"])
     if problem:
-        failure = {**_failure(problem, "BadCommandAttributes"), "non_retryable": True}
-        _fail_workflow_task(t, wt, "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", failure, identity, next_attempt=wt.attempt + 1)
+        cause, message = problem
+        failure = {**_failure(message, "BadCommandAttributes"), "non_retryable": True}
+        _fail_workflow_task(t, wt, cause, failure, identity, next_attempt=wt.attempt + 1)
         return t
     completed_id = t.add("WorkflowTaskCompleted", {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
@@ -253,6 +272,13 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
                 **attrs, "task_queue": attrs["task_queue"] or ex.task_queue,
                 # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
                 "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
+                "workflow_task_completed_event_id": completed_id,
+            })
+        elif kind == "StartTimer":
+            t.add("TimerStarted", {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind == "CancelTimer":
+            t.add("TimerCanceled", {
+                "timer_id": attrs["timer_id"], "started_event_id": ex.timers[attrs["timer_id"]],
                 "workflow_task_completed_event_id": completed_id,
             })
         elif kind == "CompleteWorkflowExecution":
@@ -267,19 +293,28 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
     return t
 
 
-def _invalid_command(ex: Execution, command: tuple[str, Record]) -> str | None:
-    kind, attrs = command
-    if kind != "ScheduleActivityTask":
-        return None
-    if not attrs["activity_type"]:
-        return "ScheduleActivityTask needs an activity_type"
-    if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
-        return f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
+    """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
+    timers = set(ex.timers)
+    for kind, attrs in commands:
+        if kind == "ScheduleActivityTask":
+            if not attrs["activity_type"]:
+                return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", "ScheduleActivityTask needs an activity_type"
+            if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
+                return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+        elif kind == "StartTimer":
+            if attrs["start_to_fire_timeout_ms"] <= 0:
+                return "BAD_START_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']}: start_to_fire_timeout must be positive"
+            if attrs["timer_id"] in timers:
+                return "BAD_START_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']} is already pending"
+            timers.add(attrs["timer_id"])
+        elif kind == "CancelTimer" and attrs["timer_id"] not in ex.timers:
+            return "BAD_CANCEL_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']} is not pending"
     return None
 
 
 def _workflow_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    wt = _started_workflow_task(ex, cmd["scheduled_event_id"])
+    wt = _started_workflow_task(ex, cmd["scheduled_event_id"], identity)
     t = Transition(ex, now_ms)
     _fail_workflow_task(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
     return t
@@ -292,6 +327,10 @@ def _fail_workflow_task(
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
         "cause": cause, "failure": failure, "identity": identity,
     })
+    _retry_workflow_task(t, next_attempt)
+
+
+def _retry_workflow_task(t: Transition, next_attempt: int) -> None:
     t.flush_buffered()
     t.add("WorkflowTaskScheduled", {"task_queue": t.execution.task_queue, "attempt": next_attempt})
 
@@ -305,15 +344,17 @@ def _activity_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
     return t
 
 
-def _started_activity(ex: Execution, cmd: Record) -> ActivityState:
+def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityState:
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
         raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    if activity.started_identity != identity:
+        raise Rejected(f"activity attempt was started by {activity.started_identity!r}, not {identity!r}")
     return activity
 
 
 def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    activity = _started_activity(ex, cmd)
+    activity = _started_activity(ex, cmd, identity)
     t = Transition(ex, now_ms)
     t.add_workflow_visible("ActivityTaskCompleted", {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
@@ -323,7 +364,7 @@ def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
 
 
 def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    activity = _started_activity(ex, cmd)
+    activity = _started_activity(ex, cmd, identity)
     t = Transition(ex, now_ms)
     retry_state = activity_retry_state(activity, cmd["failure"], now_ms)
     attrs = {
@@ -340,6 +381,21 @@ def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int
 def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     kind = cmd["kind"]
     t = Transition(ex, now_ms)
+    if kind == "WORKFLOW_TASK_START_TO_CLOSE":
+        wt = ex.workflow_task
+        if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id:
+            raise Rejected("stale workflow task timeout")
+        t.add("WorkflowTaskTimedOut", {
+            "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "timeout_type": "START_TO_CLOSE",
+        })
+        _retry_workflow_task(t, wt.attempt + 1)
+        return t
+    if kind == "USER_TIMER":
+        timer = next((tid for tid, started in ex.timers.items() if started == cmd["scheduled_event_id"]), None)
+        if timer is None:
+            raise Rejected("stale user timer")
+        t.add_workflow_visible("TimerFired", {"timer_id": timer, "started_event_id": cmd["scheduled_event_id"]})
+        return t
     if kind == "WORKFLOW_TASK_RETRY":
         wt = ex.workflow_task
         if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
@@ -445,16 +501,25 @@ def _timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, a
     })
 
 
-def _cancel(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
-    return ("CancelTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
+def _drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
+    return ("DropTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
 
 
-def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState]) -> None:
+def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], removed_timers: list[int]) -> None:
     """Append the tasks and timers the transition's events call for. `ex` has the transition applied;
-    `removed` are the activities it finished or dropped, whose timers are cancelled."""
+    `removed` are the activities and `removed_timers` the user timers (TimerStarted ids) it finished,
+    cancelled or dropped, whose timers go."""
     for event in t.events:
         kind, attrs = event["attributes"]
-        if kind == "WorkflowTaskScheduled" and ex.workflow_task and ex.workflow_task.scheduled_event_id == event["event_id"]:
+        if kind == "WorkflowTaskStarted":
+            fire_at = t.now_ms + ex.workflow_task_timeout_ms
+            t.effects.append(_timer(ex, "WORKFLOW_TASK_START_TO_CLOSE", fire_at, attrs["scheduled_event_id"], 1))
+        elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
+            t.effects.append(_drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attrs["scheduled_event_id"], 1))
+        elif kind == "TimerStarted":
+            fire_at = t.now_ms + attrs["start_to_fire_timeout_ms"]
+            t.effects.append(_timer(ex, "USER_TIMER", fire_at, event["event_id"], 1))
+        elif kind == "WorkflowTaskScheduled" and ex.workflow_task and ex.workflow_task.scheduled_event_id == event["event_id"]:
             wt = ex.workflow_task
             if wt.attempt == 1:
                 t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
@@ -470,11 +535,13 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState]) -
                 t.effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
         elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
             activity = ex.activities[attrs["scheduled_event_id"]]
-            t.effects.append(_cancel(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
+            t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
     for activity in removed:
         if activity.started_event_id:
-            t.effects.append(_cancel(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
+            t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
         elif activity.attempt > 1:
-            t.effects.append(_cancel(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
+            t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
+    for started_event_id in removed_timers:
+        t.effects.append(_drop(ex, "USER_TIMER", started_event_id, 1))

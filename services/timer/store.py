@@ -47,7 +47,7 @@ class TimerStore:
                         effect["timer_id"], record.partition, batch["workflow_id"], batch["run_id"], effect["kind"],
                         effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"],
                     )
-                elif effect_type == "CancelTimer":
+                elif effect_type == "DropTimer":
                     final[effect["timer_id"]] = None
         cancelled = [timer_id for timer_id, row in final.items() if row is None]
         timers = [row for row in final.values() if row is not None]
