@@ -9,6 +9,8 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
+
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
@@ -26,6 +28,19 @@ async def wait_for_file(path: Path, timeout: float) -> None:
     await asyncio.wait_for(poll(), timeout)
 
 
+async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:
+    """Until the read model holds an event of `event_type` for the workflow: a worker about to be
+    killed must have had its start recorded, or the test would kill it before it began."""
+    async def poll() -> None:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            while not await (await conn.execute(
+                "SELECT 1 FROM kadence_events WHERE workflow_id = %s AND event_type = %s", (workflow_id, event_type),
+            )).fetchone():
+                await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
 async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_to_close(
     stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
 ) -> None:
@@ -35,6 +50,7 @@ async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_
         workflow_id = f"hang-{uuid.uuid4()}"
         handle = await client.start_workflow(HangingActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
         await wait_for_file(marker, 60)
+        await wait_for_event(stack, workflow_id, "ActivityTaskStarted", 60)
     finally:
         doomed.kill()
         doomed.wait()
@@ -63,6 +79,7 @@ async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_t
             StallOnceWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue, task_timeout=timedelta(seconds=2),
         )
         await wait_for_file(marker, 60)
+        await wait_for_event(stack, workflow_id, "WorkflowTaskStarted", 60)
     finally:
         doomed.kill()
         doomed.wait()
