@@ -45,16 +45,21 @@ class CacheInvalid(Exception):
     """This cached run acted on a task that history says failed; rebuild it from history."""
 
 
+def method_arg_types(fn: Callable[..., Any]) -> list[Any]:
+    """Type hints of a method's parameters after self, for decoding payloads."""
+    hints = typing.get_type_hints(fn)
+    return [hints.get(p.name) for p in list(inspect.signature(fn).parameters.values())[1:]]
+
+
 @dataclass(frozen=True)
 class WorkflowDefinition:
     name: str
     cls: type
     run_fn: Callable[..., Any]
+    signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def arg_types(self) -> list[Any]:
-        hints = typing.get_type_hints(self.run_fn)
-        params = list(inspect.signature(self.run_fn).parameters.values())[1:]
-        return [hints.get(p.name) for p in params]
+        return method_arg_types(self.run_fn)
 
     def result_type(self) -> Any:
         return typing.get_type_hints(self.run_fn).get("return")
@@ -103,6 +108,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._timer_seq = 0
         self._main: asyncio.Task[Any] | None = None
         self._object: Any = None
+        self._unhandled_signals: list[tuple[str, list[Record]]] = []
+        self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
 
     # ---- driving the run ---------------------------------------------------------------------
 
@@ -130,6 +137,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         elif kind in ("WorkflowTaskFailed", "WorkflowTaskTimedOut"):
             if attrs["scheduled_event_id"] == self.last_activated_task:
                 raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
+        elif kind == "WorkflowExecutionSignaled":
+            self._deliver_signal(attrs["signal_name"], attrs["input"])
         elif kind in ("TimerStarted", "TimerCanceled"):
             self._match(kind, attrs["timer_id"])
         elif kind == "TimerFired":
@@ -182,6 +191,17 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return ("FailWorkflowExecution", {"failure": self.converter.to_failure(exc)})
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
+    def _deliver_signal(self, name: str, payloads: list[Record]) -> None:
+        handler = self.definition.signals.get(name)
+        if handler is None:
+            self._unhandled_signals.append((name, payloads))  # as temporalio: kept, not dropped
+            return
+        args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+        if inspect.iscoroutinefunction(handler):
+            self.create_task(handler(self._object, *args), name=f"signal:{name}")
+        else:
+            self.call_soon(handler, self._object, *args)
+
     def _start(self, input_payloads: list[Record]) -> None:
         args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
         self._object = self.definition.cls()
@@ -197,7 +217,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         previous = asyncio.events._get_running_loop()
         asyncio.events._set_running_loop(self)
         try:
-            while self._ready:
+            while self._ready or self._resolve_conditions():
                 handle = self._ready.popleft()
                 if not handle._cancelled:
                     handle._run()
@@ -212,6 +232,24 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         future = self.create_future()
         self._issue(("ScheduleActivityTask", attrs), future)
         return future
+
+    def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
+        future = self.create_future()
+        self._conditions.append((condition, future))
+        return future
+
+    def _resolve_conditions(self) -> bool:
+        """Once callbacks ran dry, wake the waiters whose condition now holds; True if any woke."""
+        woke = False
+        for entry in list(self._conditions):
+            condition, future = entry
+            if future.done():
+                self._conditions.remove(entry)
+            elif condition():
+                self._conditions.remove(entry)
+                future.set_result(None)
+                woke = True
+        return woke
 
     def _withdraw(self, command: Command) -> bool:
         """Take back a command of the current activation that was not sent yet."""

@@ -120,6 +120,14 @@ class WorkflowHandle:
         self.run_id = run_id
         self.result_type = result_type
 
+    async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
+        """Send a signal to this run (or the current run when the handle has no run_id)."""
+        values = ([arg] if arg is not _UNSET else []) + list(args)
+        await self.client.send_command(self.id, "SignalWorkflowExecution", {
+            "run_id": self.run_id or "", "signal_name": workflow_module.signal_name(signal),
+            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": "",
+        })
+
     async def result(self) -> Any:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause."""
         status, result, failure = await self.client._closed_execution(self.id, self.run_id)

@@ -19,7 +19,8 @@ from kadence.common import RetryPolicy, to_ms
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "execute_activity", "start_activity", "sleep", "info", "now", "NondeterminismError", "Info",
+    "defn", "run", "signal", "execute_activity", "start_activity", "sleep", "wait_condition", "info", "now",
+    "NondeterminismError", "Info",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -29,6 +30,7 @@ Info = WorkflowInfo
 
 _DEFINITION_ATTR = "__kadence_workflow_definition"
 _RUN_ATTR = "__kadence_workflow_run"
+_SIGNAL_ATTR = "__kadence_workflow_signal"
 
 
 @overload
@@ -48,7 +50,8 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
             raise TypeError(f"workflow {c.__name__} needs exactly one @workflow.run method, found {len(runs)}")
         if not inspect.iscoroutinefunction(runs[0]):
             raise TypeError(f"{c.__name__}.{runs[0].__name__}: the @workflow.run method must be `async def`")
-        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0]))
+        signals = {getattr(m, _SIGNAL_ATTR): m for m in vars(c).values() if hasattr(m, _SIGNAL_ATTR)}
+        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals))
         return c
 
     return register(cls) if cls is not None else register
@@ -58,6 +61,33 @@ def run(fn: RunFn) -> RunFn:
     """Mark the workflow's entry method."""
     setattr(fn, _RUN_ATTR, True)
     return fn
+
+
+@overload
+def signal(fn: RunFn) -> RunFn: ...
+
+
+@overload
+def signal(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+
+
+def signal(fn: RunFn | None = None, *, name: str | None = None) -> Any:
+    """Mark a method as the handler of the signal `name` (default: the method's name)."""
+
+    def register(f: RunFn) -> RunFn:
+        setattr(f, _SIGNAL_ATTR, name or f.__name__)
+        return f
+
+    return register(fn) if fn is not None else register
+
+
+def signal_name(signal: Callable[..., Any] | str) -> str:
+    if isinstance(signal, str):
+        return signal
+    found = getattr(signal, _SIGNAL_ATTR, None)
+    if found is None:
+        raise TypeError(f"{signal!r} is not a signal handler; decorate it with @workflow.signal or pass the signal's name")
+    return found
 
 
 def definition(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition | str:
@@ -99,6 +129,14 @@ def info() -> WorkflowInfo:
 def now() -> datetime:
     """Deterministic current time: the start time of the current workflow task."""
     return _instance().now()
+
+
+async def wait_condition(condition: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:
+    """Wait until `condition()` is true (checked whenever the workflow has run dry); raises
+    asyncio.TimeoutError after `timeout`, which is a durable timer."""
+    future = _instance().wait_condition(condition)
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    await asyncio.wait_for(future, seconds)
 
 
 async def sleep(duration: timedelta | float) -> None:

@@ -153,3 +153,26 @@ def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
     assert not _continues(batch, {"run_id": "other", "source_offset": 11, "events": [], "buffered": []})
     # evolve applies buffered events before events, so buffering must not follow written events
     assert not _continues(batch, {"run_id": "r", "source_offset": 11, "events": [], "buffered": [{"event_id": 0}]})
+
+
+def test_signals_are_buffered_during_a_workflow_task_and_rejected_once_closed() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    signal = {"run_id": "", "signal_name": "approve", "input": [], "request_id": ""}
+    buffered = command(state, "SignalWorkflowExecution", signal, 1)  # the first workflow task is in flight
+    assert buffered["events"] == [] and [e["attributes"][0] for e in buffered["buffered"]] == ["WorkflowExecutionSignaled"]
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 2)
+    closing = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("CompleteWorkflowExecution", {"result": None}),
+    ]}, 3)
+    # The workflow never saw the signal, so it may not close yet: the task fails and a new one carries the signal.
+    assert [e["attributes"][0] for e in closing["events"]] == ["WorkflowTaskFailed", "WorkflowExecutionSignaled", "WorkflowTaskScheduled"]
+    assert closing["events"][0]["attributes"][1]["cause"] == "UNHANDLED_COMMAND"
+    wt = ex.workflow_task.scheduled_event_id
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt}, 4)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": wt, "commands": [
+        ("CompleteWorkflowExecution", {"result": None}),
+    ]}, 5)
+    assert ex.status == "Completed"
+    with pytest.raises(Rejected, match="Completed"):
+        decide(ex, "SignalWorkflowExecution", signal, "client", NOW)

@@ -13,7 +13,7 @@ from kadence.client import Client
 from kadence.exceptions import ActivityError, ApplicationError, WorkflowFailureError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
 
 
 def audited(stack: LocalStack):
@@ -125,3 +125,17 @@ async def test_durable_timers_fire_and_cancel(stack: LocalStack, client: Client,
     assert timers == [("TimerStarted", "1"), ("TimerStarted", "2"), ("TimerFired", "1"), ("TimerCanceled", "2")]
     started = {a["timer_id"]: a["start_to_fire_timeout_ms"] for kind, a in events if kind == "TimerStarted"}
     assert started == {"1": 1000, "2": 3_600_000}
+
+
+async def test_signals_reach_their_handlers_in_order_and_wake_the_workflow(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"approval-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(ApprovalWorkflow.run, "order-9", id=workflow_id, task_queue=task_queue)
+        await handle.signal(ApprovalWorkflow.add_note, "fragile")
+        await handle.signal("add_note", "gift wrap")
+        await handle.signal(ApprovalWorkflow.approve, "alice")
+        assert await handle.result() == "order-9 approved by alice with notes ['fragile', 'gift wrap']"
+
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    signals = [a["signal_name"] for kind, a in events if kind == "WorkflowExecutionSignaled"]
+    assert signals == ["add_note", "add_note", "approve"]

@@ -119,5 +119,27 @@ class StallOnceWorkflow:
         return "recovered"
 
 
-ALL_WORKFLOWS = [EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+@workflow.defn
+class ApprovalWorkflow:
+    """Waits for an approval signal; collects notes signalled before it."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.approver: str | None = None
+
+    @workflow.signal
+    def add_note(self, note: str) -> None:
+        self.notes.append(note)
+
+    @workflow.signal(name="approve")
+    async def approve(self, approver: str) -> None:
+        self.approver = approver
+
+    @workflow.run
+    async def run(self, order_id: str) -> str:
+        await workflow.wait_condition(lambda: self.approver is not None)
+        return f"{order_id} approved by {self.approver} with notes {self.notes}"
+
+
+ALL_WORKFLOWS = [ApprovalWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
 ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -221,7 +221,7 @@ def decide_start(
 
 
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
-    if cmd["run_id"] != ex.run_id:
+    if cmd["run_id"] != ex.run_id and not (kind == "SignalWorkflowExecution" and cmd["run_id"] == ""):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})")
     if ex.status != RUNNING:
         raise Rejected(f"workflow execution is {ex.status}")
@@ -425,7 +425,16 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
     return t
 
 
+def _signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    if not cmd["signal_name"]:
+        raise Rejected("SignalWorkflowExecution needs a signal_name")
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("WorkflowExecutionSignaled", {"signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity})
+    return t
+
+
 _HANDLERS = {
+    "SignalWorkflowExecution": _signaled,
     "RecordWorkflowTaskStarted": _workflow_task_started,
     "RespondWorkflowTaskCompleted": _workflow_task_completed,
     "RespondWorkflowTaskFailed": _workflow_task_failed,
