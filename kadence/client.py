@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -19,13 +20,12 @@ from psycopg_pool import AsyncConnectionPool
 from kadence import workflow as workflow_module
 from kadence.common import to_ms
 from kadence.converter import DataConverter
-from kadence.exceptions import WorkflowFailureError
+from kadence.exceptions import CommandRejectedError, WorkflowAlreadyStartedError, WorkflowFailureError
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
-from kadence.protocol.ids import run_id_for
 from kadence.protocol.kafka import AsyncProducer, make_producer
 from kadence.protocol.postgres import apply_ddl
-from kadence.protocol.read_model import CLOSED_CHANNEL, VISIBILITY_DDL
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 
 log = logging.getLogger("kadence.client")
@@ -49,7 +49,7 @@ class Client:
         self._postgres_dsn = postgres_dsn
         self._producer = AsyncProducer(make_producer(settings))
         self._commands = command_codec()
-        self._results: _ResultWaiter | None = None
+        self._results: _ReadModel | None = None
 
     @classmethod
     async def connect(
@@ -67,19 +67,19 @@ class Client:
         id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
         task_timeout: timedelta | None = None,
     ) -> "WorkflowHandle":
-        """Produce a StartWorkflowExecution command; the handle's run_id follows from where it landed."""
+        """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
+        run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError."""
         definition = workflow_module.definition(workflow)
         workflow_type = definition if isinstance(definition, str) else definition.name
         if result_type is None and not isinstance(definition, str):
             result_type = definition.result_type()
         values = ([arg] if arg is not _UNSET else []) + list(args)
-        delivered = await self.send_command(id, "StartWorkflowExecution", {
+        run_id = await self._request(id, "StartWorkflowExecution", {
             "workflow_type": workflow_type, "task_queue": task_queue,
-            "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
+            "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id or str(uuid.uuid4()),
             "workflow_task_timeout_ms": to_ms(task_timeout),
         })
-        run_id = run_id_for(id, delivered.partition(), delivered.offset())
-        log.info("event=workflow_start_sent workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
+        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
         return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
 
     async def execute_workflow(
@@ -101,11 +101,24 @@ class Client:
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
         return self._producer.produce(topics.COMMANDS, self._commands.encode(record), workflow_id.encode(), headers=self._commands.headers())
 
-    async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None]:
+    async def _request(self, workflow_id: str, kind: str, body: dict[str, Any]) -> str:
+        """Send a client command and wait for its outcome; the run id it applied to."""
+        read_model = await self._read_model()
+        await self.send_command(workflow_id, kind, body)
+        run_id, accepted, cause, reason = await read_model.wait_outcome(body["request_id"])
+        if accepted:
+            return run_id
+        error = WorkflowAlreadyStartedError if cause == "WORKFLOW_ALREADY_STARTED" else CommandRejectedError
+        raise error(workflow_id, cause, reason)
+
+    async def _read_model(self) -> "_ReadModel":
         if self._results is None:
-            self._results = _ResultWaiter(self._postgres_dsn or postgres_dsn())
+            self._results = _ReadModel(self._postgres_dsn or postgres_dsn())
         await self._results.started()
-        return await self._results.wait(workflow_id, run_id)
+        return self._results
+
+    async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None]:
+        return await (await self._read_model()).wait_closed(workflow_id, run_id)
 
     async def close(self) -> None:
         if self._results is not None:
@@ -121,11 +134,12 @@ class WorkflowHandle:
         self.result_type = result_type
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
-        """Send a signal to this run (or the current run when the handle has no run_id)."""
+        """Signal this run (or the current run when the handle has no run_id); returns once the signal
+        is in its history, raises CommandRejectedError when the run is closed or unknown."""
         values = ([arg] if arg is not _UNSET else []) + list(args)
-        await self.client.send_command(self.id, "SignalWorkflowExecution", {
+        await self.client._request(self.id, "SignalWorkflowExecution", {
             "run_id": self.run_id or "", "signal_name": workflow_module.signal_name(signal),
-            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": "",
+            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": str(uuid.uuid4()),
         })
 
     async def result(self) -> Any:
@@ -139,16 +153,18 @@ class WorkflowHandle:
         raise WorkflowFailureError(cause=cause)
 
 
-class _ResultWaiter:
-    """One LISTEN connection for close notifications; a row lookup for each close someone waits on."""
+class _ReadModel:
+    """One LISTEN connection for run closes and command outcomes; a row lookup for each one awaited."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.waiters: dict[tuple[str, str | None], list[asyncio.Future[Any]]] = {}
+        self.closed_waiters: dict[tuple[str, str | None], list[asyncio.Future[Any]]] = {}
+        self.outcome_waiters: dict[str, list[asyncio.Future[Any]]] = {}
         self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False)
         self._listener: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._starting: asyncio.Future[None] | None = None
+        self._checks: set[asyncio.Task[None]] = set()
 
     async def started(self) -> None:
         """Set up once; concurrent first callers all wait for the same setup."""
@@ -161,24 +177,40 @@ class _ResultWaiter:
         self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         await apply_ddl(self._conn, VISIBILITY_DDL)  # the client may start before the projector created them
         await self._conn.execute(f"LISTEN {CLOSED_CHANNEL}")
+        await self._conn.execute(f"LISTEN {OUTCOME_CHANNEL}")
         self._listener = asyncio.create_task(self._listen())
 
     async def _listen(self) -> None:
         assert self._conn is not None
         async for notify in self._conn.notifies():
+            if notify.channel == OUTCOME_CHANNEL:
+                if notify.payload in self.outcome_waiters:
+                    self._spawn(self._check_outcome(notify.payload))
+                continue
             closed = json.loads(notify.payload)
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
-                if key in self.waiters:
-                    asyncio.create_task(self._check(key))
+                if key in self.closed_waiters:
+                    self._spawn(self._check_closed(key))
 
-    async def wait(self, workflow_id: str, run_id: str | None) -> Any:
+    def _spawn(self, check: Any) -> None:
+        task = asyncio.create_task(check)
+        self._checks.add(task)  # held until done: the loop keeps only weak references to tasks
+        task.add_done_callback(self._checks.discard)
+
+    async def wait_closed(self, workflow_id: str, run_id: str | None) -> Any:
         key = (workflow_id, run_id)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.waiters.setdefault(key, []).append(future)
-        await self._check(key)
+        self.closed_waiters.setdefault(key, []).append(future)
+        await self._check_closed(key)
         return await future
 
-    async def _check(self, key: tuple[str, str | None]) -> None:
+    async def wait_outcome(self, request_id: str) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.outcome_waiters.setdefault(request_id, []).append(future)
+        await self._check_outcome(request_id)
+        return await future
+
+    async def _check_closed(self, key: tuple[str, str | None]) -> None:
         workflow_id, run_id = key
         async with self.pool.connection() as conn:
             if run_id is None:
@@ -190,11 +222,16 @@ class _ResultWaiter:
                     "SELECT status, result, failure FROM kadence_executions WHERE workflow_id = %s AND run_id = %s",
                     (workflow_id, run_id))
             row = await cursor.fetchone()
-        if row is None or row[0] == "Running":
-            return
-        for future in self.waiters.pop(key, []):
-            if not future.done():
-                future.set_result(row)
+        if row is not None and row[0] != "Running":
+            _settle(self.closed_waiters.pop(key, []), row)
+
+    async def _check_outcome(self, request_id: str) -> None:
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT run_id, accepted, cause, reason FROM kadence_command_outcomes WHERE request_id = %s", (request_id,),
+            )).fetchone()
+        if row is not None:
+            _settle(self.outcome_waiters.pop(request_id, []), row)
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -202,3 +239,9 @@ class _ResultWaiter:
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
+
+
+def _settle(futures: list[asyncio.Future[Any]], row: Any) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(row)

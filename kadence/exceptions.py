@@ -80,5 +80,20 @@ class WorkflowFailureError(KadenceError):
         return self.__cause__
 
 
+class CommandRejectedError(KadenceError):
+    """The history service turned the command down; `cause` says why in one word:
+    WORKFLOW_ALREADY_STARTED, WORKFLOW_NOT_FOUND, WORKFLOW_CLOSED or INVALID_ARGUMENT."""
+
+    def __init__(self, workflow_id: str, cause: str, reason: str) -> None:
+        super().__init__(f"workflow {workflow_id}: {reason}")
+        self.workflow_id = workflow_id
+        self.cause = cause
+        self.reason = reason
+
+
+class WorkflowAlreadyStartedError(CommandRejectedError):
+    """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError)."""
+
+
 class NondeterminismError(KadenceError):
     """Replaying workflow code produced other commands than its history recorded."""

@@ -50,7 +50,7 @@ def test_start_writes_started_and_a_workflow_task_with_its_dispatch() -> None:
     ex = state.executions["order-1"]
     assert [e["attributes"][0] for e in ex.history] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled"]
     assert ex.next_event_id == 3 and ex.workflow_task is not None
-    with pytest.raises(Rejected, match="already running"):
+    with pytest.raises(Rejected, match="already started"):
         decide_start(ex, "order-1", {"workflow_type": "X", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}, "", NOW, 0, 9)
 
 
@@ -147,12 +147,14 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
 
 
 def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
-    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": []}
-    assert _continues(batch, {"run_id": "r", "source_offset": 11, "events": [{"event_id": 4}], "buffered": []})
-    assert not _continues(batch, {"run_id": "r", "source_offset": 12, "events": [], "buffered": []})
-    assert not _continues(batch, {"run_id": "other", "source_offset": 11, "events": [], "buffered": []})
+    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [], "rejection": None}
+    following = {**batch, "source_offset": 11, "events": [{"event_id": 4}]}
+    assert _continues(batch, following)
+    assert not _continues(batch, {**following, "source_offset": 12})
+    assert not _continues(batch, {**following, "run_id": "other"})
+    assert not _continues(batch, {**following, "rejection": {"request_id": "x"}})
     # evolve applies buffered events before events, so buffering must not follow written events
-    assert not _continues(batch, {"run_id": "r", "source_offset": 11, "events": [], "buffered": [{"event_id": 0}]})
+    assert not _continues(batch, {**following, "events": [], "buffered": [{"event_id": 0}]})
 
 
 def test_signals_are_buffered_during_a_workflow_task_and_rejected_once_closed() -> None:
@@ -176,3 +178,15 @@ def test_signals_are_buffered_during_a_workflow_task_and_rejected_once_closed() 
     assert ex.status == "Completed"
     with pytest.raises(Rejected, match="Completed"):
         decide(ex, "SignalWorkflowExecution", signal, "client", NOW)
+
+
+def test_a_repeated_start_request_is_answered_with_the_running_run() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    again = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}
+    with pytest.raises(Rejected) as rejected:
+        decide_start(ex, "order-1", {**again, "request_id": "other-request"}, "client", NOW, 0, 7)
+    assert rejected.value.cause == "WORKFLOW_ALREADY_STARTED"
+    ex.start_request_id = "request-1"
+    retried = decide_start(ex, "order-1", {**again, "request_id": "request-1"}, "client", NOW, 0, 8)
+    assert retried.events == [] and retried.to_batch(0, 8)["run_id"] == run_id

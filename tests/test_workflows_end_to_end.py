@@ -10,7 +10,7 @@ import pytest
 from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.exceptions import ActivityError, ApplicationError, WorkflowFailureError
+from kadence.exceptions import ActivityError, ApplicationError, CommandRejectedError, WorkflowAlreadyStartedError, WorkflowFailureError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
@@ -139,3 +139,24 @@ async def test_signals_reach_their_handlers_in_order_and_wake_the_workflow(stack
     events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
     signals = [a["signal_name"] for kind, a in events if kind == "WorkflowExecutionSignaled"]
     assert signals == ["add_note", "add_note", "approve"]
+
+
+async def test_the_caller_learns_whether_its_start_and_signals_applied(client: Client, task_queue: str) -> None:
+    workflow_id = f"outcomes-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue, request_id="start-1")
+        with pytest.raises(WorkflowAlreadyStartedError) as duplicate:
+            await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue)
+        assert duplicate.value.cause == "WORKFLOW_ALREADY_STARTED" and handle.run_id in duplicate.value.reason
+        retried = await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue, request_id="start-1")
+        assert retried.run_id == handle.run_id
+
+        await handle.signal(ApprovalWorkflow.approve, "bob")
+        assert await handle.result() == "order-1 approved by bob with notes []"
+        with pytest.raises(CommandRejectedError) as closed:
+            await handle.signal(ApprovalWorkflow.approve, "too late")
+        assert closed.value.cause == "WORKFLOW_CLOSED"
+
+    with pytest.raises(CommandRejectedError) as unknown:
+        await client.get_workflow_handle(f"nobody-{uuid.uuid4()}").signal("approve", "x")
+    assert unknown.value.cause == "WORKFLOW_NOT_FOUND"

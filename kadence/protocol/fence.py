@@ -25,6 +25,9 @@ class LogFence:
     def admit(self, partition: int, batch: dict[str, Any]) -> bool:
         if batch["source_offset"] <= self.last_source_offset.get(partition, -1):
             return False
+        if not batch["events"]:  # effects or an answer only: nothing of the run's history to continue
+            self.last_source_offset[partition] = batch["source_offset"]
+            return True
         expected = self.next_event_id.get(batch["run_id"])
         if expected is None:
             if self.strict and batch["first_event_id"] != 1:

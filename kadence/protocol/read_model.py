@@ -1,6 +1,7 @@
 """The Postgres read model's contract: written by services.visibility, read by the client and CLI."""
 
 CLOSED_CHANNEL = "kadence_workflow_closed"
+OUTCOME_CHANNEL = "kadence_command_outcome"
 
 VISIBILITY_DDL = [
     """
@@ -27,6 +28,17 @@ VISIBILITY_DDL = [
         event_time timestamptz NOT NULL,
         event bytea NOT NULL,
         PRIMARY KEY (workflow_id, run_id, event_id)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS kadence_command_outcomes (
+        request_id text PRIMARY KEY,
+        workflow_id text NOT NULL,
+        run_id text NOT NULL,
+        accepted boolean NOT NULL,
+        cause text,
+        reason text,
+        recorded_at timestamptz NOT NULL DEFAULT now()
     )
     """,
 ]

@@ -35,6 +35,8 @@ class PartitionState:
         """Fold one batch into state; None if the fencing rule skips it as a zombie duplicate."""
         if not self.fence.admit(self.partition, batch):
             return None
+        if batch["rejection"] is not None:
+            return self.executions.get(batch["workflow_id"])
         events = batch["events"]
         if events and event_type(events[0]) == "WorkflowExecutionStarted":
             ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])

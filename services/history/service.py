@@ -27,7 +27,8 @@ def _continues(batch: Record, following: Record) -> bool:
     offset (so resuming after the joined record's source offset skips no command), and no events
     buffered after events written (evolve applies a batch's buffered events first)."""
     return (
-        following["run_id"] == batch["run_id"]
+        batch["rejection"] is None and following["rejection"] is None
+        and following["run_id"] == batch["run_id"]
         and following["source_offset"] == batch["source_offset"] + 1
         and not (following["buffered"] and batch["events"])
     )
@@ -117,20 +118,23 @@ class HistoryService:
             else:
                 execution = state.executions.get(workflow_id)
                 if execution is None:
-                    raise Rejected("unknown workflow execution")
+                    raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
                 transition = decide(execution, kind, body, command["identity"], now_ms)
         except Rejected as reason:
             log.info(
-                "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d reason=%r",
-                workflow_id, body.get("run_id", ""), kind, partition, offset, str(reason),
+                "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
+                workflow_id, body.get("run_id", ""), kind, partition, offset, reason.cause, str(reason),
             )
+            if body.get("request_id"):  # a client waits for the answer
+                self._write_rejection(state, workflow_id, kind, body["request_id"], reason, partition, offset)
             return
-        self._write(state, transition, partition, offset)
+        self._write(state, transition, partition, offset, body.get("request_id", ""))
 
-    def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int) -> None:
+    def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
         activities_before = dict(transition.execution.activities)
         timers_before = set(transition.execution.timers.values())
         batch = transition.to_batch(partition, offset)
+        batch["request_ids"] = [request_id] if request_id else []
         execution = state.apply(batch)
         assert execution is not None, "a live batch always continues its run"
         removed = [activity for sid, activity in activities_before.items() if sid not in execution.activities]
@@ -140,10 +144,26 @@ class HistoryService:
             pending["events"] += batch["events"]
             pending["buffered"] += batch["buffered"]
             pending["effects"] += batch["effects"]
+            pending["request_ids"] += batch["request_ids"]
             pending["source_offset"] = offset
         else:
             self._flush_partition(partition)
             self._unwritten[partition] = batch
+
+    def _write_rejection(
+        self, state: PartitionState, workflow_id: str, command: str, request_id: str, reason: Rejected, partition: int, offset: int,
+    ) -> None:
+        """An event-less batch answering the client; it also moves recovery past the command."""
+        current = state.executions.get(workflow_id)
+        batch = {
+            "workflow_id": workflow_id, "run_id": current.run_id if current else "",
+            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": [],
+            "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
+            "source_partition": partition, "source_offset": offset,
+        }
+        state.apply(batch)
+        self._flush_partition(partition)
+        self._unwritten[partition] = batch
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._unwritten.pop(partition, None)

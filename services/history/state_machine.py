@@ -30,7 +30,12 @@ MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
 
 
 class Rejected(Exception):
-    """The command does not apply to the execution's current state; the message says why."""
+    """The command does not apply to the execution's current state; the message says why, and
+    `cause` says it in a word a client can act on."""
+
+    def __init__(self, reason: str, cause: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(reason)
+        self.cause = cause
 
 
 @dataclass
@@ -64,6 +69,7 @@ class Execution:
     workflow_type: str
     task_queue: str
     workflow_task_timeout_ms: int = DEFAULT_WORKFLOW_TASK_TIMEOUT_MS
+    start_request_id: str = ""
     status: str = RUNNING
     next_event_id: int = 1
     history: list[Record] = field(default_factory=list)
@@ -114,6 +120,8 @@ class Transition:
             "events": self.events,
             "buffered": self.buffered,
             "effects": self.effects,
+            "request_ids": [],
+            "rejection": None,
             "source_partition": source_partition,
             "source_offset": source_offset,
         }
@@ -134,7 +142,7 @@ def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Exec
     attrs = attributes(started)
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
-        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"],
+        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"],
     )
 
 
@@ -205,7 +213,9 @@ def decide_start(
     now_ms: int, source_partition: int, source_offset: int,
 ) -> Transition:
     if current is not None and current.status == RUNNING:
-        raise Rejected(f"workflow execution already running (run_id={current.run_id})")
+        if start["request_id"] and start["request_id"] == current.start_request_id:
+            return Transition(current, now_ms)  # the same start again: answered with the running run
+        raise Rejected(f"workflow execution already started (run_id={current.run_id})", "WORKFLOW_ALREADY_STARTED")
     if not start["workflow_type"] or not start["task_queue"]:
         raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
     run_id = run_id_for(workflow_id, source_partition, source_offset)
@@ -222,9 +232,9 @@ def decide_start(
 
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
     if cmd["run_id"] != ex.run_id and not (kind == "SignalWorkflowExecution" and cmd["run_id"] == ""):
-        raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})")
+        raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
     if ex.status != RUNNING:
-        raise Rejected(f"workflow execution is {ex.status}")
+        raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")
     handler = _HANDLERS.get(kind)
     if handler is None:
         raise Rejected(f"unknown command {kind}")

@@ -10,7 +10,7 @@ import psycopg
 
 from kadence.protocol.codec import codec
 from kadence.protocol.projection import LogRecord
-from kadence.protocol.read_model import CLOSED_CHANNEL, VISIBILITY_DDL
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
 
 _CLOSE_STATUS = {"WorkflowExecutionCompleted": "Completed", "WorkflowExecutionFailed": "Failed"}
 
@@ -33,9 +33,14 @@ class VisibilityProjector:
         lengths: dict[tuple[str, str], int] = {}
         closed: list[tuple[Any, ...]] = []
         archive: list[tuple[Any, ...]] = []
+        outcomes: list[tuple[Any, ...]] = []
         for record in records:
             batch = record.batch
             key = (batch["workflow_id"], batch["run_id"])
+            outcomes += [(request_id, *key, True, None, None) for request_id in batch["request_ids"]]
+            if batch["rejection"] is not None:
+                rejection = batch["rejection"]
+                outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
             for event in batch["events"]:
                 kind, attrs = event["attributes"]
                 archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
@@ -64,6 +69,13 @@ class VisibilityProjector:
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
                     [(length, *key) for key, length in lengths.items()],
                 )
+            if outcomes:
+                await cur.executemany(
+                    "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    outcomes,
+                )
+                await cur.executemany("SELECT pg_notify(%s, %s)", [(OUTCOME_CHANNEL, row[0]) for row in outcomes])
             if closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s "
