@@ -26,9 +26,13 @@ from kadence.exceptions import FailureError, NondeterminismError
 Record = dict[str, Any]
 Command = tuple[str, Record]
 
-_CLOSE_COMMANDS = {"CompleteWorkflowExecution": "WorkflowExecutionCompleted", "FailWorkflowExecution": "WorkflowExecutionFailed"}
+CLOSE_COMMANDS = {
+    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
+    "FailWorkflowExecution": "WorkflowExecutionFailed",
+    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
+}
 _EVENT_FOR_COMMAND = {
-    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled", **_CLOSE_COMMANDS,
+    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled", **CLOSE_COMMANDS,
 }
 
 
@@ -137,6 +141,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         elif kind in ("WorkflowTaskFailed", "WorkflowTaskTimedOut"):
             if attrs["scheduled_event_id"] == self.last_activated_task:
                 raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
+        elif kind == "WorkflowExecutionCancelRequested":
+            if self._main is not None and not self._main.done():
+                self._main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
         elif kind == "WorkflowExecutionSignaled":
             self._deliver_signal(attrs["signal_name"], attrs["input"])
         elif kind in ("TimerStarted", "TimerCanceled"):
@@ -160,7 +167,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             if not pending.future.done():
                 pending.future.set_exception(self.converter.failure_converter.activity_error(
                     kind, pending.scheduled, attrs, self.converter.payload_converter))
-        elif kind in _CLOSE_COMMANDS.values():
+        elif kind in CLOSE_COMMANDS.values():
             self._match(kind, "")
             self.closed = True
 
@@ -184,6 +191,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         return self._new_commands
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
+        if main.cancelled():
+            return ("CancelWorkflowExecution", {"details": []})
         exc = main.exception()
         if exc is None:
             return ("CompleteWorkflowExecution", {"result": self.converter.payload_converter.to_payload(main.result())})

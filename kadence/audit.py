@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kadence.protocol import topics
+from kadence.protocol.events import CLOSE_STATUS
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
@@ -16,7 +17,6 @@ from kadence.protocol.settings import KafkaSettings
 
 Record = dict[str, Any]
 
-CLOSE_EVENTS = {"WorkflowExecutionCompleted", "WorkflowExecutionFailed"}
 ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"}
 
 
@@ -65,7 +65,7 @@ def _check_event(history: list[Record], event: Record) -> str | None:
         return f"event id {event['event_id']} where {len(history) + 1} was due"
     if not history and kind != "WorkflowExecutionStarted":
         return f"history starts with {kind}"
-    if history and history[-1]["attributes"][0] in CLOSE_EVENTS:
+    if history and history[-1]["attributes"][0] in CLOSE_STATUS:
         return f"{kind} after the run closed"
     if kind in ACTIVITY_RESULTS:
         scheduled_id = attrs["scheduled_event_id"]

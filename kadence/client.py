@@ -20,7 +20,9 @@ from psycopg_pool import AsyncConnectionPool
 from kadence import workflow as workflow_module
 from kadence.common import to_ms
 from kadence.converter import DataConverter
-from kadence.exceptions import CommandRejectedError, WorkflowAlreadyStartedError, WorkflowFailureError
+from kadence.exceptions import (
+    CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError, WorkflowFailureError,
+)
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer, make_producer
@@ -149,8 +151,29 @@ class WorkflowHandle:
         if status == "Completed":
             payload = codec("Payload").decode(result) if result else None
             return converter.payload_converter.from_payload(payload, self.result_type)
-        cause = converter.from_failure(codec("Failure").decode(failure)) if failure else RuntimeError(status)
+        recorded = codec("Failure").decode(failure) if failure else None
+        message = recorded["message"] if recorded else status
+        cause: BaseException
+        if status == "Canceled":
+            cause = CancelledError(message)
+        elif status == "Terminated":
+            cause = TerminatedError(message)
+        else:
+            cause = converter.from_failure(recorded) if recorded else RuntimeError(status)
         raise WorkflowFailureError(cause=cause)
+
+    async def cancel(self) -> None:
+        """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""
+        await self.client._request(self.id, "RequestCancelWorkflowExecution", {
+            "run_id": self.run_id or "", "reason": "", "request_id": str(uuid.uuid4()),
+        })
+
+    async def terminate(self, *args: Any, reason: str | None = None) -> None:
+        """End the run now: no workflow code runs, pending activities and timers are dropped."""
+        await self.client._request(self.id, "TerminateWorkflowExecution", {
+            "run_id": self.run_id or "", "reason": reason or "",
+            "details": self.client.data_converter.payload_converter.to_payloads(args), "request_id": str(uuid.uuid4()),
+        })
 
 
 class _ReadModel:

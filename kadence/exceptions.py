@@ -48,6 +48,14 @@ class TimeoutError(FailureError):
         self.type = type
 
 
+class CancelledError(FailureError):
+    """The workflow (or activity) was cancelled."""
+
+
+class TerminatedError(FailureError):
+    """The workflow was terminated; the message is the reason."""
+
+
 class ActivityError(FailureError):
     """An activity failed for good; the reason is `__cause__` (ApplicationError, TimeoutError...)."""
 

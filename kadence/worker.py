@@ -22,7 +22,7 @@ from confluent_kafka import Message
 
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
-from kadence._workflow_instance import CacheInvalid, WorkflowDefinition, WorkflowInfo, WorkflowInstance, WorkflowTaskError
+from kadence._workflow_instance import CLOSE_COMMANDS, CacheInvalid, WorkflowDefinition, WorkflowInfo, WorkflowInstance, WorkflowTaskError
 from kadence.client import Client
 from kadence.exceptions import ApplicationError, NondeterminismError
 from kadence.protocol import topics
@@ -152,7 +152,7 @@ class Worker:
         completed = send(workflow_id, "RespondWorkflowTaskCompleted", {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "commands": commands,
         })
-        if instance.closed or any(kind in ("CompleteWorkflowExecution", "FailWorkflowExecution") for kind, _ in commands):
+        if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
             self._cache[run_id] = instance

@@ -10,10 +10,13 @@ import pytest
 from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.exceptions import ActivityError, ApplicationError, CommandRejectedError, WorkflowAlreadyStartedError, WorkflowFailureError
+from kadence.exceptions import (
+    ActivityError, ApplicationError, CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError,
+    WorkflowFailureError,
+)
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
 
 
 def audited(stack: LocalStack):
@@ -160,3 +163,37 @@ async def test_the_caller_learns_whether_its_start_and_signals_applied(client: C
     with pytest.raises(CommandRejectedError) as unknown:
         await client.get_workflow_handle(f"nobody-{uuid.uuid4()}").signal("approve", "x")
     assert unknown.value.cause == "WORKFLOW_NOT_FOUND"
+
+
+async def test_cancel_reaches_the_workflow_which_cleans_up_and_ends_canceled(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"cancel-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(CancellableWorkflow.run, "order-3", id=workflow_id, task_queue=task_queue)
+        await handle.cancel()
+        await handle.cancel()  # asking twice is fine
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+    assert isinstance(failed.value.cause, CancelledError)
+
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    kinds = [kind for kind, _ in events]
+    assert kinds.count("WorkflowExecutionCancelRequested") == 1
+    assert kinds[-1] == "WorkflowExecutionCanceled"
+    assert "TimerCanceled" in kinds
+    cleanup = [a["input"] for kind, a in events if kind == "ActivityTaskScheduled"]
+    assert len(cleanup) == 1 and b"cleanup order-3" in cleanup[0][0]["data"]
+
+
+async def test_terminate_ends_the_run_at_once_with_the_reason(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"terminate-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(ApprovalWorkflow.run, "order-4", id=workflow_id, task_queue=task_queue)
+        await handle.terminate("operator", reason="stuck order")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        with pytest.raises(CommandRejectedError):
+            await handle.signal(ApprovalWorkflow.approve, "too late")
+    assert isinstance(failed.value.cause, TerminatedError) and failed.value.cause.message == "stuck order"
+    events = audited(stack).history(workflow_id, handle.run_id)
+    kind, attrs = events[-1]["attributes"]
+    assert kind == "WorkflowExecutionTerminated" and attrs["reason"] == "stuck order"

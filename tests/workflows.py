@@ -141,5 +141,19 @@ class ApprovalWorkflow:
         return f"{order_id} approved by {self.approver} with notes {self.notes}"
 
 
-ALL_WORKFLOWS = [ApprovalWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+@workflow.defn
+class CancellableWorkflow:
+    """Sleeps an hour; when cancelled, runs a cleanup activity and then lets the cancellation stand."""
+
+    @workflow.run
+    async def run(self, value: str) -> str:
+        try:
+            await workflow.sleep(timedelta(hours=1))
+        except asyncio.CancelledError:
+            await workflow.execute_activity(echo, f"cleanup {value}", start_to_close_timeout=timedelta(seconds=10))
+            raise
+        return "not cancelled"
+
+
+ALL_WORKFLOWS = [ApprovalWorkflow, CancellableWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
 ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kadence.protocol.events import CLOSE_STATUS, failure_record
 from kadence.protocol.ids import run_id_for
 
 Record = dict[str, Any]
 
 RUNNING = "Running"
-COMPLETED = "Completed"
-FAILED = "Failed"
 
 DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
 DEFAULT_INITIAL_INTERVAL_MS = 1000
@@ -71,6 +70,7 @@ class Execution:
     workflow_task_timeout_ms: int = DEFAULT_WORKFLOW_TASK_TIMEOUT_MS
     start_request_id: str = ""
     status: str = RUNNING
+    cancel_requested: bool = False
     next_event_id: int = 1
     history: list[Record] = field(default_factory=list)
     workflow_task: WorkflowTaskState | None = None
@@ -198,8 +198,10 @@ def _apply(ex: Execution, event: Record) -> None:
         activity.started_event_id = 0
     elif kind in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"):
         ex.activities.pop(attrs["scheduled_event_id"], None)
-    elif kind in ("WorkflowExecutionCompleted", "WorkflowExecutionFailed"):
-        ex.status = COMPLETED if kind == "WorkflowExecutionCompleted" else FAILED
+    elif kind == "WorkflowExecutionCancelRequested":
+        ex.cancel_requested = True
+    elif kind in CLOSE_STATUS:
+        ex.status = CLOSE_STATUS[kind]
         ex.workflow_task = None
         ex.activities.clear()  # pending work is dropped with the run
         ex.timers.clear()
@@ -230,8 +232,16 @@ def decide_start(
     return t
 
 
+_CURRENT_RUN_COMMANDS = {"SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution"}
+_CLOSE_COMMANDS = {
+    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
+    "FailWorkflowExecution": "WorkflowExecutionFailed",
+    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
+}
+
+
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
-    if cmd["run_id"] != ex.run_id and not (kind == "SignalWorkflowExecution" and cmd["run_id"] == ""):
+    if cmd["run_id"] != ex.run_id and not (kind in _CURRENT_RUN_COMMANDS and cmd["run_id"] == ""):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
     if ex.status != RUNNING:
         raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")
@@ -262,7 +272,7 @@ def _workflow_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
 def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     wt = _started_workflow_task(ex, cmd["scheduled_event_id"], identity)
     t = Transition(ex, now_ms)
-    closes = any(kind in ("CompleteWorkflowExecution", "FailWorkflowExecution") for kind, _ in cmd["commands"])
+    closes = any(kind in _CLOSE_COMMANDS for kind, _ in cmd["commands"])
     if closes and ex.buffered:
         # New events arrived while the task ran: the workflow must see them before it may close.
         _fail_workflow_task(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
@@ -291,11 +301,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
                 "timer_id": attrs["timer_id"], "started_event_id": ex.timers[attrs["timer_id"]],
                 "workflow_task_completed_event_id": completed_id,
             })
-        elif kind == "CompleteWorkflowExecution":
-            t.add("WorkflowExecutionCompleted", {"result": attrs["result"], "workflow_task_completed_event_id": completed_id})
-            return t
-        elif kind == "FailWorkflowExecution":
-            t.add("WorkflowExecutionFailed", {"failure": attrs["failure"], "workflow_task_completed_event_id": completed_id})
+        elif kind in _CLOSE_COMMANDS:
+            t.add(_CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
             return t
     if ex.buffered:
         t.flush_buffered()
@@ -443,7 +450,23 @@ def _signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transit
     return t
 
 
+def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    t = Transition(ex, now_ms)
+    if not ex.cancel_requested:  # asking twice is answered, not recorded twice
+        t.add_workflow_visible("WorkflowExecutionCancelRequested", {"cause": cmd["reason"], "identity": identity})
+    return t
+
+
+def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    t = Transition(ex, now_ms)
+    t.flush_buffered()  # what arrived is kept in the history; nothing runs after this
+    t.add("WorkflowExecutionTerminated", {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})
+    return t
+
+
 _HANDLERS = {
+    "RequestCancelWorkflowExecution": _cancel_requested,
+    "TerminateWorkflowExecution": _terminated,
     "SignalWorkflowExecution": _signaled,
     "RecordWorkflowTaskStarted": _workflow_task_started,
     "RespondWorkflowTaskCompleted": _workflow_task_completed,
@@ -456,10 +479,7 @@ _HANDLERS = {
 
 
 def _failure(message: str, failure_type: str) -> Record:
-    return {
-        "message": message, "type": failure_type, "source": "kadence-history", "stack_trace": "",
-        "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
-    }
+    return failure_record(message, failure_type, "kadence-history")
 
 
 # ---- retry policy ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.events import CLOSE_STATUS
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import ensure_topics
 from kadence.protocol.settings import KafkaSettings
@@ -39,7 +40,7 @@ class TaskRouter:
             log.info("event=zombie_batch_skipped workflow_id=%s run_id=%s source_offset=%d",
                      batch["workflow_id"], batch["run_id"], batch["source_offset"])
             return
-        if any(e["attributes"][0] in ("WorkflowExecutionCompleted", "WorkflowExecutionFailed") for e in batch["events"]):
+        if any(e["attributes"][0] in CLOSE_STATUS for e in batch["events"]):
             self.fence.forget_run(batch["run_id"])
         for effect_type, effect in batch["effects"]:
             kind = _TASK_KINDS.get(effect_type)

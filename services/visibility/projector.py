@@ -9,10 +9,19 @@ from typing import Any
 import psycopg
 
 from kadence.protocol.codec import codec
+from kadence.protocol.events import CLOSE_STATUS, failure_record
 from kadence.protocol.projection import LogRecord
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
 
-_CLOSE_STATUS = {"WorkflowExecutionCompleted": "Completed", "WorkflowExecutionFailed": "Failed"}
+
+
+def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """Why a run closed without a result: its failure, or the cancellation or termination as one."""
+    if kind == "WorkflowExecutionCanceled":
+        return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+    if kind == "WorkflowExecutionTerminated":
+        return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
+    return attrs["failure"]
 
 
 def _time(ms: int) -> datetime:
@@ -47,10 +56,10 @@ class VisibilityProjector:
                 lengths[key] = event["event_id"]
                 if kind == "WorkflowExecutionStarted":
                     started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"])))
-                elif kind in _CLOSE_STATUS:
+                elif kind in CLOSE_STATUS:
                     result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
-                    failure = self.failures.encode(attrs["failure"]) if attrs.get("failure") else None
-                    closed.append((_CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure, *key))
+                    failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
+                    closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure, *key))
         async with conn.cursor() as cur:
             if started:
                 await cur.executemany(
