@@ -33,6 +33,8 @@ def main(order_id: str, amount: float) -> None:
             "input": [{"metadata": {"encoding": b"json/plain"}, "data": json.dumps({"order_id": order_id, "amount": amount}).encode()}],
             "request_id": "",
             "workflow_task_timeout_ms": 0,
+            "id_reuse_policy": "ALLOW_DUPLICATE",
+            "id_conflict_policy": "FAIL",
         }),
     }
     value = io.BytesIO()

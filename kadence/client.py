@@ -18,7 +18,7 @@ from confluent_kafka import Message
 from psycopg_pool import AsyncConnectionPool
 
 from kadence import workflow as workflow_module
-from kadence.common import to_ms
+from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import (
     CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError, WorkflowFailureError,
@@ -68,6 +68,8 @@ class Client:
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
         id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
         task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError."""
@@ -80,6 +82,7 @@ class Client:
             "workflow_type": workflow_type, "task_queue": task_queue,
             "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id or str(uuid.uuid4()),
             "workflow_task_timeout_ms": to_ms(task_timeout),
+            "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
         })
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
         return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)

@@ -5,7 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import Enum
 from typing import Any
+
+
+class WorkflowIDReusePolicy(str, Enum):
+    """Whether a start may reuse the id of a closed run (as temporalio.common)."""
+
+    ALLOW_DUPLICATE = "ALLOW_DUPLICATE"
+    ALLOW_DUPLICATE_FAILED_ONLY = "ALLOW_DUPLICATE_FAILED_ONLY"
+    REJECT_DUPLICATE = "REJECT_DUPLICATE"
+
+
+class WorkflowIDConflictPolicy(str, Enum):
+    """What a start does while a run with its id is running (as temporalio.common)."""
+
+    FAIL = "FAIL"
+    USE_EXISTING = "USE_EXISTING"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ from services.history.state_machine import (
 )
 
 NOW = 1_000_000
+START = {
+    "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "",
+    "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
+}
 
 
 def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
@@ -26,8 +30,7 @@ def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
 
 def started_workflow() -> tuple[PartitionState, str]:
     state = PartitionState(0)
-    start = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}
-    batch = apply(state, decide_start(None, "order-1", start, "client", NOW, 0, 0), 0)
+    batch = apply(state, decide_start(None, "order-1", START, "client", NOW, 0, 0), 0)
     return state, batch["run_id"]
 
 
@@ -51,7 +54,7 @@ def test_start_writes_started_and_a_workflow_task_with_its_dispatch() -> None:
     assert [e["attributes"][0] for e in ex.history] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled"]
     assert ex.next_event_id == 3 and ex.workflow_task is not None
     with pytest.raises(Rejected, match="already started"):
-        decide_start(ex, "order-1", {"workflow_type": "X", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}, "", NOW, 0, 9)
+        decide_start(ex, "order-1", START, "", NOW, 0, 9)
 
 
 def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
@@ -183,10 +186,46 @@ def test_signals_are_buffered_during_a_workflow_task_and_rejected_once_closed() 
 def test_a_repeated_start_request_is_answered_with_the_running_run() -> None:
     state, run_id = started_workflow()
     ex = state.executions["order-1"]
-    again = {"workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0}
+    again = START
     with pytest.raises(Rejected) as rejected:
         decide_start(ex, "order-1", {**again, "request_id": "other-request"}, "client", NOW, 0, 7)
     assert rejected.value.cause == "WORKFLOW_ALREADY_STARTED"
     ex.start_request_id = "request-1"
     retried = decide_start(ex, "order-1", {**again, "request_id": "request-1"}, "client", NOW, 0, 8)
     assert retried.events == [] and retried.to_batch(0, 8)["run_id"] == run_id
+
+
+def complete_first_workflow_task(state: PartitionState, run_id: str) -> None:
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("CompleteWorkflowExecution", {"result": None}),
+    ]}, 2)
+
+
+@pytest.mark.parametrize(("policy", "after", "allowed"), [
+    ("ALLOW_DUPLICATE", "Completed", True),
+    ("ALLOW_DUPLICATE_FAILED_ONLY", "Completed", False),
+    ("ALLOW_DUPLICATE_FAILED_ONLY", "Terminated", True),
+    ("REJECT_DUPLICATE", "Terminated", False),
+])
+def test_id_reuse_policy_decides_whether_a_closed_id_starts_again(policy: str, after: str, allowed: bool) -> None:
+    state, run_id = started_workflow()
+    if after == "Completed":
+        complete_first_workflow_task(state, run_id)
+    else:
+        command(state, "TerminateWorkflowExecution", {"run_id": "", "reason": "test", "details": [], "request_id": ""}, 1)
+    closed = state.executions["order-1"]
+    assert closed.status == after
+    start = {**START, "id_reuse_policy": policy}
+    if allowed:
+        assert decide_start(closed, "order-1", start, "client", NOW, 0, 5).execution.run_id != run_id
+    else:
+        with pytest.raises(Rejected, match=policy):
+            decide_start(closed, "order-1", start, "client", NOW, 0, 5)
+
+
+def test_use_existing_answers_a_start_with_the_running_run() -> None:
+    state, run_id = started_workflow()
+    running = state.executions["order-1"]
+    answer = decide_start(running, "order-1", {**START, "id_conflict_policy": "USE_EXISTING"}, "client", NOW, 0, 3)
+    assert answer.events == [] and answer.to_batch(0, 3)["run_id"] == run_id

@@ -10,6 +10,7 @@ import pytest
 from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
 from kadence.audit import audit_history
 from kadence.client import Client
+from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.exceptions import (
     ActivityError, ApplicationError, CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError,
     WorkflowFailureError,
@@ -197,3 +198,22 @@ async def test_terminate_ends_the_run_at_once_with_the_reason(stack: LocalStack,
     events = audited(stack).history(workflow_id, handle.run_id)
     kind, attrs = events[-1]["attributes"]
     assert kind == "WorkflowExecutionTerminated" and attrs["reason"] == "stuck order"
+
+
+async def test_id_policies_through_the_client(client: Client, task_queue: str) -> None:
+    workflow_id = f"policies-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        first = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
+        existing = await client.start_workflow(
+            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        assert existing.run_id == first.run_id
+        await first.signal(ApprovalWorkflow.approve, "carol")
+        await first.result()
+        with pytest.raises(WorkflowAlreadyStartedError, match="REJECT_DUPLICATE"):
+            await client.start_workflow(
+                ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        second = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
+        assert second.run_id != first.run_id
+        await second.terminate(reason="done testing")

@@ -217,7 +217,16 @@ def decide_start(
     if current is not None and current.status == RUNNING:
         if start["request_id"] and start["request_id"] == current.start_request_id:
             return Transition(current, now_ms)  # the same start again: answered with the running run
+        if start["id_conflict_policy"] == "USE_EXISTING":
+            return Transition(current, now_ms)
         raise Rejected(f"workflow execution already started (run_id={current.run_id})", "WORKFLOW_ALREADY_STARTED")
+    if current is not None:
+        reuse = start["id_reuse_policy"]
+        if reuse == "REJECT_DUPLICATE" or (reuse == "ALLOW_DUPLICATE_FAILED_ONLY" and current.status == "Completed"):
+            raise Rejected(
+                f"workflow id reuse policy {reuse} refuses a new run after run {current.run_id} ({current.status})",
+                "WORKFLOW_ALREADY_STARTED",
+            )
     if not start["workflow_type"] or not start["task_queue"]:
         raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
     run_id = run_id_for(workflow_id, source_partition, source_offset)
