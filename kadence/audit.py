@@ -1,45 +1,78 @@
 """Reading kadence.history back and checking the invariants every history must keep.
 
 The log is folded with the shared fencing rule, so zombie duplicates are counted, not applied.
+Read from the start, every run is checked from its first event; read from an offset or a time,
+runs that began earlier are checked from where the read found them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kadence.protocol import topics
-from kadence.protocol.events import CLOSE_STATUS
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
+from kadence.protocol.events import CLOSE_STATUS
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
 
 Record = dict[str, Any]
+RunKey = tuple[str, str]
 
 ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"}
 
 
 @dataclass
+class RunAudit:
+    """What the checks remember of one run."""
+
+    first_event_id: int
+    events: list[Record] = field(default_factory=list)
+    activity_attempts: dict[int, int] = field(default_factory=dict)  # scheduled id -> attempt now due
+    finished_activities: dict[int, int] = field(default_factory=dict)  # scheduled id -> final result event id
+    fired_timers: set[str] = field(default_factory=set)
+    closed: bool = False
+
+    @property
+    def next_event_id(self) -> int:
+        return self.first_event_id + len(self.events)
+
+
+@dataclass
 class AuditReport:
-    batches: int = 0
+    records: int = 0
     zombie_batches: int = 0
-    histories: dict[tuple[str, str], list[Record]] = field(default_factory=dict)
+    runs: dict[RunKey, RunAudit] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
-        return self.histories[(workflow_id, run_id)]
+        return self.runs[(workflow_id, run_id)].events
 
     def event_types(self, workflow_id: str, run_id: str) -> list[str]:
         return [e["attributes"][0] for e in self.history(workflow_id, run_id)]
 
+    def summary(self) -> dict[str, Any]:
+        return {
+            "records": self.records, "runs": len(self.runs), "events": sum(len(r.events) for r in self.runs.values()),
+            "zombie_batches_skipped": self.zombie_batches, "violations": self.violations,
+        }
 
-def audit_history(settings: KafkaSettings) -> AuditReport:
+
+def audit_history(
+    settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int], None] | None = None,
+) -> AuditReport:
+    """Audit kadence.history from `start_offsets` (default: every partition from 0)."""
+    from_start = start_offsets is None
+    offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
     report = AuditReport()
-    fence = LogFence(strict=True)
+    fence = LogFence(strict=from_start)
     codec = history_batch_codec()
-    for msg in read_to_end(settings, topics.HISTORY, {p: 0 for p in range(settings.partitions)}):
-        report.batches += 1
+    for msg in read_to_end(settings, topics.HISTORY, offsets):
+        report.records += 1
+        if on_record is not None:
+            on_record(report.records)
         where = f"partition {msg.partition()} offset {msg.offset()}"
         try:
             batch = codec.decode(msg.value(), msg.headers())
@@ -49,31 +82,50 @@ def audit_history(settings: KafkaSettings) -> AuditReport:
         if not fence.admit(msg.partition(), batch):
             report.zombie_batches += 1
             continue
+        if not batch["events"]:
+            continue
         key = (batch["workflow_id"], batch["run_id"])
-        events = report.histories.setdefault(key, [])
+        run = report.runs.setdefault(key, RunAudit(first_event_id=batch["first_event_id"]))
         for event in batch["events"]:
-            problem = _check_event(events, event)
+            problem = _check_event(run, event, from_start)
             if problem:
                 report.violations.append(f"{where} workflow_id={key[0]} run_id={key[1]} event_id={event['event_id']}: {problem}")
-            events.append(event)
+            run.events.append(event)
     return report
 
 
-def _check_event(history: list[Record], event: Record) -> str | None:
+def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
     kind, attrs = event["attributes"]
-    if event["event_id"] != len(history) + 1:
-        return f"event id {event['event_id']} where {len(history) + 1} was due"
-    if not history and kind != "WorkflowExecutionStarted":
-        return f"history starts with {kind}"
-    if history and history[-1]["attributes"][0] in CLOSE_STATUS:
+    if event["event_id"] != run.next_event_id:
+        return f"event id {event['event_id']} where {run.next_event_id} was due"
+    if run.closed:
         return f"{kind} after the run closed"
-    if kind in ACTIVITY_RESULTS:
-        scheduled_id = attrs["scheduled_event_id"]
-        if not any(e["event_id"] == scheduled_id and e["attributes"][0] == "ActivityTaskScheduled" for e in history):
-            return f"{kind} for scheduled_event_id {scheduled_id}, which is not an ActivityTaskScheduled event"
-        final = [e for e in history if e["attributes"][0] in ACTIVITY_RESULTS
-                 and e["attributes"][1]["scheduled_event_id"] == scheduled_id
-                 and e["attributes"][1].get("retry_state", "") != "IN_PROGRESS"]
-        if final:
-            return f"second final result for activity {scheduled_id} (first at event {final[0]['event_id']})"
+    if from_start and not run.events and kind != "WorkflowExecutionStarted":
+        return f"history starts with {kind}"
+    run.closed = kind in CLOSE_STATUS
+    if kind == "ActivityTaskScheduled":
+        run.activity_attempts[event["event_id"]] = 1
+    elif kind == "ActivityTaskStarted":
+        due = run.activity_attempts.get(attrs["scheduled_event_id"])
+        if due is not None and attrs["attempt"] != due:
+            return f"attempt {attrs['attempt']} of activity {attrs['scheduled_event_id']} started where attempt {due} was due"
+    elif kind in ACTIVITY_RESULTS:
+        return _check_activity_result(run, event, kind, attrs)
+    elif kind == "TimerFired":
+        if attrs["timer_id"] in run.fired_timers:
+            return f"timer {attrs['timer_id']} fired twice"
+        run.fired_timers.add(attrs["timer_id"])
+    return None
+
+
+def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:
+    scheduled_id = attrs["scheduled_event_id"]
+    if scheduled_id in run.finished_activities:
+        return f"second final result for activity {scheduled_id} (first at event {run.finished_activities[scheduled_id]})"
+    if scheduled_id not in run.activity_attempts and scheduled_id >= run.first_event_id:
+        return f"{kind} for scheduled_event_id {scheduled_id}, which is not an ActivityTaskScheduled event"
+    if attrs.get("retry_state") == "IN_PROGRESS":
+        run.activity_attempts[scheduled_id] = run.activity_attempts.get(scheduled_id, 1) + 1
+    else:
+        run.finished_activities[scheduled_id] = event["event_id"]
     return None

@@ -7,11 +7,13 @@ import logging
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
-from kadence.protocol.kafka import core_topics, ensure_topics
+from kadence.protocol import topics
+from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.settings import KafkaSettings
 
@@ -56,12 +58,12 @@ def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None
     sys.exit(code)
 
 
-@main.group()
-def topics() -> None:
+@main.group("topics")
+def topics_group() -> None:
     """Kafka topics."""
 
 
-@topics.command("create")
+@topics_group.command("create")
 @click.option("--json", "as_json", is_flag=True, help="Print the topics as JSON.")
 def topics_create(as_json: bool) -> None:
     """Create kadence.commands, kadence.history and kadence.dlq if missing (settings from KADENCE_* env)."""
@@ -73,3 +75,61 @@ def topics_create(as_json: bool) -> None:
     else:
         for name, partitions in wanted.items():
             click.echo(f"{name}\t{partitions} partitions")
+
+
+@main.group()
+def audit() -> None:
+    """Checks over the event log."""
+
+
+@audit.command("replay")
+@click.option("--from-offset", type=int, default=None, help="Start every partition of kadence.history at this offset.")
+@click.option("--from-time", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]), default=None,
+              help="Start every partition at its first record at or after this UTC time.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def audit_replay(from_offset: int | None, from_time: datetime | None, as_json: bool) -> None:
+    """Re-read kadence.history and check every invariant; exit 1 on any violation.
+
+    Checked: event ids gap-free and in order per run, runs start with WorkflowExecutionStarted,
+    nothing after a close event, every activity result matches its scheduled event and attempt,
+    no second final result, timers fire at most once; zombie batches (by the fencing rule) are
+    counted and skipped.
+    """
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from kadence.audit import audit_history
+
+    settings = KafkaSettings.from_env()
+    start_offsets = _audit_start(settings, from_offset, from_time)
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, disable=as_json or not console.is_terminal) as progress:
+        reading = progress.add_task("reading kadence.history", total=None)
+        report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"))
+    summary = report.summary()
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(
+            f"{summary['records']} records, {summary['runs']} runs, {summary['events']} events, "
+            f"{summary['zombie_batches_skipped']} zombie batches skipped, {len(report.violations)} violations"
+        )
+        for violation in report.violations:
+            click.echo(f"VIOLATION {violation}")
+    sys.exit(1 if report.violations else 0)
+
+
+def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: datetime | None) -> dict[int, int] | None:
+    if from_offset is not None and from_time is not None:
+        raise click.UsageError("give --from-offset or --from-time, not both")
+    partitions = range(topic_partitions(settings, topics.HISTORY))
+    if from_offset is not None:
+        return {p: from_offset for p in partitions}
+    if from_time is not None:
+        return offsets_for_time(settings, topics.HISTORY, list(partitions), int(from_time.replace(tzinfo=UTC).timestamp() * 1000))
+    return None
+
+
+if __name__ == "__main__":
+    main()

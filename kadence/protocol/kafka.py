@@ -96,6 +96,18 @@ def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 30.0)
     return len(metadata.partitions)
 
 
+def offsets_for_time(settings: KafkaSettings, topic: str, partitions: list[int], timestamp_ms: int) -> dict[int, int]:
+    """Per partition, the first offset at or after `timestamp_ms` (the local broker uses append time)."""
+    consumer = Consumer({**base_config(settings), "group.id": "kadence-reader", "enable.auto.commit": False})
+    try:
+        found = consumer.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in partitions], timeout=30)
+    finally:
+        consumer.close()
+    # -1: no record that late, so nothing to read there (not OFFSET_END: that asks the broker for
+    # its "latest", which the local broker answers wrongly).
+    return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+
+
 def core_topics(settings: KafkaSettings) -> dict[str, int]:
     from kadence.protocol import topics
 
