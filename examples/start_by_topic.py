@@ -35,6 +35,8 @@ def main(order_id: str, amount: float) -> None:
             "workflow_task_timeout_ms": 0,
             "id_reuse_policy": "ALLOW_DUPLICATE",
             "id_conflict_policy": "FAIL",
+            "execution_timeout_ms": 0,
+            "run_timeout_ms": 0,
         }),
     }
     value = io.BytesIO()

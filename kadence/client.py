@@ -68,6 +68,8 @@ class Client:
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
         id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
         task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
         id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
     ) -> "WorkflowHandle":
@@ -81,6 +83,7 @@ class Client:
         run_id = await self._request(id, "StartWorkflowExecution", {
             "workflow_type": workflow_type, "task_queue": task_queue,
             "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id or str(uuid.uuid4()),
+            "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
             "workflow_task_timeout_ms": to_ms(task_timeout),
             "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
         })

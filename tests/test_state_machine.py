@@ -16,6 +16,7 @@ NOW = 1_000_000
 START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "",
     "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
+    "execution_timeout_ms": 0, "run_timeout_ms": 0,
 }
 
 
@@ -229,3 +230,30 @@ def test_use_existing_answers_a_start_with_the_running_run() -> None:
     running = state.executions["order-1"]
     answer = decide_start(running, "order-1", {**START, "id_conflict_policy": "USE_EXISTING"}, "client", NOW, 0, 3)
     assert answer.events == [] and answer.to_batch(0, 3)["run_id"] == run_id
+
+
+def test_run_timeout_closes_the_run_and_drops_its_pending_work() -> None:
+    state = PartitionState(0)
+    start = apply(state, decide_start(None, "order-1", {**START, "run_timeout_ms": 5000}, "client", NOW, 0, 0), 0)
+    assert [(k, e["kind"], e["fire_at_ms"]) for k, e in start["effects"] if k == "Timer"] == [("Timer", "WORKFLOW_RUN_TIMEOUT", NOW + 5000)]
+    run_id = start["run_id"]
+    schedule_activities(state, run_id)
+    timed_out = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_RUN_TIMEOUT",
+                                                "scheduled_event_id": 1, "attempt": 1}, 3)
+    assert [e["attributes"][0] for e in timed_out["events"]] == ["WorkflowExecutionTimedOut"]
+    assert state.executions["order-1"].status == "TimedOut" and not state.executions["order-1"].activities
+    assert ("DropTimer", {"timer_id": f"{run_id}/ACTIVITY_START_TO_CLOSE/5/1"}) not in timed_out["effects"]  # never started
+
+
+def test_schedule_to_close_times_out_an_activity_that_never_started() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
+                                  "schedule_to_close_timeout_ms": 2000, "start_to_close_timeout_ms": 0, "retry_policy": None}),
+    ]}, 2)
+    assert ("ACTIVITY_SCHEDULE_TO_CLOSE", NOW + 2000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
+    fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_CLOSE",
+                                            "scheduled_event_id": 5, "attempt": 1}, 3)
+    kind, attrs = fired["events"][0]["attributes"]
+    assert (kind, attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("ActivityTaskTimedOut", "TIMEOUT", "SCHEDULE_TO_CLOSE")

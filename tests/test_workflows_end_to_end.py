@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -12,12 +13,15 @@ from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.exceptions import (
-    ActivityError, ApplicationError, CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError,
-    WorkflowFailureError,
+    ActivityError, ApplicationError, CancelledError, CommandRejectedError, TerminatedError, TimeoutError,
+    WorkflowAlreadyStartedError, WorkflowFailureError,
 )
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow, SleepyWorkflow
+from tests.workflows import (
+    ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
+    SleepyWorkflow, UnservedActivityWorkflow,
+)
 
 
 def audited(stack: LocalStack):
@@ -217,3 +221,18 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
         second = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
         assert second.run_id != first.run_id
         await second.terminate(reason="done testing")
+
+
+async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, client: Client, task_queue: str) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        waiting = await client.start_workflow(
+            ApprovalWorkflow.run, "o", id=f"run-timeout-{uuid.uuid4()}", task_queue=task_queue, run_timeout=timedelta(seconds=1),
+        )
+        unserved = await client.execute_workflow(
+            UnservedActivityWorkflow.run, 1.0, id=f"s2c-{uuid.uuid4()}", task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as timed_out:
+            await waiting.result()
+    assert unserved == "SCHEDULE_TO_CLOSE TIMEOUT"
+    assert isinstance(timed_out.value.cause, TimeoutError)
+    assert audited(stack).event_types(waiting.id, waiting.run_id)[-1] == "WorkflowExecutionTimedOut"

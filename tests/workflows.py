@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kadence import activity, workflow
 from kadence.common import RetryPolicy
-from kadence.exceptions import ApplicationError
+from kadence.exceptions import ActivityError, ApplicationError, TimeoutError
 
 FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
 
@@ -155,5 +155,21 @@ class CancellableWorkflow:
         return "not cancelled"
 
 
-ALL_WORKFLOWS = [ApprovalWorkflow, CancellableWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+@workflow.defn
+class UnservedActivityWorkflow:
+    """Schedules an activity on a queue no worker polls; reports how it timed out."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        try:
+            await workflow.execute_activity(
+                echo, "never", task_queue="nobody-polls-this", schedule_to_close_timeout=timedelta(seconds=seconds),
+            )
+        except ActivityError as error:
+            assert isinstance(error.cause, TimeoutError) and error.cause.type is not None
+            return f"{error.cause.type.value} {error.retry_state.value if error.retry_state else ''}"
+        return "served"
+
+
+ALL_WORKFLOWS = [ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
 ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -10,6 +10,7 @@ CLOSE_STATUS = {
     "WorkflowExecutionFailed": "Failed",
     "WorkflowExecutionCanceled": "Canceled",
     "WorkflowExecutionTerminated": "Terminated",
+    "WorkflowExecutionTimedOut": "TimedOut",
 }
 
 

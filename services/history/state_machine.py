@@ -236,6 +236,7 @@ def decide_start(
         "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
+        "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
     })
     t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
     return t
@@ -407,6 +408,10 @@ def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int
 def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     kind = cmd["kind"]
     t = Transition(ex, now_ms)
+    if kind == "WORKFLOW_RUN_TIMEOUT":
+        t.flush_buffered()
+        t.add("WorkflowExecutionTimedOut", {"retry_state": "TIMEOUT"})
+        return t
     if kind == "WORKFLOW_TASK_START_TO_CLOSE":
         wt = ex.workflow_task
         if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id:
@@ -429,12 +434,19 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
         t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
         return t
     activity = ex.activities.get(cmd["scheduled_event_id"])
-    if activity is None or activity.attempt != cmd["attempt"]:
+    if activity is None or (kind != "ACTIVITY_SCHEDULE_TO_CLOSE" and activity.attempt != cmd["attempt"]):
         raise Rejected(f"stale {kind} timer")
     if kind == "ACTIVITY_RETRY":
         if activity.started_event_id:
             raise Rejected("activity attempt already started")
         t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+        return t
+    if kind == "ACTIVITY_SCHEDULE_TO_CLOSE":
+        failure = {**_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
+        t.add_workflow_visible("ActivityTaskTimedOut", {
+            "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+            "failure": failure, "retry_state": "TIMEOUT",
+        })
         return t
     if not activity.started_event_id:
         raise Rejected("activity attempt not started")
@@ -559,7 +571,13 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
     cancelled or dropped, whose timers go."""
     for event in t.events:
         kind, attrs = event["attributes"]
-        if kind == "WorkflowTaskStarted":
+        if kind == "WorkflowExecutionStarted":
+            limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
+            if limits:
+                t.effects.append(_timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1))
+        elif kind in CLOSE_STATUS and kind != "WorkflowExecutionTimedOut":
+            t.effects.append(_drop(ex, "WORKFLOW_RUN_TIMEOUT", 1, 1))
+        elif kind == "WorkflowTaskStarted":
             fire_at = t.now_ms + ex.workflow_task_timeout_ms
             t.effects.append(_timer(ex, "WORKFLOW_TASK_START_TO_CLOSE", fire_at, attrs["scheduled_event_id"], 1))
         elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
@@ -575,7 +593,11 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
                 delay = min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
                 t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", t.now_ms + delay, wt.scheduled_event_id, wt.attempt))
         elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
-            t.effects.append(("ActivityTask", activity_task_effect(ex, ex.activities[event["event_id"]])))
+            activity = ex.activities[event["event_id"]]
+            t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+            if activity.schedule_to_close_timeout_ms:
+                fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
+                t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
         elif kind == "ActivityTaskStarted":
             activity = ex.activities.get(attrs["scheduled_event_id"])
             if activity and activity.start_to_close_timeout_ms:
@@ -587,6 +609,8 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
     for activity in removed:
+        if activity.schedule_to_close_timeout_ms:
+            t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", activity.scheduled_event_id, 1))
         if activity.started_event_id:
             t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
         elif activity.attempt > 1:

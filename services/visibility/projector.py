@@ -19,6 +19,8 @@ def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """Why a run closed without a result: its failure, or the cancellation or termination as one."""
     if kind == "WorkflowExecutionCanceled":
         return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+    if kind == "WorkflowExecutionTimedOut":
+        return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
     if kind == "WorkflowExecutionTerminated":
         return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
     return attrs["failure"]
