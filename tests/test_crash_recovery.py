@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import subprocess
 import sys
 import uuid
@@ -15,7 +16,9 @@ from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, StallOnceWorkflow, TwoStepWorkflow
+from tests.workflows import (
+    ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, MixedWorkflow, StallOnceWorkflow, TwoStepWorkflow,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,3 +124,39 @@ async def test_history_service_killed_mid_run_finishes_every_workflow_exactly_on
         assert event_types.count("ActivityTaskCompleted") == 2
         assert event_types.count("WorkflowExecutionCompleted") == 1
         assert event_types[-1] == "WorkflowExecutionCompleted"
+
+
+async def test_history_service_killed_at_random_points_under_500_workflows_with_timers_signals_and_retries(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    chaos = random.Random(20261130)
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_concurrent_activities=200):
+        async def run_one(i: int) -> tuple[str, str, str]:
+            workflow_id = f"chaos-{i}-{uuid.uuid4()}"
+            handle = await client.start_workflow(MixedWorkflow.run, f"order-{i}", id=workflow_id, task_queue=task_queue)
+            await handle.signal(MixedWorkflow.deliver, f"signal-{i}")
+            return workflow_id, handle.run_id or "", await handle.result()
+
+        async def kill_history_now_and_then() -> int:
+            kills = 0
+            while not runs.done():
+                await asyncio.sleep(chaos.uniform(0.5, 2.0))
+                if runs.done() or kills == 4:
+                    break
+                stack.kill_service("history")
+                stack.start_service("history")
+                kills += 1
+            return kills
+
+        runs = asyncio.ensure_future(asyncio.gather(*(run_one(i) for i in range(500))))
+        kills = await kill_history_now_and_then()
+        results = await asyncio.wait_for(runs, 240)
+
+    assert kills >= 2, "the history service must have died mid-run more than once"
+    assert [r for _, _, r in results] == [f"ORDER-{i}+signal-{i}" for i in range(500)]
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    for workflow_id, run_id, _ in results:
+        kinds = report.event_types(workflow_id, run_id)
+        assert (kinds.count("TimerFired"), kinds.count("WorkflowExecutionSignaled"), kinds.count("ActivityTaskCompleted")) == (1, 1, 1)
+        assert kinds.count("ActivityTaskStarted") == 2 and kinds[-1] == "WorkflowExecutionCompleted"

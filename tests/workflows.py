@@ -171,5 +171,33 @@ class UnservedActivityWorkflow:
         return "served"
 
 
-ALL_WORKFLOWS = [ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
-ALL_ACTIVITIES = [echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
+@activity.defn
+async def fail_first_attempt(value: str) -> str:
+    if activity.info().attempt == 1:
+        raise ApplicationError("first attempts fail", type="Flaky")
+    return value.upper()
+
+
+@workflow.defn
+class MixedWorkflow:
+    """A timer, an activity that needs a retry, and a signal to wait for."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+
+    @workflow.signal
+    def deliver(self, value: str) -> None:
+        self.received = value
+
+    @workflow.run
+    async def run(self, value: str) -> str:
+        await workflow.sleep(0.2)
+        charged = await workflow.execute_activity(
+            fail_first_attempt, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY,
+        )
+        await workflow.wait_condition(lambda: self.received is not None)
+        return f"{charged}+{self.received}"
+
+
+ALL_WORKFLOWS = [MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+ALL_ACTIVITIES = [fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
