@@ -16,6 +16,8 @@ from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
+from services.history.checkpoint import CheckpointStore
+from services.history.recovery import PartitionState
 from tests.workflows import (
     ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, MixedWorkflow, StallOnceWorkflow, TwoStepWorkflow,
 )
@@ -160,3 +162,41 @@ async def test_history_service_killed_at_random_points_under_500_workflows_with_
         kinds = report.event_types(workflow_id, run_id)
         assert (kinds.count("TimerFired"), kinds.count("WorkflowExecutionSignaled"), kinds.count("ActivityTaskCompleted")) == (1, 1, 1)
         assert kinds.count("ActivityTaskStarted") == 2 and kinds[-1] == "WorkflowExecutionCompleted"
+
+
+def test_only_the_latest_owner_of_a_partition_may_store_its_checkpoint(stack: LocalStack) -> None:
+    deposed, owner = CheckpointStore(stack.postgres_dsn), CheckpointStore(stack.postgres_dsn)
+    partition = 1000  # not a partition the running history service owns
+    try:
+        deposed.claim([partition])
+        assert deposed.save(PartitionState(partition), 7)
+        assert owner.claim([partition])[partition].history_offset == 7
+        assert not deposed.save(PartitionState(partition), 9), "a deposed owner's checkpoint must be refused"
+        assert owner.save(PartitionState(partition), 11)
+    finally:
+        deposed.close()
+        owner.close()
+
+
+async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: LocalStack, client: Client, task_queue: str) -> None:
+    async def checkpoints_stored() -> int:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            row = await (await conn.execute("SELECT count(*) FROM kadence_history_checkpoints WHERE history_offset > 0")).fetchone()
+            return row[0] if row else 0
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        before = await asyncio.gather(*(
+            client.execute_workflow(TwoStepWorkflow.run, f"a{i}", id=f"ckpt-a{i}-{uuid.uuid4()}", task_queue=task_queue) for i in range(20)
+        ))
+        while await checkpoints_stored() == 0:
+            await asyncio.sleep(0.1)
+        history_log = stack.data_dir / "logs" / "history.log"
+        restored_before = history_log.read_text().count("event=checkpoint_restored")
+        stack.kill_service("history")
+        stack.start_service("history")
+        after = await asyncio.gather(*(
+            client.execute_workflow(TwoStepWorkflow.run, f"b{i}", id=f"ckpt-b{i}-{uuid.uuid4()}", task_queue=task_queue) for i in range(20)
+        ))
+    assert before == [f"a{i}!" for i in range(20)] and after == [f"b{i}!" for i in range(20)]
+    assert history_log.read_text().count("event=checkpoint_restored") > restored_before
+    assert audit_history(stack.settings).violations == []

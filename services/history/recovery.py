@@ -25,6 +25,7 @@ class PartitionState:
     partition: int
     executions: dict[str, Execution] = field(default_factory=dict)
     fence: LogFence = field(default_factory=lambda: LogFence(strict=True))
+    history_offset: int = 0  # the next kadence.history offset this state has not folded
 
     @property
     def resume_offset(self) -> int:
@@ -49,14 +50,17 @@ class PartitionState:
         return ex
 
 
-def recover_partitions(settings: KafkaSettings, partitions: list[int]) -> dict[int, PartitionState]:
-    """Rebuild the state of `partitions` from history, all read in one pass."""
+def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState]) -> dict[int, PartitionState]:
+    """Fold history into `states` (empty, or restored from checkpoints), each from its
+    history_offset to the end of its partition, all read in one pass."""
     started = time.monotonic()
-    states = {p: PartitionState(p) for p in partitions}
+    partitions = sorted(states)
+    read_from = {p: states[p].history_offset for p in partitions}
     codec = history_batch_codec()
     records = skipped = 0
-    for msg in read_to_end(settings, topics.HISTORY, {p: 0 for p in partitions}):
+    for msg in read_to_end(settings, topics.HISTORY, read_from):
         records += 1
+        states[msg.partition()].history_offset = msg.offset() + 1
         try:
             batch = codec.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
@@ -65,8 +69,9 @@ def recover_partitions(settings: KafkaSettings, partitions: list[int]) -> dict[i
         if states[msg.partition()].apply(batch) is None:
             skipped += 1
     log.info(
-        "event=partitions_recovered partitions=%s records=%d zombie_batches_skipped=%d executions=%d resume_offsets=%s seconds=%.3f",
-        partitions, records, skipped, sum(len(s.executions) for s in states.values()),
+        "event=partitions_recovered partitions=%s read_from=%s records=%d zombie_batches_skipped=%d executions=%d "
+        "resume_offsets=%s seconds=%.3f",
+        partitions, read_from, records, skipped, sum(len(s.executions) for s in states.values()),
         {p: s.resume_offset for p, s in states.items()}, time.monotonic() - started,
     )
     return states

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 
+import psycopg
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from kadence.protocol import topics
@@ -14,6 +15,8 @@ from kadence.protocol.kafka import (
     consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key, topic_partitions,
 )
 from kadence.protocol.settings import KafkaSettings, SettingError
+from kadence.protocol.postgres import apply_ddl
+from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import Record, Rejected, Transition, decide, decide_start, derive_effects
 
@@ -39,8 +42,11 @@ class FatalProduceError(RuntimeError):
 
 
 class HistoryService:
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, checkpoints: CheckpointStore | None, checkpoint_interval_s: float) -> None:
         self.settings = settings
+        self.checkpoints = checkpoints
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self._next_checkpoint = time.monotonic() + checkpoint_interval_s
         self.partitions: dict[int, PartitionState] = {}
         self.commands = command_codec()
         self.batches = history_batch_codec()
@@ -65,6 +71,9 @@ class HistoryService:
     async def run(self, stop: asyncio.Event) -> None:
         ensure_topics(self.settings, core_topics(self.settings))
         self.partition_count = self._check_partition_counts()
+        if self.checkpoints is not None:
+            async with await psycopg.AsyncConnection.connect(self.checkpoints.dsn, autocommit=True) as conn:
+                await apply_ddl(conn, CHECKPOINT_DDL)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
@@ -73,15 +82,41 @@ class HistoryService:
                     self.handle(msg)
                 self._flush()
                 self.producer.poll(0)
-                if self._produce_error is not None:
-                    raise FatalProduceError(f"history batch not written: {self._produce_error}")
+                self._raise_produce_error()
+                if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
+                    self._checkpoint()
         finally:
             self.producer.flush(10)
             self.consumer.close()
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+
+    def _raise_produce_error(self) -> None:
+        if self._produce_error is not None:
+            raise FatalProduceError(f"history batch not written: {self._produce_error}")
+
+    def _checkpoint(self) -> None:
+        """Store every owned partition's state once all its batches are written, so the state is
+        exactly the fold of the log up to each partition's history offset."""
+        assert self.checkpoints is not None
+        self._flush()
+        self.producer.flush(30)
+        self._raise_produce_error()
+        started = time.monotonic()
+        stored = [p for p, state in self.partitions.items() if self.checkpoints.save(state, state.history_offset)]
+        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, time.monotonic() - started)
+        self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
-        recovered = recover_partitions(self.settings, [tp.partition for tp in assigned])
+        partitions = [tp.partition for tp in assigned]
+        claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
+        recovered = recover_partitions(self.settings, {
+            p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
+        })
+        for p, checkpoint in claimed.items():
+            if checkpoint is not None:
+                log.info("event=checkpoint_restored partition=%d history_offset=%d", p, checkpoint.history_offset)
         self.partitions.update(recovered)
         for tp in assigned:
             tp.offset = recovered[tp.partition].resume_offset
@@ -180,6 +215,8 @@ class HistoryService:
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             self._produce_error = err
+        elif msg.topic() == topics.HISTORY and (state := self.partitions.get(msg.partition())) is not None:
+            state.history_offset = max(state.history_offset, msg.offset() + 1)
 
     def _dead_letter(self, msg: Message, error: str) -> None:
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)

@@ -1,0 +1,136 @@
+"""Periodic Postgres checkpoints of partition state, so recovery reads only the log after them.
+
+A checkpoint is the fold of kadence.history up to its `history_offset`. Only the partition's
+current owner may write one: on gaining a partition an instance bumps the partition's owner
+epoch, and a checkpoint is stored only under the epoch it holds. A deposed instance (a zombie
+that has not noticed yet) would store a state missing the new owner's batches; its write is
+refused instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from kadence.protocol.codec import codec
+from services.history.recovery import PartitionState
+from services.history.state_machine import RUNNING, Execution, evolve, execution_from_start
+
+log = logging.getLogger("kadence.history.checkpoint")
+
+CHECKPOINT_DDL = [
+    """
+    CREATE TABLE IF NOT EXISTS kadence_history_owners (
+        partition int PRIMARY KEY,
+        epoch bigint NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS kadence_history_checkpoints (
+        partition int PRIMARY KEY,
+        epoch bigint NOT NULL,
+        history_offset bigint NOT NULL,
+        last_source_offset bigint NOT NULL,
+        state bytea NOT NULL,
+        taken_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+]
+
+
+@dataclass
+class Checkpoint:
+    state: PartitionState
+    history_offset: int
+
+
+def encode_state(state: PartitionState) -> bytes:
+    return codec("PartitionCheckpoint").encode({"executions": [
+        {
+            "workflow_id": ex.workflow_id, "run_id": ex.run_id, "workflow_type": ex.workflow_type,
+            "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
+            "events": ex.history if ex.status == RUNNING else [], "buffered": ex.buffered,
+        }
+        for ex in state.executions.values()
+    ]})
+
+
+def decode_state(partition: int, data: bytes, last_source_offset: int) -> PartitionState:
+    state = PartitionState(partition)
+    for saved in codec("PartitionCheckpoint").decode(data)["executions"]:
+        state.executions[saved["workflow_id"]] = _restore(saved)
+    for ex in state.executions.values():
+        if ex.status == RUNNING:
+            state.fence.next_event_id[ex.run_id] = ex.next_event_id
+    if last_source_offset >= 0:
+        state.fence.last_source_offset[partition] = last_source_offset
+    return state
+
+
+def _restore(saved: dict[str, Any]) -> Execution:
+    if not saved["events"]:  # a closed run: what id reuse needs
+        return Execution(
+            workflow_id=saved["workflow_id"], run_id=saved["run_id"], workflow_type=saved["workflow_type"],
+            task_queue=saved["task_queue"], status=saved["status"], start_request_id=saved["start_request_id"],
+        )
+    ex = execution_from_start(saved["workflow_id"], saved["run_id"], saved["events"][0])
+    evolve(ex, {"events": saved["events"], "buffered": []})
+    evolve(ex, {"events": [], "buffered": saved["buffered"]})  # buffered after: events may clear the buffer
+    return ex
+
+
+class CheckpointStore:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.epochs: dict[int, int] = {}
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def claim(self, partitions: list[int]) -> dict[int, Checkpoint | None]:
+        """Become the owner of `partitions` (bump their epochs) and load their checkpoints."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            loaded: dict[int, Checkpoint | None] = {}
+            for partition in partitions:
+                self.epochs[partition] = conn.execute(
+                    "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
+                    "ON CONFLICT (partition) DO UPDATE SET epoch = kadence_history_owners.epoch + 1 RETURNING epoch",
+                    (partition,),
+                ).fetchone()[0]
+                row = conn.execute(
+                    "SELECT history_offset, last_source_offset, state FROM kadence_history_checkpoints WHERE partition = %s",
+                    (partition,),
+                ).fetchone()
+                loaded[partition] = None if row is None else Checkpoint(decode_state(partition, row[2], row[1]), row[0])
+            return loaded
+
+    def save(self, state: PartitionState, history_offset: int) -> bool:
+        """Store the state as of `history_offset`, if this instance still holds the partition's epoch."""
+        partition = state.partition
+        conn = self._connection()
+        with conn.transaction():
+            owner = conn.execute(
+                "SELECT epoch FROM kadence_history_owners WHERE partition = %s FOR UPDATE", (partition,),
+            ).fetchone()
+            if owner is None or owner[0] != self.epochs.get(partition):
+                log.warning("event=checkpoint_fenced partition=%d epoch=%s owner_epoch=%s",
+                            partition, self.epochs.get(partition), owner and owner[0])
+                return False
+            conn.execute(
+                "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
+                "history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
+                "state = EXCLUDED.state, taken_at = now()",
+                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state)),
+            )
+        return True
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.dsn, autocommit=True)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
