@@ -1,0 +1,132 @@
+"""Recovery time of one history partition: from offset 0, and from a checkpoint.
+
+    python bench/bench_recovery.py --events 100000
+
+Writes real histories (built with the history state machine: start, workflow tasks, one
+activity, completion; a tenth of the runs left open) to a one-partition kadence.history on a
+local broker, then times the history service's recovery of that partition from offset 0, the
+checkpoint's encode and decode, and recovery from that checkpoint with 1,000 more batches after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from kadence.local_stack import LocalStack
+from kadence.protocol import topics
+from kadence.protocol.codec import history_batch_codec
+from kadence.protocol.kafka import core_topics, ensure_topics
+from services.history.checkpoint import decode_state, encode_state
+from services.history.recovery import PartitionState, recover_partitions
+from services.history.state_machine import decide, decide_start, derive_effects
+
+START = {
+    "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
+    "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL", "execution_timeout_ms": 0, "run_timeout_ms": 0,
+}
+ACTIVITY = {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
+            "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "retry_policy": None}
+
+
+class HistoryWriter:
+    """Drives the state machine like the live service and produces its batches."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        self.state = PartitionState(0)
+        self.offset = 0
+        self.batches = 0
+        self.events = 0
+        self.codec = history_batch_codec()
+        self.producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "linger.ms": 20, "compression.type": "lz4"})
+
+    def write(self, transition: Any) -> dict[str, Any]:
+        before = dict(transition.execution.activities)
+        batch = transition.to_batch(0, self.offset)
+        execution = self.state.apply(batch)
+        derive_effects(execution, transition, [a for sid, a in before.items() if sid not in execution.activities], [])
+        self.producer.produce(topics.HISTORY, self.codec.encode(batch), batch["workflow_id"].encode(), partition=0)
+        self.producer.poll(0)
+        self.offset += 1
+        self.batches += 1
+        self.events += len(batch["events"])
+        return batch
+
+    def run(self, workflow_id: str, finish: bool) -> None:
+        run_id = self.write(decide_start(None, workflow_id, START, "bench", int(time.time() * 1000), 0, self.offset))["run_id"]
+        ex = self.state.executions[workflow_id]
+        steps: list[tuple[str, dict[str, Any]]] = [
+            ("RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}),
+            ("RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [("ScheduleActivityTask", ACTIVITY)]}),
+            ("RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}),
+            ("RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}),
+        ]
+        if finish:
+            steps += [
+                ("RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 8}),
+                ("RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 8,
+                                                  "commands": [("CompleteWorkflowExecution", {"result": None})]}),
+            ]
+        for kind, body in steps:
+            self.write(decide(ex, kind, body, "bench", int(time.time() * 1000)))
+
+
+def same_state(a: PartitionState, b: PartitionState) -> bool:
+    """Open runs in full; closed runs by what a checkpoint keeps of them."""
+    def view(state: PartitionState) -> dict[str, Any]:
+        return {wid: ex if ex.status == "Running" else (ex.run_id, ex.status) for wid, ex in state.executions.items()}
+    return view(a) == view(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=100_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kadence-bench-recovery-") as data_dir:
+        stack = LocalStack(Path(data_dir), partitions=1)
+        (stack.data_dir / "logs").mkdir()
+        stack.start_broker()
+        try:
+            ensure_topics(stack.settings, core_topics(stack.settings))
+            writer = HistoryWriter(stack)
+            i = 0
+            while writer.events < args.events:
+                writer.run(f"order-{i}", finish=i % 10 != 0)
+                i += 1
+            writer.producer.flush(60)
+            print(f"partition 0: {writer.batches} batches, {writer.events} events, {i} runs ({len(writer.state.executions)} ids)")
+
+            began = time.perf_counter()
+            recovered = recover_partitions(stack.settings, {0: PartitionState(0)})[0]
+            from_zero = time.perf_counter() - began
+            assert recovered.executions == writer.state.executions
+            print(f"recovery from offset 0:      {from_zero:.2f} s ({writer.batches / from_zero:,.0f} batches/s)")
+
+            began = time.perf_counter()
+            saved = encode_state(recovered)
+            encoded = time.perf_counter() - began
+            began = time.perf_counter()
+            restored = decode_state(0, saved, recovered.resume_offset - 1)
+            restored.history_offset = recovered.history_offset
+            decoded = time.perf_counter() - began
+            print(f"checkpoint:                  {len(saved) / 1e6:.1f} MB, encode {encoded:.2f} s, decode+restore {decoded:.2f} s")
+
+            for j in range(1000 // 7 + 1):
+                writer.run(f"later-{j}", finish=True)
+            writer.producer.flush(60)
+            began = time.perf_counter()
+            after = recover_partitions(stack.settings, {0: restored})[0]
+            from_checkpoint = time.perf_counter() - began + decoded
+            assert same_state(after, writer.state)
+            print(f"recovery from the checkpoint: {from_checkpoint:.2f} s (decode+restore, then ~1,000 batches)")
+        finally:
+            stack.stop()
+
+
+if __name__ == "__main__":
+    main()
