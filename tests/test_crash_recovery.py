@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +25,17 @@ from tests.workflows import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.asynccontextmanager
+async def doomed_worker(stack: LocalStack, task_queue: str) -> AsyncIterator[None]:
+    """A worker in its own process, SIGKILLed when the block ends."""
+    process = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
+    try:
+        yield
+    finally:
+        process.kill()
+        process.wait()
 
 
 async def wait_for_file(path: Path, timeout: float) -> None:
@@ -50,15 +63,11 @@ async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_
     stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
 ) -> None:
     marker = tmp_path / "attempt-1-started"
-    doomed = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
-    try:
-        workflow_id = f"hang-{uuid.uuid4()}"
+    workflow_id = f"hang-{uuid.uuid4()}"
+    async with doomed_worker(stack, task_queue):
         handle = await client.start_workflow(HangingActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
         await wait_for_file(marker, 60)
         await wait_for_event(stack, workflow_id, "ActivityTaskStarted", 60)
-    finally:
-        doomed.kill()
-        doomed.wait()
 
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity="rescuer"):
         assert await asyncio.wait_for(handle.result(), 60) == "done on attempt 2"
@@ -77,17 +86,13 @@ async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_t
     stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
 ) -> None:
     marker = tmp_path / "workflow-task-stalled"
-    doomed = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
-    try:
-        workflow_id = f"stall-{uuid.uuid4()}"
+    workflow_id = f"stall-{uuid.uuid4()}"
+    async with doomed_worker(stack, task_queue):
         handle = await client.start_workflow(
             StallOnceWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue, task_timeout=timedelta(seconds=2),
         )
         await wait_for_file(marker, 60)
         await wait_for_event(stack, workflow_id, "WorkflowTaskStarted", 60)
-    finally:
-        doomed.kill()
-        doomed.wait()
 
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, identity="rescuer"):
         assert await asyncio.wait_for(handle.result(), 60) == "recovered"
