@@ -30,8 +30,10 @@ START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
     "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL", "execution_timeout_ms": 0, "run_timeout_ms": 0,
 }
-ACTIVITY = {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-            "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "retry_policy": None}
+ACTIVITY = {
+    "activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [], "schedule_to_close_timeout_ms": 0,
+    "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0, "retry_policy": None,
+}
 
 
 class HistoryWriter:

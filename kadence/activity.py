@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
 
@@ -30,9 +30,16 @@ class Info:
     workflow_id: str
     workflow_run_id: str
     workflow_type: str
+    heartbeat_details: Sequence[Any] = field(default_factory=tuple)
+    """What the last heartbeat of an earlier attempt carried, to resume from."""
+
+
+class HeartbeatSender(Protocol):
+    def __call__(self, *details: Any) -> None: ...
 
 
 _current_info: contextvars.ContextVar[Info] = contextvars.ContextVar("kadence_activity_info")
+_current_heartbeat: contextvars.ContextVar[HeartbeatSender] = contextvars.ContextVar("kadence_activity_heartbeat")
 
 
 @overload
@@ -60,6 +67,16 @@ def definition(fn: Callable[..., Any]) -> ActivityDefinition:
     if found is None:
         raise TypeError(f"{getattr(fn, '__name__', fn)!r} is not an activity; decorate it with @activity.defn")
     return found
+
+
+def heartbeat(*details: Any) -> None:
+    """Report progress; `details` reach the next attempt if this one fails or times out. Sends are
+    throttled (at most one per 80% of the heartbeat timeout, capped at 30 s), the latest details win."""
+    try:
+        send = _current_heartbeat.get()
+    except LookupError:
+        raise RuntimeError("activity.heartbeat() called outside an activity") from None
+    send(*details)
 
 
 def info() -> Info:

@@ -253,12 +253,18 @@ class Worker:
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
             scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
             workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
+            heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
         )
+        heartbeater = _Heartbeater(self, task)
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)
-        if definition.is_async:
-            return await asyncio.create_task(definition.fn(*args), context=context)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+        context.run(activity_module._current_heartbeat.set, heartbeater)
+        try:
+            if definition.is_async:
+                return await asyncio.create_task(definition.fn(*args), context=context)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+        finally:
+            heartbeater.close()
 
     def _send(self, workflow_id: str, kind: str, body: Record) -> asyncio.Future[Message]:
         return self.client.send_command(workflow_id, kind, body, identity=self.identity)
@@ -269,3 +275,58 @@ class Worker:
         except UndecodableRecord as exc:
             log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
             return None
+
+
+class _Heartbeater:
+    """Throttled heartbeats of one activity attempt, as temporalio: at most one send per 80% of the
+    heartbeat timeout (30 s without one); between sends the latest details win. Callable from the
+    activity's thread when the activity is sync."""
+
+    def __init__(self, worker: Worker, task: Record) -> None:
+        at = task["task"][1]
+        self._worker = worker
+        self._workflow_id = task["workflow_id"]
+        self._reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        timeout_s = at["heartbeat_timeout_ms"] / 1000
+        self._interval = min(timeout_s * 0.8, 30.0) if timeout_s else 30.0
+        self._loop = asyncio.get_running_loop()
+        self._last_sent = -self._interval
+        self._pending: tuple[Any, ...] | None = None
+        self._scheduled: asyncio.TimerHandle | None = None
+
+    def __call__(self, *details: Any) -> None:
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._heartbeat(details)
+        else:
+            self._loop.call_soon_threadsafe(self._heartbeat, details)
+
+    def _heartbeat(self, details: tuple[Any, ...]) -> None:
+        self._pending = details
+        due = self._last_sent + self._interval
+        if self._loop.time() >= due:
+            self._send()
+        elif self._scheduled is None:
+            self._scheduled = self._loop.call_at(due, self._send)
+
+    def _send(self) -> None:
+        self._scheduled = None
+        if self._pending is None:
+            return
+        details, self._pending = self._pending, None
+        self._last_sent = self._loop.time()
+        payloads = self._worker.client.data_converter.payload_converter.to_payloads(details)
+        sent = self._worker._send(self._workflow_id, "RecordActivityTaskHeartbeat", {**self._reply, "details": payloads})
+        sent.add_done_callback(_log_failed_heartbeat)
+
+    def close(self) -> None:
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+
+
+def _log_failed_heartbeat(sent: asyncio.Future[Message]) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("event=heartbeat_not_sent error=%r", str(sent.exception()))

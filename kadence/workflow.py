@@ -151,6 +151,7 @@ def start_activity(
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
     activity_id: str | None = None,
     result_type: type | None = None,
@@ -176,6 +177,7 @@ def start_activity(
         "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
         "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
         "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
+        "heartbeat_timeout_ms": to_ms(heartbeat_timeout),
         "retry_policy": retry_policy.to_record() if retry_policy else None,
     })
 
@@ -192,6 +194,7 @@ async def execute_activity(
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
     activity_id: str | None = None,
     result_type: type | None = None,
@@ -199,7 +202,7 @@ async def execute_activity(
     """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_activity(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
-        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
+        start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
         activity_id=activity_id, result_type=result_type,
     )
 

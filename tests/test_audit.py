@@ -36,7 +36,7 @@ def event(event_id: int, kind: str, **attrs: Any) -> dict[str, Any]:
 def batch(first_event_id: int, events: list[dict[str, Any]], source_offset: int) -> dict[str, Any]:
     return {
         "workflow_id": "order-1", "run_id": "run-1", "first_event_id": first_event_id, "events": events, "buffered": [],
-        "effects": [], "request_ids": [], "rejection": None, "source_partition": 0, "source_offset": source_offset,
+        "effects": [], "heartbeats": [], "request_ids": [], "rejection": None, "source_partition": 0, "source_offset": source_offset,
     }
 
 

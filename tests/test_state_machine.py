@@ -45,7 +45,8 @@ def schedule_activities(state: PartitionState, run_id: str, count: int = 1) -> N
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": str(i), "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "retry_policy": None})
+                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0,
+                                  "retry_policy": None})
         for i in range(count)
     ]}, 2)
 
@@ -143,7 +144,8 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 30_000, "start_to_close_timeout_ms": 0, "retry_policy": None}),
+                                  "schedule_to_close_timeout_ms": 30_000, "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
+                                  "retry_policy": None}),
     ]}, 2)
     batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
     assert [(kind, effect["kind"], effect["fire_at_ms"]) for kind, effect in batch["effects"]] == [
@@ -251,7 +253,8 @@ def test_schedule_to_close_times_out_an_activity_that_never_started() -> None:
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 2000, "start_to_close_timeout_ms": 0, "retry_policy": None}),
+                                  "schedule_to_close_timeout_ms": 2000, "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
+                                  "retry_policy": None}),
     ]}, 2)
     assert ("ACTIVITY_SCHEDULE_TO_CLOSE", NOW + 2000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
     fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_CLOSE",
@@ -279,3 +282,32 @@ def test_a_checkpoint_restores_open_and_closed_runs_with_their_buffers() -> None
     assert (order_2.run_id, order_2.status) == (closed["run_id"], "Terminated")
     assert restored.resume_offset == state.resume_offset == 9
     assert restored.fence.next_event_id == {run_id: state.executions["order-1"].next_event_id}
+
+
+def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
+                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 60_000, "heartbeat_timeout_ms": 1000,
+                                  "retry_policy": None}),
+    ]}, 2)
+    started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    assert ("ACTIVITY_HEARTBEAT", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in started["effects"] if k == "Timer"]
+    progress = [{"metadata": {"encoding": b"json/plain"}, "data": b"3"}]
+    ex = state.executions["order-1"]
+    beat = apply(state, decide(ex, "RecordActivityTaskHeartbeat", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1,
+                                                                   "details": progress}, "worker", NOW + 500), 4)
+    assert beat["events"] == [] and beat["heartbeats"][0]["details"] == progress
+    assert [(e["kind"], e["fire_at_ms"]) for k, e in beat["effects"]] == [("ACTIVITY_HEARTBEAT", NOW + 1500)]
+    fired = {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_HEARTBEAT", "scheduled_event_id": 5, "attempt": 1}
+    with pytest.raises(Rejected, match="heartbeat arrived since"):
+        decide(ex, "TimeoutFired", fired, "timer", NOW + 1000)
+    timed_out = apply(state, decide(ex, "TimeoutFired", fired, "timer", NOW + 1500), 5)
+    _, attrs = timed_out["events"][0]["attributes"]
+    assert (attrs["retry_state"], attrs["failure"]["timeout_type"], attrs["failure"]["details"]) == ("IN_PROGRESS", "HEARTBEAT", progress)
+    retried = command(state, "TimeoutFired", {**fired, "kind": "ACTIVITY_RETRY", "attempt": 2}, 6)
+    (task,) = [e for k, e in retried["effects"] if k == "ActivityTask"]
+    assert (task["attempt"], task["heartbeat_details"]) == (2, progress)
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1)
+    assert restored.executions["order-1"].activities[5].heartbeat == ex.activities[5].heartbeat

@@ -20,7 +20,7 @@ from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import (
     ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
-    SleepyWorkflow, UnservedActivityWorkflow,
+    HeartbeatWorkflow, SleepyWorkflow, UnservedActivityWorkflow,
 )
 
 
@@ -236,3 +236,17 @@ async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, clie
     assert unserved == "SCHEDULE_TO_CLOSE TIMEOUT"
     assert isinstance(timed_out.value.cause, TimeoutError)
     assert audited(stack).event_types(waiting.id, waiting.run_id)[-1] == "WorkflowExecutionTimedOut"
+
+
+async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_details(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    workflow_id = f"heartbeat-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(HeartbeatWorkflow.run, 6, id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "attempt 2 resumed from 3"
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    timed_out = [a for kind, a in events if kind == "ActivityTaskTimedOut"]
+    assert [(a["retry_state"], a["failure"]["timeout_type"], a["failure"]["details"][0]["data"]) for a in timed_out] == [
+        ("IN_PROGRESS", "HEARTBEAT", b"3"),
+    ]

@@ -199,5 +199,28 @@ class MixedWorkflow:
         return f"{charged}+{self.received}"
 
 
-ALL_WORKFLOWS = [MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
-ALL_ACTIVITIES = [fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
+@activity.defn
+async def count_with_heartbeats(target: int) -> str:
+    """Counts to `target`, heartbeating each step; attempt 1 goes quiet at 3 and times out."""
+    info = activity.info()
+    start = info.heartbeat_details[0] if info.heartbeat_details else 0
+    for step in range(start + 1, target + 1):
+        activity.heartbeat(step)
+        if info.attempt == 1 and step == 3:
+            await asyncio.sleep(3600)
+        await asyncio.sleep(0.01)
+    return f"attempt {info.attempt} resumed from {start}"
+
+
+@workflow.defn
+class HeartbeatWorkflow:
+    @workflow.run
+    async def run(self, target: int) -> str:
+        return await workflow.execute_activity(
+            count_with_heartbeats, target, start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1), retry_policy=FAST_RETRY,
+        )
+
+
+ALL_WORKFLOWS = [HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+ALL_ACTIVITIES = [count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -17,7 +17,7 @@ import psycopg
 
 from kadence.protocol.codec import codec
 from services.history.recovery import PartitionState
-from services.history.state_machine import RUNNING, Execution, evolve, execution_from_start
+from services.history.state_machine import RUNNING, Execution, apply_heartbeat, evolve, execution_from_start
 
 log = logging.getLogger("kadence.history.checkpoint")
 
@@ -53,6 +53,7 @@ def encode_state(state: PartitionState) -> bytes:
             "workflow_id": ex.workflow_id, "run_id": ex.run_id, "workflow_type": ex.workflow_type,
             "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
             "events": ex.history if ex.status == RUNNING else [], "buffered": ex.buffered,
+            "heartbeats": [a.heartbeat for a in ex.activities.values() if a.heartbeat is not None],
         }
         for ex in state.executions.values()
     ]})
@@ -79,6 +80,8 @@ def _restore(saved: dict[str, Any]) -> Execution:
     ex = execution_from_start(saved["workflow_id"], saved["run_id"], saved["events"][0])
     evolve(ex, {"events": saved["events"], "buffered": []})
     evolve(ex, {"events": [], "buffered": saved["buffered"]})  # buffered after: events may clear the buffer
+    for heartbeat in saved["heartbeats"]:
+        apply_heartbeat(ex, heartbeat)
     return ex
 
 

@@ -179,6 +179,7 @@ class HistoryService:
             pending["events"] += batch["events"]
             pending["buffered"] += batch["buffered"]
             pending["effects"] += batch["effects"]
+            pending["heartbeats"] += batch["heartbeats"]
             pending["request_ids"] += batch["request_ids"]
             pending["source_offset"] = offset
         else:
@@ -193,7 +194,7 @@ class HistoryService:
         batch = {
             "workflow_id": workflow_id, "run_id": current.run_id if current else "",
             "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": [],
-            "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
+            "heartbeats": [], "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
             "source_partition": partition, "source_offset": offset,
         }
         state.apply(batch)

@@ -48,9 +48,12 @@ class ActivityState:
     start_to_close_timeout_ms: int
     retry_policy: Record | None
     scheduled_time_ms: int
+    heartbeat_timeout_ms: int = 0
     attempt: int = 1
     started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
     started_identity: str = ""
+    heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
+    last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Transition:
     events: list[Record] = field(default_factory=list)
     buffered: list[Record] = field(default_factory=list)
     effects: list[tuple[str, Record]] = field(default_factory=list)
+    heartbeats: list[Record] = field(default_factory=list)
 
     @property
     def next_event_id(self) -> int:
@@ -120,6 +124,7 @@ class Transition:
             "events": self.events,
             "buffered": self.buffered,
             "effects": self.effects,
+            "heartbeats": self.heartbeats,
             "request_ids": [],
             "rejection": None,
             "source_partition": source_partition,
@@ -154,8 +159,21 @@ def evolve(ex: Execution, batch: Record) -> None:
         _apply(ex, event)
         ex.history.append(event)
         ex.next_event_id = event["event_id"] + 1
+    for heartbeat in batch.get("heartbeats", ()):
+        apply_heartbeat(ex, heartbeat)
     if ex.status != RUNNING:
         ex.history = []  # a closed run takes no more workflow tasks
+
+
+def apply_heartbeat(ex: Execution, heartbeat: Record) -> None:
+    """Keep the latest heartbeat, whichever attempt sent it (the next attempt resumes from it);
+    only the current attempt's heartbeat holds off its heartbeat timeout."""
+    activity = ex.activities.get(heartbeat["scheduled_event_id"])
+    if activity is None:
+        return
+    activity.heartbeat = heartbeat
+    if activity.attempt == heartbeat["attempt"]:
+        activity.last_heartbeat_ms = heartbeat["recorded_at_ms"]
 
 
 def _apply(ex: Execution, event: Record) -> None:
@@ -184,6 +202,7 @@ def _apply(ex: Execution, event: Record) -> None:
             input=attrs["input"],
             schedule_to_close_timeout_ms=attrs["schedule_to_close_timeout_ms"],
             start_to_close_timeout_ms=attrs["start_to_close_timeout_ms"],
+            heartbeat_timeout_ms=attrs["heartbeat_timeout_ms"],
             retry_policy=attrs["retry_policy"],
             scheduled_time_ms=event["event_time_ms"],
         )
@@ -192,6 +211,7 @@ def _apply(ex: Execution, event: Record) -> None:
         activity.started_event_id = event["event_id"]
         activity.attempt = attrs["attempt"]
         activity.started_identity = attrs["identity"]
+        activity.last_heartbeat_ms = event["event_time_ms"]
     elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
         activity = ex.activities[attrs["scheduled_event_id"]]
         activity.attempt += 1
@@ -380,6 +400,18 @@ def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityStat
     return activity
 
 
+def _activity_task_heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    t = Transition(ex, now_ms)
+    t.heartbeats.append({
+        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
+        "details": cmd["details"], "recorded_at_ms": now_ms,
+    })
+    if activity.heartbeat_timeout_ms:  # re-armed: the same timer id, a later fire time
+        t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", now_ms + activity.heartbeat_timeout_ms, activity.scheduled_event_id, activity.attempt))
+    return t
+
+
 def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     t = Transition(ex, now_ms)
@@ -450,7 +482,11 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
         return t
     if not activity.started_event_id:
         raise Rejected("activity attempt not started")
-    failure = {**_failure("activity StartToClose timeout", ""), "timeout_type": "START_TO_CLOSE"}
+    if kind == "ACTIVITY_HEARTBEAT" and activity.last_heartbeat_ms + activity.heartbeat_timeout_ms > now_ms:
+        raise Rejected("a heartbeat arrived since the heartbeat timer was set")
+    timeout_type = "HEARTBEAT" if kind == "ACTIVITY_HEARTBEAT" else "START_TO_CLOSE"
+    failure = {**_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
+               "details": activity.heartbeat["details"] if activity.heartbeat else []}
     retry_state = activity_retry_state(activity, failure, now_ms)
     attrs = {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
@@ -493,6 +529,7 @@ _HANDLERS = {
     "RespondWorkflowTaskCompleted": _workflow_task_completed,
     "RespondWorkflowTaskFailed": _workflow_task_failed,
     "RecordActivityTaskStarted": _activity_task_started,
+    "RecordActivityTaskHeartbeat": _activity_task_heartbeat,
     "RespondActivityTaskCompleted": _activity_task_completed,
     "RespondActivityTaskFailed": _activity_task_failed,
     "TimeoutFired": _timeout_fired,
@@ -551,6 +588,8 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
         "activity_id": activity.activity_id, "activity_type": activity.activity_type, "input": activity.input,
         "start_to_close_timeout_ms": activity.start_to_close_timeout_ms,
         "scheduled_time_ms": activity.scheduled_time_ms,
+        "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
+        "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
     }
 
 
@@ -603,9 +642,14 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             if activity and activity.start_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.start_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
+            if activity and activity.heartbeat_timeout_ms:
+                fire_at = t.now_ms + activity.heartbeat_timeout_ms
+                t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
         elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
             activity = ex.activities[attrs["scheduled_event_id"]]
             t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
+            if activity.heartbeat_timeout_ms:
+                t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
     for activity in removed:
@@ -613,6 +657,8 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", activity.scheduled_event_id, 1))
         if activity.started_event_id:
             t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
+            if activity.heartbeat_timeout_ms:
+                t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt))
         elif activity.attempt > 1:
             t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
     for started_event_id in removed_timers:
