@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+from services.history import state_machine
+
 from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
 from services.history.service import _continues
@@ -311,3 +313,47 @@ def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
     assert (task["attempt"], task["heartbeat_details"]) == (2, progress)
     restored = decode_state(0, encode_state(state), state.resume_offset - 1)
     assert restored.executions["order-1"].activities[5].heartbeat == ex.activities[5].heartbeat
+
+
+BIG = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * (2 * 1024 * 1024 + 1)}
+
+
+def test_oversized_payloads_and_names_get_a_clear_answer() -> None:
+    with pytest.raises(Rejected, match="exceeds the 2 MB limit"):
+        decide_start(None, "order-1", {**START, "input": [BIG]}, "client", NOW, 0, 0)
+    with pytest.raises(Rejected, match="workflow_id is 1001 characters"):
+        decide_start(None, "x" * 1001, START, "client", NOW, 0, 0)
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    failed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("CompleteWorkflowExecution", {"result": BIG}),
+    ]}, 2)
+    kind, attrs = failed["events"][0]["attributes"]
+    assert (kind, attrs["cause"]) == ("WorkflowTaskFailed", "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES")
+    assert ex.status == "Running"
+
+
+def test_an_oversized_activity_result_fails_the_activity_for_good() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    batch = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": BIG}, 4)
+    kind, attrs = batch["events"][0]["attributes"]
+    assert (kind, attrs["retry_state"], attrs["failure"]["type"]) == ("ActivityTaskFailed", "NON_RETRYABLE_FAILURE", "BlobSizeLimitError")
+
+
+def test_history_and_pending_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_machine, "MAX_PENDING_ACTIVITIES", 1)
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    ex = state.executions["order-1"]
+    failed = [attrs for kind, attrs in (e["attributes"] for e in ex.history) if kind == "WorkflowTaskFailed"]
+    assert [f["cause"] for f in failed] == ["PENDING_ACTIVITIES_LIMIT_EXCEEDED"]
+
+    # With the history at its limit, a command that adds an event ends the run instead.
+    monkeypatch.setattr(state_machine, "MAX_HISTORY_EVENTS", ex.next_event_id - 1)
+    assert ex.workflow_task is not None
+    ended = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": ex.workflow_task.scheduled_event_id}, 3)
+    kind, attrs = ended["events"][-1]["attributes"]
+    assert (kind, ex.status) == ("WorkflowExecutionTerminated", "Terminated") and "event limit" in attrs["reason"]

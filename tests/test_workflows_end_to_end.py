@@ -20,7 +20,7 @@ from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import (
     ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
-    HeartbeatWorkflow, SleepyWorkflow, UnservedActivityWorkflow,
+    HeartbeatWorkflow, HugeResultWorkflow, SleepyWorkflow, UnservedActivityWorkflow,
 )
 
 
@@ -250,3 +250,13 @@ async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_d
     assert [(a["retry_state"], a["failure"]["timeout_type"], a["failure"]["details"][0]["data"]) for a in timed_out] == [
         ("IN_PROGRESS", "HEARTBEAT", b"3"),
     ]
+
+
+async def test_oversized_payloads_get_clear_errors_and_the_partition_keeps_moving(client: Client, task_queue: str) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        with pytest.raises(CommandRejectedError, match="exceeds the 2 MB limit") as rejected:
+            await client.start_workflow(EchoWorkflow.run, "x" * (3 * 1024 * 1024), id=f"big-{uuid.uuid4()}", task_queue=task_queue)
+        assert rejected.value.cause == "INVALID_ARGUMENT"
+        result = await client.execute_workflow(HugeResultWorkflow.run, 2.5, id=f"huge-{uuid.uuid4()}", task_queue=task_queue)
+        assert result == "BlobSizeLimitError: non_retryable=True"
+        assert await client.execute_workflow(EchoWorkflow.run, "small", id=f"after-{uuid.uuid4()}", task_queue=task_queue) == "small"

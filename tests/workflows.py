@@ -212,6 +212,23 @@ async def count_with_heartbeats(target: int) -> str:
     return f"attempt {info.attempt} resumed from {start}"
 
 
+@activity.defn
+async def huge_result(megabytes: float) -> str:
+    return "x" * int(megabytes * 1024 * 1024)
+
+
+@workflow.defn
+class HugeResultWorkflow:
+    @workflow.run
+    async def run(self, megabytes: float) -> str:
+        try:
+            await workflow.execute_activity(huge_result, megabytes, start_to_close_timeout=timedelta(seconds=30))
+        except ActivityError as error:
+            assert isinstance(error.cause, ApplicationError)
+            return f"{error.cause.type}: non_retryable={error.cause.non_retryable}"
+        return "accepted"
+
+
 @workflow.defn
 class HeartbeatWorkflow:
     @workflow.run
@@ -222,5 +239,5 @@ class HeartbeatWorkflow:
         )
 
 
-ALL_WORKFLOWS = [HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
-ALL_ACTIVITIES = [count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
+ALL_WORKFLOWS = [HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+ALL_ACTIVITIES = [huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -39,6 +39,9 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         "batch.num.messages": 10000,
         "compression.type": "lz4",
         "partitioner": "murmur2_random",
+        # Kadence refuses payloads over 2 MB with a clear answer; records up to this size must
+        # reach it for that (on Apache Kafka, topics need max.message.bytes to match).
+        "message.max.bytes": 10 * 1024 * 1024,
         **overrides,
     }
 

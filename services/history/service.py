@@ -17,6 +17,7 @@ from kadence.protocol.kafka import (
 from kadence.protocol.settings import KafkaSettings, SettingError
 from kadence.protocol.postgres import apply_ddl
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
+from services.history.limits import MAX_HISTORY_EVENTS, WARN_HISTORY_EVENTS, WARN_PAYLOAD_BYTES
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import Record, Rejected, Transition, decide, decide_start, derive_effects
 
@@ -146,6 +147,8 @@ class HistoryService:
             return
         kind, body = command["command"]
         now_ms = int(time.time() * 1000)
+        if len(msg.value()) > WARN_PAYLOAD_BYTES:
+            log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
         try:
             if kind == "StartWorkflowExecution":
                 current = state.executions.get(workflow_id)
@@ -173,6 +176,9 @@ class HistoryService:
         execution = state.apply(batch)
         assert execution is not None, "a live batch always continues its run"
         removed = [activity for sid, activity in activities_before.items() if sid not in execution.activities]
+        if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
+            log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
+                        execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
         derive_effects(execution, transition, removed, sorted(timers_before - set(execution.timers.values())))
         pending = self._unwritten.get(partition)
         if pending is not None and _continues(pending, batch):

@@ -17,6 +17,9 @@ from typing import Any
 
 from kadence.protocol.events import CLOSE_STATUS, failure_record
 from kadence.protocol.ids import run_id_for
+from services.history.limits import (
+    MAX_HISTORY_EVENTS, MAX_PENDING_ACTIVITIES, MAX_PENDING_SIGNALS, name_problem, payload_problem,
+)
 
 Record = dict[str, Any]
 
@@ -249,6 +252,9 @@ def decide_start(
             )
     if not start["workflow_type"] or not start["task_queue"]:
         raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
+    problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input")
+    if problem:
+        raise Rejected(problem)
     run_id = run_id_for(workflow_id, source_partition, source_offset)
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     t = Transition(ex, now_ms)
@@ -278,7 +284,20 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     handler = _HANDLERS.get(kind)
     if handler is None:
         raise Rejected(f"unknown command {kind}")
-    return handler(ex, cmd, identity, now_ms)
+    return _within_history_limit(handler(ex, cmd, identity, now_ms))
+
+
+def _within_history_limit(t: Transition) -> Transition:
+    """A run whose history would pass the limit is terminated instead, with the reason."""
+    if t.next_event_id - 1 <= MAX_HISTORY_EVENTS:
+        return t
+    terminated = Transition(t.execution, t.now_ms)
+    terminated.flush_buffered()
+    terminated.add("WorkflowExecutionTerminated", {
+        "reason": f"history would exceed the {MAX_HISTORY_EVENTS}-event limit; continue-as-new long-running workflows",
+        "details": [], "identity": "kadence-history",
+    })
+    return terminated
 
 
 def _started_workflow_task(ex: Execution, scheduled_event_id: int, identity: str) -> WorkflowTaskState:
@@ -340,10 +359,26 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
     return t
 
 
+_BAD_ATTRIBUTES_CAUSE = {
+    "ScheduleActivityTask": "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES",
+    "StartTimer": "BAD_START_TIMER_ATTRIBUTES",
+    "CancelTimer": "BAD_CANCEL_TIMER_ATTRIBUTES",
+    "CompleteWorkflowExecution": "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES",
+    "FailWorkflowExecution": "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES",
+    "CancelWorkflowExecution": "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES",
+}
+
+
 def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
     """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
     timers = set(ex.timers)
+    scheduling = sum(kind == "ScheduleActivityTask" for kind, _ in commands)
+    if len(ex.activities) + scheduling > MAX_PENDING_ACTIVITIES:
+        return "PENDING_ACTIVITIES_LIMIT_EXCEEDED", f"at most {MAX_PENDING_ACTIVITIES} activities may be pending"
     for kind, attrs in commands:
+        problem = name_problem(ex.workflow_id, attrs) or payload_problem(attrs, kind)
+        if problem:
+            return _BAD_ATTRIBUTES_CAUSE[kind], problem
         if kind == "ScheduleActivityTask":
             if not attrs["activity_type"]:
                 return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", "ScheduleActivityTask needs an activity_type"
@@ -402,6 +437,9 @@ def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityStat
 
 def _activity_task_heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
+    problem = payload_problem(cmd["details"], "heartbeat details")
+    if problem:
+        raise Rejected(problem)
     t = Transition(ex, now_ms)
     t.heartbeats.append({
         "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
@@ -414,6 +452,10 @@ def _activity_task_heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: 
 
 def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
+    too_large = payload_problem(cmd["result"], f"result of activity {activity.activity_type}")
+    if too_large:  # as Temporal: the attempt fails for good, and the workflow hears why
+        failure = {**_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}
+        return _activity_task_failed(ex, {**cmd, "failure": failure}, identity, now_ms)
     t = Transition(ex, now_ms)
     t.add_workflow_visible("ActivityTaskCompleted", {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
@@ -424,6 +466,10 @@ def _activity_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
 
 def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
+    problem = payload_problem(cmd["failure"], "activity failure")
+    if problem:  # keep the failure, drop what is too large to keep
+        cmd = {**cmd, "failure": {**cmd["failure"], "details": [], "stack_trace": "", "cause": None,
+                                  "message": f"{cmd['failure']['message'][:1000]} ({problem}; details dropped)"}}
     t = Transition(ex, now_ms)
     retry_state = activity_retry_state(activity, cmd["failure"], now_ms)
     attrs = {
@@ -502,6 +548,11 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
 def _signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     if not cmd["signal_name"]:
         raise Rejected("SignalWorkflowExecution needs a signal_name")
+    problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["input"], "signal input")
+    if problem:
+        raise Rejected(problem)
+    if sum(event_type(e) == "WorkflowExecutionSignaled" for e in ex.buffered) >= MAX_PENDING_SIGNALS:
+        raise Rejected(f"{MAX_PENDING_SIGNALS} signals already wait for the workflow to take them; try again later")
     t = Transition(ex, now_ms)
     t.add_workflow_visible("WorkflowExecutionSignaled", {"signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity})
     return t
@@ -515,6 +566,9 @@ def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
 
 
 def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    problem = payload_problem(cmd["details"], "termination details")
+    if problem:
+        raise Rejected(problem)
     t = Transition(ex, now_ms)
     t.flush_buffered()  # what arrived is kept in the history; nothing runs after this
     t.add("WorkflowExecutionTerminated", {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})

@@ -1,0 +1,41 @@
+"""Temporal's default limits, enforced by the history service with a clear reason each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+WARN_PAYLOAD_BYTES = 256 * 1024
+MAX_ID_LENGTH = 1000
+MAX_PENDING_ACTIVITIES = 2000
+MAX_PENDING_SIGNALS = 2000
+MAX_HISTORY_EVENTS = 51_200
+WARN_HISTORY_EVENTS = 10_240
+
+# The fields of commands that name things: ids, types, queues.
+_NAME_FIELDS = ("workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id")
+
+
+def largest_payload(record: Any) -> int:
+    """Size of the largest Payload anywhere in `record` (a decoded Avro value)."""
+    if isinstance(record, dict):
+        if "data" in record and "metadata" in record and isinstance(record["data"], bytes):
+            return len(record["data"]) + sum(len(k) + len(v) for k, v in record["metadata"].items())
+        return max((largest_payload(value) for value in record.values()), default=0)
+    if isinstance(record, (list, tuple)):
+        return max((largest_payload(value) for value in record), default=0)
+    return 0
+
+
+def payload_problem(record: Any, what: str) -> str | None:
+    size = largest_payload(record)
+    if size > MAX_PAYLOAD_BYTES:
+        return f"{what}: a payload of {size / 1e6:.1f} MB exceeds the {MAX_PAYLOAD_BYTES // (1024 * 1024)} MB limit"
+    return None
+
+
+def name_problem(workflow_id: str, attrs: dict[str, Any]) -> str | None:
+    for field, value in (("workflow_id", workflow_id), *((f, attrs.get(f)) for f in _NAME_FIELDS)):
+        if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
+            return f"{field} is {len(value)} characters; at most {MAX_ID_LENGTH} are allowed"
+    return None
