@@ -72,21 +72,33 @@ class Client:
         run_timeout: timedelta | None = None,
         id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None,
+        start_signal_args: Sequence[Any] = (),
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
-        run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError."""
+        run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
+        With `start_signal`, this is signal-with-start: the running run gets the signal, or a new
+        run starts with the signal delivered before its first workflow task."""
         definition = workflow_module.definition(workflow)
         workflow_type = definition if isinstance(definition, str) else definition.name
         if result_type is None and not isinstance(definition, str):
             result_type = definition.result_type()
         values = ([arg] if arg is not _UNSET else []) + list(args)
-        run_id = await self._request(id, "StartWorkflowExecution", {
+        request_id = request_id or str(uuid.uuid4())
+        start = {
             "workflow_type": workflow_type, "task_queue": task_queue,
-            "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id or str(uuid.uuid4()),
+            "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
             "workflow_task_timeout_ms": to_ms(task_timeout),
             "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
-        })
+        }
+        if start_signal is None:
+            run_id = await self._request(id, "StartWorkflowExecution", start, request_id)
+        else:
+            run_id = await self._request(id, "SignalWithStartWorkflowExecution", {
+                "start": start, "signal_name": start_signal,
+                "signal_input": self.data_converter.payload_converter.to_payloads(start_signal_args),
+            }, request_id)
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
         return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
 
@@ -109,11 +121,11 @@ class Client:
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
         return self._producer.produce(topics.COMMANDS, self._commands.encode(record), workflow_id.encode(), headers=self._commands.headers())
 
-    async def _request(self, workflow_id: str, kind: str, body: dict[str, Any]) -> str:
+    async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to."""
         read_model = await self._read_model()
         await self.send_command(workflow_id, kind, body)
-        run_id, accepted, cause, reason = await read_model.wait_outcome(body["request_id"])
+        run_id, accepted, cause, reason = await read_model.wait_outcome(request_id)
         if accepted:
             return run_id
         error = WorkflowAlreadyStartedError if cause == "WORKFLOW_ALREADY_STARTED" else CommandRejectedError
@@ -145,10 +157,11 @@ class WorkflowHandle:
         """Signal this run (or the current run when the handle has no run_id); returns once the signal
         is in its history, raises CommandRejectedError when the run is closed or unknown."""
         values = ([arg] if arg is not _UNSET else []) + list(args)
+        request_id = str(uuid.uuid4())
         await self.client._request(self.id, "SignalWorkflowExecution", {
             "run_id": self.run_id or "", "signal_name": workflow_module.signal_name(signal),
-            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": str(uuid.uuid4()),
-        })
+            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
+        }, request_id)
 
     async def result(self) -> Any:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause."""
@@ -170,16 +183,18 @@ class WorkflowHandle:
 
     async def cancel(self) -> None:
         """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""
+        request_id = str(uuid.uuid4())
         await self.client._request(self.id, "RequestCancelWorkflowExecution", {
-            "run_id": self.run_id or "", "reason": "", "request_id": str(uuid.uuid4()),
-        })
+            "run_id": self.run_id or "", "reason": "", "request_id": request_id,
+        }, request_id)
 
     async def terminate(self, *args: Any, reason: str | None = None) -> None:
         """End the run now: no workflow code runs, pending activities and timers are dropped."""
+        request_id = str(uuid.uuid4())
         await self.client._request(self.id, "TerminateWorkflowExecution", {
             "run_id": self.run_id or "", "reason": reason or "",
-            "details": self.client.data_converter.payload_converter.to_payloads(args), "request_id": str(uuid.uuid4()),
-        })
+            "details": self.client.data_converter.payload_converter.to_payloads(args), "request_id": request_id,
+        }, request_id)
 
 
 class _ReadModel:

@@ -12,7 +12,8 @@ from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
 from services.history.service import _continues
 from services.history.state_machine import (
-    ActivityState, Rejected, Transition, activity_retry_state, decide, decide_start, derive_effects, retry_backoff_ms,
+    ActivityState, Rejected, Transition, activity_retry_state, decide, decide_signal_with_start, decide_start, derive_effects,
+    retry_backoff_ms,
 )
 
 NOW = 1_000_000
@@ -357,3 +358,15 @@ def test_history_and_pending_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     ended = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": ex.workflow_task.scheduled_event_id}, 3)
     kind, attrs = ended["events"][-1]["attributes"]
     assert (kind, ex.status) == ("WorkflowExecutionTerminated", "Terminated") and "event limit" in attrs["reason"]
+
+
+def test_signal_with_start_signals_the_running_run_or_starts_one_with_the_signal_first() -> None:
+    signal_with_start = {"start": START, "signal_name": "approve", "signal_input": []}
+    started = decide_signal_with_start(None, "order-1", signal_with_start, "client", NOW, 0, 0)
+    assert [e["attributes"][0] for e in started.events] == [
+        "WorkflowExecutionStarted", "WorkflowExecutionSignaled", "WorkflowTaskScheduled",
+    ]
+    state, run_id = started_workflow()
+    signaled = decide_signal_with_start(state.executions["order-1"], "order-1", signal_with_start, "client", NOW, 0, 1)
+    assert signaled.execution.run_id == run_id
+    assert [e["attributes"][0] for e in signaled.buffered] == ["WorkflowExecutionSignaled"]

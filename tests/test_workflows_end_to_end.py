@@ -260,3 +260,17 @@ async def test_oversized_payloads_get_clear_errors_and_the_partition_keeps_movin
         result = await client.execute_workflow(HugeResultWorkflow.run, 2.5, id=f"huge-{uuid.uuid4()}", task_queue=task_queue)
         assert result == "BlobSizeLimitError: non_retryable=True"
         assert await client.execute_workflow(EchoWorkflow.run, "small", id=f"after-{uuid.uuid4()}", task_queue=task_queue) == "small"
+
+
+async def test_signal_with_start_starts_once_and_signals_the_running_run(client: Client, task_queue: str) -> None:
+    workflow_id = f"sws-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        first = await client.start_workflow(
+            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, start_signal="add_note", start_signal_args=["first"],
+        )
+        second = await client.start_workflow(
+            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, start_signal="add_note", start_signal_args=["second"],
+        )
+        assert second.run_id == first.run_id
+        await first.signal(ApprovalWorkflow.approve, "erin")
+        assert await first.result() == "o approved by erin with notes ['first', 'second']"

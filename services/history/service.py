@@ -19,11 +19,16 @@ from kadence.protocol.postgres import apply_ddl
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.limits import MAX_HISTORY_EVENTS, WARN_HISTORY_EVENTS, WARN_PAYLOAD_BYTES
 from services.history.recovery import PartitionState, recover_partitions
-from services.history.state_machine import Record, Rejected, Transition, decide, decide_start, derive_effects
+from services.history.state_machine import (
+    Record, Rejected, Transition, decide, decide_signal_with_start, decide_start, derive_effects,
+)
 
 log = logging.getLogger("kadence.history")
 
 CONSUMER_GROUP = "kadence.history-service"
+
+
+_STARTS = {"StartWorkflowExecution": decide_start, "SignalWithStartWorkflowExecution": decide_signal_with_start}
 
 
 def _continues(batch: Record, following: Record) -> bool:
@@ -146,13 +151,14 @@ class HistoryService:
             self._forward(msg, workflow_id, owner)
             return
         kind, body = command["command"]
+        request_id = body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
         now_ms = int(time.time() * 1000)
         if len(msg.value()) > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
         try:
-            if kind == "StartWorkflowExecution":
+            if kind in _STARTS:
                 current = state.executions.get(workflow_id)
-                transition = decide_start(current, workflow_id, body, command["identity"], now_ms, partition, offset)
+                transition = _STARTS[kind](current, workflow_id, body, command["identity"], now_ms, partition, offset)
             else:
                 execution = state.executions.get(workflow_id)
                 if execution is None:
@@ -163,10 +169,10 @@ class HistoryService:
                 "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
                 workflow_id, body.get("run_id", ""), kind, partition, offset, reason.cause, str(reason),
             )
-            if body.get("request_id"):  # a client waits for the answer
-                self._write_rejection(state, workflow_id, kind, body["request_id"], reason, partition, offset)
+            if request_id:  # a client waits for the answer
+                self._write_rejection(state, workflow_id, kind, request_id, reason, partition, offset)
             return
-        self._write(state, transition, partition, offset, body.get("request_id", ""))
+        self._write(state, transition, partition, offset, request_id)
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
         activities_before = dict(transition.execution.activities)

@@ -235,7 +235,7 @@ def _apply(ex: Execution, event: Record) -> None:
 
 def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
-    now_ms: int, source_partition: int, source_offset: int,
+    now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
 ) -> Transition:
     if current is not None and current.status == RUNNING:
         if start["request_id"] and start["request_id"] == current.start_request_id:
@@ -264,8 +264,26 @@ def decide_start(
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
     })
+    if signal is not None:
+        t.add("WorkflowExecutionSignaled", {**signal, "identity": identity})
     t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
     return t
+
+
+def decide_signal_with_start(
+    current: Execution | None, workflow_id: str, cmd: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int,
+) -> Transition:
+    """Signal the running run, or start a new one whose first event after the start is the signal."""
+    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"]}
+    if current is not None and current.status == RUNNING:
+        return decide(current, "SignalWorkflowExecution", {**signal, "run_id": "", "request_id": ""}, identity, now_ms)
+    if not cmd["signal_name"]:
+        raise Rejected("SignalWithStartWorkflowExecution needs a signal_name")
+    problem = payload_problem(cmd["signal_input"], "signal input")
+    if problem:
+        raise Rejected(problem)
+    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
 
 
 _CURRENT_RUN_COMMANDS = {"SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution"}
