@@ -30,6 +30,7 @@ CLOSE_COMMANDS = {
     "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
     "FailWorkflowExecution": "WorkflowExecutionFailed",
     "CancelWorkflowExecution": "WorkflowExecutionCanceled",
+    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
 }
 _EVENT_FOR_COMMAND = {
     "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled", **CLOSE_COMMANDS,
@@ -43,6 +44,15 @@ def _command_key(attrs: Record) -> str:
 
 class WorkflowTaskError(Exception):
     """The workflow code raised something other than a FailureError: fail the task, not the workflow."""
+
+
+class ContinueAsNewError(BaseException):
+    """Raised by workflow.continue_as_new(): ends this run and starts a new one with fresh history.
+    A BaseException, so `except Exception` in workflow code does not swallow it (as temporalio)."""
+
+    def __init__(self, attributes: Record) -> None:
+        super().__init__("continue as new")
+        self.attributes = attributes
 
 
 class CacheInvalid(Exception):
@@ -194,6 +204,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         if main.cancelled():
             return ("CancelWorkflowExecution", {"details": []})
         exc = main.exception()
+        if isinstance(exc, ContinueAsNewError):
+            return ("ContinueAsNewWorkflowExecution", exc.attributes)
         if exc is None:
             return ("CompleteWorkflowExecution", {"result": self.converter.payload_converter.to_payload(main.result())})
         if isinstance(exc, FailureError):

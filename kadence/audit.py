@@ -13,7 +13,7 @@ from typing import Any
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
-from kadence.protocol.events import CLOSE_STATUS
+from kadence.protocol.events import CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
@@ -82,15 +82,16 @@ def audit_history(
         if not fence.admit(msg.partition(), batch):
             report.zombie_batches += 1
             continue
-        if not batch["events"]:
-            continue
-        key = (batch["workflow_id"], batch["run_id"])
-        run = report.runs.setdefault(key, RunAudit(first_event_id=batch["first_event_id"]))
-        for event in batch["events"]:
-            problem = _check_event(run, event, from_start)
-            if problem:
-                report.violations.append(f"{where} workflow_id={key[0]} run_id={key[1]} event_id={event['event_id']}: {problem}")
-            run.events.append(event)
+        for section in run_sections(batch):
+            if not section.events:
+                continue
+            key = (batch["workflow_id"], section.run_id)
+            run = report.runs.setdefault(key, RunAudit(first_event_id=section.first_event_id))
+            for event in section.events:
+                problem = _check_event(run, event, from_start)
+                if problem:
+                    report.violations.append(f"{where} workflow_id={key[0]} run_id={key[1]} event_id={event['event_id']}: {problem}")
+                run.events.append(event)
     return report
 
 

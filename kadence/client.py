@@ -137,7 +137,7 @@ class Client:
         await self._results.started()
         return self._results
 
-    async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None]:
+    async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None, str | None]:
         return await (await self._read_model()).wait_closed(workflow_id, run_id)
 
     async def close(self) -> None:
@@ -163,9 +163,15 @@ class WorkflowHandle:
             "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
         }, request_id)
 
-    async def result(self) -> Any:
-        """Wait for the run to close; its result, or WorkflowFailureError with the cause."""
-        status, result, failure = await self.client._closed_execution(self.id, self.run_id)
+    async def result(self, *, follow_runs: bool = True) -> Any:
+        """Wait for the run to close; its result, or WorkflowFailureError with the cause. With
+        `follow_runs`, a run that continued as new is followed to the run that ends the chain."""
+        run_id = self.run_id
+        while True:
+            status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
+            if status != "ContinuedAsNew" or not follow_runs or not next_run_id:
+                break
+            run_id = next_run_id
         converter = self.client.data_converter
         if status == "Completed":
             payload = codec("Payload").decode(result) if result else None
@@ -259,11 +265,11 @@ class _ReadModel:
         async with self.pool.connection() as conn:
             if run_id is None:
                 cursor = await conn.execute(
-                    "SELECT status, result, failure FROM kadence_executions WHERE workflow_id = %s "
+                    "SELECT status, result, failure, next_run_id FROM kadence_executions WHERE workflow_id = %s "
                     "ORDER BY start_time DESC LIMIT 1", (workflow_id,))
             else:
                 cursor = await conn.execute(
-                    "SELECT status, result, failure FROM kadence_executions WHERE workflow_id = %s AND run_id = %s",
+                    "SELECT status, result, failure, next_run_id FROM kadence_executions WHERE workflow_id = %s AND run_id = %s",
                     (workflow_id, run_id))
             row = await cursor.fetchone()
         if row is not None and row[0] != "Running":

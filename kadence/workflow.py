@@ -11,15 +11,15 @@ import inspect
 import typing
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 from kadence import activity as activity_module
-from kadence._workflow_instance import WorkflowDefinition, WorkflowInfo, WorkflowInstance
+from kadence._workflow_instance import ContinueAsNewError, WorkflowDefinition, WorkflowInfo, WorkflowInstance
 from kadence.common import RetryPolicy, to_ms
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "signal", "execute_activity", "start_activity", "sleep", "wait_condition", "info", "now",
+    "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep", "wait_condition", "info", "now",
     "NondeterminismError", "Info",
 ]
 
@@ -28,6 +28,7 @@ RunFn = TypeVar("RunFn", bound=Callable[..., Any])
 
 Info = WorkflowInfo
 
+_UNSET: Any = object()
 _DEFINITION_ATTR = "__kadence_workflow_definition"
 _RUN_ATTR = "__kadence_workflow_run"
 _SIGNAL_ATTR = "__kadence_workflow_signal"
@@ -129,6 +130,24 @@ def info() -> WorkflowInfo:
 def now() -> datetime:
     """Deterministic current time: the start time of the current workflow task."""
     return _instance().now()
+
+
+def continue_as_new(
+    arg: Any = _UNSET, *, args: Sequence[Any] = (), workflow: type | str | None = None, task_queue: str | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+) -> NoReturn:
+    """End this run and start a new one of the same workflow id with fresh history (and these arguments)."""
+    instance = _instance()
+    workflow_type = ""
+    if workflow is not None:
+        found = definition(workflow)
+        workflow_type = found if isinstance(found, str) else found.name
+    values = ([arg] if arg is not _UNSET else []) + list(args)
+    raise ContinueAsNewError({
+        "workflow_type": workflow_type, "task_queue": task_queue or "",
+        "input": instance.converter.payload_converter.to_payloads(values),
+        "workflow_task_timeout_ms": to_ms(task_timeout), "run_timeout_ms": to_ms(run_timeout),
+    })
 
 
 async def wait_condition(condition: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:

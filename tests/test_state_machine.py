@@ -157,7 +157,7 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
 
 
 def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
-    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [], "rejection": None}
+    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [], "rejection": None, "next_run": None}
     following = {**batch, "source_offset": 11, "events": [{"event_id": 4}]}
     assert _continues(batch, following)
     assert not _continues(batch, {**following, "source_offset": 12})
@@ -370,3 +370,23 @@ def test_signal_with_start_signals_the_running_run_or_starts_one_with_the_signal
     signaled = decide_signal_with_start(state.executions["order-1"], "order-1", signal_with_start, "client", NOW, 0, 1)
     assert signaled.execution.run_id == run_id
     assert [e["attributes"][0] for e in signaled.buffered] == ["WorkflowExecutionSignaled"]
+
+
+def test_continue_as_new_closes_the_run_and_starts_the_next_in_one_record() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ContinueAsNewWorkflowExecution", {"workflow_type": "", "task_queue": "", "input": [], "workflow_task_timeout_ms": 0,
+                                            "run_timeout_ms": 0}),
+    ]}, 2)
+    assert batch["events"][-1]["attributes"][0] == "WorkflowExecutionContinuedAsNew"
+    following = batch["next_run"]
+    assert [e["attributes"][0] for e in following["events"]] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled"]
+    current = state.executions["order-1"]
+    assert current.run_id == following["run_id"] != run_id and current.status == "Running"
+    assert current.workflow_task is not None and current.workflow_type == "OrderWorkflow"
+
+    replayed, _ = started_workflow()
+    command(replayed, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    replayed.apply(batch)
+    assert replayed.executions["order-1"] == current

@@ -19,7 +19,7 @@ from kadence.exceptions import (
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import (
-    ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
+    ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, CountdownWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
     HeartbeatWorkflow, HugeResultWorkflow, SleepyWorkflow, UnservedActivityWorkflow,
 )
 
@@ -274,3 +274,23 @@ async def test_signal_with_start_starts_once_and_signals_the_running_run(client:
         assert second.run_id == first.run_id
         await first.signal(ApprovalWorkflow.approve, "erin")
         assert await first.result() == "o approved by erin with notes ['first', 'second']"
+
+
+async def test_continue_as_new_chains_runs_and_result_follows_them(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"countdown-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(CountdownWorkflow.run, 3, id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "liftoff"
+    report = audited(stack)
+    run_id, runs = handle.run_id, 0
+    while True:
+        events = [e["attributes"] for e in report.history(workflow_id, run_id)]
+        runs += 1
+        kind, attrs = events[-1]
+        if kind == "WorkflowExecutionCompleted":
+            break
+        assert kind == "WorkflowExecutionContinuedAsNew"
+        following = report.history(workflow_id, attrs["new_execution_run_id"])[0]["attributes"][1]
+        assert following["continued_execution_run_id"] == run_id
+        run_id = attrs["new_execution_run_id"]
+    assert runs == 4

@@ -230,6 +230,18 @@ class HugeResultWorkflow:
 
 
 @workflow.defn
+class CountdownWorkflow:
+    """Continues as new until the count reaches zero."""
+
+    @workflow.run
+    async def run(self, count: int) -> str:
+        if count > 0:
+            await workflow.sleep(0.01)
+            workflow.continue_as_new(count - 1)
+        return "liftoff"
+
+
+@workflow.defn
 class HeartbeatWorkflow:
     @workflow.run
     async def run(self, target: int) -> str:
@@ -239,5 +251,5 @@ class HeartbeatWorkflow:
         )
 
 
-ALL_WORKFLOWS = [HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
+ALL_WORKFLOWS = [CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
 ALL_ACTIVITIES = [huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # The events that close a run, and the execution status each one leaves.
@@ -11,7 +12,27 @@ CLOSE_STATUS = {
     "WorkflowExecutionCanceled": "Canceled",
     "WorkflowExecutionTerminated": "Terminated",
     "WorkflowExecutionTimedOut": "TimedOut",
+    "WorkflowExecutionContinuedAsNew": "ContinuedAsNew",
 }
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """The part of a HistoryBatch that belongs to one run."""
+
+    run_id: str
+    first_event_id: int
+    events: list[dict[str, Any]]
+    effects: list[tuple[str, dict[str, Any]]]
+
+
+def run_sections(batch: dict[str, Any]) -> list[RunSection]:
+    """A batch's runs: its own, and the run a continue-as-new starts in the same record."""
+    sections = [RunSection(batch["run_id"], batch["first_event_id"], batch["events"], batch["effects"])]
+    if batch.get("next_run") is not None:
+        following = batch["next_run"]
+        sections.append(RunSection(following["run_id"], 1, following["events"], following["effects"]))
+    return sections
 
 
 def failure_record(message: str, failure_type: str, source: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:

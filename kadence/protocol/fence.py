@@ -36,6 +36,8 @@ class LogFence:
             return False
         self.last_source_offset[partition] = batch["source_offset"]
         self.next_event_id[batch["run_id"]] = batch["first_event_id"] + len(batch["events"])
+        if batch.get("next_run") is not None:  # a continue-as-new's run starts in the same record
+            self.next_event_id[batch["next_run"]["run_id"]] = 1 + len(batch["next_run"]["events"])
         return True
 
     def forget_run(self, run_id: str) -> None:

@@ -16,6 +16,7 @@ VISIBILITY_DDL = [
         history_length bigint NOT NULL,
         result bytea,
         failure bytea,
+        next_run_id text,
         PRIMARY KEY (workflow_id, run_id)
     )
     """,

@@ -47,6 +47,11 @@ class PartitionState:
         evolve(ex, batch)
         if ex.status != RUNNING:
             self.fence.forget_run(ex.run_id)
+        following = batch.get("next_run")
+        if following is not None:  # continue-as-new: the new run is the workflow id's current run
+            ex = execution_from_start(batch["workflow_id"], following["run_id"], following["events"][0])
+            evolve(ex, {"events": following["events"], "buffered": []})
+            self.executions[batch["workflow_id"]] = ex
         return ex
 
 

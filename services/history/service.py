@@ -37,6 +37,7 @@ def _continues(batch: Record, following: Record) -> bool:
     buffered after events written (evolve applies a batch's buffered events first)."""
     return (
         batch["rejection"] is None and following["rejection"] is None
+        and batch["next_run"] is None and following["next_run"] is None
         and following["run_id"] == batch["run_id"]
         and following["source_offset"] == batch["source_offset"] + 1
         and not (following["buffered"] and batch["events"])
@@ -186,6 +187,8 @@ class HistoryService:
             log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
                         execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
         derive_effects(execution, transition, removed, sorted(timers_before - set(execution.timers.values())))
+        if transition.next_run is not None:  # state.apply made the new run current
+            derive_effects(state.executions[execution.workflow_id], transition.next_run, [], [])
         pending = self._unwritten.get(partition)
         if pending is not None and _continues(pending, batch):
             pending["events"] += batch["events"]
@@ -206,7 +209,7 @@ class HistoryService:
         batch = {
             "workflow_id": workflow_id, "run_id": current.run_id if current else "",
             "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": [],
-            "heartbeats": [], "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
+            "heartbeats": [], "next_run": None, "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
             "source_partition": partition, "source_offset": offset,
         }
         state.apply(batch)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kadence.protocol.events import CLOSE_STATUS, failure_record
-from kadence.protocol.ids import run_id_for
+from kadence.protocol.ids import continued_run_id, run_id_for
 from services.history.limits import (
     MAX_HISTORY_EVENTS, MAX_PENDING_ACTIVITIES, MAX_PENDING_SIGNALS, name_problem, payload_problem,
 )
@@ -95,6 +95,7 @@ class Transition:
     buffered: list[Record] = field(default_factory=list)
     effects: list[tuple[str, Record]] = field(default_factory=list)
     heartbeats: list[Record] = field(default_factory=list)
+    next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
 
     @property
     def next_event_id(self) -> int:
@@ -128,6 +129,9 @@ class Transition:
             "buffered": self.buffered,
             "effects": self.effects,
             "heartbeats": self.heartbeats,
+            "next_run": None if self.next_run is None else {
+                "run_id": self.next_run.execution.run_id, "events": self.next_run.events, "effects": self.next_run.effects,
+            },
             "request_ids": [],
             "rejection": None,
             "source_partition": source_partition,
@@ -263,6 +267,7 @@ def decide_start(
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
+        "continued_execution_run_id": "",
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {**signal, "identity": identity})
@@ -291,6 +296,7 @@ _CLOSE_COMMANDS = {
     "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
     "FailWorkflowExecution": "WorkflowExecutionFailed",
     "CancelWorkflowExecution": "WorkflowExecutionCanceled",
+    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
 }
 
 
@@ -368,6 +374,9 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
                 "timer_id": attrs["timer_id"], "started_event_id": ex.timers[attrs["timer_id"]],
                 "workflow_task_completed_event_id": completed_id,
             })
+        elif kind == "ContinueAsNewWorkflowExecution":
+            _continue_as_new(t, attrs, completed_id, identity)
+            return t
         elif kind in _CLOSE_COMMANDS:
             t.add(_CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
             return t
@@ -385,6 +394,28 @@ _BAD_ATTRIBUTES_CAUSE = {
     "FailWorkflowExecution": "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES",
     "CancelWorkflowExecution": "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES",
 }
+
+
+def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
+    """Close the run and start its successor in the same transition (one record: atomic)."""
+    ex = t.execution
+    following = Execution(
+        workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, completed_id),
+        workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
+    )
+    t.add("WorkflowExecutionContinuedAsNew", {
+        **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
+        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id,
+    })
+    t.next_run = Transition(following, t.now_ms)
+    t.next_run.add("WorkflowExecutionStarted", {
+        "workflow_type": following.workflow_type, "task_queue": following.task_queue, "input": attrs["input"],
+        "request_id": "", "identity": identity,
+        "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
+        "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
+        "continued_execution_run_id": ex.run_id,
+    })
+    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
 
 
 def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:

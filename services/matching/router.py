@@ -9,7 +9,7 @@ from typing import Any
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec, task_codec
-from kadence.protocol.events import CLOSE_STATUS
+from kadence.protocol.events import CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import ensure_topics
 from kadence.protocol.settings import KafkaSettings
@@ -40,18 +40,21 @@ class TaskRouter:
             log.info("event=zombie_batch_skipped workflow_id=%s run_id=%s source_offset=%d",
                      batch["workflow_id"], batch["run_id"], batch["source_offset"])
             return
-        if any(e["attributes"][0] in CLOSE_STATUS for e in batch["events"]):
-            self.fence.forget_run(batch["run_id"])
-        for effect_type, effect in batch["effects"]:
-            kind = _TASK_KINDS.get(effect_type)
-            if kind is None:
-                continue
+        for section in run_sections(batch):
+            if any(e["attributes"][0] in CLOSE_STATUS for e in section.events):
+                self.fence.forget_run(section.run_id)
+            for effect_type, effect in section.effects:
+                await self._dispatch(batch["workflow_id"], section.run_id, effect_type, effect)
+
+    async def _dispatch(self, workflow_id: str, run_id: str, effect_type: str, effect: dict[str, Any]) -> None:
+        kind = _TASK_KINDS.get(effect_type)
+        if kind is not None:
             topic = topics.task_queue_topic(effect["task_queue"], kind)  # type: ignore[arg-type]
             await self._ensure_topic(topic)
-            task = {"workflow_id": batch["workflow_id"], "run_id": batch["run_id"], "task": (effect_type, effect)}
+            task = {"workflow_id": workflow_id, "run_id": run_id, "task": (effect_type, effect)}
             # Workflow tasks keyed by workflow_id: the same worker keeps the same executions (sticky
             # cache). Activity tasks unkeyed: spread over all workers.
-            key = batch["workflow_id"].encode() if kind == "workflow" else None
+            key = workflow_id.encode() if kind == "workflow" else None
             await self.send(topic, key, self.tasks.encode(task), self.tasks.headers())
 
     async def _ensure_topic(self, topic: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from kadence.protocol.events import run_sections
 from kadence.protocol.projection import LogRecord
 
 TIMERS_DDL = [
@@ -41,14 +42,15 @@ class TimerStore:
         final: dict[str, tuple[Any, ...] | None] = {}
         for record in records:
             batch = record.batch
-            for effect_type, effect in batch["effects"]:
-                if effect_type == "Timer":
-                    final[effect["timer_id"]] = (
-                        effect["timer_id"], record.partition, batch["workflow_id"], batch["run_id"], effect["kind"],
-                        effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"],
-                    )
-                elif effect_type == "DropTimer":
-                    final[effect["timer_id"]] = None
+            for section in run_sections(batch):
+                for effect_type, effect in section.effects:
+                    if effect_type == "Timer":
+                        final[effect["timer_id"]] = (
+                            effect["timer_id"], record.partition, batch["workflow_id"], section.run_id, effect["kind"],
+                            effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"],
+                        )
+                    elif effect_type == "DropTimer":
+                        final[effect["timer_id"]] = None
         cancelled = [timer_id for timer_id, row in final.items() if row is None]
         timers = [row for row in final.values() if row is not None]
         async with conn.cursor() as cur:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 from kadence.protocol.codec import codec
-from kadence.protocol.events import CLOSE_STATUS, failure_record
+from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
 from kadence.protocol.projection import LogRecord
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
 
@@ -19,6 +20,8 @@ def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """Why a run closed without a result: its failure, or the cancellation or termination as one."""
     if kind == "WorkflowExecutionCanceled":
         return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+    if kind == "WorkflowExecutionContinuedAsNew":
+        return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
     if kind == "WorkflowExecutionTimedOut":
         return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
     if kind == "WorkflowExecutionTerminated":
@@ -28,6 +31,17 @@ def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
 
 def _time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@dataclass
+class _Rows:
+    """What one transaction writes."""
+
+    started: list[tuple[Any, ...]] = field(default_factory=list)
+    lengths: dict[tuple[str, str], int] = field(default_factory=dict)
+    closed: list[tuple[Any, ...]] = field(default_factory=list)
+    archive: list[tuple[Any, ...]] = field(default_factory=list)
+    outcomes: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class VisibilityProjector:
@@ -40,28 +54,17 @@ class VisibilityProjector:
         self.failures = codec("Failure")
 
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
-        started: list[tuple[Any, ...]] = []
-        lengths: dict[tuple[str, str], int] = {}
-        closed: list[tuple[Any, ...]] = []
-        archive: list[tuple[Any, ...]] = []
-        outcomes: list[tuple[Any, ...]] = []
+        rows = _Rows()
         for record in records:
             batch = record.batch
             key = (batch["workflow_id"], batch["run_id"])
-            outcomes += [(request_id, *key, True, None, None) for request_id in batch["request_ids"]]
+            rows.outcomes += [(request_id, *key, True, None, None) for request_id in batch["request_ids"]]
             if batch["rejection"] is not None:
                 rejection = batch["rejection"]
-                outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
-            for event in batch["events"]:
-                kind, attrs = event["attributes"]
-                archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
-                lengths[key] = event["event_id"]
-                if kind == "WorkflowExecutionStarted":
-                    started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"])))
-                elif kind in CLOSE_STATUS:
-                    result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
-                    failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
-                    closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure, *key))
+                rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
+            for section in run_sections(batch):
+                self._fold(batch["workflow_id"], section, rows)
+        started, lengths, closed, archive, outcomes = rows.started, rows.lengths, rows.closed, rows.archive, rows.outcomes
         async with conn.cursor() as cur:
             if started:
                 await cur.executemany(
@@ -89,14 +92,28 @@ class VisibilityProjector:
                 await cur.executemany("SELECT pg_notify(%s, %s)", [(OUTCOME_CHANNEL, row[0]) for row in outcomes])
             if closed:
                 await cur.executemany(
-                    "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s "
+                    "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
                     "WHERE workflow_id = %s AND run_id = %s",
                     closed,
                 )
                 await cur.executemany(
                     "SELECT pg_notify(%s, %s)",
-                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[4], "run_id": row[5]})) for row in closed],
+                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in closed],
                 )
+
+    def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
+        key = (workflow_id, section.run_id)
+        for event in section.events:
+            kind, attrs = event["attributes"]
+            rows.archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
+            rows.lengths[key] = event["event_id"]
+            if kind == "WorkflowExecutionStarted":
+                rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"])))
+            elif kind in CLOSE_STATUS:
+                result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
+                failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
+                rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
+                                    attrs.get("new_execution_run_id"), *key))
 
     def on_commit(self) -> None:
         pass
