@@ -22,6 +22,7 @@ class WorkflowIDConflictPolicy(str, Enum):
 
     FAIL = "FAIL"
     USE_EXISTING = "USE_EXISTING"
+    TERMINATE_EXISTING = "TERMINATE_EXISTING"
 
 
 @dataclass(frozen=True)

@@ -390,3 +390,13 @@ def test_continue_as_new_closes_the_run_and_starts_the_next_in_one_record() -> N
     command(replayed, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     replayed.apply(batch)
     assert replayed.executions["order-1"] == current
+
+
+def test_terminate_existing_ends_the_running_run_and_starts_the_new_one_in_one_record() -> None:
+    state, run_id = started_workflow()
+    running = state.executions["order-1"]
+    t = decide_start(running, "order-1", {**START, "id_conflict_policy": "TERMINATE_EXISTING"}, "client", NOW, 0, 5)
+    batch = apply(state, t, 5)
+    assert batch["run_id"] == run_id and batch["events"][-1]["attributes"][0] == "WorkflowExecutionTerminated"
+    assert batch["next_run"]["events"][0]["attributes"][0] == "WorkflowExecutionStarted"
+    assert state.executions["order-1"].run_id == batch["next_run"]["run_id"] != run_id

@@ -220,7 +220,14 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
             )
         second = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
         assert second.run_id != first.run_id
-        await second.terminate(reason="done testing")
+        third = await client.start_workflow(
+            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+        )
+        assert third.run_id not in (first.run_id, second.run_id)
+        with pytest.raises(WorkflowFailureError) as terminated:
+            await second.result()
+        assert isinstance(terminated.value.cause, TerminatedError)
+        await third.terminate(reason="done testing")
 
 
 async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, client: Client, task_queue: str) -> None:

@@ -246,6 +246,14 @@ def decide_start(
             return Transition(current, now_ms)  # the same start again: answered with the running run
         if start["id_conflict_policy"] == "USE_EXISTING":
             return Transition(current, now_ms)
+        if start["id_conflict_policy"] == "TERMINATE_EXISTING":
+            t = Transition(current, now_ms)
+            t.flush_buffered()
+            t.add("WorkflowExecutionTerminated", {
+                "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
+            })
+            t.next_run = _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+            return t
         raise Rejected(f"workflow execution already started (run_id={current.run_id})", "WORKFLOW_ALREADY_STARTED")
     if current is not None:
         reuse = start["id_reuse_policy"]
@@ -259,7 +267,10 @@ def decide_start(
     problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input")
     if problem:
         raise Rejected(problem)
-    run_id = run_id_for(workflow_id, source_partition, source_offset)
+    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+
+
+def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     t = Transition(ex, now_ms)
     t.add("WorkflowExecutionStarted", {

@@ -58,7 +58,10 @@ class VisibilityProjector:
         for record in records:
             batch = record.batch
             key = (batch["workflow_id"], batch["run_id"])
-            rows.outcomes += [(request_id, *key, True, None, None) for request_id in batch["request_ids"]]
+            # An accepted request answers with the run it leaves current (a start that terminated
+            # the running run answers with the new one).
+            current = (batch["workflow_id"], run_sections(batch)[-1].run_id)
+            rows.outcomes += [(request_id, *current, True, None, None) for request_id in batch["request_ids"]]
             if batch["rejection"] is not None:
                 rejection = batch["rejection"]
                 rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
