@@ -400,3 +400,14 @@ def test_terminate_existing_ends_the_running_run_and_starts_the_new_one_in_one_r
     assert batch["run_id"] == run_id and batch["events"][-1]["attributes"][0] == "WorkflowExecutionTerminated"
     assert batch["next_run"]["events"][0]["attributes"][0] == "WorkflowExecutionStarted"
     assert state.executions["order-1"].run_id == batch["next_run"]["run_id"] != run_id
+
+
+def test_a_history_past_50_mb_terminates_its_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(state_machine, "MAX_HISTORY_BYTES", 1000)
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, 2)
+    ended = command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "request_id": "",
+                                                       "input": [{"metadata": {}, "data": b"x" * 1500}]}, 3)
+    _, attrs = ended["events"][-1]["attributes"]
+    assert state.executions["order-1"].status == "Terminated" and "MB limit" in attrs["reason"]

@@ -11,6 +11,8 @@ MAX_PENDING_ACTIVITIES = 2000
 MAX_PENDING_SIGNALS = 2000
 MAX_HISTORY_EVENTS = 51_200
 WARN_HISTORY_EVENTS = 10_240
+MAX_HISTORY_BYTES = 50 * 1024 * 1024
+WARN_HISTORY_BYTES = 10 * 1024 * 1024
 
 # The fields of commands that name things: ids, types, queues.
 _NAME_FIELDS = ("workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id")
@@ -24,6 +26,17 @@ def largest_payload(record: Any) -> int:
         return max((largest_payload(value) for value in record.values()), default=0)
     if isinstance(record, (list, tuple)):
         return max((largest_payload(value) for value in record), default=0)
+    return 0
+
+
+def payload_bytes(record: Any) -> int:
+    """Total size of the Payloads in `record`: what makes a history large."""
+    if isinstance(record, dict):
+        if "data" in record and "metadata" in record and isinstance(record["data"], bytes):
+            return len(record["data"])
+        return sum(payload_bytes(value) for value in record.values())
+    if isinstance(record, (list, tuple)):
+        return sum(payload_bytes(value) for value in record)
     return 0
 
 

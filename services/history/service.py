@@ -17,7 +17,9 @@ from kadence.protocol.kafka import (
 from kadence.protocol.settings import KafkaSettings, SettingError
 from kadence.protocol.postgres import apply_ddl
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
-from services.history.limits import MAX_HISTORY_EVENTS, WARN_HISTORY_EVENTS, WARN_PAYLOAD_BYTES
+from services.history.limits import (
+    MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, WARN_PAYLOAD_BYTES,
+)
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import (
     Record, Rejected, Transition, decide, decide_signal_with_start, decide_start, derive_effects,
@@ -177,6 +179,7 @@ class HistoryService:
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
         activities_before = dict(transition.execution.activities)
+        bytes_before = transition.execution.history_bytes
         timers_before = set(transition.execution.timers.values())
         batch = transition.to_batch(partition, offset)
         batch["request_ids"] = [request_id] if request_id else []
@@ -186,6 +189,9 @@ class HistoryService:
         if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
             log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
                         execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
+        if bytes_before <= WARN_HISTORY_BYTES < execution.history_bytes:
+            log.warning("event=large_history workflow_id=%s run_id=%s bytes=%d limit=%d",
+                        execution.workflow_id, execution.run_id, execution.history_bytes, MAX_HISTORY_BYTES)
         derive_effects(execution, transition, removed, sorted(timers_before - set(execution.timers.values())))
         if transition.next_run is not None:  # state.apply made the new run current
             derive_effects(state.executions[execution.workflow_id], transition.next_run, [], [])

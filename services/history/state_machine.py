@@ -18,7 +18,8 @@ from typing import Any
 from kadence.protocol.events import CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
 from services.history.limits import (
-    MAX_HISTORY_EVENTS, MAX_PENDING_ACTIVITIES, MAX_PENDING_SIGNALS, name_problem, payload_problem,
+    MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_PENDING_ACTIVITIES, MAX_PENDING_SIGNALS, name_problem, payload_bytes,
+    payload_problem,
 )
 
 Record = dict[str, Any]
@@ -77,6 +78,7 @@ class Execution:
     start_request_id: str = ""
     status: str = RUNNING
     cancel_requested: bool = False
+    history_bytes: int = 0  # payload bytes in the history: the 50 MB limit
     next_event_id: int = 1
     history: list[Record] = field(default_factory=list)
     workflow_task: WorkflowTaskState | None = None
@@ -166,6 +168,7 @@ def evolve(ex: Execution, batch: Record) -> None:
         _apply(ex, event)
         ex.history.append(event)
         ex.next_event_id = event["event_id"] + 1
+        ex.history_bytes += payload_bytes(event["attributes"][1])
     for heartbeat in batch.get("heartbeats", ()):
         apply_heartbeat(ex, heartbeat)
     if ex.status != RUNNING:
@@ -323,13 +326,19 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
 
 
 def _within_history_limit(t: Transition) -> Transition:
-    """A run whose history would pass the limit is terminated instead, with the reason."""
-    if t.next_event_id - 1 <= MAX_HISTORY_EVENTS:
+    """A run whose history would pass a limit is terminated instead, with the reason."""
+    ex = t.execution
+    size = ex.history_bytes + payload_bytes([e["attributes"][1] for e in t.events + t.buffered])
+    if t.next_event_id - 1 > MAX_HISTORY_EVENTS:
+        exceeded = f"the {MAX_HISTORY_EVENTS}-event limit"
+    elif size > MAX_HISTORY_BYTES:
+        exceeded = f"the {MAX_HISTORY_BYTES // (1024 * 1024)} MB limit"
+    else:
         return t
-    terminated = Transition(t.execution, t.now_ms)
+    terminated = Transition(ex, t.now_ms)
     terminated.flush_buffered()
     terminated.add("WorkflowExecutionTerminated", {
-        "reason": f"history would exceed the {MAX_HISTORY_EVENTS}-event limit; continue-as-new long-running workflows",
+        "reason": f"history would exceed {exceeded}; continue-as-new long-running workflows",
         "details": [], "identity": "kadence-history",
     })
     return terminated
