@@ -6,7 +6,6 @@ Run it against a local stack: `kadence dev --run "python examples/order.py"`.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 from datetime import timedelta

@@ -291,7 +291,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._ready.append(handle)
         return handle
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+    def call_later(
+        self, delay: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
         """asyncio.sleep and wait_for timeouts become durable timers (StartTimer commands)."""
         self._timer_seq += 1
         timer_id = str(self._timer_seq)
@@ -301,7 +303,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._issue(start, None)
         return handle
 
-    def call_at(self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+    def call_at(
+        self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
         return self.call_later(when - self.time(), callback, *args, context=context)
 
     def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:

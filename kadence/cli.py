@@ -28,7 +28,8 @@ def main() -> None:
               help="Where Postgres data and service logs go.")
 @click.option("--port", type=int, default=9092, show_default=True, help="Broker port on 127.0.0.1 (0 picks a free one).")
 @click.option("--partitions", type=int, default=8, show_default=True, help="Partitions of kadence.commands and kadence.history.")
-@click.option("--run", "command", default=None, help="Run this shell command against the stack, then stop it and exit with the command's code.")
+@click.option("--run", "command", default=None,
+              help="Run this shell command against the stack, then stop it and exit with the command's code.")
 def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services."""
     from kadence.local_stack import LocalStack

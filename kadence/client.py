@@ -21,7 +21,11 @@ from kadence import workflow as workflow_module
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import (
-    CancelledError, CommandRejectedError, TerminatedError, WorkflowAlreadyStartedError, WorkflowFailureError,
+    CancelledError,
+    CommandRejectedError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+    WorkflowFailureError,
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
@@ -62,7 +66,10 @@ class Client:
         settings = KafkaSettings.from_env()
         if bootstrap_servers:
             settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)
-        return cls(settings, data_converter=data_converter or DataConverter(), identity=identity or default_identity(), postgres_dsn=postgres_dsn)
+        return cls(
+            settings, data_converter=data_converter or DataConverter(), identity=identity or default_identity(),
+            postgres_dsn=postgres_dsn,
+        )
 
     async def start_workflow(
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
@@ -119,7 +126,8 @@ class Client:
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery."""
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
-        return self._producer.produce(topics.COMMANDS, self._commands.encode(record), workflow_id.encode(), headers=self._commands.headers())
+        value = self._commands.encode(record)
+        return self._producer.produce(topics.COMMANDS, value, workflow_id.encode(), headers=self._commands.headers())
 
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to."""

@@ -167,7 +167,8 @@ class Worker:
             try:
                 return cached, cached.activate(wt["history"], wt["scheduled_event_id"])
             except CacheInvalid as reason:
-                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", task["workflow_id"], task["run_id"], str(reason))
+                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r",
+                         task["workflow_id"], task["run_id"], str(reason))
         definition = self._workflows.get(wt["workflow_type"])
         if definition is None:
             raise WorkflowTaskError(

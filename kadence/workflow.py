@@ -19,7 +19,8 @@ from kadence.common import RetryPolicy, to_ms
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep", "wait_condition", "info", "now",
+    "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
+    "wait_condition", "info", "now",
     "NondeterminismError", "Info",
 ]
 

@@ -21,7 +21,12 @@ from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.recovery import PartitionState
 from tests.workflows import (
-    ALL_ACTIVITIES, ALL_WORKFLOWS, HangingActivityWorkflow, MixedWorkflow, StallOnceWorkflow, TwoStepWorkflow,
+    ALL_ACTIVITIES,
+    ALL_WORKFLOWS,
+    HangingActivityWorkflow,
+    MixedWorkflow,
+    StallOnceWorkflow,
+    TwoStepWorkflow,
 )
 
 REPO = Path(__file__).resolve().parents[1]

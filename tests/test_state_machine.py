@@ -7,12 +7,18 @@ from typing import Any
 import pytest
 
 from services.history import state_machine
-
 from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
 from services.history.service import _continues
 from services.history.state_machine import (
-    ActivityState, Rejected, Transition, activity_retry_state, decide, decide_signal_with_start, decide_start, derive_effects,
+    ActivityState,
+    Rejected,
+    Transition,
+    activity_retry_state,
+    decide,
+    decide_signal_with_start,
+    decide_start,
+    derive_effects,
     retry_backoff_ms,
 )
 
@@ -81,7 +87,8 @@ def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_co
         decide(ex, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "result": None}, "w", NOW)
 
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id}, 7)
-    flushed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id, "commands": []}, 8)
+    completed = {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id, "commands": []}
+    flushed = command(state, "RespondWorkflowTaskCompleted", completed, 8)
     assert [e["attributes"][0] for e in flushed["events"]] == ["WorkflowTaskCompleted", "ActivityTaskCompleted", "WorkflowTaskScheduled"]
     assert [e["event_id"] for e in ex.history] == list(range(1, ex.next_event_id))
     assert ex.buffered == []

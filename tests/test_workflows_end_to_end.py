@@ -13,14 +13,30 @@ from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.exceptions import (
-    ActivityError, ApplicationError, CancelledError, CommandRejectedError, TerminatedError, TimeoutError,
-    WorkflowAlreadyStartedError, WorkflowFailureError,
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    CommandRejectedError,
+    TerminatedError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+    WorkflowFailureError,
 )
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import (
-    ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, CancellableWorkflow, CountdownWorkflow, DeclinedWorkflow, EchoWorkflow, FlakyWorkflow,
-    HeartbeatWorkflow, HugeResultWorkflow, SleepyWorkflow, UnservedActivityWorkflow,
+    ALL_ACTIVITIES,
+    ALL_WORKFLOWS,
+    ApprovalWorkflow,
+    CancellableWorkflow,
+    CountdownWorkflow,
+    DeclinedWorkflow,
+    EchoWorkflow,
+    FlakyWorkflow,
+    HeartbeatWorkflow,
+    HugeResultWorkflow,
+    SleepyWorkflow,
+    UnservedActivityWorkflow,
 )
 
 
@@ -70,7 +86,9 @@ async def test_activity_failing_twice_then_succeeding_records_every_attempt(stac
     assert sum(e["attributes"][0] == "ActivityTaskCompleted" for e in history) == 1
 
 
-async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_cause(stack: LocalStack, client: Client, task_queue: str) -> None:
+async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_cause(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
     workflow_id = f"declined-{uuid.uuid4()}"
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(DeclinedWorkflow.run, "order-7", id=workflow_id, task_queue=task_queue)
@@ -221,7 +239,8 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
         second = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
         assert second.run_id != first.run_id
         third = await client.start_workflow(
-            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
+            ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         )
         assert third.run_id not in (first.run_id, second.run_id)
         with pytest.raises(WorkflowFailureError) as terminated:

@@ -86,7 +86,9 @@ class TwoStepWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
         first = await workflow.execute_activity(slow_echo, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
-        second = await workflow.execute_activity(slow_echo, first + "!", start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
+        second = await workflow.execute_activity(
+            slow_echo, first + "!", start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY,
+        )
         return second
 
 
@@ -251,5 +253,12 @@ class HeartbeatWorkflow:
         )
 
 
-ALL_WORKFLOWS = [CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow]
-ALL_ACTIVITIES = [huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo]
+ALL_WORKFLOWS = [
+    CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
+    UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
+    SleepyWorkflow, StallOnceWorkflow,
+]
+ALL_ACTIVITIES = [
+    huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
+    hang_on_first_attempt, slow_echo,
+]

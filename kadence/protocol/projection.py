@@ -20,8 +20,8 @@ from psycopg_pool import AsyncConnectionPool
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
-from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
+from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.projection")

@@ -12,17 +12,33 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
 from kadence.protocol.kafka import (
-    consume_batches, core_topics, ensure_topics, make_consumer, make_producer, partition_for_key, topic_partitions,
+    consume_batches,
+    core_topics,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    partition_for_key,
+    topic_partitions,
 )
-from kadence.protocol.settings import KafkaSettings, SettingError
 from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.limits import (
-    MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, WARN_PAYLOAD_BYTES,
+    MAX_HISTORY_BYTES,
+    MAX_HISTORY_EVENTS,
+    WARN_HISTORY_BYTES,
+    WARN_HISTORY_EVENTS,
+    WARN_PAYLOAD_BYTES,
 )
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import (
-    Record, Rejected, Transition, decide, decide_signal_with_start, decide_start, derive_effects,
+    Record,
+    Rejected,
+    Transition,
+    decide,
+    decide_signal_with_start,
+    decide_start,
+    derive_effects,
 )
 
 log = logging.getLogger("kadence.history")
@@ -215,7 +231,8 @@ class HistoryService:
         batch = {
             "workflow_id": workflow_id, "run_id": current.run_id if current else "",
             "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": [],
-            "heartbeats": [], "next_run": None, "request_ids": [], "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
+            "heartbeats": [], "next_run": None, "request_ids": [],
+            "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
             "source_partition": partition, "source_offset": offset,
         }
         state.apply(batch)

@@ -18,7 +18,12 @@ from typing import Any
 from kadence.protocol.events import CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
 from services.history.limits import (
-    MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_PENDING_ACTIVITIES, MAX_PENDING_SIGNALS, name_problem, payload_bytes,
+    MAX_HISTORY_BYTES,
+    MAX_HISTORY_EVENTS,
+    MAX_PENDING_ACTIVITIES,
+    MAX_PENDING_SIGNALS,
+    name_problem,
+    payload_bytes,
     payload_problem,
 )
 
@@ -452,7 +457,9 @@ def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tupl
             if not attrs["activity_type"]:
                 return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", "ScheduleActivityTask needs an activity_type"
             if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
-                return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+                return "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", (
+                    f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+                )
         elif kind == "StartTimer":
             if attrs["start_to_fire_timeout_ms"] <= 0:
                 return "BAD_START_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']}: start_to_fire_timeout must be positive"
@@ -515,7 +522,8 @@ def _activity_task_heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: 
         "details": cmd["details"], "recorded_at_ms": now_ms,
     })
     if activity.heartbeat_timeout_ms:  # re-armed: the same timer id, a later fire time
-        t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", now_ms + activity.heartbeat_timeout_ms, activity.scheduled_event_id, activity.attempt))
+        fire_at = now_ms + activity.heartbeat_timeout_ms
+        t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
     return t
 
 

@@ -30,6 +30,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
     @app.agent(history)
     async def route_tasks(stream: faust.StreamT) -> None:
         async for event in stream.events():
-            await router.route(event.message.partition, event.value, list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ()))
+            headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
+            await router.route(event.message.partition, event.value, headers)
 
     return app

@@ -15,7 +15,6 @@ from kadence.protocol.projection import LogRecord
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
 
 
-
 def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """Why a run closed without a result: its failure, or the cancellation or termination as one."""
     if kind == "WorkflowExecutionCanceled":
