@@ -33,13 +33,14 @@ CLOSE_COMMANDS = {
     "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
 }
 _EVENT_FOR_COMMAND = {
-    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled", **CLOSE_COMMANDS,
+    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
+    "RequestCancelActivityTask": "ActivityTaskCancelRequested", **CLOSE_COMMANDS,
 }
 
 
 def _command_key(attrs: Record) -> str:
     """What must match between a command and its event besides the type."""
-    return attrs.get("activity_type") or attrs.get("timer_id") or ""
+    return attrs.get("activity_type") or attrs.get("timer_id") or str(attrs.get("scheduled_event_id", ""))
 
 
 class WorkflowTaskError(Exception):
@@ -102,6 +103,7 @@ class PendingCommand:
     command: Command
     future: asyncio.Future[Any] | None = None
     scheduled: Record = field(default_factory=dict)
+    scheduled_event_id: int = 0
 
 
 class WorkflowInstance(asyncio.AbstractEventLoop):
@@ -165,7 +167,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         elif kind == "ActivityTaskScheduled":
             pending = self._match(kind, attrs["activity_type"])
             pending.scheduled = attrs
+            pending.scheduled_event_id = event["event_id"]
             self._activities[event["event_id"]] = pending
+        elif kind == "ActivityTaskCancelRequested":
+            self._match(kind, str(attrs["scheduled_event_id"]))
+        elif kind == "ActivityTaskCanceled":
+            self._activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
         elif kind == "ActivityTaskCompleted":
             pending = self._activities.pop(attrs["scheduled_event_id"])
             assert pending.future is not None
@@ -251,8 +258,17 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._activity_seq += 1
         attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
         future = self.create_future()
-        self._issue(("ScheduleActivityTask", attrs), future)
+        pending = self._issue(("ScheduleActivityTask", attrs), future)
+        future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
+
+    def _activity_settled(self, pending: PendingCommand, future: asyncio.Future[Any]) -> None:
+        """A cancelled activity (by workflow code, or with the workflow) is withdrawn if it was
+        never sent, else its cancellation is requested (Temporal's TRY_CANCEL)."""
+        if not future.cancelled() or self._withdraw(pending.command):
+            return
+        if pending.scheduled_event_id in self._activities:
+            self._issue(("RequestCancelActivityTask", {"scheduled_event_id": pending.scheduled_event_id}), None)
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         future = self.create_future()

@@ -21,7 +21,7 @@ from kadence.protocol.settings import KafkaSettings
 Record = dict[str, Any]
 RunKey = tuple[str, str]
 
-ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"}
+ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
 
 
 @dataclass

@@ -24,7 +24,7 @@ from kadence import activity as activity_module
 from kadence import workflow as workflow_module
 from kadence._workflow_instance import CLOSE_COMMANDS, CacheInvalid, WorkflowDefinition, WorkflowInfo, WorkflowInstance, WorkflowTaskError
 from kadence.client import Client
-from kadence.exceptions import ApplicationError, NondeterminismError
+from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, task_codec
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
@@ -69,6 +69,7 @@ class Worker:
         self._tasks = task_codec()
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
+        self._attempts: dict[tuple[str, int, int], tuple[asyncio.Task[Any], _Heartbeater, bool]] = {}
         self._assigned: set[str] = set()
         self._kinds: list[topics.TaskKind] = (["workflow"] if self._workflows else []) + (["activity"] if self._activities else [])
         self.ready = asyncio.Event()
@@ -193,6 +194,9 @@ class Worker:
                     task = self._decode(msg)
                     if task is None:
                         continue
+                    if task["task"][0] == "ActivityCancellation":
+                        self._cancel_attempt(task)
+                        continue
                     await slots.acquire()
                     at = task["task"][1]
                     started.append(self._send(task["workflow_id"], "RecordActivityTaskStarted", {
@@ -217,14 +221,38 @@ class Worker:
             job.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
+    def _cancel_attempt(self, task: Record) -> None:
+        """The workflow asked to cancel this attempt: an async activity is cancelled where it awaits,
+        a sync one raises CancelledError at its next heartbeat (as temporalio)."""
+        cancellation = task["task"][1]
+        attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
+        if attempt is None:
+            return  # finished already, or running elsewhere
+        job, heartbeater, is_async = attempt
+        heartbeater.cancel_requested = True
+        if is_async:
+            job.cancel()
+
     async def _run_activity(self, task: Record) -> None:
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
         reply = {"run_id": run_id, "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        key = (run_id, at["scheduled_event_id"], at["attempt"])
+        heartbeater = _Heartbeater(self, task)
+        definition = self._activities.get(at["activity_type"])
+        current = asyncio.current_task()
+        assert current is not None
+        self._attempts[key] = (current, heartbeater, definition is None or definition.is_async)
         try:
-            result = await self._execute_activity(task)
-        except asyncio.CancelledError:
+            result = await self._execute_activity(task, heartbeater)
+        except (asyncio.CancelledError, CancelledError) as exc:
+            if heartbeater.cancel_requested:
+                await self._send(workflow_id, "RespondActivityTaskCanceled", {**reply, "details": []})
+                return
+            if isinstance(exc, CancelledError):
+                await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+                return
             # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
             await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(shutdown)})
@@ -234,11 +262,14 @@ class Worker:
                      workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
             await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
             return
+        finally:
+            self._attempts.pop(key, None)
+            heartbeater.close()
         await self._send(workflow_id, "RespondActivityTaskCompleted", {
             **reply, "result": converter.payload_converter.to_payload(result),
         })
 
-    async def _execute_activity(self, task: Record) -> Any:
+    async def _execute_activity(self, task: Record, heartbeater: "_Heartbeater") -> Any:
         at = task["task"][1]
         definition = self._activities.get(at["activity_type"])
         if definition is None:
@@ -256,16 +287,12 @@ class Worker:
             workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
             heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
         )
-        heartbeater = _Heartbeater(self, task)
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)
         context.run(activity_module._current_heartbeat.set, heartbeater)
-        try:
-            if definition.is_async:
-                return await asyncio.create_task(definition.fn(*args), context=context)
-            return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
-        finally:
-            heartbeater.close()
+        if definition.is_async:
+            return await asyncio.create_task(definition.fn(*args), context=context)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
 
     def _send(self, workflow_id: str, kind: str, body: Record) -> asyncio.Future[Message]:
         return self.client.send_command(workflow_id, kind, body, identity=self.identity)
@@ -294,8 +321,11 @@ class _Heartbeater:
         self._last_sent = -self._interval
         self._pending: tuple[Any, ...] | None = None
         self._scheduled: asyncio.TimerHandle | None = None
+        self.cancel_requested = False
 
     def __call__(self, *details: Any) -> None:
+        if self.cancel_requested:
+            raise CancelledError("activity cancelled: the workflow requested it")
         try:
             on_loop = asyncio.get_running_loop() is self._loop
         except RuntimeError:

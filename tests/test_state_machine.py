@@ -418,3 +418,27 @@ def test_a_history_past_50_mb_terminates_its_run(monkeypatch: pytest.MonkeyPatch
                                                        "input": [{"metadata": {}, "data": b"x" * 1500}]}, 3)
     _, attrs = ended["events"][-1]["attributes"]
     assert state.executions["order-1"].status == "Terminated" and "MB limit" in attrs["reason"]
+
+
+def test_activity_cancellation_before_and_after_it_started() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    ex = state.executions["order-1"]
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1}, 3)
+    wt = ex.workflow_task
+    assert wt is None
+    # a signal gives the workflow a task in which to cancel both activities
+    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 4)
+    wt_id = ex.workflow_task.scheduled_event_id
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt_id}, 5)
+    batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": wt_id, "commands": [
+        ("RequestCancelActivityTask", {"scheduled_event_id": 5}), ("RequestCancelActivityTask", {"scheduled_event_id": 6}),
+    ]}, 6)
+    assert [e["attributes"][0] for e in batch["events"]][1:] == [
+        "ActivityTaskCancelRequested", "ActivityTaskCanceled", "ActivityTaskCancelRequested",
+    ]
+    assert [(k, e["scheduled_event_id"]) for k, e in batch["effects"] if k == "ActivityCancellation"] == [("ActivityCancellation", 6)]
+    assert set(ex.activities) == {6}
+    canceled = command(state, "RespondActivityTaskCanceled", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "details": []}, 7)
+    assert [e["attributes"][0] for e in canceled["events"]] == ["ActivityTaskCanceled", "WorkflowTaskScheduled"]
+    assert ex.activities == {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,7 @@ from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
     ApprovalWorkflow,
+    CancelActivityWorkflow,
     CancellableWorkflow,
     CountdownWorkflow,
     DeclinedWorkflow,
@@ -320,3 +322,16 @@ async def test_continue_as_new_chains_runs_and_result_follows_them(stack: LocalS
         assert following["continued_execution_run_id"] == run_id
         run_id = attrs["new_execution_run_id"]
     assert runs == 4
+
+
+async def test_a_cancelled_activity_hears_of_it_and_history_records_it(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    marker = tmp_path / "activity-saw-cancellation"
+    workflow_id = f"cancel-activity-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(CancelActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "activity cancelled"
+    assert marker.read_text() == "cancelled"
+    kinds = audited(stack).event_types(workflow_id, handle.run_id)
+    assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")

@@ -231,6 +231,36 @@ class HugeResultWorkflow:
         return "accepted"
 
 
+@activity.defn
+async def wait_for_cancellation(marker: str) -> str:
+    try:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
+    except asyncio.CancelledError:
+        Path(marker).write_text("cancelled")
+        raise
+
+
+@workflow.defn
+class CancelActivityWorkflow:
+    """Starts an activity, cancels it half a second later, and waits a moment before finishing."""
+
+    @workflow.run
+    async def run(self, marker: str) -> str:
+        task = workflow.start_activity(
+            wait_for_cancellation, marker, start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=timedelta(seconds=5),
+        )
+        await workflow.sleep(0.5)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            await workflow.sleep(1)
+            return "activity cancelled"
+        return "not cancelled"
+
+
 @workflow.defn
 class CountdownWorkflow:
     """Continues as new until the count reaches zero."""
@@ -254,11 +284,11 @@ class HeartbeatWorkflow:
 
 
 ALL_WORKFLOWS = [
-    CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
+    CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
     UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
     SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
-    huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
+    wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
     hang_on_first_attempt, slow_echo,
 ]

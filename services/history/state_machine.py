@@ -63,6 +63,7 @@ class ActivityState:
     started_identity: str = ""
     heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
     last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
+    cancel_requested_event_id: int = 0
 
 
 @dataclass
@@ -231,7 +232,9 @@ def _apply(ex: Execution, event: Record) -> None:
         activity = ex.activities[attrs["scheduled_event_id"]]
         activity.attempt += 1
         activity.started_event_id = 0
-    elif kind in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut"):
+    elif kind == "ActivityTaskCancelRequested":
+        ex.activities[attrs["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
+    elif kind in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"):
         ex.activities.pop(attrs["scheduled_event_id"], None)
     elif kind == "WorkflowExecutionCancelRequested":
         ex.cancel_requested = True
@@ -392,6 +395,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
                 "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
                 "workflow_task_completed_event_id": completed_id,
             })
+        elif kind == "RequestCancelActivityTask":
+            _request_cancel_activity(t, attrs["scheduled_event_id"], completed_id)
         elif kind == "StartTimer":
             t.add("TimerStarted", {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "CancelTimer":
@@ -415,10 +420,25 @@ _BAD_ATTRIBUTES_CAUSE = {
     "ScheduleActivityTask": "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES",
     "StartTimer": "BAD_START_TIMER_ATTRIBUTES",
     "CancelTimer": "BAD_CANCEL_TIMER_ATTRIBUTES",
+    "RequestCancelActivityTask": "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES",
+    "ContinueAsNewWorkflowExecution": "BAD_CONTINUE_AS_NEW_ATTRIBUTES",
     "CompleteWorkflowExecution": "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES",
     "FailWorkflowExecution": "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES",
     "CancelWorkflowExecution": "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES",
 }
+
+
+def _request_cancel_activity(t: Transition, scheduled_event_id: int, completed_id: int) -> None:
+    """An attempt not started is canceled at once; a started one hears of it through its worker."""
+    requested_id = t.add("ActivityTaskCancelRequested", {
+        "scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": completed_id,
+    })
+    activity = t.execution.activities[scheduled_event_id]
+    if not activity.started_event_id:
+        t.add("ActivityTaskCanceled", {
+            "scheduled_event_id": scheduled_event_id, "started_event_id": 0,
+            "latest_cancel_requested_event_id": requested_id, "details": [], "identity": "",
+        })
 
 
 def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
@@ -468,6 +488,8 @@ def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tupl
             timers.add(attrs["timer_id"])
         elif kind == "CancelTimer" and attrs["timer_id"] not in ex.timers:
             return "BAD_CANCEL_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']} is not pending"
+        elif kind == "RequestCancelActivityTask" and attrs["scheduled_event_id"] not in ex.activities:
+            return "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", f"activity {attrs['scheduled_event_id']} is not pending"
     return None
 
 
@@ -521,9 +543,23 @@ def _activity_task_heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: 
         "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
         "details": cmd["details"], "recorded_at_ms": now_ms,
     })
+    if activity.cancel_requested_event_id:  # told again, in case the first notice missed its worker
+        t.effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
     if activity.heartbeat_timeout_ms:  # re-armed: the same timer id, a later fire time
         fire_at = now_ms + activity.heartbeat_timeout_ms
         t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
+    return t
+
+
+def _activity_task_canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    if not activity.cancel_requested_event_id:
+        raise Rejected("activity cancellation was not requested")
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskCanceled", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "latest_cancel_requested_event_id": activity.cancel_requested_event_id, "details": cmd["details"], "identity": identity,
+    })
     return t
 
 
@@ -661,6 +697,7 @@ _HANDLERS = {
     "RespondWorkflowTaskFailed": _workflow_task_failed,
     "RecordActivityTaskStarted": _activity_task_started,
     "RecordActivityTaskHeartbeat": _activity_task_heartbeat,
+    "RespondActivityTaskCanceled": _activity_task_canceled,
     "RespondActivityTaskCompleted": _activity_task_completed,
     "RespondActivityTaskFailed": _activity_task_failed,
     "TimeoutFired": _timeout_fired,
@@ -724,6 +761,13 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
     }
 
 
+_ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
+
+
+def activity_cancellation_effect(activity: ActivityState) -> Record:
+    return {"task_queue": activity.task_queue, "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt}
+
+
 def _timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
     return ("Timer", {
         "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
@@ -768,6 +812,8 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             if activity.schedule_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
+        elif kind == "ActivityTaskCancelRequested" and attrs["scheduled_event_id"] in ex.activities:
+            t.effects.append(("ActivityCancellation", activity_cancellation_effect(ex.activities[attrs["scheduled_event_id"]])))
         elif kind == "ActivityTaskStarted":
             activity = ex.activities.get(attrs["scheduled_event_id"])
             if activity and activity.start_to_close_timeout_ms:
@@ -783,7 +829,11 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
                 t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
+    finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in _ACTIVITY_RESULTS}
     for activity in removed:
+        if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
+            # dropped with its run: tell the worker to stop rather than let it run to a timeout
+            t.effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
         if activity.schedule_to_close_timeout_ms:
             t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", activity.scheduled_event_id, 1))
         if activity.started_event_id:

@@ -18,7 +18,7 @@ log = logging.getLogger("kadence.matching")
 
 Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
 
-_TASK_KINDS = {"WorkflowTask": "workflow", "ActivityTask": "activity"}
+_TASK_KINDS = {"WorkflowTask": "workflow", "ActivityTask": "activity", "ActivityCancellation": "activity"}
 
 
 class TaskRouter:
@@ -53,8 +53,9 @@ class TaskRouter:
             await self._ensure_topic(topic)
             task = {"workflow_id": workflow_id, "run_id": run_id, "task": (effect_type, effect)}
             # Workflow tasks keyed by workflow_id: the same worker keeps the same executions (sticky
-            # cache). Activity tasks unkeyed: spread over all workers.
-            key = workflow_id.encode() if kind == "workflow" else None
+            # cache). Activity tasks keyed by the activity: spread over all workers, and a
+            # cancellation lands on the partition (so the worker) that holds the attempt.
+            key = (workflow_id if kind == "workflow" else f"{workflow_id}/{effect['scheduled_event_id']}").encode()
             await self.send(topic, key, self.tasks.encode(task), self.tasks.headers())
 
     async def _ensure_topic(self, topic: str) -> None:
