@@ -32,7 +32,7 @@ START = {
 }
 ACTIVITY = {
     "activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [], "schedule_to_close_timeout_ms": 0,
-    "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0, "retry_policy": None,
+    "schedule_to_start_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0, "retry_policy": None,
 }
 
 

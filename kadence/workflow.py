@@ -170,6 +170,7 @@ def start_activity(
     args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -196,6 +197,7 @@ def start_activity(
         "task_queue": task_queue or "",
         "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
         "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
+        "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
         "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
         "heartbeat_timeout_ms": to_ms(heartbeat_timeout),
         "retry_policy": retry_policy.to_record() if retry_policy else None,
@@ -213,6 +215,7 @@ async def execute_activity(
     args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
@@ -222,6 +225,7 @@ async def execute_activity(
     """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_activity(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
+        schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
         activity_id=activity_id, result_type=result_type,
     )

@@ -54,7 +54,8 @@ def schedule_activities(state: PartitionState, run_id: str, count: int = 1) -> N
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": str(i), "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0,
+                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 0,
+                                  "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0,
                                   "retry_policy": None})
         for i in range(count)
     ]}, 2)
@@ -154,7 +155,8 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 30_000, "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
+                                  "schedule_to_close_timeout_ms": 30_000, "schedule_to_start_timeout_ms": 0,
+                                  "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
                                   "retry_policy": None}),
     ]}, 2)
     batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
@@ -263,7 +265,8 @@ def test_schedule_to_close_times_out_an_activity_that_never_started() -> None:
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 2000, "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
+                                  "schedule_to_close_timeout_ms": 2000, "schedule_to_start_timeout_ms": 0,
+                                  "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
                                   "retry_policy": None}),
     ]}, 2)
     assert ("ACTIVITY_SCHEDULE_TO_CLOSE", NOW + 2000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
@@ -299,7 +302,8 @@ def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "start_to_close_timeout_ms": 60_000, "heartbeat_timeout_ms": 1000,
+                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 0,
+                                  "start_to_close_timeout_ms": 60_000, "heartbeat_timeout_ms": 1000,
                                   "retry_policy": None}),
     ]}, 2)
     started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
@@ -442,3 +446,19 @@ def test_activity_cancellation_before_and_after_it_started() -> None:
     canceled = command(state, "RespondActivityTaskCanceled", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "details": []}, 7)
     assert [e["attributes"][0] for e in canceled["events"]] == ["ActivityTaskCanceled", "WorkflowTaskScheduled"]
     assert ex.activities == {}
+
+
+def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
+                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 1000,
+                                  "start_to_close_timeout_ms": 5000, "heartbeat_timeout_ms": 0, "retry_policy": None}),
+    ]}, 2)
+    assert ("ACTIVITY_SCHEDULE_TO_START", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
+    fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_START",
+                                            "scheduled_event_id": 5, "attempt": 1}, 3)
+    _, attrs = fired["events"][0]["attributes"]
+    assert (attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("TIMEOUT", "SCHEDULE_TO_START")
+    assert state.executions["order-1"].activities == {}

@@ -259,9 +259,13 @@ async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, clie
         unserved = await client.execute_workflow(
             UnservedActivityWorkflow.run, 1.0, id=f"s2c-{uuid.uuid4()}", task_queue=task_queue,
         )
+        unstarted = await client.execute_workflow(
+            UnservedActivityWorkflow.run, args=[1.0, "schedule_to_start"], id=f"s2s-{uuid.uuid4()}", task_queue=task_queue,
+        )
         with pytest.raises(WorkflowFailureError) as timed_out:
             await waiting.result()
     assert unserved == "SCHEDULE_TO_CLOSE TIMEOUT"
+    assert unstarted == "SCHEDULE_TO_START TIMEOUT"
     assert isinstance(timed_out.value.cause, TimeoutError)
     assert audited(stack).event_types(waiting.id, waiting.run_id)[-1] == "WorkflowExecutionTimedOut"
 

@@ -162,11 +162,12 @@ class UnservedActivityWorkflow:
     """Schedules an activity on a queue no worker polls; reports how it timed out."""
 
     @workflow.run
-    async def run(self, seconds: float) -> str:
+    async def run(self, seconds: float, bound: str = "schedule_to_close") -> str:
+        timeouts = {"schedule_to_close_timeout": timedelta(seconds=seconds)}
+        if bound == "schedule_to_start":
+            timeouts = {"schedule_to_start_timeout": timedelta(seconds=seconds), "start_to_close_timeout": timedelta(seconds=60)}
         try:
-            await workflow.execute_activity(
-                echo, "never", task_queue="nobody-polls-this", schedule_to_close_timeout=timedelta(seconds=seconds),
-            )
+            await workflow.execute_activity(echo, "never", task_queue="nobody-polls-this", **timeouts)
         except ActivityError as error:
             assert isinstance(error.cause, TimeoutError) and error.cause.type is not None
             return f"{error.cause.type.value} {error.retry_state.value if error.retry_state else ''}"

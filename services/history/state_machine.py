@@ -58,6 +58,7 @@ class ActivityState:
     retry_policy: Record | None
     scheduled_time_ms: int
     heartbeat_timeout_ms: int = 0
+    schedule_to_start_timeout_ms: int = 0
     attempt: int = 1
     started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
     started_identity: str = ""
@@ -219,6 +220,7 @@ def _apply(ex: Execution, event: Record) -> None:
             schedule_to_close_timeout_ms=attrs["schedule_to_close_timeout_ms"],
             start_to_close_timeout_ms=attrs["start_to_close_timeout_ms"],
             heartbeat_timeout_ms=attrs["heartbeat_timeout_ms"],
+            schedule_to_start_timeout_ms=attrs["schedule_to_start_timeout_ms"],
             retry_policy=attrs["retry_policy"],
             scheduled_time_ms=event["event_time_ms"],
         )
@@ -631,6 +633,18 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
         if activity.started_event_id:
             raise Rejected("activity attempt already started")
         t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+        if activity.schedule_to_start_timeout_ms:
+            fire_at = now_ms + activity.schedule_to_start_timeout_ms
+            t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt))
+        return t
+    if kind == "ACTIVITY_SCHEDULE_TO_START":
+        if activity.started_event_id:
+            raise Rejected("activity attempt already started")
+        # As Temporal: not retried, another attempt would wait in the same queue.
+        failure = {**_failure("activity ScheduleToStart timeout", ""), "timeout_type": "SCHEDULE_TO_START"}
+        t.add_workflow_visible("ActivityTaskTimedOut", {
+            "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "failure": failure, "retry_state": "TIMEOUT",
+        })
         return t
     if kind == "ACTIVITY_SCHEDULE_TO_CLOSE":
         failure = {**_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
@@ -812,10 +826,15 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             if activity.schedule_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
+            if activity.schedule_to_start_timeout_ms:
+                fire_at = t.now_ms + activity.schedule_to_start_timeout_ms
+                t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, 1))
         elif kind == "ActivityTaskCancelRequested" and attrs["scheduled_event_id"] in ex.activities:
             t.effects.append(("ActivityCancellation", activity_cancellation_effect(ex.activities[attrs["scheduled_event_id"]])))
         elif kind == "ActivityTaskStarted":
             activity = ex.activities.get(attrs["scheduled_event_id"])
+            if activity and activity.schedule_to_start_timeout_ms:
+                t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
             if activity and activity.start_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.start_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
