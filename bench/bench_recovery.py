@@ -29,6 +29,7 @@ from services.history.state_machine import decide, decide_start, derive_effects
 START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
     "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL", "execution_timeout_ms": 0, "run_timeout_ms": 0,
+    "search_attributes": {},
 }
 ACTIVITY = {
     "activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [], "schedule_to_close_timeout_ms": 0,

@@ -37,6 +37,7 @@ def main(order_id: str, amount: float) -> None:
             "id_conflict_policy": "FAIL",
             "execution_timeout_ms": 0,
             "run_timeout_ms": 0,
+            "search_attributes": {},
         }),
     }
     value = io.BytesIO()

@@ -34,7 +34,8 @@ CLOSE_COMMANDS = {
 }
 _EVENT_FOR_COMMAND = {
     "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
-    "RequestCancelActivityTask": "ActivityTaskCancelRequested", **CLOSE_COMMANDS,
+    "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
+    **CLOSE_COMMANDS,
 }
 
 
@@ -171,6 +172,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._activities[event["event_id"]] = pending
         elif kind == "ActivityTaskCancelRequested":
             self._match(kind, str(attrs["scheduled_event_id"]))
+        elif kind == "UpsertWorkflowSearchAttributes":
+            self._match(kind, "")
         elif kind == "ActivityTaskCanceled":
             self._activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
         elif kind == "ActivityTaskCompleted":
@@ -296,6 +299,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self._new_commands = [c for c in self._new_commands if c is not command]
                 return True
         return False
+
+    def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
+        payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
+        self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self._time_ms / 1000, UTC)

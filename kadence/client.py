@@ -81,6 +81,7 @@ class Client:
         id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
         start_signal: str | None = None,
         start_signal_args: Sequence[Any] = (),
+        search_attributes: dict[str, Any] | None = None,
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
@@ -98,6 +99,9 @@ class Client:
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
             "workflow_task_timeout_ms": to_ms(task_timeout),
             "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
+            "search_attributes": {
+                name: self.data_converter.payload_converter.to_payload(value) for name, value in (search_attributes or {}).items()
+            },
         }
         if start_signal is None:
             run_id = await self._request(id, "StartWorkflowExecution", start, request_id)

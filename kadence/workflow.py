@@ -20,7 +20,7 @@ from kadence.exceptions import NondeterminismError
 
 __all__ = [
     "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
-    "wait_condition", "info", "now",
+    "wait_condition", "upsert_search_attributes", "info", "now",
     "NondeterminismError", "Info",
 ]
 
@@ -149,6 +149,11 @@ def continue_as_new(
         "input": instance.converter.payload_converter.to_payloads(values),
         "workflow_task_timeout_ms": to_ms(task_timeout), "run_timeout_ms": to_ms(run_timeout),
     })
+
+
+def upsert_search_attributes(attributes: dict[str, Any]) -> None:
+    """Set (or overwrite) search attributes of this run: indexed in the read model for list queries."""
+    _instance().upsert_search_attributes(attributes)
 
 
 async def wait_condition(condition: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:

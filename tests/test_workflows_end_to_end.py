@@ -7,6 +7,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
@@ -37,6 +38,7 @@ from tests.workflows import (
     FlakyWorkflow,
     HeartbeatWorkflow,
     HugeResultWorkflow,
+    IndexedWorkflow,
     SleepyWorkflow,
     UnservedActivityWorkflow,
 )
@@ -339,3 +341,20 @@ async def test_a_cancelled_activity_hears_of_it_and_history_records_it(
     assert marker.read_text() == "cancelled"
     kinds = audited(stack).event_types(workflow_id, handle.run_id)
     assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")
+
+
+async def test_search_attributes_from_the_start_and_from_workflow_code_reach_the_read_model(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    workflow_id = f"indexed-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(
+            IndexedWorkflow.run, "shipped", id=workflow_id, task_queue=task_queue, search_attributes={"CustomerId": "c-42"},
+        )
+        assert await handle.result() == "shipped"
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
+        row = await (await conn.execute(
+            "SELECT search_attributes FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, handle.run_id),
+        )).fetchone()
+    assert row is not None and row[0] == {"CustomerId": "c-42", "OrderStatus": "shipped", "Amount": 12.5}
+    assert audited(stack).event_types(workflow_id, handle.run_id).count("UpsertWorkflowSearchAttributes") == 2

@@ -263,6 +263,18 @@ class CancelActivityWorkflow:
 
 
 @workflow.defn
+class IndexedWorkflow:
+    """Marks its progress in search attributes."""
+
+    @workflow.run
+    async def run(self, status: str) -> str:
+        workflow.upsert_search_attributes({"OrderStatus": "paid", "Amount": 12.5})
+        await workflow.sleep(0.05)
+        workflow.upsert_search_attributes({"OrderStatus": status})
+        return status
+
+
+@workflow.defn
 class CountdownWorkflow:
     """Continues as new until the count reaches zero."""
 
@@ -285,9 +297,9 @@ class HeartbeatWorkflow:
 
 
 ALL_WORKFLOWS = [
-    CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
-    UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
-    SleepyWorkflow, StallOnceWorkflow,
+    IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
+    ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
+    HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
     wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,

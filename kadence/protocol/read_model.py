@@ -17,6 +17,7 @@ VISIBILITY_DDL = [
         result bytea,
         failure bytea,
         next_run_id text,
+        search_attributes jsonb NOT NULL DEFAULT '{}',
         PRIMARY KEY (workflow_id, run_id)
     )
     """,

@@ -291,7 +291,7 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
-        "continued_execution_run_id": "",
+        "continued_execution_run_id": "", "search_attributes": start["search_attributes"],
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {**signal, "identity": identity})
@@ -399,6 +399,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
             })
         elif kind == "RequestCancelActivityTask":
             _request_cancel_activity(t, attrs["scheduled_event_id"], completed_id)
+        elif kind == "UpsertWorkflowSearchAttributes":
+            t.add("UpsertWorkflowSearchAttributes", {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "StartTimer":
             t.add("TimerStarted", {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "CancelTimer":
@@ -423,6 +425,7 @@ _BAD_ATTRIBUTES_CAUSE = {
     "StartTimer": "BAD_START_TIMER_ATTRIBUTES",
     "CancelTimer": "BAD_CANCEL_TIMER_ATTRIBUTES",
     "RequestCancelActivityTask": "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES",
+    "UpsertWorkflowSearchAttributes": "BAD_SEARCH_ATTRIBUTES",
     "ContinueAsNewWorkflowExecution": "BAD_CONTINUE_AS_NEW_ATTRIBUTES",
     "CompleteWorkflowExecution": "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES",
     "FailWorkflowExecution": "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES",
@@ -460,7 +463,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "request_id": "", "identity": identity,
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
         "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
-        "continued_execution_run_id": ex.run_id,
+        "continued_execution_run_id": ex.run_id, "search_attributes": {},
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
 

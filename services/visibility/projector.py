@@ -8,11 +8,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
 from kadence.protocol.projection import LogRecord
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
+
+
+def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
+    """Search attributes as JSON for the read model: JSON payloads as their value."""
+    values = {}
+    for name, payload in payloads.items():
+        if payload["metadata"].get("encoding") == b"json/plain":
+            values[name] = json.loads(payload["data"])
+    return Jsonb(values)
 
 
 def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -41,6 +51,7 @@ class _Rows:
     closed: list[tuple[Any, ...]] = field(default_factory=list)
     archive: list[tuple[Any, ...]] = field(default_factory=list)
     outcomes: list[tuple[Any, ...]] = field(default_factory=list)
+    upserts: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 class VisibilityProjector:
@@ -70,9 +81,15 @@ class VisibilityProjector:
         async with conn.cursor() as cur:
             if started:
                 await cur.executemany(
-                    "INSERT INTO kadence_executions (workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length) "
-                    "VALUES (%s, %s, %s, %s, 'Running', %s, 1) ON CONFLICT DO NOTHING",
+                    "INSERT INTO kadence_executions "
+                    "(workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length, search_attributes) "
+                    "VALUES (%s, %s, %s, %s, 'Running', %s, 1, %s) ON CONFLICT DO NOTHING",
                     started,
+                )
+            if rows.upserts:  # in history order: a later upsert of a name wins
+                await cur.executemany(
+                    "UPDATE kadence_executions SET search_attributes = search_attributes || %s WHERE workflow_id = %s AND run_id = %s",
+                    rows.upserts,
                 )
             if archive:
                 await cur.executemany(
@@ -110,7 +127,10 @@ class VisibilityProjector:
             rows.archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
             rows.lengths[key] = event["event_id"]
             if kind == "WorkflowExecutionStarted":
-                rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"])))
+                rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"]),
+                                     _search_attributes(attrs["search_attributes"])))
+            elif kind == "UpsertWorkflowSearchAttributes":
+                rows.upserts.append((_search_attributes(attrs["search_attributes"]), *key))
             elif kind in CLOSE_STATUS:
                 result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
                 failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
