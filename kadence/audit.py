@@ -13,7 +13,7 @@ from typing import Any
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
-from kadence.protocol.events import CLOSE_STATUS, run_sections
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
@@ -21,7 +21,6 @@ from kadence.protocol.settings import KafkaSettings
 Record = dict[str, Any]
 RunKey = tuple[str, str]
 
-ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
 
 
 @dataclass

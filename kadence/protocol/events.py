@@ -15,6 +15,10 @@ CLOSE_STATUS = {
     "WorkflowExecutionContinuedAsNew": "ContinuedAsNew",
 }
 
+# The events that end an activity for good (a failure or timeout whose retry_state is
+# IN_PROGRESS only ends an attempt).
+ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
+
 
 @dataclass(frozen=True)
 class RunSection:

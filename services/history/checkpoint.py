@@ -17,7 +17,7 @@ import psycopg
 
 from kadence.protocol.codec import codec
 from services.history.recovery import PartitionState
-from services.history.state_machine import RUNNING, Execution, apply_heartbeat, evolve, execution_from_start
+from services.history.state_machine import RUNNING, Execution, apply_heartbeat, evolve, execution_from_events
 
 log = logging.getLogger("kadence.history.checkpoint")
 
@@ -77,8 +77,7 @@ def _restore(saved: dict[str, Any]) -> Execution:
             workflow_id=saved["workflow_id"], run_id=saved["run_id"], workflow_type=saved["workflow_type"],
             task_queue=saved["task_queue"], status=saved["status"], start_request_id=saved["start_request_id"],
         )
-    ex = execution_from_start(saved["workflow_id"], saved["run_id"], saved["events"][0])
-    evolve(ex, {"events": saved["events"], "buffered": []})
+    ex = execution_from_events(saved["workflow_id"], saved["run_id"], saved["events"])
     evolve(ex, {"events": [], "buffered": saved["buffered"]})  # buffered after: events may clear the buffer
     for heartbeat in saved["heartbeats"]:
         apply_heartbeat(ex, heartbeat)

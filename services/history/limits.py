@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
@@ -18,26 +19,27 @@ WARN_HISTORY_BYTES = 10 * 1024 * 1024
 _NAME_FIELDS = ("workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id")
 
 
-def largest_payload(record: Any) -> int:
-    """Size of the largest Payload anywhere in `record` (a decoded Avro value)."""
+def _payloads(record: Any) -> Iterator[dict[str, Any]]:
+    """Every Payload anywhere in `record` (a decoded Avro value)."""
     if isinstance(record, dict):
         if "data" in record and "metadata" in record and isinstance(record["data"], bytes):
-            return len(record["data"]) + sum(len(k) + len(v) for k, v in record["metadata"].items())
-        return max((largest_payload(value) for value in record.values()), default=0)
-    if isinstance(record, (list, tuple)):
-        return max((largest_payload(value) for value in record), default=0)
-    return 0
+            yield record
+        else:
+            for value in record.values():
+                yield from _payloads(value)
+    elif isinstance(record, (list, tuple)):
+        for value in record:
+            yield from _payloads(value)
+
+
+def largest_payload(record: Any) -> int:
+    """Size of the largest Payload in `record`, metadata included."""
+    return max((len(p["data"]) + sum(len(k) + len(v) for k, v in p["metadata"].items()) for p in _payloads(record)), default=0)
 
 
 def payload_bytes(record: Any) -> int:
-    """Total size of the Payloads in `record`: what makes a history large."""
-    if isinstance(record, dict):
-        if "data" in record and "metadata" in record and isinstance(record["data"], bytes):
-            return len(record["data"])
-        return sum(payload_bytes(value) for value in record.values())
-    if isinstance(record, (list, tuple)):
-        return sum(payload_bytes(value) for value in record)
-    return 0
+    """Total data size of the Payloads in `record`: what makes a history large."""
+    return sum(len(p["data"]) for p in _payloads(record))
 
 
 def payload_problem(record: Any, what: str) -> str | None:

@@ -15,7 +15,15 @@ from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
-from services.history.state_machine import RUNNING, Execution, Record, event_type, evolve, execution_from_start
+from services.history.state_machine import (
+    RUNNING,
+    Execution,
+    Record,
+    event_type,
+    evolve,
+    execution_from_events,
+    execution_from_start,
+)
 
 log = logging.getLogger("kadence.history.recovery")
 
@@ -49,8 +57,7 @@ class PartitionState:
             self.fence.forget_run(ex.run_id)
         following = batch.get("next_run")
         if following is not None:  # continue-as-new: the new run is the workflow id's current run
-            ex = execution_from_start(batch["workflow_id"], following["run_id"], following["events"][0])
-            evolve(ex, {"events": following["events"], "buffered": []})
+            ex = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
             self.executions[batch["workflow_id"]] = ex
         return ex
 

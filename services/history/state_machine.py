@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kadence.protocol.events import CLOSE_STATUS, failure_record
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
 from services.history.limits import (
     MAX_HISTORY_BYTES,
@@ -167,6 +167,13 @@ def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Exec
     )
 
 
+def execution_from_events(workflow_id: str, run_id: str, events: list[Record]) -> Execution:
+    """A run's state from its events, the first being WorkflowExecutionStarted."""
+    ex = execution_from_start(workflow_id, run_id, events[0])
+    evolve(ex, {"events": events, "buffered": []})
+    return ex
+
+
 def evolve(ex: Execution, batch: Record) -> None:
     for event in batch["buffered"]:
         _apply(ex, event)
@@ -236,7 +243,7 @@ def _apply(ex: Execution, event: Record) -> None:
         activity.started_event_id = 0
     elif kind == "ActivityTaskCancelRequested":
         ex.activities[attrs["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
-    elif kind in ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"):
+    elif kind in ACTIVITY_RESULTS:
         ex.activities.pop(attrs["scheduled_event_id"], None)
     elif kind == "WorkflowExecutionCancelRequested":
         ex.cancel_requested = True
@@ -778,9 +785,6 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
     }
 
 
-_ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
-
-
 def activity_cancellation_effect(activity: ActivityState) -> Record:
     return {"task_queue": activity.task_queue, "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt}
 
@@ -851,7 +855,7 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
                 t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
-    finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in _ACTIVITY_RESULTS}
+    finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in ACTIVITY_RESULTS}
     for activity in removed:
         if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
             # dropped with its run: tell the worker to stop rather than let it run to a timeout

@@ -77,47 +77,46 @@ class VisibilityProjector:
                 rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
             for section in run_sections(batch):
                 self._fold(batch["workflow_id"], section, rows)
-        started, lengths, closed, archive, outcomes = rows.started, rows.lengths, rows.closed, rows.archive, rows.outcomes
         async with conn.cursor() as cur:
-            if started:
+            if rows.started:
                 await cur.executemany(
                     "INSERT INTO kadence_executions "
                     "(workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length, search_attributes) "
                     "VALUES (%s, %s, %s, %s, 'Running', %s, 1, %s) ON CONFLICT DO NOTHING",
-                    started,
+                    rows.started,
                 )
             if rows.upserts:  # in history order: a later upsert of a name wins
                 await cur.executemany(
                     "UPDATE kadence_executions SET search_attributes = search_attributes || %s WHERE workflow_id = %s AND run_id = %s",
                     rows.upserts,
                 )
-            if archive:
+            if rows.archive:
                 await cur.executemany(
                     "INSERT INTO kadence_events (workflow_id, run_id, event_id, event_type, event_time, event) "
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    archive,
+                    rows.archive,
                 )
-            if lengths:
+            if rows.lengths:
                 await cur.executemany(
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
-                    [(length, *key) for key, length in lengths.items()],
+                    [(length, *key) for key, length in rows.lengths.items()],
                 )
-            if outcomes:
+            if rows.outcomes:
                 await cur.executemany(
                     "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason) "
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    outcomes,
+                    rows.outcomes,
                 )
-                await cur.executemany("SELECT pg_notify(%s, %s)", [(OUTCOME_CHANNEL, row[0]) for row in outcomes])
-            if closed:
+                await cur.executemany("SELECT pg_notify(%s, %s)", [(OUTCOME_CHANNEL, row[0]) for row in rows.outcomes])
+            if rows.closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
                     "WHERE workflow_id = %s AND run_id = %s",
-                    closed,
+                    rows.closed,
                 )
                 await cur.executemany(
                     "SELECT pg_notify(%s, %s)",
-                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in closed],
+                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in rows.closed],
                 )
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
