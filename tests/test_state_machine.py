@@ -49,15 +49,17 @@ def command(state: PartitionState, kind: str, body: dict[str, Any], offset: int)
     return apply(state, decide(state.executions["order-1"], kind, body, "worker", NOW), offset)
 
 
-def schedule_activities(state: PartitionState, run_id: str, count: int = 1) -> None:
+ACTIVITY = {
+    "activity_type": "charge", "task_queue": "", "input": [], "schedule_to_close_timeout_ms": 0,
+    "schedule_to_start_timeout_ms": 0, "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0, "retry_policy": None,
+}
+
+
+def schedule_activities(state: PartitionState, run_id: str, count: int = 1, **timeouts: int) -> dict[str, Any]:
     """Complete the first workflow task with `count` ScheduleActivityTask commands (event ids 5, 6, ...)."""
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
-        ("ScheduleActivityTask", {"activity_id": str(i), "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 0,
-                                  "start_to_close_timeout_ms": 10_000, "heartbeat_timeout_ms": 0,
-                                  "retry_policy": None})
-        for i in range(count)
+    return command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {**ACTIVITY, **timeouts, "activity_id": str(i)}) for i in range(count)
     ]}, 2)
 
 
@@ -152,13 +154,7 @@ def test_retry_state_follows_the_policy() -> None:
 
 def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
     state, run_id = started_workflow()
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
-        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 30_000, "schedule_to_start_timeout_ms": 0,
-                                  "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
-                                  "retry_policy": None}),
-    ]}, 2)
+    schedule_activities(state, run_id, schedule_to_close_timeout_ms=30_000, start_to_close_timeout_ms=0)
     batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
     assert [(kind, effect["kind"], effect["fire_at_ms"]) for kind, effect in batch["effects"]] == [
         ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
@@ -262,13 +258,7 @@ def test_run_timeout_closes_the_run_and_drops_its_pending_work() -> None:
 
 def test_schedule_to_close_times_out_an_activity_that_never_started() -> None:
     state, run_id = started_workflow()
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
-        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 2000, "schedule_to_start_timeout_ms": 0,
-                                  "start_to_close_timeout_ms": 0, "heartbeat_timeout_ms": 0,
-                                  "retry_policy": None}),
-    ]}, 2)
+    scheduled = schedule_activities(state, run_id, schedule_to_close_timeout_ms=2000, start_to_close_timeout_ms=0)
     assert ("ACTIVITY_SCHEDULE_TO_CLOSE", NOW + 2000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
     fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_CLOSE",
                                             "scheduled_event_id": 5, "attempt": 1}, 3)
@@ -299,13 +289,7 @@ def test_a_checkpoint_restores_open_and_closed_runs_with_their_buffers() -> None
 
 def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
     state, run_id = started_workflow()
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
-        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 0,
-                                  "start_to_close_timeout_ms": 60_000, "heartbeat_timeout_ms": 1000,
-                                  "retry_policy": None}),
-    ]}, 2)
+    schedule_activities(state, run_id, start_to_close_timeout_ms=60_000, heartbeat_timeout_ms=1000)
     started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
     assert ("ACTIVITY_HEARTBEAT", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in started["effects"] if k == "Timer"]
     progress = [{"metadata": {"encoding": b"json/plain"}, "data": b"3"}]
@@ -450,12 +434,7 @@ def test_activity_cancellation_before_and_after_it_started() -> None:
 
 def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying() -> None:
     state, run_id = started_workflow()
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    scheduled = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
-        ("ScheduleActivityTask", {"activity_id": "1", "activity_type": "charge", "task_queue": "", "input": [],
-                                  "schedule_to_close_timeout_ms": 0, "schedule_to_start_timeout_ms": 1000,
-                                  "start_to_close_timeout_ms": 5000, "heartbeat_timeout_ms": 0, "retry_policy": None}),
-    ]}, 2)
+    scheduled = schedule_activities(state, run_id, schedule_to_start_timeout_ms=1000, start_to_close_timeout_ms=5000)
     assert ("ACTIVITY_SCHEDULE_TO_START", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
     fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_START",
                                             "scheduled_event_id": 5, "attempt": 1}, 3)
