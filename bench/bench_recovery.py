@@ -24,7 +24,7 @@ from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
 from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState, recover_partitions
-from services.history.state_machine import decide, decide_start, derive_effects
+from services.history.state_machine import decide, decide_start
 
 START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
@@ -49,10 +49,7 @@ class HistoryWriter:
         self.producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "linger.ms": 20, "compression.type": "lz4"})
 
     def write(self, transition: Any) -> dict[str, Any]:
-        before = dict(transition.execution.activities)
-        batch = transition.to_batch(0, self.offset)
-        execution = self.state.apply(batch)
-        derive_effects(execution, transition, [a for sid, a in before.items() if sid not in execution.activities], [])
+        batch, _ = self.state.apply_transition(transition, 0, self.offset)
         self.producer.produce(topics.HISTORY, self.codec.encode(batch), batch["workflow_id"].encode(), partition=0)
         self.producer.poll(0)
         self.offset += 1

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kadence.converter import DataConverter
-from kadence.exceptions import FailureError, NondeterminismError
+from kadence.exceptions import ApplicationError, FailureError, NondeterminismError, WorkflowAlreadyStartedError
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -35,13 +35,31 @@ CLOSE_COMMANDS = {
 _EVENT_FOR_COMMAND = {
     "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
     "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
+    "RecordMarker": "MarkerRecorded", "StartChildWorkflowExecution": "StartChildWorkflowExecutionInitiated",
+    "SignalExternalWorkflowExecution": "SignalExternalWorkflowExecutionInitiated",
+    "RequestCancelExternalWorkflowExecution": "RequestCancelExternalWorkflowExecutionInitiated",
     **CLOSE_COMMANDS,
 }
+_INITIATED_EVENTS = {
+    "StartChildWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionInitiated", "RequestCancelExternalWorkflowExecutionInitiated",
+}
+_CHILD_RESULTS = {
+    "ChildWorkflowExecutionCompleted", "ChildWorkflowExecutionFailed", "ChildWorkflowExecutionCanceled",
+    "ChildWorkflowExecutionTimedOut", "ChildWorkflowExecutionTerminated",
+}
+_EXTERNAL_ANSWERS = {
+    "ExternalWorkflowExecutionSignaled": "", "ExternalWorkflowExecutionCancelRequested": "",
+    "SignalExternalWorkflowExecutionFailed": "signal", "RequestCancelExternalWorkflowExecutionFailed": "cancel",
+}
+PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
 
 
 def _command_key(attrs: Record) -> str:
     """What must match between a command and its event besides the type."""
-    return attrs.get("activity_type") or attrs.get("timer_id") or str(attrs.get("scheduled_event_id", ""))
+    return (
+        attrs.get("activity_type") or attrs.get("timer_id") or attrs.get("workflow_id") or attrs.get("marker_name")
+        or str(attrs.get("scheduled_event_id", ""))
+    )
 
 
 class WorkflowTaskError(Exception):
@@ -102,9 +120,10 @@ class DurableTimerHandle(asyncio.TimerHandle):
 @dataclass
 class PendingCommand:
     command: Command
-    future: asyncio.Future[Any] | None = None
+    future: asyncio.Future[Any] | None = None  # its result: an activity's, a child's, a signal's delivery
     scheduled: Record = field(default_factory=dict)
-    scheduled_event_id: int = 0
+    scheduled_event_id: int = 0  # the event that recorded the command (scheduled, initiated)
+    started: asyncio.Future[str] | None = None  # a child's run id, once it started
 
 
 class WorkflowInstance(asyncio.AbstractEventLoop):
@@ -127,16 +146,22 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._object: Any = None
         self._unhandled_signals: list[tuple[str, list[Record]]] = []
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+        self._initiated: dict[int, PendingCommand] = {}  # children and external requests by initiated event id
+        self._replaying = False
+        self._upcoming: list[Record] = []  # the history after the event being applied
+        self._patches: dict[str, bool] = {}
 
     # ---- driving the run ---------------------------------------------------------------------
 
     def activate(self, history: list[Record], scheduled_event_id: int) -> list[Command]:
         """Apply the events not seen yet, run the activation for task `scheduled_event_id`,
         and return the commands to send with its completion."""
-        for event in history:
+        for index, event in enumerate(history):
             if event["event_id"] > self.processed_event_id:
+                self._upcoming = history[index + 1:]
                 self._apply(event)
                 self.processed_event_id = event["event_id"]
+        self._upcoming = []
         commands = self._run_activation()
         self.last_activated_task = scheduled_event_id
         return commands
@@ -150,7 +175,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._time_ms = event["event_time_ms"]
         elif kind == "WorkflowTaskCompleted":
             if attrs["scheduled_event_id"] != self.last_activated_task:
-                self._run_activation()  # a past task: replay it
+                self._replaying = True  # a past task: replay it
+                try:
+                    self._run_activation()
+                finally:
+                    self._replaying = False
         elif kind in ("WorkflowTaskFailed", "WorkflowTaskTimedOut"):
             if attrs["scheduled_event_id"] == self.last_activated_task:
                 raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
@@ -174,6 +203,32 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._match(kind, str(attrs["scheduled_event_id"]))
         elif kind == "UpsertWorkflowSearchAttributes":
             self._match(kind, "")
+        elif kind == "MarkerRecorded":
+            self._match(kind, attrs["marker_name"])
+        elif kind in _INITIATED_EVENTS:
+            pending = self._match(kind, attrs["workflow_id"])
+            pending.scheduled_event_id = event["event_id"]
+            self._initiated[event["event_id"]] = pending
+        elif kind == "ChildWorkflowExecutionStarted":
+            _resolve(self._initiated[attrs["initiated_event_id"]].started, attrs["run_id"])
+        elif kind == "StartChildWorkflowExecutionFailed":
+            pending = self._initiated.pop(attrs["initiated_event_id"])
+            _fail(pending.started, WorkflowAlreadyStartedError(attrs["workflow_id"], attrs["cause"], "child workflow already started"))
+        elif kind in _CHILD_RESULTS:
+            pending = self._initiated.pop(attrs["initiated_event_id"])
+            if kind == "ChildWorkflowExecutionCompleted":
+                _resolve(pending.future, attrs["result"])
+            else:
+                _fail(pending.future, self.converter.failure_converter.child_workflow_error(kind, attrs, self.converter.payload_converter))
+        elif kind in _EXTERNAL_ANSWERS:
+            pending = self._initiated.pop(attrs["initiated_event_id"])
+            if _EXTERNAL_ANSWERS[kind]:
+                _fail(pending.future, ApplicationError(
+                    f"unable to {_EXTERNAL_ANSWERS[kind]} external workflow {attrs['workflow_id']}: {attrs['cause']}",
+                    type=attrs["cause"], non_retryable=True,
+                ))
+            else:
+                _resolve(pending.future, None)
         elif kind == "ActivityTaskCanceled":
             self._activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
         elif kind == "ActivityTaskCompleted":
@@ -300,6 +355,53 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 return True
         return False
 
+    def start_child_workflow(self, attrs: Record) -> PendingCommand:
+        """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
+        pending = self._issue(("StartChildWorkflowExecution", attrs), self.create_future())
+        pending.started = self.create_future()
+        return pending
+
+    def cancel_child_workflow(self, pending: PendingCommand) -> None:
+        """Withdraw a child start not sent yet, else ask the child to cancel (its parent hears how it ends)."""
+        if not self._withdraw(pending.command):
+            self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
+
+    def signal_external(
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[Record], child_workflow_only: bool,
+    ) -> asyncio.Future[None]:
+        return self._issue(("SignalExternalWorkflowExecution", {
+            "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
+            "child_workflow_only": child_workflow_only,
+        }), self.create_future()).future  # type: ignore[return-value]
+
+    def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
+        return self._issue(("RequestCancelExternalWorkflowExecution", {
+            "workflow_id": workflow_id, "run_id": run_id, "child_workflow_only": child_workflow_only, "reason": "",
+        }), self.create_future()).future  # type: ignore[return-value]
+
+    def patched(self, patch_id: str, deprecated: bool = False) -> bool:
+        """Whether code after this patch runs: always when running live (a marker records it); on
+        replay, only if the task being replayed recorded the marker. Memoized per run."""
+        if patch_id not in self._patches:
+            use_patch = not self._replaying or patch_id in self._upcoming_patch_markers()
+            self._patches[patch_id] = use_patch
+            if use_patch:
+                payloads = self.converter.payload_converter
+                details = {"patch_id": payloads.to_payloads([patch_id]), "deprecated": payloads.to_payloads([deprecated])}
+                self._issue(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details}), None)
+        return self._patches[patch_id]
+
+    def _upcoming_patch_markers(self) -> set[str]:
+        """Patch ids of the markers the replayed task recorded (the events after its WorkflowTaskCompleted)."""
+        found = set()
+        for event in self._upcoming:
+            kind, attrs = event["attributes"]
+            if kind in ("WorkflowTaskScheduled", "WorkflowTaskStarted"):
+                break
+            if kind == "MarkerRecorded" and attrs["marker_name"] == PATCH_MARKER:
+                found.add(self.converter.payload_converter.from_payload(attrs["details"]["patch_id"][0]))
+        return found
+
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
@@ -362,3 +464,13 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
         self.call_exception_handler(context)
+
+
+def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:
+    if future is not None and not future.done():  # a future the workflow cancelled takes no result
+        future.set_result(value)
+
+
+def _fail(future: asyncio.Future[Any] | None, error: BaseException) -> None:
+    if future is not None and not future.done():
+        future.set_exception(error)

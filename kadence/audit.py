@@ -13,7 +13,7 @@ from typing import Any
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, run_sections
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
@@ -21,7 +21,17 @@ from kadence.protocol.settings import KafkaSettings
 Record = dict[str, Any]
 RunKey = tuple[str, str]
 
-
+# Events answering a request the run initiated (a child start, an external signal or cancel), and
+# the event that must have initiated it. Each answer comes once per initiated event.
+_INITIATED_BY_ANSWER = {
+    "ChildWorkflowExecutionStarted": "StartChildWorkflowExecutionInitiated",
+    "StartChildWorkflowExecutionFailed": "StartChildWorkflowExecutionInitiated",
+    **{result: "StartChildWorkflowExecutionInitiated" for result in CHILD_RESULTS},
+    "ExternalWorkflowExecutionSignaled": "SignalExternalWorkflowExecutionInitiated",
+    "SignalExternalWorkflowExecutionFailed": "SignalExternalWorkflowExecutionInitiated",
+    "ExternalWorkflowExecutionCancelRequested": "RequestCancelExternalWorkflowExecutionInitiated",
+    "RequestCancelExternalWorkflowExecutionFailed": "RequestCancelExternalWorkflowExecutionInitiated",
+}
 
 @dataclass
 class RunAudit:
@@ -32,6 +42,8 @@ class RunAudit:
     activity_attempts: dict[int, int] = field(default_factory=dict)  # scheduled id -> attempt now due
     finished_activities: dict[int, int] = field(default_factory=dict)  # scheduled id -> final result event id
     fired_timers: set[str] = field(default_factory=set)
+    initiated: dict[int, str] = field(default_factory=dict)  # initiated event id -> its type
+    answered: dict[tuple[int, bool], int] = field(default_factory=dict)  # (initiated id, final?) -> answer event id
     closed: bool = False
 
     @property
@@ -111,6 +123,10 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
             return f"attempt {attrs['attempt']} of activity {attrs['scheduled_event_id']} started where attempt {due} was due"
     elif kind in ACTIVITY_RESULTS:
         return _check_activity_result(run, event, kind, attrs)
+    elif kind in _INITIATED_BY_ANSWER.values():
+        run.initiated[event["event_id"]] = kind
+    elif kind in _INITIATED_BY_ANSWER:
+        return _check_answer(run, event, kind, attrs)
     elif kind == "TimerFired":
         if attrs["timer_id"] in run.fired_timers:
             return f"timer {attrs['timer_id']} fired twice"
@@ -128,4 +144,16 @@ def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Recor
         run.activity_attempts[scheduled_id] = run.activity_attempts.get(scheduled_id, 1) + 1
     else:
         run.finished_activities[scheduled_id] = event["event_id"]
+    return None
+
+
+def _check_answer(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:
+    initiated_id = attrs["initiated_event_id"]
+    expected = _INITIATED_BY_ANSWER[kind]
+    if run.initiated.get(initiated_id) != expected and initiated_id >= run.first_event_id:
+        return f"{kind} for initiated_event_id {initiated_id}, which is not a {expected} event"
+    answer = (initiated_id, kind != "ChildWorkflowExecutionStarted")
+    if answer in run.answered:
+        return f"second answer {kind} to initiated event {initiated_id} (first at event {run.answered[answer]})"
+    run.answered[answer] = event["event_id"]
     return None

@@ -25,6 +25,14 @@ class WorkflowIDConflictPolicy(str, Enum):
     TERMINATE_EXISTING = "TERMINATE_EXISTING"
 
 
+class ParentClosePolicy(str, Enum):
+    """What happens to a child workflow still running when its parent closes (as temporalio.workflow)."""
+
+    TERMINATE = "TERMINATE"
+    ABANDON = "ABANDON"
+    REQUEST_CANCEL = "REQUEST_CANCEL"
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How an activity is retried. Defaults are Temporal's: 1 s, x2.0, capped at 100 x initial, unlimited attempts."""

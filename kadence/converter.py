@@ -9,7 +9,17 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from kadence.exceptions import ActivityError, ApplicationError, FailureError, RetryState, TimeoutError, TimeoutType
+from kadence.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+    RetryState,
+    TerminatedError,
+    TimeoutError,
+    TimeoutType,
+)
 
 Payload = dict[str, Any]
 Failure = dict[str, Any]
@@ -123,6 +133,25 @@ class FailureConverter:
             retry_state=RetryState(attrs["retry_state"]),
         )
         error.__cause__ = self.from_failure(attrs["failure"], payloads)
+        return error
+
+    def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: JSONPayloadConverter) -> ChildWorkflowError:
+        """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
+        error = ChildWorkflowError(
+            "Child workflow execution failed", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
+            workflow_type=attrs["workflow_type"], initiated_event_id=attrs["initiated_event_id"],
+            started_event_id=attrs["started_event_id"], retry_state=RetryState(attrs["retry_state"]) if "retry_state" in attrs else None,
+        )
+        cause: FailureError
+        if event_type == "ChildWorkflowExecutionFailed":
+            cause = self.from_failure(attrs["failure"], payloads)
+        elif event_type == "ChildWorkflowExecutionCanceled":
+            cause = CancelledError("Workflow cancelled")
+        elif event_type == "ChildWorkflowExecutionTerminated":
+            cause = TerminatedError("Workflow terminated")
+        else:
+            cause = TimeoutError("Workflow timed out", type=TimeoutType.START_TO_CLOSE)
+        error.__cause__ = cause
         return error
 
 

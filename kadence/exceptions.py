@@ -75,6 +75,27 @@ class ActivityError(FailureError):
         return self.__cause__
 
 
+class ChildWorkflowError(FailureError):
+    """A child workflow ended other than completed; the reason is `__cause__` (ApplicationError,
+    CancelledError, TerminatedError, TimeoutError)."""
+
+    def __init__(
+        self, message: str, *, workflow_id: str, run_id: str, workflow_type: str, initiated_event_id: int,
+        started_event_id: int, retry_state: RetryState | None,
+    ) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.workflow_type = workflow_type
+        self.initiated_event_id = initiated_event_id
+        self.started_event_id = started_event_id
+        self.retry_state = retry_state
+
+    @property
+    def cause(self) -> BaseException | None:
+        return self.__cause__
+
+
 class WorkflowFailureError(KadenceError):
     """Raised by the client when the workflow it waits on failed; the reason is `cause`."""
 

@@ -14,14 +14,15 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
 from kadence import activity as activity_module
-from kadence._workflow_instance import ContinueAsNewError, WorkflowDefinition, WorkflowInfo, WorkflowInstance
-from kadence.common import RetryPolicy, to_ms
+from kadence._workflow_instance import ContinueAsNewError, PendingCommand, WorkflowDefinition, WorkflowInfo, WorkflowInstance
+from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
     "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
-    "wait_condition", "upsert_search_attributes", "info", "now",
-    "NondeterminismError", "Info",
+    "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch",
+    "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
+    "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -235,3 +236,138 @@ async def execute_activity(
         activity_id=activity_id, result_type=result_type,
     )
 
+
+
+def patched(id: str) -> bool:
+    """Whether this run takes the code after patch `id`: True for runs that reach it with the patch
+    deployed (a MarkerRecorded event remembers it), False when replaying history recorded before it."""
+    return _instance().patched(id)
+
+
+def deprecate_patch(id: str) -> None:
+    """Mark patch `id` as the only path left: histories with or without its marker both replay."""
+    _instance().patched(id, deprecated=True)
+
+
+class ChildWorkflowHandle(asyncio.Task[Any]):
+    """A started child workflow (as temporalio's): await it for the result, which raises
+    ChildWorkflowError if the child did not complete; cancel() asks the child to cancel."""
+
+    id: str
+    first_execution_run_id: str
+
+    async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
+        """Signal the child; raises ApplicationError if it cannot be signalled (it closed)."""
+        instance = _instance()
+        values = ([arg] if arg is not _UNSET else []) + list(args)
+        payloads = instance.converter.payload_converter.to_payloads(values)
+        await instance.signal_external(self.id, "", signal_name(signal), payloads, child_workflow_only=True)
+
+
+async def start_child_workflow(
+    workflow: type | Callable[..., Any] | str,
+    arg: Any = _UNSET,
+    *,
+    args: Sequence[Any] = (),
+    id: str,
+    task_queue: str | None = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    search_attributes: dict[str, Any] | None = None,
+    result_type: type | None = None,
+) -> ChildWorkflowHandle:
+    """Start a child workflow and wait until it started (raises WorkflowAlreadyStartedError if its
+    id is taken). The child runs on `task_queue` (default: this workflow's)."""
+    instance = _instance()
+    found = definition(workflow)
+    workflow_type = found if isinstance(found, str) else found.name
+    if result_type is None and not isinstance(found, str):
+        result_type = found.result_type()
+    payloads = instance.converter.payload_converter
+    pending = instance.start_child_workflow({
+        "workflow_id": id, "workflow_type": workflow_type, "task_queue": task_queue or "",
+        "input": payloads.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
+        "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
+        "workflow_task_timeout_ms": to_ms(task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(id_reuse_policy).value,
+        "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
+        "search_attributes": {name: payloads.to_payload(value) for name, value in (search_attributes or {}).items()},
+    })
+    assert pending.started is not None
+    try:
+        run_id = await asyncio.shield(pending.started)
+    except asyncio.CancelledError:
+        if not pending.started.done():
+            instance.cancel_child_workflow(pending)
+        raise
+    handle = ChildWorkflowHandle(_child_result(instance, pending, result_type), loop=instance, name=f"child:{id}")
+    handle.id = id
+    handle.first_execution_run_id = run_id
+    return handle
+
+
+async def _child_result(instance: WorkflowInstance, pending: PendingCommand, result_type: type | None) -> Any:
+    """The child's result; a cancellation of the waiting task asks the child to cancel and keeps
+    waiting for how it ends (temporalio's WAIT_CANCELLATION_COMPLETED)."""
+    assert pending.future is not None
+    cancel_requested = False
+    while True:
+        try:
+            payload = await asyncio.shield(pending.future)
+            return instance.converter.payload_converter.from_payload(payload, result_type)
+        except asyncio.CancelledError:
+            if pending.future.done():
+                raise
+            if not cancel_requested:
+                instance.cancel_child_workflow(pending)
+                cancel_requested = True
+
+
+async def execute_child_workflow(
+    workflow: type | Callable[..., Any] | str,
+    arg: Any = _UNSET,
+    *,
+    args: Sequence[Any] = (),
+    id: str,
+    task_queue: str | None = None,
+    execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None,
+    task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
+    search_attributes: dict[str, Any] | None = None,
+    result_type: type | None = None,
+) -> Any:
+    """Start a child workflow and wait for its result (raises ChildWorkflowError if it did not complete)."""
+    handle = await start_child_workflow(
+        workflow, arg, args=args, id=id, task_queue=task_queue, execution_timeout=execution_timeout, run_timeout=run_timeout,
+        task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, parent_close_policy=parent_close_policy,
+        search_attributes=search_attributes, result_type=result_type,
+    )
+    return await handle
+
+
+class ExternalWorkflowHandle:
+    """Another workflow this one may signal or ask to cancel (as temporalio's)."""
+
+    def __init__(self, id: str, run_id: str | None = None) -> None:
+        self.id = id
+        self.run_id = run_id
+
+    async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
+        """Signal the workflow; raises ApplicationError if it is not found or closed."""
+        instance = _instance()
+        payloads = instance.converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args))
+        await instance.signal_external(self.id, self.run_id or "", signal_name(signal), payloads, child_workflow_only=False)
+
+    async def cancel(self) -> None:
+        """Ask the workflow to cancel; raises ApplicationError if it is not found or closed."""
+        await _instance().request_cancel_external(self.id, self.run_id or "")
+
+
+def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
+    """A handle to signal or cancel another workflow (its current run unless `run_id` is given)."""
+    _instance()
+    return ExternalWorkflowHandle(workflow_id, run_id)

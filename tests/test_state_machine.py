@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kadence.protocol.codec import command_codec
 from services.history import state_machine
 from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
@@ -18,7 +19,7 @@ from services.history.state_machine import (
     decide,
     decide_signal_with_start,
     decide_start,
-    derive_effects,
+    rejection_answer,
     retry_backoff_ms,
 )
 
@@ -31,12 +32,7 @@ START = {
 
 
 def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
-    before = dict(t.execution.activities)
-    batch = t.to_batch(0, offset)
-    execution = state.apply(batch)
-    assert execution is not None
-    derive_effects(execution, t, [a for sid, a in before.items() if sid not in execution.activities], [])
-    return batch
+    return state.apply_transition(t, 0, offset)[0]
 
 
 def started_workflow() -> tuple[PartitionState, str]:
@@ -441,3 +437,88 @@ def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying(
     _, attrs = fired["events"][0]["attributes"]
     assert (attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("TIMEOUT", "SCHEDULE_TO_START")
     assert state.executions["order-1"].activities == {}
+
+
+def decode_outbound(effect: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(target workflow id, command kind, body) of an OutboundCommand effect."""
+    command = command_codec().decode(effect["command"])
+    kind, body = command["command"]
+    return command["workflow_id"], kind, body
+
+
+CHILD = {
+    "workflow_id": "order-1-invoice", "workflow_type": "InvoiceWorkflow", "task_queue": "", "input": [], "execution_timeout_ms": 0,
+    "run_timeout_ms": 0, "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "parent_close_policy": "TERMINATE",
+    "search_attributes": {},
+}
+
+
+def start_child(state: PartitionState, run_id: str, **child: Any) -> tuple[str, dict[str, Any]]:
+    """Complete the first workflow task with StartChildWorkflowExecution (initiated event 5); the relayed start."""
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("StartChildWorkflowExecution", {**CHILD, **child}),
+    ]}, 2)
+    (effect,) = [e for kind, e in batch["effects"] if kind == "OutboundCommand"]
+    target, kind, start = decode_outbound(effect)
+    assert (target, kind, start["request_id"], start["initiated_by"]["initiated_event_id"]) == (
+        CHILD["workflow_id"], "StartWorkflowExecution", f"{run_id}/5", 5,
+    )
+    return target, start
+
+
+def test_a_child_start_relayed_twice_starts_one_run_even_after_it_closed() -> None:
+    parent, run_id = started_workflow()
+    child_id, start = start_child(parent, run_id)
+    children = PartitionState(1)
+    first = children.apply_transition(decide_start(None, child_id, start, "kadence-history", NOW, 1, 40), 1, 40)[0]
+    (answer,) = [decode_outbound(e) for kind, e in first["effects"] if kind == "OutboundCommand"]
+    assert answer[:2] == ("order-1", "RecordChildExecutionStarted")
+    child = children.executions[child_id]
+    children.apply_transition(decide(child, "TerminateWorkflowExecution", {"run_id": "", "reason": "", "details": []}, "op", NOW), 1, 41)
+    again = decide_start(child, child_id, start, "kadence-history", NOW, 1, 42)
+    assert again.events == [] and again.execution.run_id == first["run_id"]
+
+
+def test_a_child_close_implies_its_start_and_a_second_report_is_stale() -> None:
+    parent, run_id = started_workflow()
+    start_child(parent, run_id)
+    closed = {"run_id": run_id, "initiated_event_id": 5, "child_run_id": "c1", "status": "Completed",
+              "result": None, "failure": None, "details": [], "retry_state": "RETRY_POLICY_NOT_SET"}
+    batch = command(parent, "RecordChildExecutionClosed", closed, 3)
+    assert [e["attributes"][0] for e in batch["events"]] == [
+        "ChildWorkflowExecutionStarted", "ChildWorkflowExecutionCompleted", "WorkflowTaskScheduled",
+    ]
+    with pytest.raises(Rejected, match="no pending child"):
+        decide(parent.executions["order-1"], "RecordChildExecutionClosed", closed, "kadence-history", NOW)
+
+
+def test_a_parent_closing_first_applies_its_parent_close_policy() -> None:
+    for policy, expected in (("TERMINATE", ["TerminateWorkflowExecution"]), ("REQUEST_CANCEL", ["RequestCancelWorkflowExecution"]),
+                             ("ABANDON", [])):
+        parent, run_id = started_workflow()
+        start_child(parent, run_id, parent_close_policy=policy)
+        batch = command(parent, "TerminateWorkflowExecution", {"run_id": "", "reason": "done", "details": []}, 3)
+        sent = [decode_outbound(e) for kind, e in batch["effects"] if kind == "OutboundCommand"]
+        assert [(target, kind) for target, kind, _ in sent] == [(CHILD["workflow_id"], kind) for kind in expected]
+
+
+def test_a_signal_sent_again_with_its_request_id_applies_once_and_answers_its_sender() -> None:
+    state, run_id = started_workflow()
+    sender = {"workflow_id": "sender", "run_id": "s1", "initiated_event_id": 7}
+    signal = {"run_id": "", "signal_name": "approve", "input": [], "request_id": "s1/7", "initiated_by": sender}
+    first = command(state, "SignalWorkflowExecution", signal, 1)
+    assert [e["attributes"][0] for e in first["buffered"]] == ["WorkflowExecutionSignaled"]  # the first task is pending
+    (answer,) = [decode_outbound(e) for kind, e in first["effects"] if kind == "OutboundCommand"]
+    assert answer == ("sender", "RecordExternalRequestOutcome", {"run_id": "s1", "initiated_event_id": 7, "cause": ""})
+    again = command(state, "SignalWorkflowExecution", signal, 2)
+    assert again["events"] == again["buffered"] == again["effects"] == []
+
+
+def test_a_rejected_command_from_a_workflow_is_answered_with_the_cause() -> None:
+    sender = {"workflow_id": "sender", "run_id": "s1", "initiated_event_id": 7}
+    effect = rejection_answer({"initiated_by": sender}, Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND"))
+    assert effect is not None
+    answer = {"run_id": "s1", "initiated_event_id": 7, "cause": "WORKFLOW_NOT_FOUND"}
+    assert decode_outbound(effect[1])[1:] == ("RecordExternalRequestOutcome", answer)
+    assert rejection_answer({"initiated_by": None}, Rejected("no")) is None

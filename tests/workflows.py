@@ -8,8 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from kadence import activity, workflow
-from kadence.common import RetryPolicy
-from kadence.exceptions import ActivityError, ApplicationError, TimeoutError
+from kadence.common import ParentClosePolicy, RetryPolicy
+from kadence.exceptions import ActivityError, ApplicationError, ChildWorkflowError, TimeoutError, WorkflowAlreadyStartedError
 
 FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
 
@@ -296,7 +296,91 @@ class HeartbeatWorkflow:
         )
 
 
+@workflow.defn
+class FamilyWorkflow:
+    """Runs children one after another: one completes, one continues as new, one fails, one is
+    signalled (after a second start with its id is refused), one times out."""
+
+    @workflow.run
+    async def run(self, prefix: str) -> list[str]:
+        results = [await workflow.execute_child_workflow(EchoWorkflow.run, "hello", id=f"{prefix}-echo")]
+        results.append(await workflow.execute_child_workflow(CountdownWorkflow.run, 2, id=f"{prefix}-countdown"))
+        try:
+            await workflow.execute_child_workflow(DeclinedWorkflow.run, "card", id=f"{prefix}-declined")
+        except ChildWorkflowError as err:
+            assert isinstance(err.cause, ActivityError)
+            results.append(f"{type(err.cause).__name__}: {err.cause.cause}")
+        approval = await workflow.start_child_workflow(ApprovalWorkflow.run, "order", id=f"{prefix}-approval")
+        try:
+            await workflow.start_child_workflow(ApprovalWorkflow.run, "again", id=f"{prefix}-approval")
+        except WorkflowAlreadyStartedError as err:
+            results.append(err.cause)
+        await approval.signal(ApprovalWorkflow.approve, "the parent")
+        results.append(await approval)
+        try:
+            await workflow.execute_child_workflow(
+                ApprovalWorkflow.run, "slow", id=f"{prefix}-timeout", execution_timeout=timedelta(milliseconds=500),
+            )
+        except ChildWorkflowError as err:
+            results.append(type(err.cause).__name__)
+        return results
+
+
+@workflow.defn
+class LeavingParentWorkflow:
+    """Starts a child with the given parent close policy and closes at once."""
+
+    @workflow.run
+    async def run(self, child_type: str, child_id: str, policy: str) -> str:
+        await workflow.start_child_workflow(child_type, "left behind", id=child_id, parent_close_policy=ParentClosePolicy(policy))
+        return "left"
+
+
+@workflow.defn
+class CancelChildWorkflow:
+    """Cancels its child and reports how the child ended."""
+
+    @workflow.run
+    async def run(self, child_id: str) -> str:
+        child = await workflow.start_child_workflow(CancellableWorkflow.run, "child", id=child_id)
+        await workflow.sleep(0.05)
+        child.cancel()
+        try:
+            await child
+        except ChildWorkflowError as err:
+            return type(err.cause).__name__
+        return "not cancelled"
+
+
+@workflow.defn
+class ExternalRequestsWorkflow:
+    """Signals one workflow, cancels another, and tries to signal one that does not exist."""
+
+    @workflow.run
+    async def run(self, approval_id: str, cancellable_id: str) -> list[str]:
+        await workflow.get_external_workflow_handle(approval_id).signal(ApprovalWorkflow.approve, "a neighbour")
+        await workflow.get_external_workflow_handle(cancellable_id).cancel()
+        outcomes = ["signalled", "cancel requested"]
+        try:
+            await workflow.get_external_workflow_handle(f"{approval_id}-missing").signal("approve", "nobody")
+        except ApplicationError as err:
+            outcomes.append(str(err.type))
+        return outcomes
+
+
+@workflow.defn
+class PatchedWorkflow:
+    """Takes the patched path, recorded by a marker, and keeps taking it when replayed."""
+
+    @workflow.run
+    async def run(self) -> str:
+        version = "v2" if workflow.patched("greeting-v2") else "v1"
+        await workflow.sleep(0.05)
+        return f"{version}, then {'v2' if workflow.patched('greeting-v2') else 'v1'}"
+
+
 ALL_WORKFLOWS = [
+    FamilyWorkflow, LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
     HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,

@@ -19,6 +19,16 @@ CLOSE_STATUS = {
 # IN_PROGRESS only ends an attempt).
 ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
 
+# The event in a parent's history that tells how a child ended, by the child's close status.
+CHILD_RESULT_FOR_STATUS = {
+    "Completed": "ChildWorkflowExecutionCompleted",
+    "Failed": "ChildWorkflowExecutionFailed",
+    "Canceled": "ChildWorkflowExecutionCanceled",
+    "TimedOut": "ChildWorkflowExecutionTimedOut",
+    "Terminated": "ChildWorkflowExecutionTerminated",
+}
+CHILD_RESULTS = set(CHILD_RESULT_FOR_STATUS.values())
+
 
 @dataclass(frozen=True)
 class RunSection:

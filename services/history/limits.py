@@ -10,13 +10,17 @@ WARN_PAYLOAD_BYTES = 256 * 1024
 MAX_ID_LENGTH = 1000
 MAX_PENDING_ACTIVITIES = 2000
 MAX_PENDING_SIGNALS = 2000
+MAX_PENDING_CHILDREN = 2000
+MAX_PENDING_EXTERNAL_REQUESTS = 2000  # signals and cancel requests sent to other workflows
 MAX_HISTORY_EVENTS = 51_200
 WARN_HISTORY_EVENTS = 10_240
 MAX_HISTORY_BYTES = 50 * 1024 * 1024
 WARN_HISTORY_BYTES = 10 * 1024 * 1024
 
 # The fields of commands that name things: ids, types, queues.
-_NAME_FIELDS = ("workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id")
+_NAME_FIELDS = (
+    "workflow_id", "workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id", "marker_name",
+)
 
 
 def _payloads(record: Any) -> Iterator[dict[str, Any]]:

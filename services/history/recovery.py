@@ -18,7 +18,10 @@ from kadence.protocol.settings import KafkaSettings
 from services.history.state_machine import (
     RUNNING,
     Execution,
+    Pending,
     Record,
+    Transition,
+    derive_effects,
     event_type,
     evolve,
     execution_from_events,
@@ -60,6 +63,20 @@ class PartitionState:
             ex = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
             self.executions[batch["workflow_id"]] = ex
         return ex
+
+    def apply_transition(self, transition: Transition, source_partition: int, source_offset: int) -> tuple[Record, Execution]:
+        """Fold a live transition into state and derive its effects: the batch to write, and the
+        execution it leaves current (the new run after a continue-as-new)."""
+        before = Pending.of(transition.execution)
+        batch = transition.to_batch(source_partition, source_offset)
+        execution = self.apply(batch)
+        assert execution is not None, "a live batch always continues its run"
+        if transition.next_run is None:
+            derive_effects(execution, transition, before)
+        else:  # the closed run was evolved in place; `execution` is the run that follows it
+            derive_effects(transition.execution, transition, before)
+            derive_effects(execution, transition.next_run, Pending())
+        return batch, execution
 
 
 def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState]) -> dict[int, PartitionState]:

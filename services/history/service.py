@@ -38,7 +38,7 @@ from services.history.state_machine import (
     decide,
     decide_signal_with_start,
     decide_start,
-    derive_effects,
+    rejection_answer,
 )
 
 log = logging.getLogger("kadence.history")
@@ -188,29 +188,22 @@ class HistoryService:
                 "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
                 workflow_id, body.get("run_id", ""), kind, partition, offset, reason.cause, str(reason),
             )
-            if request_id:  # a client waits for the answer
-                self._write_rejection(state, workflow_id, kind, request_id, reason, partition, offset)
+            if request_id:  # a client or a workflow waits for the answer
+                self._write_rejection(state, workflow_id, kind, body, request_id, reason, partition, offset)
             return
         self._write(state, transition, partition, offset, request_id)
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
-        activities_before = dict(transition.execution.activities)
         bytes_before = transition.execution.history_bytes
-        timers_before = set(transition.execution.timers.values())
-        batch = transition.to_batch(partition, offset)
-        batch["request_ids"] = [request_id] if request_id else []
-        execution = state.apply(batch)
-        assert execution is not None, "a live batch always continues its run"
-        removed = [activity for sid, activity in activities_before.items() if sid not in execution.activities]
+        batch, execution = state.apply_transition(transition, partition, offset)
+        if request_id:
+            batch["request_ids"] = [request_id]
         if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
             log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
                         execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
         if bytes_before <= WARN_HISTORY_BYTES < execution.history_bytes:
             log.warning("event=large_history workflow_id=%s run_id=%s bytes=%d limit=%d",
                         execution.workflow_id, execution.run_id, execution.history_bytes, MAX_HISTORY_BYTES)
-        derive_effects(execution, transition, removed, sorted(timers_before - set(execution.timers.values())))
-        if transition.next_run is not None:  # state.apply made the new run current
-            derive_effects(state.executions[execution.workflow_id], transition.next_run, [], [])
         pending = self._unwritten.get(partition)
         if pending is not None and _continues(pending, batch):
             pending["events"] += batch["events"]
@@ -224,13 +217,17 @@ class HistoryService:
             self._unwritten[partition] = batch
 
     def _write_rejection(
-        self, state: PartitionState, workflow_id: str, command: str, request_id: str, reason: Rejected, partition: int, offset: int,
+        self, state: PartitionState, workflow_id: str, command: str, body: Record, request_id: str, reason: Rejected,
+        partition: int, offset: int,
     ) -> None:
-        """An event-less batch answering the client; it also moves recovery past the command."""
+        """An event-less batch answering the client (or, through an outbound command, the workflow)
+        that sent the command; it also moves recovery past the command."""
         current = state.executions.get(workflow_id)
+        answer = rejection_answer(body, reason)
         batch = {
             "workflow_id": workflow_id, "run_id": current.run_id if current else "",
-            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": [],
+            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [],
+            "effects": [answer] if answer else [],
             "heartbeats": [], "next_run": None, "request_ids": [],
             "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
             "source_partition": partition, "source_offset": offset,

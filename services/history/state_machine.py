@@ -12,15 +12,19 @@ Attempt-level events (ActivityTaskStarted, a failure that will be retried) are w
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, failure_record
+from kadence.protocol.codec import command_codec
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
 from services.history.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
     MAX_PENDING_ACTIVITIES,
+    MAX_PENDING_CHILDREN,
+    MAX_PENDING_EXTERNAL_REQUESTS,
     MAX_PENDING_SIGNALS,
     name_problem,
     payload_bytes,
@@ -30,6 +34,7 @@ from services.history.limits import (
 Record = dict[str, Any]
 
 RUNNING = "Running"
+HISTORY_IDENTITY = "kadence-history"
 
 DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
 DEFAULT_INITIAL_INTERVAL_MS = 1000
@@ -68,6 +73,27 @@ class ActivityState:
 
 
 @dataclass
+class ChildState:
+    """A child workflow this run started and has not heard the end of."""
+
+    initiated_event_id: int
+    workflow_id: str
+    workflow_type: str
+    parent_close_policy: str
+    run_id: str = ""  # known once ChildWorkflowExecutionStarted is recorded
+    started_event_id: int = 0
+
+
+@dataclass
+class ExternalRequest:
+    """A signal or cancel request this run sent to another workflow and awaits the answer to."""
+
+    kind: str  # "signal" or "cancel"
+    workflow_id: str
+    run_id: str
+
+
+@dataclass
 class WorkflowTaskState:
     scheduled_event_id: int
     attempt: int
@@ -92,6 +118,23 @@ class Execution:
     activities: dict[int, ActivityState] = field(default_factory=dict)
     timers: dict[str, int] = field(default_factory=dict)  # user timer id -> its TimerStarted event id
     buffered: list[Record] = field(default_factory=list)
+    parent: Record | None = None  # InitiatedBy of a child run: where its close is reported
+    children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
+    external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
+    signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
+
+
+@dataclass
+class Pending:
+    """What an execution had pending before a transition: the effects drop what it no longer has."""
+
+    activities: dict[int, ActivityState] = field(default_factory=dict)
+    timers: set[int] = field(default_factory=set)  # TimerStarted event ids
+    children: dict[int, ChildState] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ex: Execution) -> Pending:
+        return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children))
 
 
 @dataclass
@@ -116,12 +159,18 @@ class Transition:
         return event_id
 
     def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
-        """Buffer the event while a workflow task is in flight, else write it and schedule a task."""
+        """Buffer the event while a workflow task is in flight, else write it and schedule a task
+        (one per transition, after its last workflow-visible event)."""
         if self.execution.workflow_task is not None:
             self.buffered.append({"event_id": 0, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
-        else:
-            self.add(event_type, attributes)
-            self.add("WorkflowTaskScheduled", {"task_queue": self.execution.task_queue, "attempt": 1})
+            return
+        if self.events and self.events[-1]["attributes"] == ("WorkflowTaskScheduled", self._first_task_attributes()):
+            self.events.pop()
+        self.add(event_type, attributes)
+        self.add("WorkflowTaskScheduled", self._first_task_attributes())
+
+    def _first_task_attributes(self) -> Record:
+        return {"task_queue": self.execution.task_queue, "attempt": 1}
 
     def flush_buffered(self) -> None:
         for event in self.execution.buffered:
@@ -161,9 +210,15 @@ def attributes(event: Record) -> Record:
 
 def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Execution:
     attrs = attributes(started)
+    parent = None
+    if attrs["parent_workflow_id"]:
+        parent = {
+            "workflow_id": attrs["parent_workflow_id"], "run_id": attrs["parent_run_id"],
+            "initiated_event_id": attrs["parent_initiated_event_id"],
+        }
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
-        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"],
+        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"], parent=parent,
     )
 
 
@@ -247,11 +302,42 @@ def _apply(ex: Execution, event: Record) -> None:
         ex.activities.pop(attrs["scheduled_event_id"], None)
     elif kind == "WorkflowExecutionCancelRequested":
         ex.cancel_requested = True
+    elif kind == "WorkflowExecutionSignaled" and attrs["request_id"]:
+        ex.signal_request_ids.add(attrs["request_id"])
+    elif kind == "StartChildWorkflowExecutionInitiated":
+        ex.children[event["event_id"]] = ChildState(
+            event["event_id"], attrs["workflow_id"], attrs["workflow_type"], attrs["parent_close_policy"],
+        )
+    elif kind == "ChildWorkflowExecutionStarted":
+        if (child := ex.children.get(attrs["initiated_event_id"])) is not None:
+            child.run_id = attrs["run_id"]
+            child.started_event_id = event["event_id"]
+    elif kind in CHILD_RESULTS or kind == "StartChildWorkflowExecutionFailed":
+        ex.children.pop(attrs["initiated_event_id"], None)
+    elif kind in _EXTERNAL_INITIATED:
+        ex.external_requests[event["event_id"]] = ExternalRequest(_EXTERNAL_INITIATED[kind], attrs["workflow_id"], attrs["run_id"])
+    elif kind in _EXTERNAL_ANSWERS:
+        ex.external_requests.pop(attrs["initiated_event_id"], None)
     elif kind in CLOSE_STATUS:
         ex.status = CLOSE_STATUS[kind]
         ex.workflow_task = None
         ex.activities.clear()  # pending work is dropped with the run
         ex.timers.clear()
+        ex.children.clear()  # the parent close policy applies to them
+        ex.external_requests.clear()
+
+
+_EXTERNAL_INITIATED = {
+    "SignalExternalWorkflowExecutionInitiated": "signal", "RequestCancelExternalWorkflowExecutionInitiated": "cancel",
+}
+# The events answering an external request, by (kind, whether it applied).
+_EXTERNAL_ANSWER_EVENT = {
+    ("signal", True): "ExternalWorkflowExecutionSignaled",
+    ("signal", False): "SignalExternalWorkflowExecutionFailed",
+    ("cancel", True): "ExternalWorkflowExecutionCancelRequested",
+    ("cancel", False): "RequestCancelExternalWorkflowExecutionFailed",
+}
+_EXTERNAL_ANSWERS = set(_EXTERNAL_ANSWER_EVENT.values())
 
 
 # ---- decide: command -> transition -------------------------------------------------------------
@@ -261,9 +347,9 @@ def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
     now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
 ) -> Transition:
+    if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
+        return Transition(current, now_ms)  # the same start again (a retry, a relay's redelivery): answered with its run
     if current is not None and current.status == RUNNING:
-        if start["request_id"] and start["request_id"] == current.start_request_id:
-            return Transition(current, now_ms)  # the same start again: answered with the running run
         if start["id_conflict_policy"] == "USE_EXISTING":
             return Transition(current, now_ms)
         if start["id_conflict_policy"] == "TERMINATE_EXISTING":
@@ -292,18 +378,56 @@ def decide_start(
 
 def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
+    parent = start.get("initiated_by")
     t = Transition(ex, now_ms)
     t.add("WorkflowExecutionStarted", {
         "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
-        "continued_execution_run_id": "", "search_attributes": start["search_attributes"],
+        "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
     })
     if signal is not None:
-        t.add("WorkflowExecutionSignaled", {**signal, "identity": identity})
+        t.add("WorkflowExecutionSignaled", {
+            **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
+        })
     t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
+    if parent is not None:
+        t.effects.append(outbound(parent["workflow_id"], "RecordChildExecutionStarted", {
+            "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
+        }))
     return t
+
+
+def _parent_attributes(parent: Record | None) -> Record:
+    if parent is None:
+        return {"parent_workflow_id": "", "parent_run_id": "", "parent_initiated_event_id": 0}
+    return {
+        "parent_workflow_id": parent["workflow_id"], "parent_run_id": parent["run_id"],
+        "parent_initiated_event_id": parent["initiated_event_id"],
+    }
+
+
+def outbound(workflow_id: str, kind: str, body: Record) -> tuple[str, Record]:
+    """An effect the matching service produces to kadence.commands: a command for another execution."""
+    commands = command_codec()
+    command = {"workflow_id": workflow_id, "identity": HISTORY_IDENTITY, "command": (kind, body)}
+    return ("OutboundCommand", {
+        "workflow_id": workflow_id, "command": commands.encode(command), "schema_fingerprint": commands.fingerprint,
+    })
+
+
+def _answer(requester: Record, cause: str) -> tuple[str, Record]:
+    """Tell the workflow that sent a command (a child start, a signal, a cancel request) whether it applied."""
+    return outbound(requester["workflow_id"], "RecordExternalRequestOutcome", {
+        "run_id": requester["run_id"], "initiated_event_id": requester["initiated_event_id"], "cause": cause,
+    })
+
+
+def rejection_answer(body: Record, reason: Rejected) -> tuple[str, Record] | None:
+    """The effect that tells a requesting workflow its command was rejected, if a workflow sent it."""
+    requester = body.get("initiated_by")
+    return None if requester is None else _answer(requester, reason.cause)
 
 
 def decide_signal_with_start(
@@ -406,8 +530,19 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
             })
         elif kind == "RequestCancelActivityTask":
             _request_cancel_activity(t, attrs["scheduled_event_id"], completed_id)
-        elif kind == "UpsertWorkflowSearchAttributes":
-            t.add("UpsertWorkflowSearchAttributes", {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind in ("UpsertWorkflowSearchAttributes", "RecordMarker"):
+            t.add(_EVENT_FOR_COMMAND.get(kind, kind), {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind in ("SignalExternalWorkflowExecution", "RequestCancelExternalWorkflowExecution"):
+            t.add(f"{kind}Initiated", {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind == "StartChildWorkflowExecution":
+            t.add("StartChildWorkflowExecutionInitiated", {
+                "workflow_id": attrs["workflow_id"], "workflow_type": attrs["workflow_type"],
+                "task_queue": attrs["task_queue"] or ex.task_queue, "input": attrs["input"],
+                "workflow_execution_timeout_ms": attrs["execution_timeout_ms"], "workflow_run_timeout_ms": attrs["run_timeout_ms"],
+                "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
+                "parent_close_policy": attrs["parent_close_policy"], "search_attributes": attrs["search_attributes"],
+                "workflow_task_completed_event_id": completed_id,
+            })
         elif kind == "StartTimer":
             t.add("TimerStarted", {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "CancelTimer":
@@ -427,7 +562,13 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
     return t
 
 
+_EVENT_FOR_COMMAND = {"RecordMarker": "MarkerRecorded"}
+
 _BAD_ATTRIBUTES_CAUSE = {
+    "RecordMarker": "BAD_RECORD_MARKER_ATTRIBUTES",
+    "StartChildWorkflowExecution": "BAD_START_CHILD_EXECUTION_ATTRIBUTES",
+    "SignalExternalWorkflowExecution": "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
+    "RequestCancelExternalWorkflowExecution": "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
     "ScheduleActivityTask": "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES",
     "StartTimer": "BAD_START_TIMER_ATTRIBUTES",
     "CancelTimer": "BAD_CANCEL_TIMER_ATTRIBUTES",
@@ -470,7 +611,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "request_id": "", "identity": identity,
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
         "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
-        "continued_execution_run_id": ex.run_id, "search_attributes": {},
+        "continued_execution_run_id": ex.run_id, "search_attributes": {}, **_parent_attributes(ex.parent),
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
 
@@ -478,9 +619,16 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
 def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
     """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
     timers = set(ex.timers)
-    scheduling = sum(kind == "ScheduleActivityTask" for kind, _ in commands)
-    if len(ex.activities) + scheduling > MAX_PENDING_ACTIVITIES:
+    counts = collections.Counter(kind for kind, _ in commands)
+    if len(ex.activities) + counts["ScheduleActivityTask"] > MAX_PENDING_ACTIVITIES:
         return "PENDING_ACTIVITIES_LIMIT_EXCEEDED", f"at most {MAX_PENDING_ACTIVITIES} activities may be pending"
+    if len(ex.children) + counts["StartChildWorkflowExecution"] > MAX_PENDING_CHILDREN:
+        return "PENDING_CHILD_WORKFLOWS_LIMIT_EXCEEDED", f"at most {MAX_PENDING_CHILDREN} child workflows may be pending"
+    external = counts["SignalExternalWorkflowExecution"] + counts["RequestCancelExternalWorkflowExecution"]
+    if len(ex.external_requests) + external > MAX_PENDING_EXTERNAL_REQUESTS:
+        return "PENDING_SIGNALS_LIMIT_EXCEEDED", (
+            f"at most {MAX_PENDING_EXTERNAL_REQUESTS} signals and cancel requests to other workflows may await their answer"
+        )
     for kind, attrs in commands:
         problem = name_problem(ex.workflow_id, attrs) or payload_problem(attrs, kind)
         if problem:
@@ -502,7 +650,17 @@ def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tupl
             return "BAD_CANCEL_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']} is not pending"
         elif kind == "RequestCancelActivityTask" and attrs["scheduled_event_id"] not in ex.activities:
             return "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", f"activity {attrs['scheduled_event_id']} is not pending"
+        elif kind in _REQUIRED_FIELDS and (missing := [f for f in _REQUIRED_FIELDS[kind] if not attrs[f]]):
+            return _BAD_ATTRIBUTES_CAUSE[kind], f"{kind} needs {' and '.join(missing)}"
     return None
+
+
+_REQUIRED_FIELDS = {
+    "RecordMarker": ("marker_name",),
+    "StartChildWorkflowExecution": ("workflow_id", "workflow_type"),
+    "SignalExternalWorkflowExecution": ("workflow_id", "signal_name"),
+    "RequestCancelExternalWorkflowExecution": ("workflow_id",),
+}
 
 
 def _workflow_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
@@ -688,17 +846,101 @@ def _signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transit
     problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["input"], "signal input")
     if problem:
         raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    if cmd["request_id"] and cmd["request_id"] in ex.signal_request_ids:
+        return t  # the same signal again (a client's retry, a relay's redelivery): applied once
     if sum(event_type(e) == "WorkflowExecutionSignaled" for e in ex.buffered) >= MAX_PENDING_SIGNALS:
         raise Rejected(f"{MAX_PENDING_SIGNALS} signals already wait for the workflow to take them; try again later")
-    t = Transition(ex, now_ms)
-    t.add_workflow_visible("WorkflowExecutionSignaled", {"signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity})
+    requester = cmd.get("initiated_by")
+    t.add_workflow_visible("WorkflowExecutionSignaled", {
+        "signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity, "request_id": cmd["request_id"],
+        "external_workflow_id": requester["workflow_id"] if requester else "", "external_run_id": requester["run_id"] if requester else "",
+    })
+    if requester is not None:
+        t.effects.append(_answer(requester, ""))
     return t
 
 
 def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
+    requester = cmd.get("initiated_by")
     if not ex.cancel_requested:  # asking twice is answered, not recorded twice
-        t.add_workflow_visible("WorkflowExecutionCancelRequested", {"cause": cmd["reason"], "identity": identity})
+        t.add_workflow_visible("WorkflowExecutionCancelRequested", {
+            "cause": cmd["reason"], "identity": identity, "external_workflow_id": requester["workflow_id"] if requester else "",
+            "external_run_id": requester["run_id"] if requester else "",
+            "external_initiated_event_id": requester["initiated_event_id"] if requester else 0,
+        })
+    if requester is not None:
+        t.effects.append(_answer(requester, ""))
+    return t
+
+
+def _child_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    child = ex.children.get(cmd["initiated_event_id"])
+    if child is None or child.run_id:
+        raise Rejected(f"no child workflow awaits its start with initiated_event_id={cmd['initiated_event_id']}")
+    t = Transition(ex, now_ms)
+    _record_child_started(t, child, cmd["child_run_id"])
+    return t
+
+
+def _record_child_started(t: Transition, child: ChildState, run_id: str) -> None:
+    t.add_workflow_visible("ChildWorkflowExecutionStarted", {
+        "workflow_id": child.workflow_id, "run_id": run_id, "workflow_type": child.workflow_type,
+        "initiated_event_id": child.initiated_event_id,
+    })
+
+
+def _child_closed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    child = ex.children.get(cmd["initiated_event_id"])
+    if child is None:
+        raise Rejected(f"no pending child workflow with initiated_event_id={cmd['initiated_event_id']}")
+    status = cmd["status"]
+    if status not in CHILD_RESULT_FOR_STATUS or (status == "Failed" and cmd["failure"] is None):
+        raise Rejected(f"child close status {status!r}: expected one of {sorted(CHILD_RESULT_FOR_STATUS)}, Failed with its failure")
+    t = Transition(ex, now_ms)
+    if not child.run_id:  # the start's answer is missing: the close implies it
+        _record_child_started(t, child, cmd["child_run_id"])
+    attrs: Record = {
+        "workflow_id": child.workflow_id, "run_id": cmd["child_run_id"], "workflow_type": child.workflow_type,
+        "initiated_event_id": child.initiated_event_id, "started_event_id": child.started_event_id,
+    }
+    if status == "Completed":
+        attrs["result"] = cmd["result"]
+    elif status == "Failed":
+        attrs.update(failure=cmd["failure"], retry_state=cmd["retry_state"])
+    elif status == "Canceled":
+        attrs["details"] = cmd["details"]
+    elif status == "TimedOut":
+        attrs["retry_state"] = cmd["retry_state"]
+    t.add_workflow_visible(CHILD_RESULT_FOR_STATUS[status], attrs)
+    return t
+
+
+# The cause a parent records when its command did not apply at the target.
+_START_CHILD_FAILED_CAUSE = {"WORKFLOW_ALREADY_STARTED": "WORKFLOW_ALREADY_EXISTS"}
+_EXTERNAL_FAILED_CAUSE = {
+    "WORKFLOW_NOT_FOUND": "EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND", "WORKFLOW_CLOSED": "EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND",
+}
+
+
+def _external_outcome(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    initiated, cause = cmd["initiated_event_id"], cmd["cause"]
+    t = Transition(ex, now_ms)
+    child = ex.children.get(initiated)
+    if child is not None and not child.run_id and cause:
+        t.add_workflow_visible("StartChildWorkflowExecutionFailed", {
+            "workflow_id": child.workflow_id, "workflow_type": child.workflow_type,
+            "cause": _START_CHILD_FAILED_CAUSE.get(cause, cause), "initiated_event_id": initiated,
+        })
+        return t
+    request = ex.external_requests.get(initiated)
+    if request is None:
+        raise Rejected(f"no request awaits an answer with initiated_event_id={initiated}")
+    attrs: Record = {"workflow_id": request.workflow_id, "run_id": request.run_id, "initiated_event_id": initiated}
+    if cause:
+        attrs["cause"] = _EXTERNAL_FAILED_CAUSE.get(cause, cause)
+    t.add_workflow_visible(_EXTERNAL_ANSWER_EVENT[(request.kind, not cause)], attrs)
     return t
 
 
@@ -725,6 +967,9 @@ _HANDLERS = {
     "RespondActivityTaskCompleted": _activity_task_completed,
     "RespondActivityTaskFailed": _activity_task_failed,
     "TimeoutFired": _timeout_fired,
+    "RecordChildExecutionStarted": _child_started,
+    "RecordChildExecutionClosed": _child_closed,
+    "RecordExternalRequestOutcome": _external_outcome,
 }
 
 
@@ -800,13 +1045,16 @@ def _drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tu
     return ("DropTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
 
 
-def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], removed_timers: list[int]) -> None:
-    """Append the tasks and timers the transition's events call for. `ex` has the transition applied;
-    `removed` are the activities and `removed_timers` the user timers (TimerStarted ids) it finished,
-    cancelled or dropped, whose timers go."""
+def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
+    """Append the tasks, timers and outbound commands the transition's events call for. `ex` has the
+    transition applied; `before` is what it had pending: the timers of what it no longer has go."""
     for event in t.events:
         kind, attrs = event["attributes"]
-        if kind == "WorkflowExecutionStarted":
+        if kind in CLOSE_STATUS and kind != "WorkflowExecutionContinuedAsNew" and ex.parent is not None:
+            t.effects.append(_close_report(ex, kind, attrs))
+        if kind in _OUTBOUND_FOR_INITIATED:
+            t.effects.append(_initiated_command(ex, event))
+        elif kind == "WorkflowExecutionStarted":
             limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
             if limits:
                 t.effects.append(_timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1))
@@ -856,6 +1104,7 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
             fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
             t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
     finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in ACTIVITY_RESULTS}
+    removed = [activity for sid, activity in before.activities.items() if sid not in ex.activities]
     for activity in removed:
         if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
             # dropped with its run: tell the worker to stop rather than let it run to a timeout
@@ -868,5 +1117,64 @@ def derive_effects(ex: Execution, t: Transition, removed: list[ActivityState], r
                 t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt))
         elif activity.attempt > 1:
             t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
-    for started_event_id in removed_timers:
+    for started_event_id in sorted(before.timers - set(ex.timers.values())):
         t.effects.append(_drop(ex, "USER_TIMER", started_event_id, 1))
+    if ex.status != RUNNING:
+        answered = {attributes(e)["initiated_event_id"] for e in t.events if event_type(e) in CHILD_RESULTS}
+        for child in before.children.values():
+            if child.initiated_event_id not in answered:
+                t.effects.extend(_parent_close_policy(ex, child))
+
+
+_OUTBOUND_FOR_INITIATED = {
+    "StartChildWorkflowExecutionInitiated": "StartWorkflowExecution",
+    "SignalExternalWorkflowExecutionInitiated": "SignalWorkflowExecution",
+    "RequestCancelExternalWorkflowExecutionInitiated": "RequestCancelWorkflowExecution",
+}
+
+
+def _initiated_command(ex: Execution, event: Record) -> tuple[str, Record]:
+    """The command an *Initiated event sends to its target; its request id makes a redelivery apply once."""
+    kind, attrs = event["attributes"]
+    common = {
+        "request_id": f"{ex.run_id}/{event['event_id']}",
+        "initiated_by": {"workflow_id": ex.workflow_id, "run_id": ex.run_id, "initiated_event_id": event["event_id"]},
+    }
+    if kind == "StartChildWorkflowExecutionInitiated":
+        body = {
+            "workflow_type": attrs["workflow_type"], "task_queue": attrs["task_queue"], "input": attrs["input"],
+            "execution_timeout_ms": attrs["workflow_execution_timeout_ms"], "run_timeout_ms": attrs["workflow_run_timeout_ms"],
+            "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
+            "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
+        }
+    elif kind == "SignalExternalWorkflowExecutionInitiated":
+        body = {"run_id": attrs["run_id"], "signal_name": attrs["signal_name"], "input": attrs["input"]}
+    else:
+        body = {"run_id": attrs["run_id"], "reason": attrs["reason"]}
+    return outbound(attrs["workflow_id"], _OUTBOUND_FOR_INITIATED[kind], {**body, **common})
+
+
+def _close_report(ex: Execution, kind: str, attrs: Record) -> tuple[str, Record]:
+    """A child run's close, told to its parent (a continue-as-new passes the duty to the next run)."""
+    assert ex.parent is not None
+    status = CLOSE_STATUS[kind]
+    return outbound(ex.parent["workflow_id"], "RecordChildExecutionClosed", {
+        "run_id": ex.parent["run_id"], "initiated_event_id": ex.parent["initiated_event_id"], "child_run_id": ex.run_id,
+        "status": status, "result": attrs.get("result"), "failure": attrs.get("failure"),
+        "details": attrs["details"] if status == "Canceled" else [], "retry_state": attrs.get("retry_state", "RETRY_POLICY_NOT_SET"),
+    })
+
+
+def _parent_close_policy(ex: Execution, child: ChildState) -> list[tuple[str, Record]]:
+    """What a closing parent does to a child still running. The current run of the child's id is
+    addressed (run_id empty): a child that continued as new is still the parent's child."""
+    reason = f"parent {ex.workflow_id} (run {ex.run_id}) closed as {ex.status}; parent close policy {child.parent_close_policy}"
+    if child.parent_close_policy == "TERMINATE":
+        return [outbound(child.workflow_id, "TerminateWorkflowExecution", {
+            "run_id": "", "reason": reason, "details": [], "request_id": "",
+        })]
+    if child.parent_close_policy == "REQUEST_CANCEL":
+        return [outbound(child.workflow_id, "RequestCancelWorkflowExecution", {
+            "run_id": "", "reason": reason, "request_id": "", "initiated_by": None,
+        })]
+    return []

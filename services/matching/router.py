@@ -1,4 +1,6 @@
-"""Routing of the task effects of one history batch to task queue topics."""
+"""Routing of the effects of one history batch: tasks to task queue topics, outbound commands
+(child starts, signals and cancel requests between workflows, a child's answers to its parent)
+to kadence.commands."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.codec import SCHEMA_HEADER, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import ensure_topics
@@ -47,6 +49,11 @@ class TaskRouter:
                 await self._dispatch(batch["workflow_id"], section.run_id, effect_type, effect)
 
     async def _dispatch(self, workflow_id: str, run_id: str, effect_type: str, effect: dict[str, Any]) -> None:
+        if effect_type == "OutboundCommand":
+            # Keyed by the target's workflow id; the producer's default partitioner is Kafka's murmur2.
+            headers = [(SCHEMA_HEADER, effect["schema_fingerprint"].encode())]
+            await self.send(topics.COMMANDS, effect["workflow_id"].encode(), effect["command"], headers)
+            return
         kind = _TASK_KINDS.get(effect_type)
         if kind is not None:
             topic = topics.task_queue_topic(effect["task_queue"], kind)  # type: ignore[arg-type]

@@ -1,0 +1,141 @@
+"""Workflows acting on other workflows: children, parent close policies, external signals and
+cancel requests, and markers (patches), through the real broker, Postgres and services."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from kadence.audit import AuditReport, audit_history
+from kadence.client import Client
+from kadence.exceptions import CancelledError, TerminatedError, WorkflowFailureError
+from kadence.local_stack import LocalStack
+from kadence.worker import Worker
+from tests.workflows import (
+    ALL_ACTIVITIES,
+    ALL_WORKFLOWS,
+    ApprovalWorkflow,
+    CancelChildWorkflow,
+    CancellableWorkflow,
+    ExternalRequestsWorkflow,
+    FamilyWorkflow,
+    LeavingParentWorkflow,
+    PatchedWorkflow,
+)
+
+
+def audited(stack: LocalStack) -> AuditReport:
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    return report
+
+
+def runs_of(report: AuditReport, workflow_id: str) -> list[list[dict]]:
+    return [run.events for (wid, _), run in report.runs.items() if wid == workflow_id]
+
+
+async def test_children_complete_continue_fail_take_signals_and_time_out(stack: LocalStack, client: Client, task_queue: str) -> None:
+    prefix = f"family-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(FamilyWorkflow.run, prefix, id=prefix, task_queue=task_queue)
+        assert await handle.result() == [
+            "hello", "liftoff", "ActivityError: payment declined for card", "WORKFLOW_ALREADY_EXISTS",
+            "order approved by the parent with notes []", "TimeoutError",
+        ]
+
+    report = audited(stack)
+    family = [kind for kind in report.event_types(prefix, handle.run_id) if "Child" in kind or "External" in kind]
+    child = ["StartChildWorkflowExecutionInitiated", "ChildWorkflowExecutionStarted"]
+    assert family == [
+        *child, "ChildWorkflowExecutionCompleted",
+        *child, "ChildWorkflowExecutionCompleted",  # after two continue-as-new runs
+        *child, "ChildWorkflowExecutionFailed",
+        *child,
+        "StartChildWorkflowExecutionInitiated", "StartChildWorkflowExecutionFailed",
+        "SignalExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionSignaled", "ChildWorkflowExecutionCompleted",
+        *child, "ChildWorkflowExecutionTimedOut",
+    ]
+    # Each child run knows its parent; the countdown's three runs all do.
+    countdown = runs_of(report, f"{prefix}-countdown")
+    assert len(countdown) == 3
+    for events in [*countdown, *runs_of(report, f"{prefix}-echo")]:
+        kind, started = events[0]["attributes"]
+        assert (kind, started["parent_workflow_id"], started["parent_run_id"]) == ("WorkflowExecutionStarted", prefix, handle.run_id)
+
+
+async def test_the_parent_close_policy_terminates_abandons_or_cancels_a_running_child(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    base = f"leaving-{uuid.uuid4()}"
+    children = {"TERMINATE": ApprovalWorkflow, "ABANDON": ApprovalWorkflow, "REQUEST_CANCEL": CancellableWorkflow}
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        for policy, child_workflow in children.items():
+            parent = await client.start_workflow(
+                LeavingParentWorkflow.run, args=[child_workflow.__name__, f"{base}-{policy}", policy],
+                id=f"{base}-parent-{policy}", task_queue=task_queue,
+            )
+            assert await parent.result() == "left"
+
+        with pytest.raises(WorkflowFailureError) as terminated:
+            await client.get_workflow_handle(f"{base}-TERMINATE").result()
+        assert isinstance(terminated.value.cause, TerminatedError) and "parent close policy TERMINATE" in terminated.value.cause.message
+        with pytest.raises(WorkflowFailureError) as cancelled:
+            await client.get_workflow_handle(f"{base}-REQUEST_CANCEL").result()
+        assert isinstance(cancelled.value.cause, CancelledError)
+        abandoned = client.get_workflow_handle(f"{base}-ABANDON")
+        await abandoned.signal(ApprovalWorkflow.approve, "someone")
+        assert await abandoned.result() == "left behind approved by someone with notes []"
+    audited(stack)
+
+
+async def test_a_parent_cancels_its_child_and_hears_it_ended_canceled(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"cancel-child-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(CancelChildWorkflow.run, f"{workflow_id}-child", id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "CancelledError"
+
+    report = audited(stack)
+    kinds = report.event_types(workflow_id, handle.run_id)
+    assert "RequestCancelExternalWorkflowExecutionInitiated" in kinds and "ChildWorkflowExecutionCanceled" in kinds
+    (child,) = runs_of(report, f"{workflow_id}-child")
+    requested = [attrs for kind, attrs in (e["attributes"] for e in child) if kind == "WorkflowExecutionCancelRequested"]
+    assert requested[0]["external_workflow_id"] == workflow_id
+    assert child[-1]["attributes"][0] == "WorkflowExecutionCanceled"
+
+
+async def test_a_workflow_signals_and_cancels_other_workflows(stack: LocalStack, client: Client, task_queue: str) -> None:
+    base = f"external-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        approval = await client.start_workflow(ApprovalWorkflow.run, "order-7", id=f"{base}-approval", task_queue=task_queue)
+        cancellable = await client.start_workflow(CancellableWorkflow.run, "order-8", id=f"{base}-cancellable", task_queue=task_queue)
+        sender = await client.start_workflow(
+            ExternalRequestsWorkflow.run, args=[approval.id, cancellable.id], id=base, task_queue=task_queue,
+        )
+        assert await sender.result() == ["signalled", "cancel requested", "EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND"]
+        assert await approval.result() == "order-7 approved by a neighbour with notes []"
+        with pytest.raises(WorkflowFailureError) as cancelled:
+            await cancellable.result()
+        assert isinstance(cancelled.value.cause, CancelledError)
+
+    report = audited(stack)
+    approval_events = [e["attributes"] for e in report.history(approval.id, approval.run_id)]
+    signaled = [attrs for kind, attrs in approval_events if kind == "WorkflowExecutionSignaled"]
+    assert [(s["external_workflow_id"], s["external_run_id"]) for s in signaled] == [(base, sender.run_id)]
+    assert [kind for kind in report.event_types(base, sender.run_id) if "External" in kind] == [
+        "SignalExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionSignaled",
+        "RequestCancelExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionCancelRequested",
+        "SignalExternalWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionFailed",
+    ]
+
+
+async def test_a_patch_is_recorded_as_a_marker_and_replays_the_same_way(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"patched-{uuid.uuid4()}"
+    # No cache: every workflow task replays the history, markers included.
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=0):
+        handle = await client.start_workflow(PatchedWorkflow.run, id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "v2, then v2"
+
+    kinds = audited(stack).event_types(workflow_id, handle.run_id)
+    assert kinds.count("MarkerRecorded") == 1
+    assert "WorkflowTaskFailed" not in kinds
