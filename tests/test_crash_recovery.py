@@ -13,13 +13,17 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from kadence.audit import audit_history
 from kadence.client import Client
+from kadence.common import WorkflowIDReusePolicy
+from kadence.exceptions import WorkflowAlreadyStartedError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.recovery import PartitionState
+from services.history.state_machine import closed_execution, decide_start
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -209,4 +213,51 @@ async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: L
         ))
     assert before == [f"a{i}!" for i in range(20)] and after == [f"b{i}!" for i in range(20)]
     assert history_log.read_text().count("event=checkpoint_restored") > restored_before
+    assert audit_history(stack.settings).violations == []
+
+
+def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(stack: LocalStack) -> None:
+    store = CheckpointStore(stack.postgres_dsn)
+    partition = 1001  # not a partition the running history service owns
+    state = PartitionState(partition)
+    start = {
+        "workflow_type": "T", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
+        "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
+    }
+    state.apply_transition(decide_start(None, "open-1", start, "test", 0, partition, 0), partition, 0)
+    state.executions["done-1"] = closed_execution("done-1", "r2", "Completed", "start-7")
+    try:
+        store.claim([partition])
+        assert store.save(state, 3)
+        assert list(state.executions) == ["open-1"]
+        (found,) = store.closed_runs([(partition, "done-1"), (partition, "never-started"), (partition + 1, "done-1")])
+        assert found == (partition, closed_execution("done-1", "r2", "Completed", "start-7"))
+        assert list(store.claim([partition])[partition].state.executions) == ["open-1"]
+    finally:
+        store.close()
+
+
+async def test_a_closed_run_evicted_from_memory_still_decides_id_reuse_and_retried_starts(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    workflow_id = f"evicted-{uuid.uuid4()}"
+
+    async def evicted() -> bool:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            cursor = await conn.execute("SELECT 1 FROM kadence_history_closed_runs WHERE workflow_id = %s", (workflow_id,))
+            return await cursor.fetchone() is not None
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        first = await client.start_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue, request_id="first")
+        assert await first.result() == "x!"
+        while not await evicted():  # the next checkpoint stores the closed run and drops it from memory
+            await asyncio.sleep(0.1)
+        with pytest.raises(WorkflowAlreadyStartedError):
+            await client.start_workflow(
+                TwoStepWorkflow.run, "y", id=workflow_id, task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        retried = await client.start_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue, request_id="first")
+        assert retried.run_id == first.run_id
+        second = await client.start_workflow(TwoStepWorkflow.run, "z", id=workflow_id, task_queue=task_queue)
+        assert second.run_id != first.run_id and await second.result() == "z!"
     assert audit_history(stack.settings).violations == []

@@ -1,6 +1,10 @@
 """Periodic Postgres checkpoints of partition state, so recovery reads only the log after them.
 
-A checkpoint is the fold of kadence.history up to its `history_offset`. Only the partition's
+A checkpoint is the fold of kadence.history up to its `history_offset`: the running executions
+in one blob, and the closed runs as rows of `kadence_history_closed_runs`, written in the same
+transaction and then dropped from memory. A command for a workflow id not in memory looks its
+last closed run up there (one query per consumed batch), so memory holds only open executions
+and the runs closed since the last checkpoint. Only the partition's
 current owner may write one: on gaining a partition an instance bumps the partition's owner
 epoch, and a checkpoint is stored only under the epoch it holds. A deposed instance (a zombie
 that has not noticed yet) would store a state missing the new owner's batches; its write is
@@ -17,7 +21,7 @@ import psycopg
 
 from kadence.protocol.codec import codec
 from services.history.recovery import PartitionState
-from services.history.state_machine import RUNNING, Execution, apply_heartbeat, evolve, execution_from_events
+from services.history.state_machine import RUNNING, Execution, apply_heartbeat, closed_execution, evolve, execution_from_events
 
 log = logging.getLogger("kadence.history.checkpoint")
 
@@ -38,6 +42,16 @@ CHECKPOINT_DDL = [
         taken_at timestamptz NOT NULL DEFAULT now()
     )
     """,
+    """
+    CREATE TABLE IF NOT EXISTS kadence_history_closed_runs (
+        partition int NOT NULL,
+        workflow_id text NOT NULL,
+        run_id text NOT NULL,
+        status text NOT NULL,
+        start_request_id text NOT NULL,
+        PRIMARY KEY (partition, workflow_id)
+    )
+    """,
 ]
 
 
@@ -48,14 +62,15 @@ class Checkpoint:
 
 
 def encode_state(state: PartitionState) -> bytes:
+    """The running executions (closed runs go to their table)."""
     return codec("PartitionCheckpoint").encode({"executions": [
         {
             "workflow_id": ex.workflow_id, "run_id": ex.run_id, "workflow_type": ex.workflow_type,
             "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
-            "events": ex.history if ex.status == RUNNING else [], "buffered": ex.buffered,
+            "events": ex.history, "buffered": ex.buffered,
             "heartbeats": [a.heartbeat for a in ex.activities.values() if a.heartbeat is not None],
         }
-        for ex in state.executions.values()
+        for ex in state.executions.values() if ex.status == RUNNING
     ]})
 
 
@@ -64,19 +79,13 @@ def decode_state(partition: int, data: bytes, last_source_offset: int) -> Partit
     for saved in codec("PartitionCheckpoint").decode(data)["executions"]:
         state.executions[saved["workflow_id"]] = _restore(saved)
     for ex in state.executions.values():
-        if ex.status == RUNNING:
-            state.fence.next_event_id[ex.run_id] = ex.next_event_id
+        state.fence.next_event_id[ex.run_id] = ex.next_event_id
     if last_source_offset >= 0:
         state.fence.last_source_offset[partition] = last_source_offset
     return state
 
 
 def _restore(saved: dict[str, Any]) -> Execution:
-    if not saved["events"]:  # a closed run: what id reuse needs
-        return Execution(
-            workflow_id=saved["workflow_id"], run_id=saved["run_id"], workflow_type=saved["workflow_type"],
-            task_queue=saved["task_queue"], status=saved["status"], start_request_id=saved["start_request_id"],
-        )
     ex = execution_from_events(saved["workflow_id"], saved["run_id"], saved["events"])
     evolve(ex, {"events": [], "buffered": saved["buffered"]})  # buffered after: events may clear the buffer
     for heartbeat in saved["heartbeats"]:
@@ -108,8 +117,10 @@ class CheckpointStore:
             return loaded
 
     def save(self, state: PartitionState, history_offset: int) -> bool:
-        """Store the state as of `history_offset`, if this instance still holds the partition's epoch."""
+        """Store the state as of `history_offset`, if this instance still holds the partition's epoch;
+        the closed runs it stored leave memory."""
         partition = state.partition
+        closed = [ex for ex in state.executions.values() if ex.status != RUNNING]
         conn = self._connection()
         with conn.transaction():
             owner = conn.execute(
@@ -119,6 +130,13 @@ class CheckpointStore:
                 log.warning("event=checkpoint_fenced partition=%d epoch=%s owner_epoch=%s",
                             partition, self.epochs.get(partition), owner and owner[0])
                 return False
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO kadence_history_closed_runs (partition, workflow_id, run_id, status, start_request_id) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, "
+                    "status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id",
+                    [(partition, ex.workflow_id, ex.run_id, ex.status, ex.start_request_id) for ex in closed],
+                )
             conn.execute(
                 "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
@@ -126,7 +144,17 @@ class CheckpointStore:
                 "state = EXCLUDED.state, taken_at = now()",
                 (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state)),
             )
+        state.evict(closed)
         return True
+
+    def closed_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:
+        """The last closed run of each (partition, workflow_id) that has one stored."""
+        rows = self._connection().execute(
+            "SELECT c.partition, c.workflow_id, c.run_id, c.status, c.start_request_id FROM kadence_history_closed_runs c "
+            "JOIN unnest(%s::int[], %s::text[]) AS w(partition, workflow_id) USING (partition, workflow_id)",
+            ([p for p, _ in wanted], [w for _, w in wanted]),
+        ).fetchall()
+        return [(partition, closed_execution(*row)) for partition, *row in rows]
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:

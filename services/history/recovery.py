@@ -64,6 +64,12 @@ class PartitionState:
             self.executions[batch["workflow_id"]] = ex
         return ex
 
+    def evict(self, closed: list[Execution]) -> None:
+        """Drop closed runs stored elsewhere (the closed-runs table) from memory."""
+        for ex in closed:
+            if self.executions.get(ex.workflow_id) is ex:
+                del self.executions[ex.workflow_id]
+
     def apply_transition(self, transition: Transition, source_partition: int, source_offset: int) -> tuple[Record, Execution]:
         """Fold a live transition into state and derive its effects: the batch to write, and the
         execution it leaves current (the new run after a continue-as-new)."""

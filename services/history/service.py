@@ -103,8 +103,11 @@ class HistoryService:
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
             async for messages in consume_batches(self.consumer, stop):
-                for msg in messages:
-                    self.handle(msg)
+                commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
+                self._recall_closed_runs(commands)
+                for msg, command in commands:
+                    if command is not None:
+                        self.handle(msg, command)
                 self._flush()
                 self.producer.poll(0)
                 self._raise_produce_error()
@@ -154,16 +157,29 @@ class HistoryService:
             self.partitions.pop(tp.partition, None)
             log.info("event=partition_revoked partition=%d", tp.partition)
 
-    def handle(self, msg: Message) -> None:
-        partition, offset = msg.partition(), msg.offset()
-        state = self.partitions.get(partition)
-        if state is None:
-            return
+    def _decode(self, msg: Message) -> Record | None:
         try:
-            command = self.commands.decode(msg.value(), msg.headers())
+            return self.commands.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
             self._dead_letter(msg, str(exc))
+            return None
+
+    def _recall_closed_runs(self, commands: list[tuple[Message, Record | None]]) -> None:
+        """Bring back from Postgres the last closed run of each workflow id these commands name
+        that memory does not hold (checkpoints evict closed runs): one query per batch."""
+        if self.checkpoints is None:
             return
+        wanted = {
+            (msg.partition(), command["workflow_id"]) for msg, command in commands
+            if command is not None and command["workflow_id"] not in self.partitions[msg.partition()].executions
+        }
+        if wanted:
+            for partition, execution in self.checkpoints.closed_runs(sorted(wanted)):
+                self.partitions[partition].executions.setdefault(execution.workflow_id, execution)
+
+    def handle(self, msg: Message, command: Record) -> None:
+        partition, offset = msg.partition(), msg.offset()
+        state = self.partitions[partition]
         workflow_id = command["workflow_id"]
         owner = partition_for_key(workflow_id.encode(), self.partition_count)
         if owner != partition:

@@ -222,6 +222,13 @@ def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Exec
     )
 
 
+def closed_execution(workflow_id: str, run_id: str, status: str, start_request_id: str) -> Execution:
+    """What a closed run keeps: what a later start's id reuse policy and request id check need."""
+    return Execution(
+        workflow_id=workflow_id, run_id=run_id, workflow_type="", task_queue="", status=status, start_request_id=start_request_id,
+    )
+
+
 def execution_from_events(workflow_id: str, run_id: str, events: list[Record]) -> Execution:
     """A run's state from its events, the first being WorkflowExecutionStarted."""
     ex = execution_from_start(workflow_id, run_id, events[0])
