@@ -3,8 +3,10 @@ cancel requests, and markers (patches), through the real broker, Postgres and se
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
+import psycopg
 import pytest
 
 from kadence.audit import AuditReport, audit_history
@@ -16,6 +18,7 @@ from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
     ApprovalWorkflow,
+    AwaitChildWorkflow,
     CancelChildWorkflow,
     CancellableWorkflow,
     ExternalRequestsWorkflow,
@@ -87,6 +90,27 @@ async def test_the_parent_close_policy_terminates_abandons_or_cancels_a_running_
         await abandoned.signal(ApprovalWorkflow.approve, "someone")
         assert await abandoned.result() == "left behind approved by someone with notes []"
     audited(stack)
+
+
+async def test_a_parent_hears_its_child_was_terminated(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"await-child-{uuid.uuid4()}"
+    child_id = f"{workflow_id}-child"
+
+    async def child_started() -> bool:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            return await (await conn.execute("SELECT 1 FROM kadence_executions WHERE workflow_id = %s", (child_id,))).fetchone() is not None
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        parent = await client.start_workflow(AwaitChildWorkflow.run, child_id, id=workflow_id, task_queue=task_queue)
+        while not await child_started():
+            await asyncio.sleep(0.05)
+        await client.get_workflow_handle(child_id).terminate(reason="operator says no")
+        assert await parent.result() == "TerminatedError: Workflow terminated"
+    kinds = audited(stack).event_types(workflow_id, parent.run_id)
+    assert kinds[-5:] == [
+        "ChildWorkflowExecutionTerminated", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
+        "WorkflowExecutionCompleted",
+    ]
 
 
 async def test_a_parent_cancels_its_child_and_hears_it_ended_canceled(stack: LocalStack, client: Client, task_queue: str) -> None:

@@ -29,6 +29,7 @@ from tests.workflows import (
     ALL_WORKFLOWS,
     HangingActivityWorkflow,
     MixedWorkflow,
+    ParentOfTwoStepWorkflow,
     StallOnceWorkflow,
     TwoStepWorkflow,
 )
@@ -140,6 +141,34 @@ async def test_history_service_killed_mid_run_finishes_every_workflow_exactly_on
         assert event_types.count("ActivityTaskCompleted") == 2
         assert event_types.count("WorkflowExecutionCompleted") == 1
         assert event_types[-1] == "WorkflowExecutionCompleted"
+
+
+async def test_matching_and_history_killed_while_parents_run_children_start_and_report_each_child_once(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        ids = [f"parent-{i}-{uuid.uuid4()}" for i in range(40)]
+        handles = await asyncio.gather(*(
+            client.start_workflow(ParentOfTwoStepWorkflow.run, str(i), id=workflow_id, task_queue=task_queue)
+            for i, workflow_id in enumerate(ids)
+        ))
+        results = [asyncio.ensure_future(h.result()) for h in handles]
+        await asyncio.wait(results, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+        assert not all(r.done() for r in results), "the kills must land mid-run"
+
+        stack.kill_service("matching")  # the relay of child starts and of the children's answers
+        stack.start_service("matching")
+        stack.kill_service("history")
+        stack.start_service("history")
+
+        assert await asyncio.wait_for(asyncio.gather(*results), 120) == [f"{i}!" for i in range(40)]
+
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    for handle in handles:
+        kinds = report.event_types(handle.id, handle.run_id)
+        assert (kinds.count("ChildWorkflowExecutionStarted"), kinds.count("ChildWorkflowExecutionCompleted")) == (1, 1)
+        assert len([key for key in report.runs if key[0] == f"{handle.id}-child"]) == 1
 
 
 async def test_history_service_killed_at_random_points_under_500_workflows_with_timers_signals_and_retries(

@@ -521,3 +521,23 @@ def test_a_rejected_command_from_a_workflow_is_answered_with_the_cause() -> None
     answer = {"run_id": "s1", "initiated_event_id": 7, "cause": "WORKFLOW_NOT_FOUND"}
     assert decode_outbound(effect[1])[1:] == ("RecordExternalRequestOutcome", answer)
     assert rejection_answer({"initiated_by": None}, Rejected("no")) is None
+
+
+@pytest.mark.parametrize(("limit", "commands", "cause"), [
+    ("MAX_PENDING_CHILDREN", [("StartChildWorkflowExecution", {**CHILD, "workflow_id": f"child-{i}"}) for i in range(2)],
+     "PENDING_CHILD_WORKFLOWS_LIMIT_EXCEEDED"),
+    ("MAX_PENDING_EXTERNAL_REQUESTS", [("SignalExternalWorkflowExecution", {
+        "workflow_id": "other", "run_id": "", "signal_name": "s", "input": [], "child_workflow_only": False}) for _ in range(2)],
+     "PENDING_SIGNALS_LIMIT_EXCEEDED"),
+    ("MAX_PENDING_CHILDREN", [("StartChildWorkflowExecution", {**CHILD, "workflow_type": ""})], "BAD_START_CHILD_EXECUTION_ATTRIBUTES"),
+])
+def test_child_and_external_request_limits_fail_the_workflow_task(
+    monkeypatch: pytest.MonkeyPatch, limit: str, commands: list[Any], cause: str,
+) -> None:
+    monkeypatch.setattr(state_machine, limit, 1)
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": commands}, 2)
+    kind, attrs = batch["events"][0]["attributes"]
+    assert (kind, attrs["cause"]) == ("WorkflowTaskFailed", cause)
+    assert [k for k, _ in batch["effects"] if k == "OutboundCommand"] == []

@@ -327,6 +327,25 @@ class FamilyWorkflow:
 
 
 @workflow.defn
+class ParentOfTwoStepWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_child_workflow(TwoStepWorkflow.run, value, id=f"{workflow.info().workflow_id}-child")
+
+
+@workflow.defn
+class AwaitChildWorkflow:
+    """Waits for an approval child and reports how it ended."""
+
+    @workflow.run
+    async def run(self, child_id: str) -> str:
+        try:
+            return await workflow.execute_child_workflow(ApprovalWorkflow.run, "order", id=child_id)
+        except ChildWorkflowError as err:
+            return f"{type(err.cause).__name__}: {err.cause}"
+
+
+@workflow.defn
 class LeavingParentWorkflow:
     """Starts a child with the given parent close policy and closes at once."""
 
@@ -380,7 +399,8 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    FamilyWorkflow, LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
+    ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
+    LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
     HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
