@@ -62,6 +62,7 @@ class LocalStack:
     session_timeout_ms: int = 2000
     fetch_wait_max_ms: int = 5
     checkpoint_interval_ms: int = 1000
+    timer_memory_horizon_ms: int = 60_000
     services: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     broker: subprocess.Popen[bytes] | None = None
     postgres_dsn: str = ""
@@ -85,6 +86,7 @@ class LocalStack:
             "KADENCE_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
             "KADENCE_FETCH_WAIT_MAX_MS": str(self.fetch_wait_max_ms),
             "KADENCE_CHECKPOINT_INTERVAL_MS": str(self.checkpoint_interval_ms),
+            "KADENCE_TIMER_MEMORY_HORIZON_MS": str(self.timer_memory_horizon_ms),
         }
 
     @property

@@ -53,6 +53,10 @@ class Projection(Protocol):
     def on_commit(self) -> None:
         """Called once what `apply` wrote is committed."""
 
+    def resume_offset(self, partition: int, next_offset: int) -> int:
+        """The position to store: `next_offset`, or earlier if state held only in memory needs the
+        records from there to be read again after a restart."""
+
     def on_assign(self, partitions: set[int]) -> None: ...
 
     def on_revoke(self, partitions: set[int]) -> None: ...
@@ -101,7 +105,7 @@ class ProjectionRunner:
                 await cur.executemany(
                     "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
                     "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                    [(self.projection.name, p, o) for p, o in next_offsets.items()],
+                    [(self.projection.name, p, self.projection.resume_offset(p, o)) for p, o in next_offsets.items()],
                 )
         self.projection.on_commit()
 

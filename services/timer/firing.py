@@ -1,21 +1,20 @@
-"""Firing due timers: produce TimeoutFired to the timer's command partition, then delete it.
+"""Firing due timers: produce TimeoutFired to the timer's command partition, then forget it.
 
-A timer never fires before fire_at_ms; one that fires twice (crash between produce and delete,
-or a rebalance) is rejected by the history service as stale.
+A timer never fires before fire_at_ms. One that fires twice (a crash between produce and
+forget, a rebalance, a re-read of the log) is rejected by the history service as stale.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec
 from kadence.protocol.kafka import AsyncProducer
-from services.timer.store import TimerStore
+from services.timer.store import Timer, TimerStore, now_ms
 
 log = logging.getLogger("kadence.timer")
 
@@ -27,39 +26,37 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
     codec = command_codec()
     while not stop.is_set():
         store.wake.clear()
-        now_ms = int(time.time() * 1000)
-        owned = list(store.owned)
-        async with pool.connection() as conn:
-            rows = await (await conn.execute(
-                "SELECT timer_id, partition, workflow_id, run_id, kind, scheduled_event_id, attempt, fire_at_ms "
-                "FROM kadence_timers WHERE partition = ANY(%s) AND fire_at_ms <= %s ORDER BY fire_at_ms LIMIT %s",
-                (owned, now_ms, FIRE_BATCH),
-            )).fetchall()
-            if not rows:
-                next_due = (await (await conn.execute(
-                    "SELECT min(fire_at_ms) FROM kadence_timers WHERE partition = ANY(%s)", (owned,),
-                )).fetchone())[0]
-        if rows:
-            deliveries = [
-                producer.produce(
-                    topics.COMMANDS,
-                    codec.encode({"workflow_id": workflow_id, "identity": "kadence-timer", "command": ("TimeoutFired", {
-                        "run_id": run_id, "timer_id": timer_id, "kind": kind,
-                        "scheduled_event_id": scheduled_event_id, "attempt": attempt,
-                    })}),
-                    workflow_id.encode(), partition=partition, headers=codec.headers(),
-                )
-                for timer_id, partition, workflow_id, run_id, kind, scheduled_event_id, attempt, _ in rows
-            ]
-            await asyncio.gather(*deliveries)
-            async with pool.connection() as conn:
-                await conn.execute("DELETE FROM kadence_timers WHERE timer_id = ANY(%s)", ([row[0] for row in rows],))
-            for timer_id, _, workflow_id, run_id, kind, _, _, fire_at_ms in rows:
-                log.info("event=timer_fired workflow_id=%s run_id=%s timer_id=%s kind=%s lag_ms=%d",
-                         workflow_id, run_id, timer_id, kind, now_ms - fire_at_ms)
+        now = now_ms()
+        from_memory = store.take_due_in_memory(now, FIRE_BATCH)
+        from_postgres = await store.take_due_stored(pool, now, FIRE_BATCH) if store.stored_may_be_due(now) else []
+        due = from_memory + from_postgres
+        if due:
+            await asyncio.gather(*(
+                producer.produce(topics.COMMANDS, codec.encode(_command(timer)), timer.workflow_id.encode(),
+                                 partition=timer.partition, headers=codec.headers())
+                for timer in due
+            ))
+            store.fired(from_memory)
+            if from_postgres:
+                await store.delete_stored(pool, from_postgres)
+            _log_fired(due, now)
             continue
-        sleep_s = MAX_SLEEP_S if next_due is None else min(MAX_SLEEP_S, max(0.0, (next_due - now_ms) / 1000))
+        sleep_s = min(MAX_SLEEP_S, max(0.0, (store.next_due_ms() - now) / 1000))
         try:
             await asyncio.wait_for(store.wake.wait(), timeout=sleep_s)
         except TimeoutError:
             pass
+
+
+def _command(timer: Timer) -> dict[str, object]:
+    return {"workflow_id": timer.workflow_id, "identity": "kadence-timer", "command": ("TimeoutFired", {
+        "run_id": timer.run_id, "timer_id": timer.timer_id, "kind": timer.kind,
+        "scheduled_event_id": timer.scheduled_event_id, "attempt": timer.attempt,
+    })}
+
+
+def _log_fired(timers: list[Timer], now: int) -> None:
+    if log.isEnabledFor(logging.DEBUG):  # one line per timer is too many at thousands a second
+        for timer in timers:
+            log.debug("event=timer_fired workflow_id=%s run_id=%s timer_id=%s kind=%s lag_ms=%d",
+                      timer.workflow_id, timer.run_id, timer.timer_id, timer.kind, now - timer.fire_at_ms)

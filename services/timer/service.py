@@ -8,16 +8,16 @@ from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol.kafka import AsyncProducer, make_producer
 from kadence.protocol.projection import ProjectionRunner
-from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.protocol.settings import KafkaSettings, env_int, postgres_dsn
 from services.timer.firing import fire_timers
-from services.timer.store import TimerStore
+from services.timer.store import DEFAULT_MEMORY_HORIZON_MS, TimerStore
 
 
 async def run_timer_service(stop: asyncio.Event) -> None:
     settings = KafkaSettings.from_env()
     dsn = postgres_dsn()
     async with AsyncConnectionPool(dsn, min_size=2, max_size=4, open=False) as pool:
-        store = TimerStore()
+        store = TimerStore(env_int("KADENCE_TIMER_MEMORY_HORIZON_MS", DEFAULT_MEMORY_HORIZON_MS))
         runner = ProjectionRunner(settings, pool, dsn, store)
         await runner.setup()
         producer = AsyncProducer(make_producer(settings))

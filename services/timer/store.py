@@ -1,11 +1,29 @@
-"""Timer effects folded into Postgres: set is an upsert by timer_id, cancel is a delete."""
+"""Pending timers: near-term ones in memory, long ones in Postgres.
+
+Most timers (workflow task, start-to-close and heartbeat timeouts) are dropped within
+milliseconds because the work finished, so they must not cost a Postgres round trip each. A
+timer due within the memory horizon is held in memory only; a later one is upserted into
+`kadence_timers`. Memory is rebuilt from the log: the stored position of a partition never
+passes the record that set a timer still held in memory (the timer *pins* it), so after a crash
+or a rebalance the owner re-reads from there and holds the same timers again. Timers fired since
+are set again and fire again, late rather than never; the history service rejects the second
+firing as stale.
+
+A timer set again with the same id (a heartbeat re-arming its timeout) replaces the earlier one
+where it lives; if it moves from Postgres to memory the stored row is left to fire as a stale timer.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import heapq
+import time
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol.events import run_sections
 from kadence.protocol.projection import LogRecord
@@ -26,52 +44,179 @@ TIMERS_DDL = [
     "CREATE INDEX IF NOT EXISTS kadence_timers_due ON kadence_timers (partition, fire_at_ms)",
 ]
 
+DEFAULT_MEMORY_HORIZON_MS = 60_000
+_NEVER = 2**62
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Timer:
+    """One pending timer (columns in the order of `kadence_timers`)."""
+
+    timer_id: str
+    partition: int
+    workflow_id: str
+    run_id: str
+    kind: str
+    fire_at_ms: int
+    scheduled_event_id: int
+    attempt: int
+
 
 class TimerStore:
+    """The timer service's projection of kadence.history, and the source of due timers."""
+
     name = "timer"
     ddl = TIMERS_DDL
 
-    def __init__(self) -> None:
+    def __init__(self, memory_horizon_ms: int = DEFAULT_MEMORY_HORIZON_MS) -> None:
+        self.memory_horizon_ms = memory_horizon_ms
         self.owned: frozenset[int] = frozenset()
         self.wake = asyncio.Event()
-        self._stored_new_timers = False
+        self.in_memory: dict[str, Timer] = {}
+        self._due: list[tuple[int, str]] = []  # heap of (fire_at_ms, timer_id); entries of replaced timers are skipped
+        # Per partition, the timers held in memory and the offset of the record that set each, oldest first.
+        self._pins: dict[int, collections.OrderedDict[str, int]] = collections.defaultdict(collections.OrderedDict)
+        self.stored_due_ms: int | None = None  # earliest fire time in Postgres; None: not known, ask
+        self._stored_version = 0  # bumped by every commit that stored timers
+        self._stored_in_chunk: list[Timer] = []
+        self._changed = False
         self._loop = asyncio.get_running_loop()
 
+    # ---- the projection ---------------------------------------------------------------------
+
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
-        # Last word per timer wins, so a timer set and cancelled in the same chunk is just deleted.
-        final: dict[str, tuple[Any, ...] | None] = {}
+        # Last word per timer wins, so a timer set and dropped in the same chunk costs nothing.
+        final: dict[str, tuple[Timer, int] | None] = {}
         for record in records:
-            batch = record.batch
-            for section in run_sections(batch):
+            for section in run_sections(record.batch):
                 for effect_type, effect in section.effects:
                     if effect_type == "Timer":
-                        final[effect["timer_id"]] = (
-                            effect["timer_id"], record.partition, batch["workflow_id"], section.run_id, effect["kind"],
+                        timer = Timer(
+                            effect["timer_id"], record.partition, record.batch["workflow_id"], section.run_id, effect["kind"],
                             effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"],
                         )
+                        final[timer.timer_id] = (timer, record.offset)
                     elif effect_type == "DropTimer":
                         final[effect["timer_id"]] = None
-        cancelled = [timer_id for timer_id, row in final.items() if row is None]
-        timers = [row for row in final.values() if row is not None]
+        horizon = now_ms() + self.memory_horizon_ms
+        stored: list[Timer] = []
+        deleted: list[str] = []
+        for timer_id, entry in final.items():
+            if entry is None:
+                if not self._forget(timer_id):
+                    deleted.append(timer_id)
+            elif entry[0].fire_at_ms <= horizon:
+                self._hold(*entry)
+            else:
+                self._forget(timer_id)
+                stored.append(entry[0])
         async with conn.cursor() as cur:
-            if cancelled:
-                await cur.execute("DELETE FROM kadence_timers WHERE timer_id = ANY(%s)", (cancelled,))
-            if timers:
+            if deleted:
+                await cur.execute("DELETE FROM kadence_timers WHERE timer_id = ANY(%s)", (deleted,))
+            if stored:
                 await cur.executemany(
                     "INSERT INTO kadence_timers (timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (timer_id) DO UPDATE SET fire_at_ms = EXCLUDED.fire_at_ms",
-                    timers,
+                    [astuple(t) for t in stored],
                 )
-        self._stored_new_timers = bool(timers)
+        self._stored_in_chunk = stored
+        self._changed = bool(final)
+
+    def resume_offset(self, partition: int, next_offset: int) -> int:
+        """Where to resume this partition: before the oldest record whose timer is still in memory."""
+        pins = self._pins.get(partition)
+        return min(next_offset, next(iter(pins.values()))) if pins else next_offset
 
     def on_commit(self) -> None:
-        # Only now can the firing loop see the new timers; waking it earlier makes it miss them.
-        if self._stored_new_timers:
+        # Only now may the firing loop read the new stored timers; waking it earlier makes it miss them.
+        if self._stored_in_chunk:
+            self._stored_version += 1
+            if self.stored_due_ms is not None:
+                self.stored_due_ms = min(self.stored_due_ms, min(t.fire_at_ms for t in self._stored_in_chunk))
+        if self._changed:
             self.wake.set()
 
     def on_assign(self, partitions: set[int]) -> None:
         self.owned = self.owned | partitions
-        self._loop.call_soon_threadsafe(self.wake.set)
+        self._loop.call_soon_threadsafe(self._forget_stored_due)
 
     def on_revoke(self, partitions: set[int]) -> None:
+        # The new owner re-reads the log from the pinned position and holds these timers itself.
         self.owned = self.owned - partitions
+        self._loop.call_soon_threadsafe(self._release, partitions)
+
+    def _forget_stored_due(self) -> None:
+        self.stored_due_ms = None
+        self.wake.set()
+
+    def _release(self, partitions: set[int]) -> None:
+        for partition in partitions:
+            for timer_id in self._pins.pop(partition, {}):
+                self.in_memory.pop(timer_id, None)
+
+    def _hold(self, timer: Timer, set_at_offset: int) -> None:
+        self.in_memory[timer.timer_id] = timer
+        heapq.heappush(self._due, (timer.fire_at_ms, timer.timer_id))
+        pins = self._pins[timer.partition]
+        pins.pop(timer.timer_id, None)
+        pins[timer.timer_id] = set_at_offset
+
+    def _forget(self, timer_id: str) -> bool:
+        timer = self.in_memory.pop(timer_id, None)
+        if timer is None:
+            return False
+        self._pins[timer.partition].pop(timer_id, None)
+        return True
+
+    # ---- due timers, for the firing loop ------------------------------------------------------
+
+    def take_due_in_memory(self, now: int, limit: int) -> list[Timer]:
+        """Near-term timers due at `now` (they stay pinned until `fired` says they were sent)."""
+        due: list[Timer] = []
+        while self._due and self._due[0][0] <= now and len(due) < limit:
+            fire_at, timer_id = heapq.heappop(self._due)
+            timer = self.in_memory.get(timer_id)
+            if timer is not None and timer.fire_at_ms == fire_at and timer.partition in self.owned:
+                due.append(timer)
+        return due
+
+    def fired(self, timers: list[Timer]) -> None:
+        for timer in timers:
+            if self.in_memory.get(timer.timer_id) is timer:  # not set again while it was being sent
+                self._forget(timer.timer_id)
+
+    def next_due_ms(self) -> int:
+        while self._due and self.in_memory.get(self._due[0][1]) is None:
+            heapq.heappop(self._due)
+        memory = self._due[0][0] if self._due else _NEVER
+        return min(memory, _NEVER if self.stored_due_ms is None else self.stored_due_ms)
+
+    def stored_may_be_due(self, now: int) -> bool:
+        return self.stored_due_ms is None or self.stored_due_ms <= now
+
+    async def take_due_stored(self, pool: AsyncConnectionPool, now: int, limit: int) -> list[Timer]:
+        """Stored timers due at `now`; learns the next stored fire time when none are due."""
+        owned = list(self.owned)
+        version = self._stored_version
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(
+                "SELECT timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt "
+                "FROM kadence_timers WHERE partition = ANY(%s) AND fire_at_ms <= %s ORDER BY fire_at_ms LIMIT %s",
+                (owned, now, limit),
+            )).fetchall()
+            if not rows:
+                row: Any = await (await conn.execute(
+                    "SELECT min(fire_at_ms) FROM kadence_timers WHERE partition = ANY(%s)", (owned,),
+                )).fetchone()
+                if version == self._stored_version:  # else timers stored meanwhile may be earlier: ask again
+                    self.stored_due_ms = _NEVER if row[0] is None else row[0]
+        return [Timer(*row) for row in rows]
+
+    async def delete_stored(self, pool: AsyncConnectionPool, timers: list[Timer]) -> None:
+        async with pool.connection() as conn:
+            await conn.execute("DELETE FROM kadence_timers WHERE timer_id = ANY(%s)", ([t.timer_id for t in timers],))
+        self.stored_due_ms = None  # more may be due: ask again

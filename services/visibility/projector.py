@@ -139,6 +139,9 @@ class VisibilityProjector:
     def on_commit(self) -> None:
         pass
 
+    def resume_offset(self, partition: int, next_offset: int) -> int:
+        return next_offset  # everything it folds is in Postgres
+
     def on_assign(self, partitions: set[int]) -> None:
         pass
 
