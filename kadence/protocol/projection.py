@@ -26,6 +26,10 @@ from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.projection")
 
+# Records applied in one transaction, at most: bounds the memory of decoding a consumed batch.
+MAX_CHUNK_RECORDS = 2000
+MAX_CHUNK_BYTES = 1024 * 1024
+
 OFFSETS_DDL = """
 CREATE TABLE IF NOT EXISTS kadence_consumer_offsets (
     consumer text NOT NULL,
@@ -80,9 +84,9 @@ class ProjectionRunner:
     async def run(self, stop: asyncio.Event) -> None:
         self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         try:
-            async for messages in consume_batches(self.consumer, stop, max_messages=2000):
-                if messages:
-                    await self._apply(messages)
+            async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS):
+                for chunk in _chunks(messages):
+                    await self._apply(chunk)
         finally:
             self.consumer.close()
 
@@ -127,3 +131,17 @@ class ProjectionRunner:
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         self.projection.on_revoke({tp.partition for tp in revoked})
+
+
+def _chunks(messages: list[Any]) -> list[list[Any]]:
+    """Consecutive runs of messages of at most MAX_CHUNK_BYTES each (a larger message alone)."""
+    chunks: list[list[Any]] = []
+    size = MAX_CHUNK_BYTES
+    for msg in messages:
+        length = len(msg.value() or b"")
+        if size + length > MAX_CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(msg)
+        size += length
+    return chunks
