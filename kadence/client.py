@@ -31,7 +31,7 @@ from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer, make_producer
 from kadence.protocol.postgres import apply_ddl
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 
 log = logging.getLogger("kadence.client")
@@ -135,13 +135,23 @@ class Client:
 
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to."""
-        read_model = await self._read_model()
-        await self.send_command(workflow_id, kind, body)
-        run_id, accepted, cause, reason = await read_model.wait_outcome(request_id)
-        if accepted:
-            return run_id
-        error = WorkflowAlreadyStartedError if cause == "WORKFLOW_ALREADY_STARTED" else CommandRejectedError
-        raise error(workflow_id, cause, reason)
+        outcome = await self.send_and_wait(workflow_id, kind, body, request_id)
+        if outcome.accepted:
+            return outcome.run_id
+        error = WorkflowAlreadyStartedError if outcome.cause == "WORKFLOW_ALREADY_STARTED" else CommandRejectedError
+        raise error(workflow_id, outcome.cause or "", outcome.reason or "")
+
+    async def send_and_wait(
+        self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str, *, identity: str | None = None,
+    ) -> CommandOutcome:
+        """Send a command carrying `request_id` and wait for the history service's answer to it."""
+        answer = await self.expect_outcome(request_id)
+        await self.send_command(workflow_id, kind, body, identity=identity)
+        return await answer
+
+    async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
+        """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
+        return (await self._read_model()).expect_outcome(request_id)
 
     async def _read_model(self) -> "_ReadModel":
         if self._results is None:
@@ -216,7 +226,8 @@ class WorkflowHandle:
 
 
 class _ReadModel:
-    """One LISTEN connection for run closes and command outcomes; a row lookup for each one awaited."""
+    """One LISTEN connection for run closes (a row lookup for each one awaited) and command
+    outcomes (carried in the notification)."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
@@ -246,8 +257,8 @@ class _ReadModel:
         assert self._conn is not None
         async for notify in self._conn.notifies():
             if notify.channel == OUTCOME_CHANNEL:
-                if notify.payload in self.outcome_waiters:
-                    self._spawn(self._check_outcome(notify.payload))
+                outcome = CommandOutcome.from_notification(notify.payload)
+                _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
                 continue
             closed = json.loads(notify.payload)
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
@@ -266,11 +277,11 @@ class _ReadModel:
         await self._check_closed(key)
         return await future
 
-    async def wait_outcome(self, request_id: str) -> Any:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
+        """The answer to a command not sent yet (its outcome is announced once it is recorded)."""
+        future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
         self.outcome_waiters.setdefault(request_id, []).append(future)
-        await self._check_outcome(request_id)
-        return await future
+        return future
 
     async def _check_closed(self, key: tuple[str, str | None]) -> None:
         workflow_id, run_id = key
@@ -286,14 +297,6 @@ class _ReadModel:
             row = await cursor.fetchone()
         if row is not None and row[0] != "Running":
             _settle(self.closed_waiters.pop(key, []), row)
-
-    async def _check_outcome(self, request_id: str) -> None:
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(
-                "SELECT run_id, accepted, cause, reason FROM kadence_command_outcomes WHERE request_id = %s", (request_id,),
-            )).fetchone()
-        if row is not None:
-            _settle(self.outcome_waiters.pop(request_id, []), row)
 
     async def close(self) -> None:
         if self._listener is not None:

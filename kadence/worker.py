@@ -13,6 +13,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import time
 import typing
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,7 @@ from kadence.exceptions import ApplicationError, CancelledError, NondeterminismE
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, task_codec
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
+from kadence.protocol.read_model import CommandOutcome
 
 log = logging.getLogger("kadence.worker")
 
@@ -197,12 +199,21 @@ class Worker:
                     if task["task"][0] == "ActivityCancellation":
                         self._cancel_attempt(task)
                         continue
-                    await slots.acquire()
                     at = task["task"][1]
+                    if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
+                        log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+                        continue  # its schedule-to-start timeout fires instead
+                    await slots.acquire()
+                    # The attempt runs only once the history service accepted its start: not for a
+                    # closed run, a stale attempt or one whose schedule-to-start timeout fired.
+                    request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{self.identity}"
+                    answer = await self.client.expect_outcome(request_id)
                     started.append(self._send(task["workflow_id"], "RecordActivityTaskStarted", {
                         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+                        "request_id": request_id,
                     }))
-                    job = asyncio.create_task(self._run_activity(task))
+                    job = asyncio.create_task(self._run_activity_once_started(task, answer))
                     running.add(job)
                     job.add_done_callback(lambda j: (running.discard(j), slots.release()))
                 await asyncio.gather(*started)
@@ -232,6 +243,15 @@ class Worker:
         heartbeater.cancel_requested = True
         if is_async:
             job.cancel()
+
+    async def _run_activity_once_started(self, task: Record, answer: asyncio.Future[CommandOutcome]) -> None:
+        outcome = await answer
+        if outcome.accepted:
+            await self._run_activity(task)
+            return
+        at = task["task"][1]
+        log.info("event=activity_task_dropped workflow_id=%s run_id=%s activity_type=%s attempt=%d cause=%s reason=%r",
+                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], outcome.cause, outcome.reason)
 
     async def _run_activity(self, task: Record) -> None:
         at = task["task"][1]

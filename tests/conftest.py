@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import uvloop
 
@@ -62,3 +63,16 @@ async def client(stack: LocalStack) -> AsyncIterator[Client]:
 def task_queue(request: pytest.FixtureRequest) -> str:
     """A queue of the test's own, so tests never take each other's tasks."""
     return f"tq-{request.node.name}".replace("[", "-").replace("]", "")
+
+
+async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:
+    """Until the read model holds an event of `event_type` for the workflow (say, before killing
+    the worker that should have started it)."""
+    async def poll() -> None:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            while not await (await conn.execute(
+                "SELECT 1 FROM kadence_events WHERE workflow_id = %s AND event_type = %s", (workflow_id, event_type),
+            )).fetchone():
+                await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)

@@ -3,10 +3,8 @@ cancel requests, and markers (patches), through the real broker, Postgres and se
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
-import psycopg
 import pytest
 
 from kadence.audit import AuditReport, audit_history
@@ -14,6 +12,7 @@ from kadence.client import Client
 from kadence.exceptions import CancelledError, TerminatedError, WorkflowFailureError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
+from tests.conftest import wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -96,14 +95,9 @@ async def test_a_parent_hears_its_child_was_terminated(stack: LocalStack, client
     workflow_id = f"await-child-{uuid.uuid4()}"
     child_id = f"{workflow_id}-child"
 
-    async def child_started() -> bool:
-        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
-            return await (await conn.execute("SELECT 1 FROM kadence_executions WHERE workflow_id = %s", (child_id,))).fetchone() is not None
-
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         parent = await client.start_workflow(AwaitChildWorkflow.run, child_id, id=workflow_id, task_queue=task_queue)
-        while not await child_started():
-            await asyncio.sleep(0.05)
+        await wait_for_event(stack, child_id, "WorkflowExecutionStarted", timeout=30)
         await client.get_workflow_handle(child_id).terminate(reason="operator says no")
         assert await parent.result() == "TerminatedError: Workflow terminated"
     kinds = audited(stack).event_types(workflow_id, parent.run_id)

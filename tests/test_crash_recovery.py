@@ -24,6 +24,7 @@ from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.recovery import PartitionState
 from services.history.state_machine import closed_execution, decide_start
+from tests.conftest import wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -52,19 +53,6 @@ async def wait_for_file(path: Path, timeout: float) -> None:
     async def poll() -> None:
         while not path.exists():
             await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(poll(), timeout)
-
-
-async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:
-    """Until the read model holds an event of `event_type` for the workflow: a worker about to be
-    killed must have had its start recorded, or the test would kill it before it began."""
-    async def poll() -> None:
-        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
-            while not await (await conn.execute(
-                "SELECT 1 FROM kadence_events WHERE workflow_id = %s AND event_type = %s", (workflow_id, event_type),
-            )).fetchone():
-                await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), timeout)
 

@@ -326,6 +326,28 @@ class FamilyWorkflow:
         return results
 
 
+@activity.defn
+async def touch(path: str) -> str:
+    """Records that it ran, by creating `path`."""
+    Path(path).touch()
+    return "touched"
+
+
+@workflow.defn
+class ElsewhereWorkflow:
+    """Runs `touch` on another task queue, optionally bounded by a schedule-to-start timeout."""
+
+    @workflow.run
+    async def run(self, task_queue: str, path: str, schedule_to_start_s: float = 0) -> str:
+        try:
+            return await workflow.execute_activity(
+                touch, path, task_queue=task_queue, start_to_close_timeout=timedelta(seconds=10),
+                schedule_to_start_timeout=timedelta(seconds=schedule_to_start_s) if schedule_to_start_s else None,
+            )
+        except ActivityError as error:
+            return f"{type(error.cause).__name__}"
+
+
 @workflow.defn
 class ParentOfTwoStepWorkflow:
     @workflow.run
@@ -399,13 +421,13 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
+    ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
     LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
     HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
-    wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
+    touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
     hang_on_first_attempt, slow_echo,
 ]

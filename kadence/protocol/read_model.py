@@ -1,7 +1,31 @@
 """The Postgres read model's contract: written by services.visibility, read by the client and CLI."""
 
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
 CLOSED_CHANNEL = "kadence_workflow_closed"
 OUTCOME_CHANNEL = "kadence_command_outcome"
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """How the history service answered a command that carried a request id."""
+
+    request_id: str
+    run_id: str
+    accepted: bool
+    cause: str | None
+    reason: str | None
+
+    def notification(self) -> str:
+        """The OUTCOME_CHANNEL payload (under Postgres's 8,000-byte limit: the reason is cut)."""
+        return json.dumps({**self.__dict__, "reason": (self.reason or "")[:2000] or None})
+
+    @classmethod
+    def from_notification(cls, payload: str) -> CommandOutcome:
+        return cls(**json.loads(payload))
 
 VISIBILITY_DDL = [
     """

@@ -807,7 +807,7 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
     if kind == "ACTIVITY_RETRY":
         if activity.started_event_id:
             raise Rejected("activity attempt already started")
-        t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+        t.effects.append(("ActivityTask", activity_task_effect(ex, activity, now_ms)))
         if activity.schedule_to_start_timeout_ms:
             fire_at = now_ms + activity.schedule_to_start_timeout_ms
             t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt))
@@ -1025,7 +1025,8 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
     }
 
 
-def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
+def activity_task_effect(ex: Execution, activity: ActivityState, now_ms: int) -> Record:
+    timeout = activity.schedule_to_start_timeout_ms
     return {
         "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
         "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
@@ -1034,6 +1035,7 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
         "scheduled_time_ms": activity.scheduled_time_ms,
         "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
         "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
+        "schedule_to_start_deadline_ms": now_ms + timeout if timeout else 0,
     }
 
 
@@ -1084,7 +1086,7 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
                 t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", t.now_ms + delay, wt.scheduled_event_id, wt.attempt))
         elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
             activity = ex.activities[event["event_id"]]
-            t.effects.append(("ActivityTask", activity_task_effect(ex, activity)))
+            t.effects.append(("ActivityTask", activity_task_effect(ex, activity, t.now_ms)))
             if activity.schedule_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -55,6 +56,11 @@ class TaskRouter:
             await self.send(topics.COMMANDS, effect["workflow_id"].encode(), effect["command"], headers)
             return
         kind = _TASK_KINDS.get(effect_type)
+        if effect_type == "ActivityTask" and 0 < effect["schedule_to_start_deadline_ms"] < time.time() * 1000:
+            # Its schedule-to-start timeout fires instead (the timer service has it).
+            log.info("event=activity_task_expired workflow_id=%s run_id=%s scheduled_event_id=%d attempt=%d",
+                     workflow_id, run_id, effect["scheduled_event_id"], effect["attempt"])
+            return
         if kind is not None:
             topic = topics.task_queue_topic(effect["task_queue"], kind)  # type: ignore[arg-type]
             await self._ensure_topic(topic)

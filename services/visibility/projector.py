@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
 from kadence.protocol.projection import LogRecord
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome
 
 
 def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
@@ -107,7 +107,11 @@ class VisibilityProjector:
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     rows.outcomes,
                 )
-                await cur.executemany("SELECT pg_notify(%s, %s)", [(OUTCOME_CHANNEL, row[0]) for row in rows.outcomes])
+                # The outcome rides in the notification, so a waiting client or worker needs no query.
+                await cur.executemany("SELECT pg_notify(%s, %s)", [
+                    (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
+                    for request_id, _, run_id, accepted, cause, reason in rows.outcomes
+                ])
             if rows.closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
