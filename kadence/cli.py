@@ -78,6 +78,43 @@ def topics_create(as_json: bool) -> None:
             click.echo(f"{name}\t{partitions} partitions")
 
 
+@main.group("task-queue")
+def task_queue_group() -> None:
+    """Task queues."""
+
+
+@task_queue_group.command("describe")
+@click.argument("task_queue")
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+def task_queue_describe(task_queue: str, as_json: bool) -> None:
+    """Pollers, backlog and dispatch rate of TASK_QUEUE; exit 1 if it has no topics yet."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kadence.task_queues import POLLER_WINDOW_S, RATE_WINDOW_S, describe_task_queue
+
+    described = describe_task_queue(KafkaSettings.from_env(), task_queue)
+    if as_json:
+        click.echo(json.dumps(described.to_json()))
+    else:
+        console = Console()
+        kinds = Table(title=f"task queue {task_queue}")
+        for column in ("kind", "topic", "partitions", "backlog", f"dispatched/s (last {RATE_WINDOW_S} s)"):
+            kinds.add_column(column)
+        for kind in described.kinds:
+            kinds.add_row(kind.kind, kind.topic, str(kind.partitions), str(kind.backlog), f"{kind.dispatch_rate_per_s:g}")
+        console.print(kinds)
+        pollers = Table(title=f"pollers heard from in the last {POLLER_WINDOW_S} s")
+        for column in ("identity", "kind", "partitions", "last seen"):
+            pollers.add_column(column)
+        for poller in described.pollers:
+            pollers.add_row(poller.identity, poller.kind, ",".join(map(str, poller.partitions)), f"{poller.last_seen_s_ago:g} s ago")
+        console.print(pollers)
+    if not described.kinds:
+        click.echo(f"task queue {task_queue!r} has no topics: no worker or workflow has used it yet", err=True)
+        sys.exit(1)
+
+
 @main.group()
 def audit() -> None:
     """Checks over the event log."""

@@ -133,6 +133,10 @@ class Client:
         value = self._commands.encode(record)
         return self._producer.produce(topics.COMMANDS, value, workflow_id.encode(), headers=self._commands.headers())
 
+    def produce(self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> asyncio.Future[Message]:
+        """Produce a record of Kadence's own (say, a worker's heartbeat on kadence.pollers)."""
+        return self._producer.produce(topic, value, key, headers=headers)
+
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to."""
         outcome = await self.send_and_wait(workflow_id, kind, body, request_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -27,11 +28,13 @@ from kadence._workflow_instance import CLOSE_COMMANDS, CacheInvalid, WorkflowDef
 from kadence.client import Client
 from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, task_codec
+from kadence.protocol.codec import UndecodableRecord, codec, task_codec
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
 
 log = logging.getLogger("kadence.worker")
+
+POLLER_HEARTBEAT_S = 5.0
 
 Record = dict[str, Any]
 
@@ -48,6 +51,7 @@ class Worker:
         max_concurrent_activities: int = 100,
         max_cached_workflows: int = 1000,
         graceful_shutdown_timeout: timedelta = timedelta(),
+        max_task_queue_activities_per_second: float | None = None,
         identity: str | None = None,
     ) -> None:
         if not workflows and not activities:
@@ -73,6 +77,9 @@ class Worker:
         self._running: asyncio.Task[None] | None = None
         self._attempts: dict[tuple[str, int, int], tuple[asyncio.Task[Any], _Heartbeater, bool]] = {}
         self._assigned: set[str] = set()
+        self._partitions: dict[str, list[int]] = {}  # per kind, this worker's partitions of the queue's topic
+        self._assignment_changed = asyncio.Event()
+        self._activity_rate = _QueueShareRate(max_task_queue_activities_per_second)
         self._kinds: list[topics.TaskKind] = (["workflow"] if self._workflows else []) + (["activity"] if self._activities else [])
         self.ready = asyncio.Event()
         """Set once every poller of this worker has partitions assigned (useful for tests and probes)."""
@@ -87,7 +94,23 @@ class Worker:
         log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s",
                  self.task_queue, self.identity, sorted(self._workflows), sorted(self._activities))
         pollers = {"workflow": self._poll_workflow_tasks, "activity": self._poll_activity_tasks}
-        await asyncio.gather(*(pollers[kind]() for kind in kinds))
+        announcing = asyncio.create_task(self._announce())
+        try:
+            await asyncio.gather(*(pollers[kind]() for kind in kinds))
+        finally:
+            announcing.cancel()
+
+    async def _announce(self) -> None:
+        """Tell `kadence task-queue describe` this worker polls the queue (and which partitions)."""
+        heartbeats = codec("PollerHeartbeat")
+        while True:
+            self._assignment_changed.clear()
+            for kind, partitions in self._partitions.items():
+                heartbeat = {"task_queue": self.task_queue, "kind": kind, "identity": self.identity,
+                             "partitions": partitions, "sent_at_ms": int(time.time() * 1000)}
+                self.client.produce(topics.POLLERS, heartbeats.encode(heartbeat), self.task_queue.encode(), heartbeats.headers())
+            with contextlib.suppress(TimeoutError):  # every few seconds, and at once when the assignment changes
+                await asyncio.wait_for(self._assignment_changed.wait(), POLLER_HEARTBEAT_S)
 
     async def shutdown(self) -> None:
         self._stop.set()
@@ -101,17 +124,27 @@ class Worker:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
-    def _on_assign(self, kind: str) -> Callable[[Any, list[Any]], None]:
+    async def _subscribe(self, consumer: Any, kind: topics.TaskKind) -> None:
         loop = asyncio.get_running_loop()
+        topic = topics.task_queue_topic(self.task_queue, kind)
+        metadata = await loop.run_in_executor(None, lambda: consumer.list_topics(topic, timeout=30))
+        total = len(metadata.topics[topic].partitions)
 
         def assigned(consumer: Any, partitions: list[Any]) -> None:
             log.info("event=worker_partitions_assigned task_queue=%s kind=%s identity=%s partitions=%s",
                      self.task_queue, kind, self.identity, [tp.partition for tp in partitions])
-            loop.call_soon_threadsafe(self._mark_assigned, kind)
+            loop.call_soon_threadsafe(self._mark_assigned, kind, sorted(tp.partition for tp in partitions), total)
 
-        return assigned
+        def revoked(consumer: Any, partitions: list[Any]) -> None:
+            loop.call_soon_threadsafe(self._partitions.__setitem__, kind, [])
 
-    def _mark_assigned(self, kind: str) -> None:
+        consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+
+    def _mark_assigned(self, kind: str, partitions: list[int], total: int) -> None:
+        self._partitions[kind] = partitions
+        self._assignment_changed.set()
+        if kind == "activity":
+            self._activity_rate.share = len(partitions) / total
         self._assigned.add(kind)
         if self._assigned >= set(self._kinds):
             self.ready.set()
@@ -120,7 +153,7 @@ class Worker:
 
     async def _poll_workflow_tasks(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "workflow"))
-        consumer.subscribe([topics.task_queue_topic(self.task_queue, "workflow")], on_assign=self._on_assign("workflow"))
+        await self._subscribe(consumer, "workflow")
         try:
             async for messages in consume_batches(consumer, self._stop):
                 deliveries = [d for msg in messages for d in self._handle_workflow_task(msg)]
@@ -186,7 +219,7 @@ class Worker:
 
     async def _poll_activity_tasks(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
-        consumer.subscribe([topics.task_queue_topic(self.task_queue, "activity")], on_assign=self._on_assign("activity"))
+        await self._subscribe(consumer, "activity")
         slots = asyncio.Semaphore(self._max_concurrent_activities)
         running: set[asyncio.Task[None]] = set()
         try:
@@ -205,6 +238,7 @@ class Worker:
                                  task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
                         continue  # its schedule-to-start timeout fires instead
                     await slots.acquire()
+                    await self._activity_rate.wait()
                     # The attempt runs only once the history service accepted its start: not for a
                     # closed run, a stale attempt or one whose schedule-to-start timeout fired.
                     request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{self.identity}"
@@ -323,6 +357,26 @@ class Worker:
         except UndecodableRecord as exc:
             log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
             return None
+
+
+class _QueueShareRate:
+    """temporalio's max_task_queue_activities_per_second: the queue's rate is shared among its
+    workers by the partitions they own (a worker with 2 of 8 partitions starts a quarter of it)."""
+
+    def __init__(self, per_second: float | None) -> None:
+        self.per_second = per_second
+        self.share = 1.0
+        self._next = 0.0
+
+    async def wait(self) -> None:
+        if not self.per_second or not self.share:
+            return
+        now = time.monotonic()
+        self._next = max(self._next, now)
+        delay = self._next - now
+        self._next += 1 / (self.per_second * self.share)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 class _Heartbeater:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
+from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, touch
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, TwoStepWorkflow, touch
 
 
 async def until_logged(caplog: pytest.LogCaptureFixture, event: str, timeout: float = 30) -> None:
@@ -57,3 +61,79 @@ async def test_an_activity_task_past_its_schedule_to_start_deadline_is_not_dispa
     async with Worker(client, task_queue=activity_queue, activities=[touch]):
         await until_logged(caplog, "event=activity_task_expired")
     assert not ran.exists()
+
+
+async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    async def poll() -> None:
+        while not await condition():
+            await asyncio.sleep(0.2)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and_rate(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    activity_queue = f"{task_queue}-activities"
+    workflow_id = f"fan-out-{uuid.uuid4()}"
+
+    async def described() -> TaskQueueDescription:
+        return await asyncio.get_running_loop().run_in_executor(None, describe_task_queue, stack.settings, activity_queue)
+
+    async def backlog_is(count: int) -> bool:
+        kinds = {k.kind: k for k in (await described()).kinds}
+        return "activity" in kinds and kinds["activity"].backlog == count
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS):
+        waiting = await client.start_workflow(FanOutWorkflow.run, args=[activity_queue, 40], id=f"{workflow_id}-a", task_queue=task_queue)
+        await until(lambda: backlog_is(40))  # routed, and no worker polls the queue yet
+
+        workers = [Worker(client, task_queue=activity_queue, activities=ALL_ACTIVITIES, identity=f"worker-{i}") for i in range(4)]
+        async with contextlib.AsyncExitStack() as running:
+            for worker in workers:
+                await running.enter_async_context(worker)
+                await asyncio.wait_for(worker.ready.wait(), 30)
+            assert await waiting.result() == 40
+            # With the four in the group, new tasks spread over all of them.
+            handle = await client.start_workflow(FanOutWorkflow.run, args=[activity_queue, 40], id=workflow_id, task_queue=task_queue)
+            assert await handle.result() == 40
+            await until(lambda: backlog_is(0))
+            description = await described()
+
+    started_by = [a["identity"] for kind, a in (e["attributes"] for e in audit_history(stack.settings).history(workflow_id, handle.run_id))
+                  if kind == "ActivityTaskStarted"]
+    assert sorted(set(started_by)) == [f"worker-{i}" for i in range(4)], "every worker took tasks"
+    pollers = [p for p in description.pollers if p.kind == "activity"]
+    assert sorted(p.identity for p in pollers) == [f"worker-{i}" for i in range(4)]
+    assert sorted(p for poller in pollers for p in poller.partitions) == list(range(stack.settings.task_queue_partitions))
+    (activity,) = [k for k in description.kinds if k.kind == "activity"]
+    assert activity.dispatch_rate_per_s == round(80 / RATE_WINDOW_S, 2)
+
+
+async def test_the_queue_rate_limit_spaces_activity_starts(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"limited-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES,
+                      max_task_queue_activities_per_second=5):
+        handle = await client.start_workflow(FanOutWorkflow.run, args=[task_queue, 10], id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == 10
+    started = [e["event_time_ms"] for e in audit_history(stack.settings).history(workflow_id, handle.run_id)
+               if e["attributes"][0] == "ActivityTaskStarted"]
+    assert max(started) - min(started) >= 1500, "10 starts at 5 a second take at least 1.8 s"
+
+
+async def test_matching_killed_mid_dispatch_loses_no_task(stack: LocalStack, client: Client, task_queue: str) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        ids = [f"dispatch-{i}-{uuid.uuid4()}" for i in range(30)]
+        handles = await asyncio.gather(*(client.start_workflow(TwoStepWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
+        results = [asyncio.ensure_future(h.result()) for h in handles]
+        await asyncio.wait(results, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+        assert not all(r.done() for r in results), "the kill must land mid-run"
+
+        stack.kill_service("matching")
+        stack.start_service("matching")
+
+        assert await asyncio.wait_for(asyncio.gather(*results), 120) == [f"{i}!" for i in ids]
+    report = audit_history(stack.settings)
+    assert report.violations == []
+    for handle in handles:
+        assert report.event_types(handle.id, handle.run_id).count("ActivityTaskCompleted") == 2

@@ -349,6 +349,19 @@ class ElsewhereWorkflow:
 
 
 @workflow.defn
+class FanOutWorkflow:
+    """Runs `count` echo activities at once on `task_queue`."""
+
+    @workflow.run
+    async def run(self, task_queue: str, count: int) -> int:
+        results = await asyncio.gather(*(
+            workflow.execute_activity(echo, str(i), task_queue=task_queue, start_to_close_timeout=timedelta(seconds=60))
+            for i in range(count)
+        ))
+        return len(results)
+
+
+@workflow.defn
 class ParentOfTwoStepWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
@@ -421,7 +434,7 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
+    FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
     LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,

@@ -7,6 +7,7 @@ from typing import Literal
 COMMANDS = "kadence.commands"
 HISTORY = "kadence.history"
 DLQ = "kadence.dlq"
+POLLERS = "kadence.pollers"  # workers' heartbeats, for task queue stats
 
 TaskKind = Literal["workflow", "activity"]
 

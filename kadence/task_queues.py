@@ -1,0 +1,112 @@
+"""What a task queue looks like now, read from Kafka alone: its pollers, backlog and dispatch rate.
+
+- Pollers: the workers heard from on kadence.pollers within the last POLLER_WINDOW_S seconds.
+- Backlog: tasks routed to the queue's topic that its workers have not taken yet, counted by
+  reading each partition from the worker group's committed offset to its end (the end found by
+  partition EOF: the local broker's ListOffsets is wrong, so offsets are never subtracted).
+  Workers commit about every second, so the count can include tasks taken just before.
+- Dispatch rate: tasks routed to the queue in the last RATE_WINDOW_S seconds, per second.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, get_args
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kadence.protocol import topics
+from kadence.protocol.codec import UndecodableRecord, codec, task_codec
+from kadence.protocol.kafka import base_config, offsets_for_time, read_to_end, topic_partitions
+from kadence.protocol.settings import KafkaSettings
+
+POLLER_WINDOW_S = 30
+RATE_WINDOW_S = 60
+
+
+@dataclass
+class Poller:
+    identity: str
+    kind: str
+    partitions: list[int]
+    last_seen_s_ago: float
+
+
+@dataclass
+class TaskQueueKind:
+    kind: str
+    topic: str
+    partitions: int
+    backlog: int
+    dispatch_rate_per_s: float
+
+
+@dataclass
+class TaskQueueDescription:
+    task_queue: str
+    kinds: list[TaskQueueKind] = field(default_factory=list)
+    pollers: list[Poller] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_task_queue(settings: KafkaSettings, task_queue: str) -> TaskQueueDescription:
+    now_ms = int(time.time() * 1000)
+    described = TaskQueueDescription(task_queue, pollers=_pollers(settings, task_queue, now_ms))
+    existing = AdminClient(base_config(settings)).list_topics(timeout=30).topics
+    for kind in get_args(topics.TaskKind):
+        topic = topics.task_queue_topic(task_queue, kind)
+        if topic in existing:
+            described.kinds.append(_kind(settings, task_queue, kind, topic, now_ms))
+    return described
+
+
+def _pollers(settings: KafkaSettings, task_queue: str, now_ms: int) -> list[Poller]:
+    heartbeats = codec("PollerHeartbeat")
+    since = offsets_for_time(settings, topics.POLLERS, [0], now_ms - POLLER_WINDOW_S * 1000)
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for msg in read_to_end(settings, topics.POLLERS, since):
+        try:
+            heartbeat = heartbeats.decode(msg.value(), msg.headers())
+        except UndecodableRecord:
+            continue
+        if heartbeat["task_queue"] == task_queue:
+            latest[(heartbeat["identity"], heartbeat["kind"])] = heartbeat
+    return [
+        Poller(h["identity"], h["kind"], h["partitions"], round((now_ms - h["sent_at_ms"]) / 1000, 1))
+        for h in sorted(latest.values(), key=lambda h: (h["kind"], h["identity"]))
+    ]
+
+
+def _kind(settings: KafkaSettings, task_queue: str, kind: topics.TaskKind, topic: str, now_ms: int) -> TaskQueueKind:
+    partitions = topic_partitions(settings, topic)
+    committed = _committed_offsets(settings, topics.worker_group(task_queue, kind), topic, partitions)
+    recent = offsets_for_time(settings, topic, list(range(partitions)), now_ms - RATE_WINDOW_S * 1000)
+    start = {p: min(committed.get(p, 0), recent.get(p, committed.get(p, 0))) for p in range(partitions)}
+    tasks = task_codec()
+    backlog = routed_recently = 0
+    for msg in read_to_end(settings, topic, start):
+        try:
+            if tasks.decode(msg.value(), msg.headers())["task"][0] == "ActivityCancellation":
+                continue  # a notice, not a task
+        except UndecodableRecord:
+            continue
+        if msg.offset() >= committed.get(msg.partition(), 0):
+            backlog += 1
+        if msg.timestamp()[1] >= now_ms - RATE_WINDOW_S * 1000:
+            routed_recently += 1
+    return TaskQueueKind(kind, topic, partitions, backlog, round(routed_recently / RATE_WINDOW_S, 2))
+
+
+def _committed_offsets(settings: KafkaSettings, group: str, topic: str, partitions: int) -> dict[int, int]:
+    # An OffsetFetch by a consumer that never joins the group (the local broker's admin
+    # OffsetFetch hangs for a group that has not committed yet).
+    consumer = Consumer({**base_config(settings), "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
