@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextvars
 import inspect
+import random
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, NondeterminismError, WorkflowAlreadyStartedError
+from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -150,6 +152,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._replaying = False
         self._upcoming: list[Record] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
+        self.random = random.Random(info.run_id)  # the same sequence on every replay of the run
+        self.history_bytes = 0
+        self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
 
     # ---- driving the run ---------------------------------------------------------------------
 
@@ -162,17 +167,20 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self._apply(event)
                 self.processed_event_id = event["event_id"]
         self._upcoming = []
+        self.history_length = scheduled_event_id + 1  # its WorkflowTaskStarted is recorded, not sent
         commands = self._run_activation()
         self.last_activated_task = scheduled_event_id
         return commands
 
     def _apply(self, event: Record) -> None:
         kind, attrs = event["attributes"]
+        self.history_bytes += payload_bytes(attrs)
         if kind == "WorkflowExecutionStarted":
             self._time_ms = event["event_time_ms"]
             self._start(attrs["input"])
         elif kind == "WorkflowTaskStarted":
             self._time_ms = event["event_time_ms"]
+            self.history_length = event["event_id"]
         elif kind == "WorkflowTaskCompleted":
             if attrs["scheduled_event_id"] != self.last_activated_task:
                 self._replaying = True  # a past task: replay it
@@ -405,6 +413,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
+
+    def continue_as_new_suggested(self) -> bool:
+        """Past the history service's warning thresholds: a long-running workflow should continue as new."""
+        return self.history_length >= WARN_HISTORY_EVENTS or self.history_bytes >= WARN_HISTORY_BYTES
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self._time_ms / 1000, UTC)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random as _random
 import typing
+import uuid as _uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
@@ -20,7 +22,8 @@ from kadence.exceptions import NondeterminismError
 
 __all__ = [
     "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
-    "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch",
+    "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch", "random", "uuid4",
+    "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
     "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
 ]
@@ -132,6 +135,32 @@ def info() -> WorkflowInfo:
 def now() -> datetime:
     """Deterministic current time: the start time of the current workflow task."""
     return _instance().now()
+
+
+def random() -> _random.Random:
+    """A random generator for workflow code: seeded by the run, so replay draws the same numbers."""
+    return _instance().random
+
+
+def uuid4() -> _uuid.UUID:
+    """A version-4 UUID drawn from workflow.random(): the same on every replay."""
+    return _uuid.UUID(int=_instance().random.getrandbits(128), version=4)
+
+
+def get_current_history_length() -> int:
+    """Events in this run's history as of the current workflow task (its WorkflowTaskStarted included)."""
+    return _instance().history_length
+
+
+def get_current_history_size() -> int:
+    """Payload bytes in this run's history as of the current workflow task."""
+    return _instance().history_bytes
+
+
+def is_continue_as_new_suggested() -> bool:
+    """True once the history passes 10,240 events or 10 MB (the history service warns there and ends
+    the run at 51,200 events or 50 MB): time to workflow.continue_as_new()."""
+    return _instance().continue_as_new_suggested()
 
 
 def continue_as_new(

@@ -34,6 +34,7 @@ from tests.workflows import (
     CancellableWorkflow,
     CountdownWorkflow,
     DeclinedWorkflow,
+    DrawingWorkflow,
     EchoWorkflow,
     FlakyWorkflow,
     HeartbeatWorkflow,
@@ -358,3 +359,17 @@ async def test_search_attributes_from_the_start_and_from_workflow_code_reach_the
         )).fetchone()
     assert row is not None and row[0] == {"CustomerId": "c-42", "OrderStatus": "shipped", "Amount": 12.5}
     assert audited(stack).event_types(workflow_id, handle.run_id).count("UpsertWorkflowSearchAttributes") == 2
+
+
+async def test_random_and_uuid4_draw_the_same_on_replay(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"drawing-{uuid.uuid4()}"
+    # No cache: the last workflow task replays the first, which drew the UUID it recorded.
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=0):
+        result = await client.execute_workflow(DrawingWorkflow.run, id=workflow_id, task_queue=task_queue)
+    report = audited(stack)
+    (run_id,) = [run for wid, run in report.runs if wid == workflow_id]
+    events = [e["attributes"] for e in report.history(workflow_id, run_id)]
+    (upsert,) = [attrs for kind, attrs in events if kind == "UpsertWorkflowSearchAttributes"]
+    assert client.data_converter.payload_converter.from_payload(upsert["search_attributes"]["Drawn"]) == result["drawn"]
+    assert uuid.UUID(result["drawn"]).version == 4 and 1 <= result["roll"] <= 6
+    assert result["history_length"] == 9 and result["suggested"] is False

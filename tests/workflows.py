@@ -349,6 +349,19 @@ class ElsewhereWorkflow:
 
 
 @workflow.defn
+class DrawingWorkflow:
+    """Draws a UUID, records it, sleeps, and returns what it drew: replayed, it draws the same."""
+
+    @workflow.run
+    async def run(self) -> dict[str, object]:
+        drawn = str(workflow.uuid4())
+        workflow.upsert_search_attributes({"Drawn": drawn})
+        await workflow.sleep(0.05)
+        return {"drawn": drawn, "roll": workflow.random().randint(1, 6), "history_length": workflow.get_current_history_length(),
+                "suggested": workflow.is_continue_as_new_suggested()}
+
+
+@workflow.defn
 class FanOutWorkflow:
     """Runs `count` echo activities at once on `task_queue`."""
 
@@ -434,7 +447,7 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
+    DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
     LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,

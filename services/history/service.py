@@ -20,16 +20,16 @@ from kadence.protocol.kafka import (
     partition_for_key,
     topic_partitions,
 )
-from kadence.protocol.postgres import apply_ddl
-from kadence.protocol.settings import KafkaSettings, SettingError
-from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
-from services.history.limits import (
+from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
     WARN_HISTORY_BYTES,
     WARN_HISTORY_EVENTS,
     WARN_PAYLOAD_BYTES,
 )
+from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.settings import KafkaSettings, SettingError
+from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import (
     Record,

@@ -19,7 +19,7 @@ from typing import Any
 from kadence.protocol.codec import command_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
-from services.history.limits import (
+from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
     MAX_PENDING_ACTIVITIES,

@@ -1,4 +1,5 @@
-"""Temporal's default limits, enforced by the history service with a clear reason each."""
+"""Temporal's default limits: enforced by the history service with a clear reason each; the SDK reads
+them to suggest continue-as-new."""
 
 from __future__ import annotations
 
