@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from kadence.exceptions import (
     TerminatedError,
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
+    WorkflowNotFoundError,
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
@@ -33,6 +34,19 @@ from kadence.protocol.kafka import AsyncProducer, make_producer
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.visibility import (
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowHistory,
+    count_executions,
+    fetch_events,
+    find_execution,
+    list_executions,
+)
+
+__all__ = [
+    "Client", "WorkflowHandle", "WorkflowExecution", "WorkflowExecutionStatus", "WorkflowExecutionCount", "WorkflowHistory",
+]
 
 log = logging.getLogger("kadence.client")
 
@@ -113,14 +127,22 @@ class Client:
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
         return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
 
-    async def execute_workflow(
-        self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (),
-        id: str, task_queue: str, result_type: type | None = None, task_timeout: timedelta | None = None,
-    ) -> Any:
-        handle = await self.start_workflow(
-            workflow, arg, args=args, id=id, task_queue=task_queue, result_type=result_type, task_timeout=task_timeout,
-        )
-        return await handle.result()
+    async def execute_workflow(self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, **options: Any) -> Any:
+        """start_workflow (with any of its options), then wait for the result."""
+        return await (await self.start_workflow(workflow, arg, **options)).result()
+
+    def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> AsyncIterator[WorkflowExecution]:
+        """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
+        newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse."""
+        async def executions() -> AsyncIterator[WorkflowExecution]:
+            async for execution in list_executions((await self._read_model()).pool, query, limit, page_size):
+                yield execution
+
+        return executions()
+
+    async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
+        """How many executions match a list filter."""
+        return WorkflowExecutionCount(await count_executions((await self._read_model()).pool, query))
 
     def get_workflow_handle(self, workflow_id: str, *, run_id: str | None = None, result_type: type | None = None) -> "WorkflowHandle":
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
@@ -172,6 +194,13 @@ class Client:
         await asyncio.get_running_loop().run_in_executor(None, self._producer.close)
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkflowExecutionCount:
+    """As temporalio.client.WorkflowExecutionCount."""
+
+    count: int
+
+
 class WorkflowHandle:
     def __init__(self, client: Client, id: str, *, run_id: str | None, result_type: type | None) -> None:
         self.client = client
@@ -212,6 +241,19 @@ class WorkflowHandle:
         else:
             cause = converter.from_failure(recorded) if recorded else RuntimeError(status)
         raise WorkflowFailureError(cause=cause)
+
+    async def describe(self) -> WorkflowExecution:
+        """This run (or the workflow id's latest run) as the read model knows it."""
+        found = await find_execution((await self.client._read_model()).pool, self.id, self.run_id)
+        if found is None:
+            raise WorkflowNotFoundError(f"workflow {self.id}" + (f" run {self.run_id}" if self.run_id else "") + " not found")
+        return found
+
+    async def fetch_history(self) -> WorkflowHistory:
+        """The run's events (the latest run's without a run id)."""
+        execution = await self.describe()
+        events = await fetch_events((await self.client._read_model()).pool, self.id, execution.run_id)
+        return WorkflowHistory(self.id, execution.run_id, events)
 
     async def cancel(self) -> None:
         """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""

@@ -124,5 +124,9 @@ class WorkflowAlreadyStartedError(CommandRejectedError):
     """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError)."""
 
 
+class WorkflowNotFoundError(KadenceError):
+    """The read model has no such workflow execution."""
+
+
 class NondeterminismError(KadenceError):
     """Replaying workflow code produced other commands than its history recorded."""

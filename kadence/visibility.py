@@ -1,0 +1,128 @@
+"""Reading the Postgres read model: executions by list filter, one execution, its history."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from kadence.list_filter import parse
+from kadence.protocol.codec import codec
+
+_COLUMNS = "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes"
+
+
+class WorkflowExecutionStatus(str, Enum):
+    """As temporalio.client.WorkflowExecutionStatus."""
+
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+    TERMINATED = "Terminated"
+    CONTINUED_AS_NEW = "ContinuedAsNew"
+    TIMED_OUT = "TimedOut"
+
+
+@dataclass(frozen=True)
+class WorkflowExecution:
+    """One run as the read model knows it (as temporalio.client.WorkflowExecution)."""
+
+    id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    status: WorkflowExecutionStatus
+    start_time: datetime
+    close_time: datetime | None
+    history_length: int
+    search_attributes: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> WorkflowExecution:
+        return cls(*row[:4], WorkflowExecutionStatus(row[4]), *row[5:])  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflow_id": self.id, "run_id": self.run_id, "workflow_type": self.workflow_type, "task_queue": self.task_queue,
+            "status": self.status.value, "start_time": self.start_time.isoformat(),
+            "close_time": self.close_time.isoformat() if self.close_time else None,
+            "history_length": self.history_length, "search_attributes": self.search_attributes,
+        }
+
+
+@dataclass(frozen=True)
+class WorkflowHistory:
+    """A run's events, as recorded (as temporalio.client.WorkflowHistory)."""
+
+    workflow_id: str
+    run_id: str
+    events: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able: each event as {event_id, event_time_ms, event_type, attributes}, bytes in base64."""
+        return {"workflow_id": self.workflow_id, "run_id": self.run_id, "events": [
+            {"event_id": e["event_id"], "event_time_ms": e["event_time_ms"], "event_type": e["attributes"][0],
+             "attributes": _jsonable(e["attributes"][1])}
+            for e in self.events
+        ]}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+async def list_executions(pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int) -> AsyncIterator[WorkflowExecution]:
+    sql = parse(query)
+    offset, returned = 0, 0
+    async with pool.connection() as conn:
+        while limit is None or returned < limit:
+            size = page_size if limit is None else min(page_size, limit - returned)
+            rows = await (await conn.execute(
+                f"SELECT {_COLUMNS} FROM kadence_executions WHERE {sql.where} ORDER BY {sql.order_by}, workflow_id, run_id "
+                "LIMIT %s OFFSET %s",
+                [*sql.params, size, offset],
+            )).fetchall()
+            for row in rows:
+                yield WorkflowExecution.from_row(row)
+            returned += len(rows)
+            offset += len(rows)
+            if len(rows) < size:
+                return
+
+
+async def count_executions(pool: AsyncConnectionPool, query: str) -> int:
+    sql = parse(query)
+    async with pool.connection() as conn:
+        row = await (await conn.execute(f"SELECT count(*) FROM kadence_executions WHERE {sql.where}", sql.params)).fetchone()
+    return row[0] if row else 0
+
+
+async def find_execution(pool: AsyncConnectionPool, workflow_id: str, run_id: str | None) -> WorkflowExecution | None:
+    """The run, or the workflow id's latest run without `run_id`."""
+    condition, params = ("workflow_id = %s AND run_id = %s", [workflow_id, run_id]) if run_id else ("workflow_id = %s", [workflow_id])
+    async with pool.connection() as conn:
+        row = await (await conn.execute(
+            f"SELECT {_COLUMNS} FROM kadence_executions WHERE {condition} ORDER BY start_time DESC LIMIT 1", params,
+        )).fetchone()
+    return None if row is None else WorkflowExecution.from_row(row)
+
+
+async def fetch_events(pool: AsyncConnectionPool, workflow_id: str, run_id: str) -> list[dict[str, Any]]:
+    events = codec("HistoryEvent")
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT event FROM kadence_events WHERE workflow_id = %s AND run_id = %s ORDER BY event_id", (workflow_id, run_id),
+        )).fetchall()
+    return [events.decode(row[0]) for row in rows]
