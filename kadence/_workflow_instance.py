@@ -93,6 +93,7 @@ class WorkflowDefinition:
     cls: type
     run_fn: Callable[..., Any]
     signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     def arg_types(self) -> list[Any]:
         return method_arg_types(self.run_fn)
@@ -413,6 +414,17 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
+
+    def query(self, name: str, payloads: list[Record]) -> Record:
+        """Run the query handler `name` on the current state; its result as a payload."""
+        handler = self.definition.queries.get(name)
+        if handler is None:
+            raise ApplicationError(
+                f"workflow {self.definition.name} has no query {name!r} (known queries: {sorted(self.definition.queries)})",
+                type="QueryNotRegistered", non_retryable=True,
+            )
+        args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+        return self.converter.payload_converter.to_payload(handler(self._object, *args))
 
     def continue_as_new_suggested(self) -> bool:
         """Past the history service's warning thresholds: a long-running workflow should continue as new."""

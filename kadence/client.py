@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
@@ -18,6 +19,7 @@ from confluent_kafka import Message
 from psycopg_pool import AsyncConnectionPool
 
 from kadence import workflow as workflow_module
+from kadence._replies import ReplyListener
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import (
@@ -27,6 +29,8 @@ from kadence.exceptions import (
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
     WorkflowNotFoundError,
+    WorkflowQueryFailedError,
+    WorkflowQueryTimeoutError,
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
@@ -70,6 +74,7 @@ class Client:
         self._producer = AsyncProducer(make_producer(settings))
         self._commands = command_codec()
         self._results: _ReadModel | None = None
+        self._reply_listener: asyncio.Future[ReplyListener] | None = None
 
     @classmethod
     async def connect(
@@ -155,9 +160,11 @@ class Client:
         value = self._commands.encode(record)
         return self._producer.produce(topics.COMMANDS, value, workflow_id.encode(), headers=self._commands.headers())
 
-    def produce(self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]]) -> asyncio.Future[Message]:
-        """Produce a record of Kadence's own (say, a worker's heartbeat on kadence.pollers)."""
-        return self._producer.produce(topic, value, key, headers=headers)
+    def produce(
+        self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], *, partition: int | None = None,
+    ) -> asyncio.Future[Message]:
+        """Produce a record of Kadence's own (a worker's heartbeat on kadence.pollers, a query's answer)."""
+        return self._producer.produce(topic, value, key, partition=partition, headers=headers)
 
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to."""
@@ -188,7 +195,19 @@ class Client:
     async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None, str | None]:
         return await (await self._read_model()).wait_closed(workflow_id, run_id)
 
+    async def _replies(self) -> ReplyListener:
+        if self._reply_listener is None:
+            self._reply_listener = asyncio.ensure_future(self._start_replies())
+        return await asyncio.shield(self._reply_listener)
+
+    async def _start_replies(self) -> ReplyListener:
+        listener = ReplyListener(self.settings, self._producer)
+        await listener.start()
+        return listener
+
     async def close(self) -> None:
+        if self._reply_listener is not None:
+            await (await self._reply_listener).close()
         if self._results is not None:
             await self._results.close()
         await asyncio.get_running_loop().run_in_executor(None, self._producer.close)
@@ -241,6 +260,38 @@ class WorkflowHandle:
         else:
             cause = converter.from_failure(recorded) if recorded else RuntimeError(status)
         raise WorkflowFailureError(cause=cause)
+
+    async def query(
+        self, query: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        timeout: timedelta = timedelta(seconds=30),
+    ) -> Any:
+        """Ask the workflow: the worker holding the run answers from its state (any worker of the
+        queue replays the history if none holds it, a closed run included). Raises
+        WorkflowQueryFailedError if the query failed, WorkflowQueryTimeoutError if no worker answered."""
+        execution = await self.describe()
+        replies = await self.client._replies()
+        name = workflow_module.query_name(query)
+        if result_type is None and not isinstance(query, str):
+            result_type = typing.get_type_hints(query).get("return")
+        converter = self.client.data_converter
+        query_id = str(uuid.uuid4())
+        answer = replies.expect(query_id)
+        await self.client.send_command(self.id, "QueryWorkflow", {"run_id": execution.run_id, "query": {
+            "task_queue": execution.task_queue, "workflow_type": execution.workflow_type, "query_id": query_id,
+            "query_type": name, "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
+            "reply_partition": replies.partition,
+        }})
+        try:
+            answered = await asyncio.wait_for(answer, timeout.total_seconds())
+        except TimeoutError:
+            replies.forget(query_id)
+            raise WorkflowQueryTimeoutError(
+                f"no worker answered query {name!r} of workflow {self.id} within {timeout}: "
+                f"is a worker polling task queue {execution.task_queue!r}?"
+            ) from None
+        if answered["error"] is not None:
+            raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
+        return converter.payload_converter.from_payload(answered["result"], result_type)
 
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""

@@ -124,6 +124,15 @@ class WorkflowAlreadyStartedError(CommandRejectedError):
     """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError)."""
 
 
+class WorkflowQueryFailedError(KadenceError):
+    """The query reached the workflow and failed (unknown query, the handler raised); the reason
+    is `__cause__` (as temporalio.client.WorkflowQueryFailedError)."""
+
+
+class WorkflowQueryTimeoutError(KadenceError):
+    """No worker answered the query in time: is a worker polling the workflow's task queue?"""
+
+
 class WorkflowNotFoundError(KadenceError):
     """The read model has no such workflow execution."""
 

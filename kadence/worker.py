@@ -167,6 +167,8 @@ class Worker:
         task = self._decode(msg)
         if task is None:
             return []
+        if task["task"][0] == "QueryTask":
+            return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         wt = task["task"][1]
         cached = self._cache.get(run_id)
@@ -196,6 +198,35 @@ class Worker:
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
         return [started, completed]
+
+    async def _answer_query(self, task: Record) -> None:
+        """Answer from the cached run, or from a replay of its recorded history (a closed run too)."""
+        query = task["task"][1]
+        answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
+        try:
+            instance = self._cache.get(task["run_id"]) or await self._replay(task)
+            answer["result"] = instance.query(query["query_type"], query["args"])
+        except Exception as exc:  # the query failed: the caller hears why
+            log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
+                     task["workflow_id"], task["run_id"], query["query_type"], str(exc))
+            answer["error"] = self.client.data_converter.to_failure(exc)
+        answers = codec("QueryAnswer")
+        await self.client.produce(
+            topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
+        )
+
+    async def _replay(self, task: Record) -> WorkflowInstance:
+        workflow_type = task["task"][1]["workflow_type"]
+        definition = self._workflows.get(workflow_type)
+        if definition is None:
+            raise ApplicationError(f"workflow type {workflow_type!r} is not registered on this worker", type="NotFoundError")
+        history = await self.client.get_workflow_handle(task["workflow_id"], run_id=task["run_id"]).fetch_history()
+        if not history.events:
+            raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
+        info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
+        instance = WorkflowInstance(definition, info, self.client.data_converter)
+        instance.activate(history.events, history.events[-1]["event_id"])  # the commands it issues are dropped
+        return instance
 
     def _activate(self, task: Record, cached: WorkflowInstance | None) -> tuple[WorkflowInstance, list[Any]]:
         wt = task["task"][1]

@@ -21,7 +21,7 @@ from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "signal", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
+    "defn", "run", "signal", "query", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
     "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch", "random", "uuid4",
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
@@ -37,6 +37,7 @@ _UNSET: Any = object()
 _DEFINITION_ATTR = "__kadence_workflow_definition"
 _RUN_ATTR = "__kadence_workflow_run"
 _SIGNAL_ATTR = "__kadence_workflow_signal"
+_QUERY_ATTR = "__kadence_workflow_query"
 
 
 @overload
@@ -57,7 +58,8 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
         if not inspect.iscoroutinefunction(runs[0]):
             raise TypeError(f"{c.__name__}.{runs[0].__name__}: the @workflow.run method must be `async def`")
         signals = {getattr(m, _SIGNAL_ATTR): m for m in vars(c).values() if hasattr(m, _SIGNAL_ATTR)}
-        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals))
+        queries = {getattr(m, _QUERY_ATTR): m for m in vars(c).values() if hasattr(m, _QUERY_ATTR)}
+        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals, queries))
         return c
 
     return register(cls) if cls is not None else register
@@ -85,6 +87,36 @@ def signal(fn: RunFn | None = None, *, name: str | None = None) -> Any:
         return f
 
     return register(fn) if fn is not None else register
+
+
+@overload
+def query(fn: RunFn) -> RunFn: ...
+
+
+@overload
+def query(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+
+
+def query(fn: RunFn | None = None, *, name: str | None = None) -> Any:
+    """Mark a method as the handler of the query `name` (default: the method's name). A query reads
+    the workflow's state and returns it: it must not change state or await (so not `async def`)."""
+
+    def register(f: RunFn) -> RunFn:
+        if inspect.iscoroutinefunction(f):
+            raise TypeError(f"query {f.__qualname__}: a query handler must be a plain `def`, not `async def`")
+        setattr(f, _QUERY_ATTR, name or f.__name__)
+        return f
+
+    return register(fn) if fn is not None else register
+
+
+def query_name(query: Callable[..., Any] | str) -> str:
+    if isinstance(query, str):
+        return query
+    found = getattr(query, _QUERY_ATTR, None)
+    if found is None:
+        raise TypeError(f"{query!r} is not a query handler; decorate it with @workflow.query or pass the query's name")
+    return found
 
 
 def signal_name(signal: Callable[..., Any] | str) -> str:

@@ -137,6 +137,14 @@ class ApprovalWorkflow:
     async def approve(self, approver: str) -> None:
         self.approver = approver
 
+    @workflow.query
+    def notes_so_far(self, separator: str = ", ") -> str:
+        return separator.join(self.notes)
+
+    @workflow.query(name="approved_by")
+    def approver_name(self) -> str | None:
+        return self.approver
+
     @workflow.run
     async def run(self, order_id: str) -> str:
         await workflow.wait_condition(lambda: self.approver is not None)

@@ -114,7 +114,10 @@ def offsets_for_time(settings: KafkaSettings, topic: str, partitions: list[int],
 def core_topics(settings: KafkaSettings) -> dict[str, int]:
     from kadence.protocol import topics
 
-    return {topics.COMMANDS: settings.partitions, topics.HISTORY: settings.partitions, topics.DLQ: 1, topics.POLLERS: 1}
+    return {
+        topics.COMMANDS: settings.partitions, topics.HISTORY: settings.partitions, topics.DLQ: 1, topics.POLLERS: 1,
+        topics.REPLIES: settings.partitions,
+    }
 
 
 class AsyncProducer:

@@ -8,6 +8,7 @@ COMMANDS = "kadence.commands"
 HISTORY = "kadence.history"
 DLQ = "kadence.dlq"
 POLLERS = "kadence.pollers"  # workers' heartbeats, for task queue stats
+REPLIES = "kadence.replies"  # answers to queries, read by the client that asked
 
 TaskKind = Literal["workflow", "activity"]
 

@@ -186,6 +186,9 @@ class HistoryService:
             self._forward(msg, workflow_id, owner)
             return
         kind, body = command["command"]
+        if kind == "QueryWorkflow":
+            self._query(state, workflow_id, body, partition, offset)
+            return
         request_id = body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
         now_ms = int(time.time() * 1000)
         if len(msg.value()) > WARN_PAYLOAD_BYTES:
@@ -212,6 +215,10 @@ class HistoryService:
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
         bytes_before = transition.execution.history_bytes
         batch, execution = state.apply_transition(transition, partition, offset)
+        asked = transition.execution
+        if asked.pending_queries and asked.quiescent:  # the task they waited for is done
+            batch["effects"] += [("QueryTask", query) for query in asked.pending_queries]
+            asked.pending_queries = []
         if request_id:
             batch["request_ids"] = [request_id]
         if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
@@ -232,20 +239,39 @@ class HistoryService:
             self._flush_partition(partition)
             self._unwritten[partition] = batch
 
+    def _query(self, state: PartitionState, workflow_id: str, body: Record, partition: int, offset: int) -> None:
+        """Pass the query on once the run has no workflow task pending, so its answer sees every
+        event recorded before it (a signal just sent, say)."""
+        execution = state.executions.get(workflow_id)
+        if execution is None or body["run_id"] not in ("", execution.run_id):
+            log.info("event=query_dropped workflow_id=%s run_id=%s reason=%r", workflow_id, body["run_id"],
+                     "only the current run of a known workflow id can be queried")
+            return
+        if execution.quiescent:
+            self._write_eventless(state, workflow_id, partition, offset, effects=[("QueryTask", body["query"])])
+        else:
+            execution.pending_queries.append(body["query"])
+
     def _write_rejection(
         self, state: PartitionState, workflow_id: str, command: str, body: Record, request_id: str, reason: Rejected,
         partition: int, offset: int,
     ) -> None:
-        """An event-less batch answering the client (or, through an outbound command, the workflow)
-        that sent the command; it also moves recovery past the command."""
-        current = state.executions.get(workflow_id)
+        """Answer the client (or, through an outbound command, the workflow) that sent the command."""
         answer = rejection_answer(body, reason)
+        self._write_eventless(state, workflow_id, partition, offset, effects=[answer] if answer else [], rejection={
+            "request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason),
+        })
+
+    def _write_eventless(
+        self, state: PartitionState, workflow_id: str, partition: int, offset: int, *,
+        effects: list[tuple[str, Record]], rejection: Record | None = None,
+    ) -> None:
+        """A batch without events: effects and answers only. It also moves recovery past the command."""
+        current = state.executions.get(workflow_id)
         batch = {
             "workflow_id": workflow_id, "run_id": current.run_id if current else "",
-            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [],
-            "effects": [answer] if answer else [],
-            "heartbeats": [], "next_run": None, "request_ids": [],
-            "rejection": {"request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason)},
+            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": effects,
+            "heartbeats": [], "next_run": None, "request_ids": [], "rejection": rejection,
             "source_partition": partition, "source_offset": offset,
         }
         state.apply(batch)

@@ -122,6 +122,13 @@ class Execution:
     children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
     external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
     signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
+    # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
+    pending_queries: list[Record] = field(default_factory=list, compare=False)
+
+    @property
+    def quiescent(self) -> bool:
+        """No workflow task pending and nothing buffered: a query now sees everything recorded."""
+        return self.status != RUNNING or (self.workflow_task is None and not self.buffered)
 
 
 @dataclass

@@ -21,7 +21,7 @@ log = logging.getLogger("kadence.matching")
 
 Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
 
-_TASK_KINDS = {"WorkflowTask": "workflow", "ActivityTask": "activity", "ActivityCancellation": "activity"}
+_TASK_KINDS = {"WorkflowTask": "workflow", "QueryTask": "workflow", "ActivityTask": "activity", "ActivityCancellation": "activity"}
 
 
 class TaskRouter:
