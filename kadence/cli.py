@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from kadence.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
@@ -168,6 +169,8 @@ def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: da
         return offsets_for_time(settings, topics.HISTORY, list(partitions), int(from_time.replace(tzinfo=UTC).timestamp() * 1000))
     return None
 
+
+main.add_command(workflow_group)
 
 if __name__ == "__main__":
     main()

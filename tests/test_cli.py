@@ -1,0 +1,64 @@
+"""The `kadence workflow` commands, run as a user runs them: separate processes against the stack."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kadence.local_stack import LocalStack
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def kadence(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kadence.cli", *args], env=stack.env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def worker(stack: LocalStack, task_queue: str) -> Iterator[None]:
+    process = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "cli-worker"], env=stack.env, cwd=REPO)
+    yield
+    process.kill()
+    process.wait()
+
+
+def test_workflow_commands_start_signal_query_and_read_back(stack: LocalStack, task_queue: str, worker: None) -> None:
+    workflow_id = f"cli-{uuid.uuid4()}"
+    started = kadence(stack, "workflow", "start", "-t", "ApprovalWorkflow", "-q", task_queue, "-w", workflow_id,
+                      "-i", '"order-9"', "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["run_id"]
+    assert kadence(stack, "workflow", "signal", "-w", workflow_id, "-n", "add_note", "-i", '"fragile"').returncode == 0
+    assert json.loads(kadence(stack, "workflow", "query", "-w", workflow_id, "-n", "notes_so_far").stdout) == "fragile"
+    assert json.loads(kadence(stack, "workflow", "describe", "-w", workflow_id, "--json").stdout)["status"] == "Running"
+    assert kadence(stack, "workflow", "signal", "-w", workflow_id, "-n", "approve", "-i", '"dave"').returncode == 0
+    assert json.loads(kadence(stack, "workflow", "result", "-w", workflow_id).stdout) == "order-9 approved by dave with notes ['fragile']"
+
+    shown = json.loads(kadence(stack, "workflow", "show", "-w", workflow_id, "--output", "json").stdout)
+    assert shown["run_id"] == run_id and shown["events"][0]["event_type"] == "WorkflowExecutionStarted"
+    listed = json.loads(kadence(stack, "workflow", "list", "-q", f"WorkflowId = '{workflow_id}'", "--json").stdout)
+    assert [(e["run_id"], e["status"]) for e in listed] == [(run_id, "Completed")]
+    assert kadence(stack, "workflow", "count", "-q", f"WorkflowId = '{workflow_id}'").stdout.strip() == "1"
+
+
+def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalStack, task_queue: str, worker: None) -> None:
+    executed = kadence(stack, "workflow", "execute", "-t", "EchoWorkflow", "-q", task_queue, "-w", f"cli-echo-{uuid.uuid4()}", "-i", '"hi"')
+    assert (executed.returncode, executed.stdout.strip()) == (0, '"hi"')
+
+    failed = kadence(stack, "workflow", "execute", "-t", "DeclinedWorkflow", "-q", task_queue, "-w", f"cli-declined-{uuid.uuid4()}",
+                     "-i", '"card"')
+    assert failed.returncode == 1 and "workflow failed: ActivityError" in failed.stderr
+
+    unknown = kadence(stack, "workflow", "signal", "-w", f"nobody-{uuid.uuid4()}", "-n", "approve")
+    assert unknown.returncode == 1 and "workflow execution not found" in unknown.stderr
+    bad_filter = kadence(stack, "workflow", "list", "-q", "WorkflowType =")
+    assert bad_filter.returncode == 2 and "expected a value" in bad_filter.stderr
+    bad_input = kadence(stack, "workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "-i", "not json")
+    assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
