@@ -75,6 +75,8 @@ class Client:
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
+        self._encoding: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[Message]]] | None = None
+        self._encoder: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(
@@ -155,10 +157,31 @@ class Client:
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None,
     ) -> asyncio.Future[Message]:
-        """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery."""
+        """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
+        With a payload codec, commands are encoded one at a time, so they still leave in order."""
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
+        if self.data_converter.payload_codec is None:
+            return self._produce_command(record)
+        if self._encoding is None:
+            self._encoding = asyncio.Queue()
+            self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
+        delivered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._encoding.put_nowait((record, delivered))
+        return delivered
+
+    def _produce_command(self, record: dict[str, Any]) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
-        return self._producer.produce(topics.COMMANDS, value, workflow_id.encode(), headers=self._commands.headers())
+        return self._producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers())
+
+    async def _encode_commands(self, queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[Message]]]) -> None:
+        while True:
+            record, delivered = await queue.get()
+            try:
+                await self.data_converter.encode_payloads(record)
+                asyncio.ensure_future(self._produce_command(record)).add_done_callback(
+                    lambda done, delivered=delivered: _chain(done, delivered))
+            except Exception as exc:  # the codec failed: the caller hears it
+                delivered.set_exception(exc)
 
     def produce(
         self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], *, partition: int | None = None,
@@ -206,6 +229,8 @@ class Client:
         return listener
 
     async def close(self) -> None:
+        if self._encoder is not None:
+            self._encoder.cancel()
         if self._reply_listener is not None:
             await (await self._reply_listener).close()
         if self._results is not None:
@@ -249,8 +274,10 @@ class WorkflowHandle:
         converter = self.client.data_converter
         if status == "Completed":
             payload = codec("Payload").decode(result) if result else None
+            await converter.decode_payloads(payload)
             return converter.payload_converter.from_payload(payload, self.result_type)
         recorded = codec("Failure").decode(failure) if failure else None
+        await converter.decode_payloads(recorded)
         message = recorded["message"] if recorded else status
         cause: BaseException
         if status == "Canceled":
@@ -289,6 +316,7 @@ class WorkflowHandle:
                 f"no worker answered query {name!r} of workflow {self.id} within {timeout}: "
                 f"is a worker polling task queue {execution.task_queue!r}?"
             ) from None
+        await converter.decode_payloads(answered)
         if answered["error"] is not None:
             raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
         return converter.payload_converter.from_payload(answered["result"], result_type)
@@ -401,6 +429,15 @@ class _ReadModel:
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
+
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    if target.done():
+        return
+    if source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(source.result())
 
 
 def _settle(futures: list[asyncio.Future[Any]], row: Any) -> None:

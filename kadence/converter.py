@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import datetime
+import enum
 import json
 import traceback
+import types
 import typing
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +26,7 @@ from kadence.exceptions import (
     TimeoutError,
     TimeoutType,
 )
+from kadence.protocol.limits import iter_payloads
 
 Payload = dict[str, Any]
 Failure = dict[str, Any]
@@ -63,19 +70,45 @@ class JSONPayloadConverter:
 def _json_default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable; use a dataclass or JSON types")
+    if isinstance(value, (datetime.datetime, datetime.date)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if hasattr(value, "model_dump"):  # a pydantic model
+        return value.model_dump(mode="json")
+    raise TypeError(
+        f"{type(value).__name__} is not JSON serializable; use JSON types, a dataclass, a pydantic model, datetime, UUID or an Enum"
+    )
 
 
 def _to_type(value: Any, hint: Any) -> Any:
-    if hint is None or value is None:
+    """`value` (decoded JSON) as the type `hint` asks for, where JSON lost it."""
+    if hint is None or value is None or hint is Any:
+        return value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):  # Optional[X], X | None: the first type that is not None
+        return _to_type(value, next((a for a in args if a is not type(None)), None))
+    if origin is list and isinstance(value, list):
+        return [_to_type(v, args[0] if args else None) for v in value]
+    if origin is dict and isinstance(value, dict):
+        return {k: _to_type(v, args[1] if len(args) == 2 else None) for k, v in value.items()}
+    if not isinstance(hint, type):
         return value
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
         hints = typing.get_type_hints(hint)
         return hint(**{f.name: _to_type(value[f.name], hints.get(f.name)) for f in dataclasses.fields(hint) if f.name in value})
-    origin = typing.get_origin(hint)
-    if origin is list and isinstance(value, list):
-        (item,) = typing.get_args(hint) or (None,)
-        return [_to_type(v, item) for v in value]
+    if hasattr(hint, "model_validate"):  # a pydantic model
+        return hint.model_validate(value)
+    if issubclass(hint, datetime.datetime) and isinstance(value, str):
+        return datetime.datetime.fromisoformat(value)
+    if issubclass(hint, datetime.date) and isinstance(value, str):
+        return datetime.date.fromisoformat(value)
+    if issubclass(hint, uuid.UUID) and isinstance(value, str):
+        return uuid.UUID(value)
+    if issubclass(hint, enum.Enum):
+        return hint(value)
     return value
 
 
@@ -155,16 +188,52 @@ class FailureConverter:
         return error
 
 
+class PayloadCodec(abc.ABC):
+    """Transforms payloads on their way out of and into the client and workers, say to compress or
+    encrypt them (as temporalio.converter.PayloadCodec). Workflow code and the services see only
+    what it produces; search attributes are left alone (the read model indexes them)."""
+
+    @abc.abstractmethod
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
+
+    @abc.abstractmethod
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
+
+
+_NOT_ENCODED = frozenset({"search_attributes"})
+
+
 @dataclass(frozen=True)
 class DataConverter:
     payload_converter: JSONPayloadConverter = field(default_factory=JSONPayloadConverter)
     failure_converter: FailureConverter = field(default_factory=FailureConverter)
+    payload_codec: PayloadCodec | None = None
 
     def to_failure(self, exc: BaseException) -> Failure:
         return self.failure_converter.to_failure(exc, self.payload_converter)
 
     def from_failure(self, failure: Failure) -> FailureError:
         return self.failure_converter.from_failure(failure, self.payload_converter)
+
+    async def encode_payloads(self, record: Any) -> None:
+        """Run the codec's encode over every payload in `record` (a command, an answer), in place."""
+        if self.payload_codec is not None:
+            found = list(iter_payloads(record, _NOT_ENCODED))
+            _replace_all(found, await self.payload_codec.encode(found))
+
+    async def decode_payloads(self, record: Any) -> None:
+        """Run the codec's decode over every payload in `record` (a task, a history, a result), in place."""
+        if self.payload_codec is not None:
+            found = list(iter_payloads(record, _NOT_ENCODED))
+            _replace_all(found, await self.payload_codec.decode(found))
+
+
+def _replace_all(targets: list[Payload], replacements: list[Payload]) -> None:
+    if len(targets) != len(replacements):
+        raise ValueError(f"the payload codec returned {len(replacements)} payloads for {len(targets)}")
+    for target, replacement in zip(targets, replacements, strict=True):
+        target.clear()
+        target.update(replacement)
 
 
 default = DataConverter

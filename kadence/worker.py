@@ -156,17 +156,15 @@ class Worker:
         await self._subscribe(consumer, "workflow")
         try:
             async for messages in consume_batches(consumer, self._stop):
-                deliveries = [d for msg in messages for d in self._handle_workflow_task(msg)]
+                tasks = [task for msg in messages if (task := await self._decode(msg)) is not None]
+                deliveries = [d for task in tasks for d in self._handle_workflow_task(task)]
                 await asyncio.gather(*deliveries)
                 for msg in messages:
                     consumer.store_offsets(msg)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
-    def _handle_workflow_task(self, msg: Message) -> list[asyncio.Future[Message]]:
-        task = self._decode(msg)
-        if task is None:
-            return []
+    def _handle_workflow_task(self, task: Record) -> list[asyncio.Future[Message]]:
         if task["task"][0] == "QueryTask":
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
@@ -211,6 +209,7 @@ class Worker:
                      task["workflow_id"], task["run_id"], query["query_type"], str(exc))
             answer["error"] = self.client.data_converter.to_failure(exc)
         answers = codec("QueryAnswer")
+        await self.client.data_converter.encode_payloads(answer)
         await self.client.produce(
             topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
         )
@@ -223,6 +222,7 @@ class Worker:
         history = await self.client.get_workflow_handle(task["workflow_id"], run_id=task["run_id"]).fetch_history()
         if not history.events:
             raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
+        await self.client.data_converter.decode_payloads(history.events)
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
         instance = WorkflowInstance(definition, info, self.client.data_converter)
         instance.activate(history.events, history.events[-1]["event_id"])  # the commands it issues are dropped
@@ -257,7 +257,7 @@ class Worker:
             async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
                 started = []
                 for msg in messages:
-                    task = self._decode(msg)
+                    task = await self._decode(msg)
                     if task is None:
                         continue
                     if task["task"][0] == "ActivityCancellation":
@@ -382,12 +382,15 @@ class Worker:
     def _send(self, workflow_id: str, kind: str, body: Record) -> asyncio.Future[Message]:
         return self.client.send_command(workflow_id, kind, body, identity=self.identity)
 
-    def _decode(self, msg: Message) -> Record | None:
+    async def _decode(self, msg: Message) -> Record | None:
+        """The task, its payloads through the payload codec; None (logged) for bytes that are no task."""
         try:
-            return self._tasks.decode(msg.value(), msg.headers())
+            task = self._tasks.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
             log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
             return None
+        await self.client.data_converter.decode_payloads(task)
+        return task
 
 
 class _QueueShareRate:

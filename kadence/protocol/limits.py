@@ -24,27 +24,28 @@ _NAME_FIELDS = (
 )
 
 
-def _payloads(record: Any) -> Iterator[dict[str, Any]]:
-    """Every Payload anywhere in `record` (a decoded Avro value)."""
+def iter_payloads(record: Any, skip: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """Every Payload anywhere in `record` (a decoded Avro value), except under keys in `skip`."""
     if isinstance(record, dict):
         if "data" in record and "metadata" in record and isinstance(record["data"], bytes):
             yield record
         else:
-            for value in record.values():
-                yield from _payloads(value)
+            for key, value in record.items():
+                if key not in skip:
+                    yield from iter_payloads(value, skip)
     elif isinstance(record, (list, tuple)):
         for value in record:
-            yield from _payloads(value)
+            yield from iter_payloads(value, skip)
 
 
 def largest_payload(record: Any) -> int:
     """Size of the largest Payload in `record`, metadata included."""
-    return max((len(p["data"]) + sum(len(k) + len(v) for k, v in p["metadata"].items()) for p in _payloads(record)), default=0)
+    return max((len(p["data"]) + sum(len(k) + len(v) for k, v in p["metadata"].items()) for p in iter_payloads(record)), default=0)
 
 
 def payload_bytes(record: Any) -> int:
     """Total data size of the Payloads in `record`: what makes a history large."""
-    return sum(len(p["data"]) for p in _payloads(record))
+    return sum(len(p["data"]) for p in iter_payloads(record))
 
 
 def payload_problem(record: Any, what: str) -> str | None:
