@@ -490,6 +490,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.call_exception_handler(context)
 
 
+def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, history: list[Record]) -> WorkflowInstance:
+    """The run rebuilt from its recorded history (its payloads decoded); raises NondeterminismError
+    where the workflow code issues other commands than the history recorded. The commands of a
+    workflow task not recorded yet are dropped."""
+    instance = WorkflowInstance(definition, info, converter)
+    instance.activate(history, history[-1]["event_id"])
+    return instance
+
+
 def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:
     if future is not None and not future.done():  # a future the workflow cancelled takes no result
         future.set_result(value)

@@ -170,6 +170,37 @@ def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: da
     return None
 
 
+@main.group("history")
+def history_group() -> None:
+    """Recorded histories."""
+
+
+@history_group.command("replay")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--worker-module", required=True, help="The module whose @workflow.defn classes replay the histories (say, myapp.workflows).")
+def history_replay(files: tuple[Path, ...], worker_module: str) -> None:
+    """Replay exported histories (`kadence workflow show --output json`) against today's workflow
+    code; exit 1 if any replays differently (a change that would break running workflows)."""
+    import importlib
+
+    import uvloop
+
+    from kadence.testing import Replayer, workflows_in
+    from kadence.visibility import WorkflowHistory
+
+    replayer = Replayer(workflows=workflows_in(importlib.import_module(worker_module)))
+    failed = 0
+    for file in files:
+        history = WorkflowHistory.from_json(json.loads(file.read_text()))
+        result = uvloop.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+        if result.replay_failure is None:
+            click.echo(f"ok      {file} ({history.workflow_id}, {len(history.events)} events)")
+        else:
+            failed += 1
+            click.echo(f"FAILED  {file} ({history.workflow_id}): {type(result.replay_failure).__name__}: {result.replay_failure}")
+    sys.exit(1 if failed else 0)
+
+
 main.add_command(workflow_group)
 
 if __name__ == "__main__":

@@ -73,6 +73,28 @@ class WorkflowHistory:
         ]}
 
 
+    @classmethod
+    def from_json(cls, exported: dict[str, Any]) -> WorkflowHistory:
+        """The history from `to_json()` (as `kadence workflow show --output json` prints it)."""
+        events = [
+            {"event_id": e["event_id"], "event_time_ms": e["event_time_ms"],
+             "attributes": (e["event_type"], _from_jsonable(e["attributes"]))}
+            for e in exported["events"]
+        ]
+        return cls(exported["workflow_id"], exported["run_id"], events)
+
+
+def _from_jsonable(value: Any) -> Any:
+    """Undo _jsonable: payloads (the only records with bytes) get their bytes back."""
+    if isinstance(value, dict):
+        if value.keys() == {"metadata", "data"} and isinstance(value["data"], str):
+            return {"metadata": {k: base64.b64decode(v) for k, v in value["metadata"].items()}, "data": base64.b64decode(value["data"])}
+        return {k: _from_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_jsonable(v) for v in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()

@@ -24,7 +24,15 @@ from confluent_kafka import Message
 
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
-from kadence._workflow_instance import CLOSE_COMMANDS, CacheInvalid, WorkflowDefinition, WorkflowInfo, WorkflowInstance, WorkflowTaskError
+from kadence._workflow_instance import (
+    CLOSE_COMMANDS,
+    CacheInvalid,
+    WorkflowDefinition,
+    WorkflowInfo,
+    WorkflowInstance,
+    WorkflowTaskError,
+    replay,
+)
 from kadence.client import Client
 from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
 from kadence.protocol import topics
@@ -224,9 +232,7 @@ class Worker:
             raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
         await self.client.data_converter.decode_payloads(history.events)
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
-        instance = WorkflowInstance(definition, info, self.client.data_converter)
-        instance.activate(history.events, history.events[-1]["event_id"])  # the commands it issues are dropped
-        return instance
+        return replay(definition, info, self.client.data_converter, history.events)
 
     def _activate(self, task: Record, cached: WorkflowInstance | None) -> tuple[WorkflowInstance, list[Any]]:
         wt = task["task"][1]

@@ -62,3 +62,18 @@ def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalSta
     assert bad_filter.returncode == 2 and "expected a value" in bad_filter.stderr
     bad_input = kadence(stack, "workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "-i", "not json")
     assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
+
+
+def test_an_exported_history_replays_against_the_code_and_a_changed_workflow_fails(
+    stack: LocalStack, task_queue: str, worker: None, tmp_path: Path,
+) -> None:
+    workflow_id = f"replayed-{uuid.uuid4()}"
+    executed = kadence(stack, "workflow", "execute", "-t", "TwoStepWorkflow", "-q", task_queue, "-w", workflow_id, "-i", '"x"')
+    assert executed.returncode == 0, executed.stderr
+    export = tmp_path / "history.json"
+    export.write_text(kadence(stack, "workflow", "show", "-w", workflow_id, "--output", "json").stdout)
+
+    replayed = kadence(stack, "history", "replay", str(export), "--worker-module", "tests.workflows")
+    assert replayed.returncode == 0 and replayed.stdout.startswith("ok"), replayed.stdout + replayed.stderr
+    changed = kadence(stack, "history", "replay", str(export), "--worker-module", "tests.changed_workflows")
+    assert changed.returncode == 1 and "NondeterminismError" in changed.stdout
