@@ -103,11 +103,13 @@ class Client:
         start_signal: str | None = None,
         start_signal_args: Sequence[Any] = (),
         search_attributes: dict[str, Any] | None = None,
+        start_delay: timedelta | None = None,
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
         With `start_signal`, this is signal-with-start: the running run gets the signal, or a new
-        run starts with the signal delivered before its first workflow task."""
+        run starts with the signal delivered before its first workflow task. With `start_delay`, the
+        run's first workflow task waits that long (a signal-with-start does not wait)."""
         definition = workflow_module.definition(workflow)
         workflow_type = definition if isinstance(definition, str) else definition.name
         if result_type is None and not isinstance(definition, str):
@@ -118,7 +120,7 @@ class Client:
             "workflow_type": workflow_type, "task_queue": task_queue,
             "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-            "workflow_task_timeout_ms": to_ms(task_timeout),
+            "workflow_task_timeout_ms": to_ms(task_timeout), "start_delay_ms": to_ms(start_delay),
             "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
             "search_attributes": {
                 name: self.data_converter.payload_converter.to_payload(value) for name, value in (search_attributes or {}).items()
@@ -133,6 +135,16 @@ class Client:
             }, request_id)
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
         return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
+
+    async def signal_with_start(
+        self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, signal: Callable[..., Any] | str,
+        signal_args: Sequence[Any] = (), **options: Any,
+    ) -> "WorkflowHandle":
+        """Signal the running run of the workflow id, or start one (with start_workflow's options)
+        that gets the signal first: start_workflow(..., start_signal=..., start_signal_args=...)."""
+        return await self.start_workflow(
+            workflow, arg, start_signal=workflow_module.signal_name(signal), start_signal_args=signal_args, **options,
+        )
 
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, **options: Any) -> Any:
         """start_workflow (with any of its options), then wait for the result."""

@@ -373,3 +373,20 @@ async def test_random_and_uuid4_draw_the_same_on_replay(stack: LocalStack, clien
     assert client.data_converter.payload_converter.from_payload(upsert["search_attributes"]["Drawn"]) == result["drawn"]
     assert uuid.UUID(result["drawn"]).version == 4 and 1 <= result["roll"] <= 6
     assert result["history_length"] == 9 and result["suggested"] is False
+
+
+async def test_a_start_delay_holds_the_first_workflow_task_and_signal_with_start_does_not_wait(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    delayed_id, signalled_id = f"delayed-{uuid.uuid4()}", f"signalled-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        delayed = await client.start_workflow(EchoWorkflow.run, "later", id=delayed_id, task_queue=task_queue,
+                                              start_delay=timedelta(seconds=1))
+        signalled = await client.signal_with_start(ApprovalWorkflow.run, "order-2", signal=ApprovalWorkflow.approve,
+                                                   signal_args=["frank"], id=signalled_id, task_queue=task_queue)
+        assert await signalled.result() == "order-2 approved by frank with notes []"
+        assert await delayed.result() == "later"
+    events = audited(stack).history(delayed_id, delayed.run_id)
+    started, task_started = events[0], next(e for e in events if e["attributes"][0] == "WorkflowTaskStarted")
+    assert started["attributes"][1]["first_workflow_task_backoff_ms"] == 1000
+    assert task_started["event_time_ms"] - started["event_time_ms"] >= 1000

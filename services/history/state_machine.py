@@ -400,6 +400,7 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
+        "first_workflow_task_backoff_ms": start.get("start_delay_ms", 0) if signal is None else 0,  # a signal starts it at once
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {
@@ -1086,7 +1087,11 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
             t.effects.append(_timer(ex, "USER_TIMER", fire_at, event["event_id"], 1))
         elif kind == "WorkflowTaskScheduled" and ex.workflow_task and ex.workflow_task.scheduled_event_id == event["event_id"]:
             wt = ex.workflow_task
-            if wt.attempt == 1:
+            started = next((attributes(e) for e in t.events if event_type(e) == "WorkflowExecutionStarted"), None)
+            if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
+                fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
+                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
+            elif wt.attempt == 1:
                 t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
             else:
                 delay = min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
