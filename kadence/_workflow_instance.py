@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kadence.converter import DataConverter
-from kadence.exceptions import ApplicationError, FailureError, NondeterminismError, WorkflowAlreadyStartedError
+from kadence.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    NondeterminismError,
+    RetryState,
+    WorkflowAlreadyStartedError,
+)
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
 
 Record = dict[str, Any]
@@ -54,6 +61,7 @@ _EXTERNAL_ANSWERS = {
     "SignalExternalWorkflowExecutionFailed": "signal", "RequestCancelExternalWorkflowExecutionFailed": "cancel",
 }
 PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
+LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
 
 
 def _command_key(attrs: Record) -> str:
@@ -121,6 +129,16 @@ class DurableTimerHandle(asyncio.TimerHandle):
 
 
 @dataclass
+class LocalActivity:
+    """A local activity the workflow awaits: run by the worker within the workflow task, its outcome
+    recorded as a marker (replay reads the marker instead of running it again)."""
+
+    seq: int
+    attributes: Record  # activity_type, input, timeouts, retry_policy
+    future: asyncio.Future[Any]
+
+
+@dataclass
 class PendingCommand:
     command: Command
     future: asyncio.Future[Any] | None = None  # its result: an activity's, a child's, a signal's delivery
@@ -153,6 +171,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._replaying = False
         self._upcoming: list[Record] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
+        self._local_activities: list[LocalActivity] = []
+        self._local_seq = 0
         self.random = random.Random(info.run_id)  # the same sequence on every replay of the run
         self.history_bytes = 0
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
@@ -269,10 +289,67 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             extra = ", ".join(p.command[0] for p in self._unmatched)
             raise NondeterminismError(f"workflow code issued commands that history does not have: {extra}")
         self._new_commands = []
+        self._drive()
+        return self._new_commands
+
+    def _drive(self) -> None:
+        """Run until the workflow waits on history; a replayed task's local activities are resolved
+        from its markers as the live run resolved them: once the code ran dry."""
         self._run_ready()
+        while self._replaying and self._local_activities:
+            recorded = self._recorded_local_outcomes()
+            for local in list(self._local_activities):
+                if local.seq not in recorded:
+                    raise NondeterminismError(
+                        f"local activity {local.attributes['activity_type']} (#{local.seq}) has no recorded outcome in history"
+                    )
+                self._record_local_outcome(local, recorded[local.seq])
+            self._run_ready()
         if self._main is not None and self._main.done() and not self.closed:
             self._issue(self._close_command(self._main), None)
+
+    def local_activities_to_run(self) -> list[LocalActivity]:
+        return list(self._local_activities)
+
+    def resolve_local_activities(self, outcomes: dict[int, dict[str, list[Record]]]) -> list[Command]:
+        """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
+        self._new_commands = []
+        for local in list(self._local_activities):
+            if local.seq in outcomes:
+                self._record_local_outcome(local, outcomes[local.seq])
+        self._drive()
         return self._new_commands
+
+    def _record_local_outcome(self, local: LocalActivity, details: dict[str, list[Record]]) -> None:
+        self._local_activities.remove(local)
+        self._issue(("RecordMarker", {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details}), None)
+        if "result" in details:
+            _resolve(local.future, details["result"][0])
+            return
+        failed = self.converter.payload_converter.from_payload(details["failure"][0])
+        error = ActivityError(
+            "Local activity failed", scheduled_event_id=0, started_event_id=0, activity_type=local.attributes["activity_type"],
+            activity_id=str(local.seq), retry_state=RetryState(failed["retry_state"]),
+        )
+        error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])
+        _fail(local.future, error)
+
+    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
+        """Local activity outcomes the replayed task recorded (markers after its WorkflowTaskCompleted)."""
+        found = {}
+        for event in self._upcoming:
+            kind, attrs = event["attributes"]
+            if kind in ("WorkflowTaskScheduled", "WorkflowTaskStarted"):
+                break
+            if kind == "MarkerRecorded" and attrs["marker_name"] == LOCAL_ACTIVITY_MARKER:
+                found[self.converter.payload_converter.from_payload(attrs["details"]["seq"][0])] = attrs["details"]
+        return found
+
+    def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
+        self._local_seq += 1
+        local = LocalActivity(self._local_seq, attributes, self.create_future())
+        self._local_activities.append(local)
+        return local.future
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():

@@ -32,6 +32,8 @@ class Info:
     workflow_type: str
     heartbeat_details: Sequence[Any] = field(default_factory=tuple)
     """What the last heartbeat of an earlier attempt carried, to resume from."""
+    is_local: bool = False
+    """A local activity: run by the workflow's worker within its workflow task (heartbeats are ignored)."""
 
 
 class HeartbeatSender(Protocol):

@@ -55,3 +55,16 @@ class RetryPolicy:
 
 def to_ms(duration: timedelta | None) -> int:
     return 0 if duration is None else int(duration.total_seconds() * 1000)
+
+
+DEFAULT_INITIAL_INTERVAL_MS = 1000
+DEFAULT_BACKOFF_COEFFICIENT = 2.0
+
+
+def retry_backoff_ms(policy: dict[str, Any] | None, attempt: int) -> int:
+    """Delay before attempt `attempt + 1`, with Temporal's defaults for unset fields."""
+    policy = policy or {}
+    initial = policy.get("initial_interval_ms") or DEFAULT_INITIAL_INTERVAL_MS
+    coefficient = policy.get("backoff_coefficient") or DEFAULT_BACKOFF_COEFFICIENT
+    maximum = policy.get("maximum_interval_ms") or 100 * initial
+    return int(min(initial * coefficient ** (attempt - 1), maximum))

@@ -27,6 +27,7 @@ from kadence import workflow as workflow_module
 from kadence._workflow_instance import (
     CLOSE_COMMANDS,
     CacheInvalid,
+    LocalActivity,
     WorkflowDefinition,
     WorkflowInfo,
     WorkflowInstance,
@@ -34,6 +35,7 @@ from kadence._workflow_instance import (
     replay,
 )
 from kadence.client import Client
+from kadence.common import retry_backoff_ms
 from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec, task_codec
@@ -43,6 +45,7 @@ from kadence.protocol.read_model import CommandOutcome
 log = logging.getLogger("kadence.worker")
 
 POLLER_HEARTBEAT_S = 5.0
+LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 Record = dict[str, Any]
 
@@ -180,21 +183,29 @@ class Worker:
         cached = self._cache.get(run_id)
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
-        send = self._send
-        started = send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"]})
+        started = self._send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"]})
         try:
             instance, commands = self._activate(task, cached)
         except (NondeterminismError, WorkflowTaskError) as exc:
-            self._cache.pop(run_id, None)
-            cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
-            log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-            failed = send(workflow_id, "RespondWorkflowTaskFailed", {
-                "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
-                "failure": self.client.data_converter.to_failure(exc),
-            })
-            return [started, failed]
-        completed = send(workflow_id, "RespondWorkflowTaskCompleted", {
-            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "commands": commands,
+            return [started, self._fail_workflow_task(task, exc)]
+        if instance.local_activities_to_run():
+            return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
+        return [started, self._complete_workflow_task(task, instance, commands)]
+
+    def _fail_workflow_task(self, task: Record, exc: Exception) -> asyncio.Future[Message]:
+        workflow_id, run_id, wt = task["workflow_id"], task["run_id"], task["task"][1]
+        self._cache.pop(run_id, None)
+        cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
+        return self._send(workflow_id, "RespondWorkflowTaskFailed", {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
+            "failure": self.client.data_converter.to_failure(exc),
+        })
+
+    def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
+        run_id = task["run_id"]
+        completed = self._send(task["workflow_id"], "RespondWorkflowTaskCompleted", {
+            "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
         })
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
@@ -203,7 +214,62 @@ class Worker:
             self._cache.move_to_end(run_id)
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
-        return [started, completed]
+        return completed
+
+    async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
+        """Run the local activities the workflow waits on, record their outcomes, and run on until
+        it waits on nothing local; then complete the task with every command."""
+        try:
+            while pending := instance.local_activities_to_run():
+                outcomes = await asyncio.gather(*(self._run_local_activity(task, local) for local in pending))
+                commands += instance.resolve_local_activities(dict(outcomes))
+        except (NondeterminismError, WorkflowTaskError) as exc:
+            await self._fail_workflow_task(task, exc)
+            return
+        await self._complete_workflow_task(task, instance, commands)
+
+    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Record]]]:
+        """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
+        attrs = local.attributes
+        payloads = self.client.data_converter.payload_converter
+        details = {"seq": payloads.to_payloads([local.seq]), "activity_type": payloads.to_payloads([attrs["activity_type"]])}
+        policy = attrs["retry_policy"] or {}
+        budget_ms = attrs["schedule_to_close_timeout_ms"] or LOCAL_RETRY_BUDGET_MS
+        deadline = time.monotonic() + budget_ms / 1000
+        attempt = 1
+        while True:
+            context = contextvars.copy_context()
+            context.run(activity_module._current_info.set, activity_module.Info(
+                activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
+                task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
+                workflow_type=task["task"][1]["workflow_type"], is_local=True,
+            ))
+            context.run(activity_module._current_heartbeat.set, lambda *details: None)
+            try:
+                result = await asyncio.wait_for(
+                    self._call_activity(attrs["activity_type"], attrs["input"], context),
+                    (attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"]) / 1000,
+                )
+                return local.seq, {**details, "result": [payloads.to_payload(result)]}
+            except Exception as exc:  # an attempt failed: retry, or record the failure
+                failure = self.client.data_converter.to_failure(exc)
+                maximum = policy.get("maximum_attempts") or 0
+                backoff_s = retry_backoff_ms(policy, attempt) / 1000
+                if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
+                    retry_state = "NON_RETRYABLE_FAILURE"
+                elif maximum and attempt >= maximum:
+                    retry_state = "MAXIMUM_ATTEMPTS_REACHED"
+                elif time.monotonic() + backoff_s >= deadline:
+                    retry_state = "TIMEOUT"
+                else:
+                    attempt += 1
+                    await asyncio.sleep(backoff_s)
+                    continue
+                log.info("event=local_activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d retry_state=%s error=%r",
+                         task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, retry_state, str(exc))
+                recorded = {"message": failure["message"], "type": failure["type"], "non_retryable": failure["non_retryable"],
+                            "retry_state": retry_state}
+                return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
 
     async def _answer_query(self, task: Record) -> None:
         """Answer from the cached run, or from a replay of its recorded history (a closed run too)."""
@@ -362,16 +428,6 @@ class Worker:
 
     async def _execute_activity(self, task: Record, heartbeater: "_Heartbeater") -> Any:
         at = task["task"][1]
-        definition = self._activities.get(at["activity_type"])
-        if definition is None:
-            raise ApplicationError(
-                f"activity type {at['activity_type']!r} is not registered on this worker "
-                f"(task queue {self.task_queue}; registered: {sorted(self._activities)})",
-                type="NotFoundError",
-            )
-        hints = typing.get_type_hints(definition.fn)
-        arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
-        args = self.client.data_converter.payload_converter.from_payloads(at["input"], arg_types)
         info = activity_module.Info(
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
             scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
@@ -381,6 +437,21 @@ class Worker:
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)
         context.run(activity_module._current_heartbeat.set, heartbeater)
+        return await self._call_activity(at["activity_type"], at["input"], context)
+
+    async def _call_activity(self, activity_type: str, payloads: list[Record], context: contextvars.Context | None = None) -> Any:
+        """Call the registered activity with its decoded arguments: async ones on the loop, sync ones in the pool."""
+        definition = self._activities.get(activity_type)
+        if definition is None:
+            raise ApplicationError(
+                f"activity type {activity_type!r} is not registered on this worker "
+                f"(task queue {self.task_queue}; registered: {sorted(self._activities)})",
+                type="NotFoundError",
+            )
+        hints = typing.get_type_hints(definition.fn)
+        arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
+        args = self.client.data_converter.payload_converter.from_payloads(payloads, arg_types)
+        context = context or contextvars.copy_context()
         if definition.is_async:
             return await asyncio.create_task(definition.fn(*args), context=context)
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)

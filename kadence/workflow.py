@@ -22,6 +22,7 @@ from kadence.exceptions import NondeterminismError
 
 __all__ = [
     "defn", "run", "signal", "query", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
+    "execute_local_activity", "start_local_activity",
     "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch", "random", "uuid4",
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
@@ -274,6 +275,58 @@ def start_activity(
         return instance.converter.payload_converter.from_payload(await future, result_type)
 
     return instance.create_task(result(), name=f"activity:{activity_type}")
+
+
+def start_local_activity(
+    activity: Callable[..., Any] | str,
+    *positional: Any,
+    args: Sequence[Any] = (),
+    schedule_to_close_timeout: timedelta | None = None,
+    start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    result_type: type | None = None,
+) -> asyncio.Task[Any]:
+    """Run a short activity in this worker, within the workflow task, with no task queue round
+    trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
+    workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short."""
+    instance = _instance()
+    if isinstance(activity, str):
+        activity_type = activity
+    else:
+        activity_definition = activity_module.definition(activity)
+        activity_type = activity_definition.name
+        if result_type is None:
+            result_type = typing.get_type_hints(activity_definition.fn).get("return")
+    if start_to_close_timeout is None and schedule_to_close_timeout is None:
+        raise ValueError(f"local activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
+    future = instance.schedule_local_activity({
+        "activity_type": activity_type,
+        "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
+        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
+        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
+        "retry_policy": retry_policy.to_record() if retry_policy else None,
+    })
+
+    async def result() -> Any:
+        return instance.converter.payload_converter.from_payload(await future, result_type)
+
+    return instance.create_task(result(), name=f"local-activity:{activity_type}")
+
+
+async def execute_local_activity(
+    activity: Callable[..., Any] | str,
+    *positional: Any,
+    args: Sequence[Any] = (),
+    schedule_to_close_timeout: timedelta | None = None,
+    start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None,
+    result_type: type | None = None,
+) -> Any:
+    """Run a local activity and wait for its result (raises ActivityError when it fails for good)."""
+    return await start_local_activity(
+        activity, *positional, args=args, schedule_to_close_timeout=schedule_to_close_timeout,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, result_type=result_type,
+    )
 
 
 async def execute_activity(

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kadence.common import retry_backoff_ms
 from kadence.protocol.codec import command_codec
 from services.history import state_machine
 from services.history.checkpoint import decode_state, encode_state
@@ -20,7 +21,6 @@ from services.history.state_machine import (
     decide_signal_with_start,
     decide_start,
     rejection_answer,
-    retry_backoff_ms,
 )
 
 NOW = 1_000_000

@@ -40,6 +40,7 @@ from tests.workflows import (
     HeartbeatWorkflow,
     HugeResultWorkflow,
     IndexedWorkflow,
+    LocalStepsWorkflow,
     SleepyWorkflow,
     UnservedActivityWorkflow,
 )
@@ -390,3 +391,18 @@ async def test_a_start_delay_holds_the_first_workflow_task_and_signal_with_start
     started, task_started = events[0], next(e for e in events if e["attributes"][0] == "WorkflowTaskStarted")
     assert started["attributes"][1]["first_workflow_task_backoff_ms"] == 1000
     assert task_started["event_time_ms"] - started["event_time_ms"] >= 1000
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_local_activities_run_in_the_workflow_task_and_are_recorded_as_markers(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path, cache: int,
+) -> None:
+    workflow_id = f"local-{uuid.uuid4()}"
+    runs = tmp_path / "runs"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=cache):
+        result = await client.execute_workflow(LocalStepsWorkflow.run, str(runs), id=workflow_id, task_queue=task_queue)
+    assert result == [1, "local on attempt 3", "MAXIMUM_ATTEMPTS_REACHED: payment declined for card"]
+    assert runs.read_text() == "ran\n"  # replays read the marker, they do not run it again
+    kinds = audited(stack).event_types(workflow_id, next(r for w, r in audited(stack).runs if w == workflow_id))
+    assert kinds.count("MarkerRecorded") == 3
+    assert "ActivityTaskScheduled" not in kinds and "WorkflowTaskFailed" not in kinds

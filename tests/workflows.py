@@ -356,6 +356,34 @@ class ElsewhereWorkflow:
             return f"{type(error.cause).__name__}"
 
 
+@activity.defn
+def count_runs(path: str) -> int:
+    """Appends a line to `path`; how many lines it has: how often it ran."""
+    with open(path, "a") as file:
+        file.write("ran\n")
+    return len(Path(path).read_text().splitlines())
+
+
+@workflow.defn
+class LocalStepsWorkflow:
+    """Local activities: one that succeeds, one that succeeds on its third attempt, one that fails
+    for good; a timer between them makes later tasks replay the earlier ones."""
+
+    @workflow.run
+    async def run(self, path: str) -> list[object]:
+        first = await workflow.execute_local_activity(count_runs, path, start_to_close_timeout=timedelta(seconds=5))
+        await workflow.sleep(0.05)
+        flaky = await workflow.execute_local_activity(
+            fail_until_third_attempt, "local", start_to_close_timeout=timedelta(seconds=5), retry_policy=FAST_RETRY,
+        )
+        try:
+            await workflow.execute_local_activity(always_fail, "card", start_to_close_timeout=timedelta(seconds=5), retry_policy=FAST_RETRY)
+            failed = "not failed"
+        except ActivityError as err:
+            failed = f"{err.retry_state.value if err.retry_state else ''}: {err.cause}"
+        return [first, flaky, failed]
+
+
 @workflow.defn
 class DrawingWorkflow:
     """Draws a UUID, records it, sleeps, and returns what it drew: replayed, it draws the same."""
@@ -455,13 +483,13 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
+    LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
     LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
     IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
     ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
     HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
-    touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo, fail_until_third_attempt, always_fail,
-    hang_on_first_attempt, slow_echo,
+    count_runs, touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo,
+    fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo,
 ]

@@ -16,6 +16,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+from kadence.common import DEFAULT_INITIAL_INTERVAL_MS, retry_backoff_ms
 from kadence.protocol.codec import command_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, failure_record
 from kadence.protocol.ids import continued_run_id, run_id_for
@@ -37,8 +38,6 @@ RUNNING = "Running"
 HISTORY_IDENTITY = "kadence-history"
 
 DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
-DEFAULT_INITIAL_INTERVAL_MS = 1000
-DEFAULT_BACKOFF_COEFFICIENT = 2.0
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
 
 
@@ -993,15 +992,6 @@ def _failure(message: str, failure_type: str) -> Record:
 
 
 # ---- retry policy ------------------------------------------------------------------------------
-
-
-def retry_backoff_ms(policy: Record | None, attempt: int) -> int:
-    """Delay before attempt `attempt + 1`, with Temporal's defaults for unset fields."""
-    policy = policy or {}
-    initial = policy.get("initial_interval_ms") or DEFAULT_INITIAL_INTERVAL_MS
-    coefficient = policy.get("backoff_coefficient") or DEFAULT_BACKOFF_COEFFICIENT
-    maximum = policy.get("maximum_interval_ms") or 100 * initial
-    return int(min(initial * coefficient ** (attempt - 1), maximum))
 
 
 def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) -> str:
