@@ -17,7 +17,7 @@ from kadence.local_stack import LocalStack
 from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, TwoStepWorkflow, touch
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, touch
 
 
 async def until_logged(caplog: pytest.LogCaptureFixture, event: str, timeout: float = 30) -> None:
@@ -119,21 +119,3 @@ async def test_the_queue_rate_limit_spaces_activity_starts(stack: LocalStack, cl
     started = [e["event_time_ms"] for e in audit_history(stack.settings).history(workflow_id, handle.run_id)
                if e["attributes"][0] == "ActivityTaskStarted"]
     assert max(started) - min(started) >= 1500, "10 starts at 5 a second take at least 1.8 s"
-
-
-async def test_matching_killed_mid_dispatch_loses_no_task(stack: LocalStack, client: Client, task_queue: str) -> None:
-    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
-        ids = [f"dispatch-{i}-{uuid.uuid4()}" for i in range(30)]
-        handles = await asyncio.gather(*(client.start_workflow(TwoStepWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
-        results = [asyncio.ensure_future(h.result()) for h in handles]
-        await asyncio.wait(results, return_when=asyncio.FIRST_COMPLETED, timeout=60)
-        assert not all(r.done() for r in results), "the kill must land mid-run"
-
-        stack.kill_service("matching")
-        stack.start_service("matching")
-
-        assert await asyncio.wait_for(asyncio.gather(*results), 120) == [f"{i}!" for i in ids]
-    report = audit_history(stack.settings)
-    assert report.violations == []
-    for handle in handles:
-        assert report.event_types(handle.id, handle.run_id).count("ActivityTaskCompleted") == 2
