@@ -45,6 +45,8 @@ _EVENT_FOR_COMMAND = {
     "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
     "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
     "RecordMarker": "MarkerRecorded", "StartChildWorkflowExecution": "StartChildWorkflowExecutionInitiated",
+    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted", "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
+    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
     "SignalExternalWorkflowExecution": "SignalExternalWorkflowExecutionInitiated",
     "RequestCancelExternalWorkflowExecution": "RequestCancelExternalWorkflowExecutionInitiated",
     **CLOSE_COMMANDS,
@@ -68,7 +70,7 @@ def _command_key(attrs: Record) -> str:
     """What must match between a command and its event besides the type."""
     return (
         attrs.get("activity_type") or attrs.get("timer_id") or attrs.get("workflow_id") or attrs.get("marker_name")
-        or str(attrs.get("scheduled_event_id", ""))
+        or attrs.get("update_id") or str(attrs.get("scheduled_event_id", ""))
     )
 
 
@@ -102,6 +104,7 @@ class WorkflowDefinition:
     run_fn: Callable[..., Any]
     signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
     queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = field(default_factory=dict)  # handler, validator
 
     def arg_types(self) -> list[Any]:
         return method_arg_types(self.run_fn)
@@ -234,6 +237,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._match(kind, "")
         elif kind == "MarkerRecorded":
             self._match(kind, attrs["marker_name"])
+        elif kind == "WorkflowExecutionUpdateAdmitted":
+            self.call_soon(self._admit_update, attrs)  # runs in the activation, like a signal handler
+        elif kind in ("WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateRejected", "WorkflowExecutionUpdateCompleted"):
+            self._match(kind, attrs["update_id"])
         elif kind in _INITIATED_EVENTS:
             pending = self._match(kind, attrs["workflow_id"])
             pending.scheduled_event_id = event["event_id"]
@@ -373,6 +380,37 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self.create_task(handler(self._object, *args), name=f"signal:{name}")
         else:
             self.call_soon(handler, self._object, *args)
+
+    def _admit_update(self, attrs: Record) -> None:
+        """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
+        update_id = attrs["update_id"]
+        handler, validator = self.definition.updates.get(attrs["name"], (None, None))
+        try:
+            if handler is None:
+                raise ApplicationError(
+                    f"workflow {self.definition.name} has no update {attrs['name']!r} (known updates: {sorted(self.definition.updates)})",
+                    type="UpdateNotRegistered", non_retryable=True,
+                )
+            args = self.converter.payload_converter.from_payloads(attrs["args"], method_arg_types(handler))
+            if validator is not None:
+                validator(self._object, *args)
+        except Exception as exc:  # the validator said no: the caller hears why
+            self._issue(("RejectWorkflowUpdate", {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
+            return
+        self._issue(("AcceptWorkflowUpdate", {"update_id": update_id}), None)
+        self.create_task(self._run_update(update_id, handler, args), name=f"update:{attrs['name']}")
+
+    async def _run_update(self, update_id: str, handler: Callable[..., Any], args: list[Any]) -> None:
+        try:
+            result = handler(self._object, *args)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:  # the update failed; the workflow goes on
+            self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": None,
+                                                    "failure": self.converter.to_failure(exc)}), None)
+            return
+        self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": self.converter.payload_converter.to_payload(result),
+                                                "failure": None}), None)
 
     def _start(self, input_payloads: list[Record]) -> None:
         args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())

@@ -31,12 +31,13 @@ from kadence.exceptions import (
     WorkflowNotFoundError,
     WorkflowQueryFailedError,
     WorkflowQueryTimeoutError,
+    WorkflowUpdateFailedError,
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer, make_producer
 from kadence.protocol.postgres import apply_ddl
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.visibility import (
     WorkflowExecution,
@@ -333,6 +334,41 @@ class WorkflowHandle:
             raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
         return converter.payload_converter.from_payload(answered["result"], result_type)
 
+    async def execute_update(
+        self, update: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (), id: str | None = None,
+        result_type: type | None = None,
+    ) -> Any:
+        """Run an update handler in the workflow and wait for its result. Raises
+        WorkflowUpdateFailedError if its validator rejected it or it failed, CommandRejectedError if
+        the workflow is closed or unknown. An update sent again with the same `id` runs once."""
+        name = workflow_module.update_name(update)
+        if result_type is None and not isinstance(update, str):
+            result_type = typing.get_type_hints(update).get("return")
+        update_id = id or str(uuid.uuid4())
+        converter = self.client.data_converter
+        read_model = await self.client._read_model()
+        finished = read_model.expect_outcome(update_request_id(self.id, update_id))
+        run_id = await self.client._request(self.id, "UpdateWorkflowExecution", {
+            "run_id": self.run_id or "", "update_id": update_id, "name": name, "request_id": f"admit/{self.id}/{update_id}",
+            "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
+        }, f"admit/{self.id}/{update_id}")
+        if await read_model.update_outcome(update_request_id(self.id, update_id)) is None:  # not finished by an earlier send
+            closed = asyncio.ensure_future(self.client._closed_execution(self.id, run_id))
+            await asyncio.wait([finished, closed], return_when=asyncio.FIRST_COMPLETED)
+            closed.cancel()
+            if not finished.done():
+                raise WorkflowUpdateFailedError(f"workflow {self.id} closed before update {name!r} ({update_id}) completed")
+        outcome = await read_model.update_outcome(update_request_id(self.id, update_id))
+        assert outcome is not None
+        result, failure = outcome
+        if failure is not None:
+            recorded = codec("Failure").decode(failure)
+            await converter.decode_payloads(recorded)
+            raise WorkflowUpdateFailedError(f"update {name!r} failed: {recorded['message']}") from converter.from_failure(recorded)
+        payload = codec("Payload").decode(result) if result else None
+        await converter.decode_payloads(payload)
+        return converter.payload_converter.from_payload(payload, result_type)
+
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""
         found = await find_execution((await self.client._read_model()).pool, self.id, self.run_id)
@@ -413,6 +449,14 @@ class _ReadModel:
         self.closed_waiters.setdefault(key, []).append(future)
         await self._check_closed(key)
         return await future
+
+    async def update_outcome(self, request_id: str) -> tuple[bytes | None, bytes | None] | None:
+        """An update's recorded result and failure (Avro Payload, Failure); None before it finished."""
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT result, failure FROM kadence_command_outcomes WHERE request_id = %s", (request_id,),
+            )).fetchone()
+        return (row[0], row[1]) if row else None
 
     def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """The answer to a command not sent yet (its outcome is announced once it is recorded)."""

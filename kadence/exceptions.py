@@ -124,6 +124,11 @@ class WorkflowAlreadyStartedError(CommandRejectedError):
     """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError)."""
 
 
+class WorkflowUpdateFailedError(KadenceError):
+    """The update was rejected by its validator or its handler failed; the reason is `__cause__`
+    (as temporalio.client.WorkflowUpdateFailedError)."""
+
+
 class WorkflowQueryFailedError(KadenceError):
     """The query reached the workflow and failed (unknown query, the handler raised); the reason
     is `__cause__` (as temporalio.client.WorkflowQueryFailedError)."""

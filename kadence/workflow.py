@@ -21,7 +21,7 @@ from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
-    "defn", "run", "signal", "query", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
+    "defn", "run", "signal", "query", "update", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
     "execute_local_activity", "start_local_activity",
     "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch", "random", "uuid4",
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
@@ -39,6 +39,8 @@ _DEFINITION_ATTR = "__kadence_workflow_definition"
 _RUN_ATTR = "__kadence_workflow_run"
 _SIGNAL_ATTR = "__kadence_workflow_signal"
 _QUERY_ATTR = "__kadence_workflow_query"
+_UPDATE_ATTR = "__kadence_workflow_update"
+_VALIDATOR_ATTR = "__kadence_workflow_update_validator"
 
 
 @overload
@@ -60,7 +62,10 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
             raise TypeError(f"{c.__name__}.{runs[0].__name__}: the @workflow.run method must be `async def`")
         signals = {getattr(m, _SIGNAL_ATTR): m for m in vars(c).values() if hasattr(m, _SIGNAL_ATTR)}
         queries = {getattr(m, _QUERY_ATTR): m for m in vars(c).values() if hasattr(m, _QUERY_ATTR)}
-        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals, queries))
+        updates = {
+            getattr(m, _UPDATE_ATTR): (m, getattr(m, _VALIDATOR_ATTR, None)) for m in vars(c).values() if hasattr(m, _UPDATE_ATTR)
+        }
+        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals, queries, updates))
         return c
 
     return register(cls) if cls is not None else register
@@ -109,6 +114,41 @@ def query(fn: RunFn | None = None, *, name: str | None = None) -> Any:
         return f
 
     return register(fn) if fn is not None else register
+
+
+@overload
+def update(fn: RunFn) -> RunFn: ...
+
+
+@overload
+def update(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+
+
+def update(fn: RunFn | None = None, *, name: str | None = None) -> Any:
+    """Mark a method as the handler of the update `name` (default: the method's name): it may change
+    state and await (activities, timers); its return value is the caller's result. A validator,
+    registered with `@handler.validator`, runs first and rejects the update by raising."""
+
+    def register(f: RunFn) -> RunFn:
+        setattr(f, _UPDATE_ATTR, name or f.__name__)
+
+        def validator(check: Callable[..., None]) -> Callable[..., None]:
+            setattr(f, _VALIDATOR_ATTR, check)
+            return check
+
+        f.validator = validator  # type: ignore[attr-defined]
+        return f
+
+    return register(fn) if fn is not None else register
+
+
+def update_name(handler: Callable[..., Any] | str) -> str:
+    if isinstance(handler, str):
+        return handler
+    found = getattr(handler, _UPDATE_ATTR, None)
+    if found is None:
+        raise TypeError(f"{handler!r} is not an update handler; decorate it with @workflow.update or pass the update's name")
+    return found
 
 
 def query_name(query: Callable[..., Any] | str) -> str:

@@ -356,6 +356,41 @@ class ElsewhereWorkflow:
             return f"{type(error.cause).__name__}"
 
 
+@workflow.defn
+class CartWorkflow:
+    """Items arrive as updates (validated; the handler awaits an activity); checkout ends it."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.checked_out = False
+
+    @workflow.update
+    async def add_item(self, item: str) -> int:
+        self.items.append(await workflow.execute_activity(echo, item, start_to_close_timeout=timedelta(seconds=10)))
+        return len(self.items)
+
+    @add_item.validator
+    def validate_add_item(self, item: str) -> None:
+        if not item:
+            raise ApplicationError("an item needs a name", type="EmptyItem")
+        if self.checked_out:
+            raise ApplicationError("the cart is checked out", type="CheckedOut")
+
+    @workflow.update(name="checkout")
+    def check_out(self) -> list[str]:
+        self.checked_out = True
+        return list(self.items)
+
+    @workflow.query
+    def size(self) -> int:
+        return len(self.items)
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: self.checked_out)
+        return self.items
+
+
 @activity.defn
 def count_runs(path: str) -> int:
     """Appends a line to `path`; how many lines it has: how often it ran."""
@@ -483,11 +518,11 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow,
-    LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow,
-    IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow,
-    ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow,
-    HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
+    CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow,
+    AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow,
+    PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow,
+    MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow,
+    DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
     count_runs, touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo,

@@ -67,4 +67,13 @@ VISIBILITY_DDL = [
         recorded_at timestamptz NOT NULL DEFAULT now()
     )
     """,
+    # An update's outcome carries its result or failure (Avro Payload, Failure).
+    "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS result bytea",
+    "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS failure bytea",
 ]
+
+
+def update_request_id(workflow_id: str, update_id: str) -> str:
+    """The outcome row of an update: written when the workflow completed or rejected it. Update ids
+    are unique per workflow id, as in Temporal, so the row names both."""
+    return f"update/{workflow_id}/{update_id}"

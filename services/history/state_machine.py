@@ -121,6 +121,8 @@ class Execution:
     children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
     external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
     signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
+    update_ids: set[str] = field(default_factory=set)  # every update admitted: one sent again applies once
+    updates: dict[str, str] = field(default_factory=dict)  # update id -> "admitted" or "accepted", until it ends
     # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
     pending_queries: list[Record] = field(default_factory=list, compare=False)
 
@@ -317,6 +319,13 @@ def _apply(ex: Execution, event: Record) -> None:
         ex.cancel_requested = True
     elif kind == "WorkflowExecutionSignaled" and attrs["request_id"]:
         ex.signal_request_ids.add(attrs["request_id"])
+    elif kind == "WorkflowExecutionUpdateAdmitted":
+        ex.update_ids.add(attrs["update_id"])
+        ex.updates[attrs["update_id"]] = "admitted"
+    elif kind == "WorkflowExecutionUpdateAccepted":
+        ex.updates[attrs["update_id"]] = "accepted"
+    elif kind in ("WorkflowExecutionUpdateRejected", "WorkflowExecutionUpdateCompleted"):
+        ex.updates.pop(attrs["update_id"], None)
     elif kind == "StartChildWorkflowExecutionInitiated":
         ex.children[event["event_id"]] = ChildState(
             event["event_id"], attrs["workflow_id"], attrs["workflow_type"], attrs["parent_close_policy"],
@@ -338,6 +347,7 @@ def _apply(ex: Execution, event: Record) -> None:
         ex.timers.clear()
         ex.children.clear()  # the parent close policy applies to them
         ex.external_requests.clear()
+        ex.updates.clear()
 
 
 _EXTERNAL_INITIATED = {
@@ -460,7 +470,9 @@ def decide_signal_with_start(
     return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
 
 
-_CURRENT_RUN_COMMANDS = {"SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution"}
+_CURRENT_RUN_COMMANDS = {
+    "SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "UpdateWorkflowExecution",
+}
 _CLOSE_COMMANDS = {
     "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
     "FailWorkflowExecution": "WorkflowExecutionFailed",
@@ -546,6 +558,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
             _request_cancel_activity(t, attrs["scheduled_event_id"], completed_id)
         elif kind in ("UpsertWorkflowSearchAttributes", "RecordMarker"):
             t.add(_EVENT_FOR_COMMAND.get(kind, kind), {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind in _UPDATE_EVENT_FOR_COMMAND:
+            t.add(_UPDATE_EVENT_FOR_COMMAND[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind in ("SignalExternalWorkflowExecution", "RequestCancelExternalWorkflowExecution"):
             t.add(f"{kind}Initiated", {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "StartChildWorkflowExecution":
@@ -577,9 +591,23 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
 
 
 _EVENT_FOR_COMMAND = {"RecordMarker": "MarkerRecorded"}
+_UPDATE_EVENT_FOR_COMMAND = {
+    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted",
+    "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
+    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
+}
+# The state an update must be in for each command, and the state it leaves (None: ended).
+_UPDATE_TRANSITIONS = {
+    "AcceptWorkflowUpdate": ("admitted", "accepted"),
+    "RejectWorkflowUpdate": ("admitted", None),
+    "CompleteWorkflowUpdate": ("accepted", None),
+}
 
 _BAD_ATTRIBUTES_CAUSE = {
     "RecordMarker": "BAD_RECORD_MARKER_ATTRIBUTES",
+    "AcceptWorkflowUpdate": "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE",
+    "RejectWorkflowUpdate": "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE",
+    "CompleteWorkflowUpdate": "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE",
     "StartChildWorkflowExecution": "BAD_START_CHILD_EXECUTION_ATTRIBUTES",
     "SignalExternalWorkflowExecution": "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
     "RequestCancelExternalWorkflowExecution": "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
@@ -633,6 +661,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
 def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
     """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
     timers = set(ex.timers)
+    updates = dict(ex.updates)
     counts = collections.Counter(kind for kind, _ in commands)
     if len(ex.activities) + counts["ScheduleActivityTask"] > MAX_PENDING_ACTIVITIES:
         return "PENDING_ACTIVITIES_LIMIT_EXCEEDED", f"at most {MAX_PENDING_ACTIVITIES} activities may be pending"
@@ -664,6 +693,14 @@ def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tupl
             return "BAD_CANCEL_TIMER_ATTRIBUTES", f"timer {attrs['timer_id']} is not pending"
         elif kind == "RequestCancelActivityTask" and attrs["scheduled_event_id"] not in ex.activities:
             return "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", f"activity {attrs['scheduled_event_id']} is not pending"
+        elif kind in _UPDATE_TRANSITIONS:
+            needed, leaves = _UPDATE_TRANSITIONS[kind]
+            if updates.get(attrs["update_id"]) != needed:
+                return _BAD_ATTRIBUTES_CAUSE[kind], f"{kind}: update {attrs['update_id']} is not {needed}"
+            if leaves is None:
+                updates.pop(attrs["update_id"])
+            else:
+                updates[attrs["update_id"]] = leaves
         elif kind in _REQUIRED_FIELDS and (missing := [f for f in _REQUIRED_FIELDS[kind] if not attrs[f]]):
             return _BAD_ATTRIBUTES_CAUSE[kind], f"{kind} needs {' and '.join(missing)}"
     return None
@@ -889,6 +926,20 @@ def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     return t
 
 
+def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    if not cmd["update_id"] or not cmd["name"]:
+        raise Rejected("UpdateWorkflowExecution needs an update_id and a name")
+    problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
+    if problem:
+        raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    if cmd["update_id"] not in ex.update_ids:  # the same update again: answered, applied once
+        t.add_workflow_visible("WorkflowExecutionUpdateAdmitted", {
+            "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
+        })
+    return t
+
+
 def _child_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     child = ex.children.get(cmd["initiated_event_id"])
     if child is None or child.run_id:
@@ -982,6 +1033,7 @@ _HANDLERS = {
     "RespondActivityTaskFailed": _activity_task_failed,
     "TimeoutFired": _timeout_fired,
     "RecordChildExecutionStarted": _child_started,
+    "UpdateWorkflowExecution": _update_requested,
     "RecordChildExecutionClosed": _child_closed,
     "RecordExternalRequestOutcome": _external_outcome,
 }

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
 from kadence.protocol.projection import LogRecord
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome
+from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 
 
 def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
@@ -71,10 +71,10 @@ class VisibilityProjector:
             # An accepted request answers with the run it leaves current (a start that terminated
             # the running run answers with the new one).
             current = (batch["workflow_id"], run_sections(batch)[-1].run_id)
-            rows.outcomes += [(request_id, *current, True, None, None) for request_id in batch["request_ids"]]
+            rows.outcomes += [(request_id, *current, True, None, None, None, None) for request_id in batch["request_ids"]]
             if batch["rejection"] is not None:
                 rejection = batch["rejection"]
-                rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"]))
+                rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"], None, None))
             for section in run_sections(batch):
                 self._fold(batch["workflow_id"], section, rows)
         async with conn.cursor() as cur:
@@ -103,14 +103,14 @@ class VisibilityProjector:
                 )
             if rows.outcomes:
                 await cur.executemany(
-                    "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason) "
-                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason, result, failure) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     rows.outcomes,
                 )
                 # The outcome rides in the notification, so a waiting client or worker needs no query.
                 await cur.executemany("SELECT pg_notify(%s, %s)", [
                     (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
-                    for request_id, _, run_id, accepted, cause, reason in rows.outcomes
+                    for request_id, _, run_id, accepted, cause, reason, _, _ in rows.outcomes
                 ])
             if rows.closed:
                 await cur.executemany(
@@ -134,6 +134,13 @@ class VisibilityProjector:
                                      _search_attributes(attrs["search_attributes"])))
             elif kind == "UpsertWorkflowSearchAttributes":
                 rows.upserts.append((_search_attributes(attrs["search_attributes"]), *key))
+            elif kind == "WorkflowExecutionUpdateCompleted":  # the caller of execute_update waits for this
+                result = self.payloads.encode(attrs["result"]) if attrs["result"] else None
+                failure = self.failures.encode(attrs["failure"]) if attrs["failure"] else None
+                rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, True, None, None, result, failure))
+            elif kind == "WorkflowExecutionUpdateRejected":
+                rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, False, "UPDATE_REJECTED",
+                                      attrs["failure"]["message"], None, self.failures.encode(attrs["failure"])))
             elif kind in CLOSE_STATUS:
                 result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
                 failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
