@@ -1,5 +1,6 @@
 """`kadence workflow ...`: start, signal, query, cancel, terminate, describe, show, list, count and
-wait for workflows from the shell. Inputs are JSON values; `--json` prints machine-readable output.
+wait for workflows from the shell. Inputs are JSON values; results and answers print as JSON, and
+`--json` makes every other command print JSON too.
 
 Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing (the
 message says why); 2 bad usage (a malformed option or filter).
@@ -121,10 +122,11 @@ def result(workflow_id: str, run_id: str | None) -> None:
 @run_id_option
 @click.option("--name", "-n", required=True, help="The signal's name.")
 @input_option
-def signal(workflow_id: str, run_id: str | None, name: str, inputs: tuple[str, ...]) -> None:
+@json_option
+def signal(workflow_id: str, run_id: str | None, name: str, inputs: tuple[str, ...], as_json: bool) -> None:
     """Signal the workflow; returns once the signal is in its history."""
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).signal(name, args=_arguments(inputs)))
-    click.echo(f"signalled {workflow_id}: {name}")
+    _echo({"workflow_id": workflow_id, "signalled": name}, as_json, f"signalled {workflow_id}: {name}")
 
 
 @workflow_group.command("query")
@@ -139,20 +141,22 @@ def query(workflow_id: str, name: str, inputs: tuple[str, ...]) -> None:
 @workflow_group.command("cancel")
 @workflow_id_option
 @run_id_option
-def cancel(workflow_id: str, run_id: str | None) -> None:
+@json_option
+def cancel(workflow_id: str, run_id: str | None, as_json: bool) -> None:
     """Request cancellation: the workflow sees asyncio.CancelledError and may clean up."""
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).cancel())
-    click.echo(f"cancellation requested for {workflow_id}")
+    _echo({"workflow_id": workflow_id, "cancel_requested": True}, as_json, f"cancellation requested for {workflow_id}")
 
 
 @workflow_group.command("terminate")
 @workflow_id_option
 @run_id_option
 @click.option("--reason", default="", help="Why: recorded in the history.")
-def terminate(workflow_id: str, run_id: str | None, reason: str) -> None:
+@json_option
+def terminate(workflow_id: str, run_id: str | None, reason: str, as_json: bool) -> None:
     """End the run now."""
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).terminate(reason=reason))
-    click.echo(f"terminated {workflow_id}")
+    _echo({"workflow_id": workflow_id, "terminated": True}, as_json, f"terminated {workflow_id}")
 
 
 @workflow_group.command("describe")

@@ -81,10 +81,16 @@ class Client:
 
     @classmethod
     async def connect(
-        cls, bootstrap_servers: str | None = None, *, postgres_dsn: str | None = None,
+        cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,
         data_converter: DataConverter | None = None, identity: str | None = None,
     ) -> "Client":
-        """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN."""
+        """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN.
+        A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default"."""
+        if namespace != "default":
+            raise ValueError(
+                f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
+                "give each namespace its own topics and database (a deployment of its own) instead"
+            )
         settings = KafkaSettings.from_env()
         if bootstrap_servers:
             settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)

@@ -26,6 +26,8 @@ from kadence.exceptions import (
 )
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
+from tests.changed_workflows import ApprovalWorkflowThatSleepsFirst
+from tests.conftest import wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -41,6 +43,8 @@ from tests.workflows import (
     HugeResultWorkflow,
     IndexedWorkflow,
     LocalStepsWorkflow,
+    PipelineWorkflow,
+    RetiredPatchWorkflow,
     SleepyWorkflow,
     UnservedActivityWorkflow,
 )
@@ -406,3 +410,39 @@ async def test_local_activities_run_in_the_workflow_task_and_are_recorded_as_mar
     kinds = audited(stack).event_types(workflow_id, next(r for w, r in audited(stack).runs if w == workflow_id))
     assert kinds.count("MarkerRecorded") == 3
     assert "ActivityTaskScheduled" not in kinds and "WorkflowTaskFailed" not in kinds
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_asyncio_queue_lock_and_event_behave_deterministically(
+    stack: LocalStack, client: Client, task_queue: str, cache: int,
+) -> None:
+    workflow_id = f"pipeline-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=cache):
+        result = await client.execute_workflow(PipelineWorkflow.run, ["c", "a", "b", "d"], id=workflow_id, task_queue=task_queue)
+        retired = await client.start_workflow(RetiredPatchWorkflow.run, id=f"retired-{uuid.uuid4()}", task_queue=task_queue)
+        assert await retired.result() == "v2 only"
+    assert result == ["a", "b", "c", "d"]
+    report = audited(stack)
+    (run_id,) = [run for wid, run in report.runs if wid == workflow_id]
+    # A timer may fire while the closing task is in flight (UNHANDLED_COMMAND, retried): that is
+    # the protocol; a replay that differs is not.
+    causes = [a["cause"] for kind, a in (e["attributes"] for e in report.history(workflow_id, run_id)) if kind == "WorkflowTaskFailed"]
+    assert "NON_DETERMINISTIC_ERROR" not in causes
+    assert report.event_types(retired.id, retired.run_id).count("MarkerRecorded") == 1
+
+
+async def test_changed_workflow_code_fails_the_workflow_task_not_the_workflow(stack: LocalStack, client: Client, task_queue: str) -> None:
+    workflow_id = f"changed-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handle = await client.start_workflow(ApprovalWorkflow.run, "order-8", id=workflow_id, task_queue=task_queue)
+        await wait_for_event(stack, workflow_id, "WorkflowTaskCompleted", timeout=30)
+    # A deployment of changed code replays the history, finds other commands, and fails the task.
+    async with Worker(client, task_queue=task_queue, workflows=[ApprovalWorkflowThatSleepsFirst]):
+        await handle.signal(ApprovalWorkflow.approve, "ivan")
+        await wait_for_event(stack, workflow_id, "WorkflowTaskFailed", timeout=30)
+    # Rolled back, the original code takes the retried task and the workflow goes on.
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        assert await handle.result() == "order-8 approved by ivan with notes []"
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    failed = [attrs for kind, attrs in events if kind == "WorkflowTaskFailed"]
+    assert failed[0]["cause"] == "NON_DETERMINISTIC_ERROR" and "TimerStarted" not in [kind for kind, _ in events]

@@ -357,6 +357,47 @@ class ElsewhereWorkflow:
 
 
 @workflow.defn
+class RetiredPatchWorkflow:
+    """A patch whose old path is gone: deprecate_patch() records its marker, and replays either way."""
+
+    @workflow.run
+    async def run(self) -> str:
+        workflow.deprecate_patch("greeting-v2")
+        await workflow.sleep(0.05)
+        return "v2 only"
+
+
+@workflow.defn
+class PipelineWorkflow:
+    """asyncio's Queue, Lock and Event in workflow code: a producer and two consumers hand items
+    over through a queue; a lock keeps the tally whole; an event says the producer is done."""
+
+    @workflow.run
+    async def run(self, items: list[str]) -> list[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        lock, produced = asyncio.Lock(), asyncio.Event()
+        tally: list[str] = []
+
+        async def produce() -> None:
+            for item in items:
+                await queue.put(await workflow.execute_activity(echo, item, start_to_close_timeout=timedelta(seconds=10)))
+            produced.set()
+
+        async def consume(name: str) -> None:
+            while not (produced.is_set() and queue.empty()):
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=0.2)  # a durable timer each wait
+                except asyncio.TimeoutError:
+                    continue
+                async with lock:
+                    tally.append(f"{name}:{item}")
+                    await workflow.sleep(0.01)
+
+        await asyncio.gather(produce(), consume("a"), consume("b"))
+        return sorted(entry.split(":")[1] for entry in tally)
+
+
+@workflow.defn
 class CartWorkflow:
     """Items arrive as updates (validated; the handler awaits an activity); checkout ends it."""
 
@@ -518,11 +559,12 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow, ElsewhereWorkflow, ParentOfTwoStepWorkflow,
-    AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow, CancelChildWorkflow, ExternalRequestsWorkflow,
-    PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow, CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow,
-    MixedWorkflow, ApprovalWorkflow, CancellableWorkflow, UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow,
-    DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow, SleepyWorkflow, StallOnceWorkflow,
+    RetiredPatchWorkflow, PipelineWorkflow, CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow,
+    ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow,
+    CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow,
+    CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
+    UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
+    SleepyWorkflow, StallOnceWorkflow,
 ]
 ALL_ACTIVITIES = [
     count_runs, touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo,
