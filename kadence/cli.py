@@ -68,7 +68,7 @@ def topics_group() -> None:
 @topics_group.command("create")
 @click.option("--json", "as_json", is_flag=True, help="Print the topics as JSON.")
 def topics_create(as_json: bool) -> None:
-    """Create kadence.commands, kadence.history and kadence.dlq if missing (settings from KADENCE_* env)."""
+    """Create Kadence's own topics if missing: commands, history, dlq, pollers, replies (settings from KADENCE_* env)."""
     settings = KafkaSettings.from_env()
     wanted = core_topics(settings)
     ensure_topics(settings, wanted)
@@ -178,7 +178,8 @@ def history_group() -> None:
 @history_group.command("replay")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--worker-module", required=True, help="The module whose @workflow.defn classes replay the histories (say, myapp.workflows).")
-def history_replay(files: tuple[Path, ...], worker_module: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per history.")
+def history_replay(files: tuple[Path, ...], worker_module: str, as_json: bool) -> None:
     """Replay exported histories (`kadence workflow show --output json`) against today's workflow
     code; exit 1 if any replays differently (a change that would break running workflows)."""
     import importlib
@@ -193,11 +194,15 @@ def history_replay(files: tuple[Path, ...], worker_module: str) -> None:
     for file in files:
         history = WorkflowHistory.from_json(json.loads(file.read_text()))
         result = uvloop.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
-        if result.replay_failure is None:
+        failure = result.replay_failure
+        failed += failure is not None
+        if as_json:
+            click.echo(json.dumps({"file": str(file), "workflow_id": history.workflow_id, "events": len(history.events),
+                                   "failure": f"{type(failure).__name__}: {failure}" if failure else None}))
+        elif failure is None:
             click.echo(f"ok      {file} ({history.workflow_id}, {len(history.events)} events)")
         else:
-            failed += 1
-            click.echo(f"FAILED  {file} ({history.workflow_id}): {type(result.replay_failure).__name__}: {result.replay_failure}")
+            click.echo(f"FAILED  {file} ({history.workflow_id}): {type(failure).__name__}: {failure}")
     sys.exit(1 if failed else 0)
 
 
