@@ -65,6 +65,7 @@ class LocalStack:
     checkpoint_interval_ms: int = 1000
     timer_memory_horizon_ms: int = 60_000
     services: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    http_ports: dict[str, int] = field(default_factory=dict)  # each service instance's /healthz, /readyz, /metrics
     broker: subprocess.Popen[bytes] | None = None
     postgres_dsn: str = ""
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -134,8 +135,9 @@ class LocalStack:
     def start_service(self, name: str, instance: str | None = None) -> subprocess.Popen[bytes]:
         """Start service `name`; a second instance of it needs an `instance` name (its log file's too)."""
         instance = instance or name
+        self.http_ports[instance] = self.http_ports.get(instance) or free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"], env=self.env,
+            [sys.executable, "-m", f"services.{name}"], env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance])},
             stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         self.services[instance] = process

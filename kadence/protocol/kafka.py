@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from aiokafka.partitioner import murmur2
@@ -57,6 +57,7 @@ def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) ->
         "enable.auto.commit": True,
         "auto.commit.interval.ms": 1000,  # a worker that dies leaves at most ~1 s of tasks to hand out again
         "enable.auto.offset.store": False,
+        "enable.partition.eof": True,  # readiness: a consumer knows when it caught up
         "max.poll.interval.ms": 600000,
         **overrides,
     }
@@ -188,6 +189,7 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
 
 async def consume_batches(
     consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float = 0.05,
+    on_end: Callable[[int], None] | None = None,
 ) -> AsyncIterator[list[Message]]:
     """Batches of data messages from `consumer`, polled on a worker thread, until `stop` is set.
 
@@ -202,7 +204,10 @@ async def consume_batches(
             error = msg.error()
             if error is None:
                 batch.append(msg)
-            elif error.code() != KafkaError._PARTITION_EOF:
+            elif error.code() == KafkaError._PARTITION_EOF:
+                if on_end is not None:  # read to the end of the partition: caught up
+                    on_end(msg.partition())
+            else:
                 log.warning("event=consume_error topic=%s error=%s", msg.topic(), error)
         yield batch
 

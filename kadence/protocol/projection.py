@@ -15,16 +15,20 @@ from typing import Any, Protocol
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
+from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.projection")
+
+APPLIED = Counter("kadence_projection_records_total", "History records folded into Postgres, by projection", ["projection"])
 
 # Records applied in one transaction, at most: bounds the memory of decoding a consumed batch.
 MAX_CHUNK_RECORDS = 2000
@@ -77,6 +81,7 @@ class ProjectionRunner:
         self.consumer: Consumer = make_consumer(settings, f"kadence.{projection.name}", **{"enable.auto.commit": False})
 
     async def setup(self) -> None:
+        READINESS.postgres_dsn = self.dsn
         ensure_topics(self.settings, core_topics(self.settings))
         async with self.pool.connection() as conn:
             await apply_ddl(conn, [OFFSETS_DDL, *self.projection.ddl])
@@ -84,7 +89,7 @@ class ProjectionRunner:
     async def run(self, stop: asyncio.Event) -> None:
         self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         try:
-            async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS):
+            async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS, on_end=READINESS.reached_end):
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
         finally:
@@ -98,6 +103,7 @@ class ProjectionRunner:
             try:
                 batch = self.codec.decode(msg.value(), msg.headers())
             except UndecodableRecord as exc:
+                ERRORS.labels("undecodable_history_record").inc()
                 log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
                 continue
             if self.fence.admit(msg.partition(), batch):
@@ -112,6 +118,7 @@ class ProjectionRunner:
                     [(self.projection.name, p, self.projection.resume_offset(p, o)) for p, o in next_offsets.items()],
                 )
         self.projection.on_commit()
+        APPLIED.labels(self.projection.name).inc(len(records))
 
     # Rebalance callbacks run on the polling thread while the loop waits in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
@@ -127,6 +134,7 @@ class ProjectionRunner:
             self.fence.forget_partition(tp.partition)
         consumer.assign(assigned)
         self.projection.on_assign(set(partitions))
+        READINESS.assign(set(partitions))
         log.info("event=partitions_assigned consumer=%s positions=%s", self.projection.name, {tp.partition: tp.offset for tp in assigned})
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:

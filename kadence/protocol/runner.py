@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 import uvloop
 
 from kadence.protocol.logs import configure_logging
+from kadence.protocol.observability import serve
 
 
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
@@ -19,6 +20,11 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await main(stop)
+        endpoints = await serve(name)
+        try:
+            await main(stop)
+        finally:
+            if endpoints is not None:
+                await endpoints.cleanup()
 
     uvloop.run(runner())

@@ -8,6 +8,7 @@ import time
 
 import psycopg
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
@@ -27,6 +28,7 @@ from kadence.protocol.limits import (
     WARN_HISTORY_EVENTS,
     WARN_PAYLOAD_BYTES,
 )
+from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
@@ -42,6 +44,11 @@ from services.history.state_machine import (
 )
 
 log = logging.getLogger("kadence.history")
+
+COMMANDS = Counter("kadence_history_commands_total", "Commands processed, by kind", ["command"])
+REJECTED = Counter("kadence_history_commands_rejected_total", "Commands that did not apply, by cause", ["cause"])
+BATCHES = Counter("kadence_history_batches_written_total", "HistoryBatch records produced")
+RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery of assigned partitions took")
 
 CONSUMER_GROUP = "kadence.history-service"
 
@@ -70,6 +77,7 @@ class HistoryService:
     def __init__(self, settings: KafkaSettings, checkpoints: CheckpointStore | None, checkpoint_interval_s: float) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
+        READINESS.postgres_dsn = checkpoints.dsn if checkpoints is not None else ""
         self.checkpoint_interval_s = checkpoint_interval_s
         self._next_checkpoint = time.monotonic() + checkpoint_interval_s
         self.partitions: dict[int, PartitionState] = {}
@@ -102,7 +110,7 @@ class HistoryService:
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
-            async for messages in consume_batches(self.consumer, stop):
+            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
                 self._recall_closed_runs(commands)
                 for msg, command in commands:
@@ -138,6 +146,7 @@ class HistoryService:
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         partitions = [tp.partition for tp in assigned]
+        started = time.monotonic()
         claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
         recovered = recover_partitions(self.settings, {
             p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
@@ -149,6 +158,8 @@ class HistoryService:
         for tp in assigned:
             tp.offset = recovered[tp.partition].resume_offset
         consumer.assign(assigned)
+        RECOVERY.set(time.monotonic() - started)
+        READINESS.assign(set(self.partitions))
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         self._flush()
@@ -186,6 +197,7 @@ class HistoryService:
             self._forward(msg, workflow_id, owner)
             return
         kind, body = command["command"]
+        COMMANDS.labels(kind).inc()
         if kind == "QueryWorkflow":
             self._query(state, workflow_id, body, partition, offset)
             return
@@ -203,6 +215,7 @@ class HistoryService:
                     raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
                 transition = decide(execution, kind, body, command["identity"], now_ms)
         except Rejected as reason:
+            REJECTED.labels(reason.cause).inc()
             log.info(
                 "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
                 workflow_id, body.get("run_id", ""), kind, partition, offset, reason.cause, str(reason),
@@ -281,6 +294,7 @@ class HistoryService:
     def _flush_partition(self, partition: int) -> None:
         batch = self._unwritten.pop(partition, None)
         if batch is not None:
+            BATCHES.inc()
             self.producer.produce(
                 topics.HISTORY, self.batches.encode(batch), batch["workflow_id"].encode(),
                 partition=partition, headers=self.batches.headers(), on_delivery=self._delivered,
@@ -297,6 +311,7 @@ class HistoryService:
             state.history_offset = max(state.history_offset, msg.offset() + 1)
 
     def _dead_letter(self, msg: Message, error: str) -> None:
+        ERRORS.labels("dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
         headers = [
             ("kadence-error", error.encode()),

@@ -8,6 +8,7 @@ import faust
 
 from kadence.protocol import topics
 from kadence.protocol.kafka import faust_broker_settings
+from kadence.protocol.observability import READINESS, serve
 from kadence.protocol.settings import KafkaSettings
 from services.matching.router import TaskRouter
 
@@ -26,6 +27,20 @@ def create_app(settings: KafkaSettings) -> faust.App:
         return await app.producer.send(topic, key, value, partition=None, timestamp=None, headers=headers)
 
     router = TaskRouter(settings, send)
+
+    servers: list[Any] = []  # held: the endpoints live as long as the app
+
+    @app.task
+    async def endpoints() -> None:
+        servers.append(await serve("matching"))
+
+    @app.on_partitions_assigned.connect
+    async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        # faust reads on from its committed offsets; readiness here is the assignment.
+        partitions = {tp.partition for tp in assigned if tp.topic == topics.HISTORY}
+        READINESS.assign(partitions)
+        for partition in partitions:
+            READINESS.reached_end(partition)
 
     @app.agent(history)
     async def route_tasks(stream: faust.StreamT) -> None:

@@ -10,14 +10,20 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from prometheus_client import Counter
+
 from kadence.protocol import topics
 from kadence.protocol.codec import SCHEMA_HEADER, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.observability import ERRORS
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.matching")
+
+ROUTED = Counter("kadence_matching_tasks_routed_total", "Tasks routed to task queue topics", ["task_queue", "kind"])
+RELAYED = Counter("kadence_matching_commands_relayed_total", "Outbound commands relayed to kadence.commands")
 
 Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
 
@@ -37,6 +43,7 @@ class TaskRouter:
         try:
             batch = self.batches.decode(value, headers)
         except UndecodableRecord as exc:
+            ERRORS.labels("undecodable_history_record").inc()
             log.error("event=history_record_undecodable partition=%d error=%s", partition, exc)
             return
         if not self.fence.admit(partition, batch):
@@ -54,6 +61,7 @@ class TaskRouter:
             # Keyed by the target's workflow id; the producer's default partitioner is Kafka's murmur2.
             headers = [(SCHEMA_HEADER, effect["schema_fingerprint"].encode())]
             await self.send(topics.COMMANDS, effect["workflow_id"].encode(), effect["command"], headers)
+            RELAYED.inc()
             return
         kind = _TASK_KINDS.get(effect_type)
         if effect_type == "ActivityTask" and 0 < effect["schedule_to_start_deadline_ms"] < time.time() * 1000:
@@ -70,6 +78,7 @@ class TaskRouter:
             # cancellation lands on the partition (so the worker) that holds the attempt.
             key = (workflow_id if kind == "workflow" else f"{workflow_id}/{effect['scheduled_event_id']}").encode()
             await self.send(topic, key, self.tasks.encode(task), self.tasks.headers())
+            ROUTED.labels(effect["task_queue"], kind).inc()
 
     async def _ensure_topic(self, topic: str) -> None:
         if topic in self.known_topics:

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 
+from prometheus_client import Counter, Gauge, Histogram
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
@@ -23,6 +24,10 @@ log = logging.getLogger("kadence.timer")
 FIRE_BATCH = 1000
 MAX_SLEEP_S = 1.0
 IDENTITY = f"kadence-timer@{socket.gethostname()}:{os.getpid()}"
+
+FIRED = Counter("kadence_timer_fired_total", "Timers fired, by where they were held", ["held_in"])
+LAG = Histogram("kadence_timer_firing_lag_seconds", "Fire time to firing", buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 60))
+PENDING = Gauge("kadence_timer_pending_in_memory", "Near-term timers held in memory")
 
 
 async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store: TimerStore, stop: asyncio.Event) -> None:
@@ -43,7 +48,13 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             if from_postgres:
                 await store.delete_stored(pool, from_postgres)
             _log_fired(due, now)
+            FIRED.labels("memory").inc(len(from_memory))
+            FIRED.labels("postgres").inc(len(from_postgres))
+            for timer in due:
+                LAG.observe(max(0, now - timer.fire_at_ms) / 1000)
+            PENDING.set(len(store.in_memory))
             continue
+        PENDING.set(len(store.in_memory))
         sleep_s = min(MAX_SLEEP_S, max(0.0, (store.next_due_ms() - now) / 1000))
         try:
             await asyncio.wait_for(store.wake.wait(), timeout=sleep_s)
