@@ -30,33 +30,14 @@ from kadence.exceptions import (
     RetryState,
     WorkflowAlreadyStartedError,
 )
+from kadence.protocol.events import CHILD_RESULTS, CLOSE_COMMANDS, EVENT_FOR_COMMAND
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
 
-CLOSE_COMMANDS = {
-    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
-    "FailWorkflowExecution": "WorkflowExecutionFailed",
-    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
-    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
-}
-_EVENT_FOR_COMMAND = {
-    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
-    "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
-    "RecordMarker": "MarkerRecorded", "StartChildWorkflowExecution": "StartChildWorkflowExecutionInitiated",
-    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted", "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
-    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
-    "SignalExternalWorkflowExecution": "SignalExternalWorkflowExecutionInitiated",
-    "RequestCancelExternalWorkflowExecution": "RequestCancelExternalWorkflowExecutionInitiated",
-    **CLOSE_COMMANDS,
-}
 _INITIATED_EVENTS = {
     "StartChildWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionInitiated", "RequestCancelExternalWorkflowExecutionInitiated",
-}
-_CHILD_RESULTS = {
-    "ChildWorkflowExecutionCompleted", "ChildWorkflowExecutionFailed", "ChildWorkflowExecutionCanceled",
-    "ChildWorkflowExecutionTimedOut", "ChildWorkflowExecutionTerminated",
 }
 _EXTERNAL_ANSWERS = {
     "ExternalWorkflowExecutionSignaled": "", "ExternalWorkflowExecutionCancelRequested": "",
@@ -250,7 +231,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         elif kind == "StartChildWorkflowExecutionFailed":
             pending = self._initiated.pop(attrs["initiated_event_id"])
             _fail(pending.started, WorkflowAlreadyStartedError(attrs["workflow_id"], attrs["cause"], "child workflow already started"))
-        elif kind in _CHILD_RESULTS:
+        elif kind in CHILD_RESULTS:
             pending = self._initiated.pop(attrs["initiated_event_id"])
             if kind == "ChildWorkflowExecutionCompleted":
                 _resolve(pending.future, attrs["result"])
@@ -287,7 +268,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             raise NondeterminismError(f"history has {event_type} {key} but the workflow code issued no such command")
         pending = self._unmatched.popleft()
         kind, attrs = pending.command
-        if _EVENT_FOR_COMMAND[kind] != event_type or _command_key(attrs) != key:
+        if EVENT_FOR_COMMAND[kind] != event_type or _command_key(attrs) != key:
             raise NondeterminismError(f"history has {event_type} {key} where the workflow code issued {kind} {_command_key(attrs)}")
         return pending
 
@@ -342,14 +323,20 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         _fail(local.future, error)
 
     def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
-        """Local activity outcomes the replayed task recorded (markers after its WorkflowTaskCompleted)."""
-        found = {}
+        """Local activity outcomes (marker details by seq) the replayed task recorded."""
+        payloads = self.converter.payload_converter
+        return {payloads.from_payload(details["seq"][0]): details for details in self._recorded_markers(LOCAL_ACTIVITY_MARKER)}
+
+    def _recorded_markers(self, marker_name: str) -> list[dict[str, list[Record]]]:
+        """Details of the markers named so that the replayed task recorded: the events after its
+        WorkflowTaskCompleted, up to the next workflow task."""
+        found = []
         for event in self._upcoming:
             kind, attrs = event["attributes"]
             if kind in ("WorkflowTaskScheduled", "WorkflowTaskStarted"):
                 break
-            if kind == "MarkerRecorded" and attrs["marker_name"] == LOCAL_ACTIVITY_MARKER:
-                found[self.converter.payload_converter.from_payload(attrs["details"]["seq"][0])] = attrs["details"]
+            if kind == "MarkerRecorded" and attrs["marker_name"] == marker_name:
+                found.append(attrs["details"])
         return found
 
     def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
@@ -507,7 +494,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         """Whether code after this patch runs: always when running live (a marker records it); on
         replay, only if the task being replayed recorded the marker. Memoized per run."""
         if patch_id not in self._patches:
-            use_patch = not self._replaying or patch_id in self._upcoming_patch_markers()
+            use_patch = not self._replaying or patch_id in self._recorded_patch_ids()
             self._patches[patch_id] = use_patch
             if use_patch:
                 payloads = self.converter.payload_converter
@@ -515,16 +502,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self._issue(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details}), None)
         return self._patches[patch_id]
 
-    def _upcoming_patch_markers(self) -> set[str]:
-        """Patch ids of the markers the replayed task recorded (the events after its WorkflowTaskCompleted)."""
-        found = set()
-        for event in self._upcoming:
-            kind, attrs = event["attributes"]
-            if kind in ("WorkflowTaskScheduled", "WorkflowTaskStarted"):
-                break
-            if kind == "MarkerRecorded" and attrs["marker_name"] == PATCH_MARKER:
-                found.add(self.converter.payload_converter.from_payload(attrs["details"]["patch_id"][0]))
-        return found
+    def _recorded_patch_ids(self) -> set[str]:
+        payloads = self.converter.payload_converter
+        return {payloads.from_payload(details["patch_id"][0]) for details in self._recorded_markers(PATCH_MARKER)}
 
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}

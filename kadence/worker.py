@@ -25,7 +25,6 @@ from confluent_kafka import Message
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
 from kadence._workflow_instance import (
-    CLOSE_COMMANDS,
     CacheInvalid,
     LocalActivity,
     WorkflowDefinition,
@@ -39,6 +38,7 @@ from kadence.common import retry_backoff_ms
 from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec, task_codec
+from kadence.protocol.events import CLOSE_COMMANDS
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
 

@@ -19,6 +19,26 @@ CLOSE_STATUS = {
 # IN_PROGRESS only ends an attempt).
 ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
 
+# The commands of a completed workflow task that close the run, and the event each one records.
+CLOSE_COMMANDS = {
+    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
+    "FailWorkflowExecution": "WorkflowExecutionFailed",
+    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
+    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
+}
+
+# The event each command of a completed workflow task records (the SDK matches them on replay).
+EVENT_FOR_COMMAND = {
+    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
+    "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
+    "RecordMarker": "MarkerRecorded", "StartChildWorkflowExecution": "StartChildWorkflowExecutionInitiated",
+    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted", "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
+    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
+    "SignalExternalWorkflowExecution": "SignalExternalWorkflowExecutionInitiated",
+    "RequestCancelExternalWorkflowExecution": "RequestCancelExternalWorkflowExecutionInitiated",
+    **CLOSE_COMMANDS,
+}
+
 # The event in a parent's history that tells how a child ended, by the child's close status.
 CHILD_RESULT_FOR_STATUS = {
     "Completed": "ChildWorkflowExecutionCompleted",

@@ -18,7 +18,15 @@ from typing import Any
 
 from kadence.common import DEFAULT_INITIAL_INTERVAL_MS, retry_backoff_ms
 from kadence.protocol.codec import command_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, failure_record
+from kadence.protocol.events import (
+    ACTIVITY_RESULTS,
+    CHILD_RESULT_FOR_STATUS,
+    CHILD_RESULTS,
+    CLOSE_COMMANDS,
+    CLOSE_STATUS,
+    EVENT_FOR_COMMAND,
+    failure_record,
+)
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
@@ -473,12 +481,6 @@ def decide_signal_with_start(
 _CURRENT_RUN_COMMANDS = {
     "SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "UpdateWorkflowExecution",
 }
-_CLOSE_COMMANDS = {
-    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
-    "FailWorkflowExecution": "WorkflowExecutionFailed",
-    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
-    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
-}
 
 
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
@@ -532,7 +534,7 @@ def _workflow_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
 def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     wt = _started_workflow_task(ex, cmd["scheduled_event_id"], identity)
     t = Transition(ex, now_ms)
-    closes = any(kind in _CLOSE_COMMANDS for kind, _ in cmd["commands"])
+    closes = any(kind in CLOSE_COMMANDS for kind, _ in cmd["commands"])
     if closes and ex.buffered:
         # New events arrived while the task ran: the workflow must see them before it may close.
         _fail_workflow_task(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
@@ -556,12 +558,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
             })
         elif kind == "RequestCancelActivityTask":
             _request_cancel_activity(t, attrs["scheduled_event_id"], completed_id)
-        elif kind in ("UpsertWorkflowSearchAttributes", "RecordMarker"):
-            t.add(_EVENT_FOR_COMMAND.get(kind, kind), {**attrs, "workflow_task_completed_event_id": completed_id})
-        elif kind in _UPDATE_EVENT_FOR_COMMAND:
-            t.add(_UPDATE_EVENT_FOR_COMMAND[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
-        elif kind in ("SignalExternalWorkflowExecution", "RequestCancelExternalWorkflowExecution"):
-            t.add(f"{kind}Initiated", {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind in _RECORDED_AS_GIVEN:
+            t.add(EVENT_FOR_COMMAND[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
         elif kind == "StartChildWorkflowExecution":
             t.add("StartChildWorkflowExecutionInitiated", {
                 "workflow_id": attrs["workflow_id"], "workflow_type": attrs["workflow_type"],
@@ -581,8 +579,8 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
         elif kind == "ContinueAsNewWorkflowExecution":
             _continue_as_new(t, attrs, completed_id, identity)
             return t
-        elif kind in _CLOSE_COMMANDS:
-            t.add(_CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
+        elif kind in CLOSE_COMMANDS:
+            t.add(CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
             return t
     if ex.buffered:
         t.flush_buffered()
@@ -590,11 +588,10 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
     return t
 
 
-_EVENT_FOR_COMMAND = {"RecordMarker": "MarkerRecorded"}
-_UPDATE_EVENT_FOR_COMMAND = {
-    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted",
-    "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
-    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
+# Commands whose event carries their attributes as they are (plus the completing task's event id).
+_RECORDED_AS_GIVEN = {
+    "UpsertWorkflowSearchAttributes", "RecordMarker", "AcceptWorkflowUpdate", "RejectWorkflowUpdate", "CompleteWorkflowUpdate",
+    "SignalExternalWorkflowExecution", "RequestCancelExternalWorkflowExecution",
 }
 # The state an update must be in for each command, and the state it leaves (None: ended).
 _UPDATE_TRANSITIONS = {
