@@ -358,14 +358,15 @@ class WorkflowHandle:
             "run_id": self.run_id or "", "update_id": update_id, "name": name, "request_id": f"admit/{self.id}/{update_id}",
             "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
         }, f"admit/{self.id}/{update_id}")
-        if await read_model.update_outcome(update_request_id(self.id, update_id)) is None:  # not finished by an earlier send
+        outcome = await read_model.update_outcome(update_request_id(self.id, update_id))  # finished by an earlier send?
+        if outcome is None:
             closed = asyncio.ensure_future(self.client._closed_execution(self.id, run_id))
             await asyncio.wait([finished, closed], return_when=asyncio.FIRST_COMPLETED)
             closed.cancel()
             if not finished.done():
                 raise WorkflowUpdateFailedError(f"workflow {self.id} closed before update {name!r} ({update_id}) completed")
-        outcome = await read_model.update_outcome(update_request_id(self.id, update_id))
-        assert outcome is not None
+            outcome = await read_model.update_outcome(update_request_id(self.id, update_id))
+            assert outcome is not None
         result, failure = outcome
         if failure is not None:
             recorded = codec("Failure").decode(failure)
