@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec, task_codec
-from kadence.protocol.kafka import base_config, offsets_for_time, read_to_end, topic_partitions
+from kadence.protocol.kafka import base_config, offsets_for_time, read_to_end
 from kadence.protocol.settings import KafkaSettings
 
 POLLER_WINDOW_S = 30
@@ -60,7 +60,7 @@ def describe_task_queue(settings: KafkaSettings, task_queue: str) -> TaskQueueDe
     for kind in get_args(topics.TaskKind):
         topic = topics.task_queue_topic(task_queue, kind)
         if topic in existing:
-            described.kinds.append(_kind(settings, task_queue, kind, topic, now_ms))
+            described.kinds.append(_kind(settings, task_queue, kind, topic, len(existing[topic].partitions), now_ms))
     return described
 
 
@@ -81,8 +81,7 @@ def _pollers(settings: KafkaSettings, task_queue: str, now_ms: int) -> list[Poll
     ]
 
 
-def _kind(settings: KafkaSettings, task_queue: str, kind: topics.TaskKind, topic: str, now_ms: int) -> TaskQueueKind:
-    partitions = topic_partitions(settings, topic)
+def _kind(settings: KafkaSettings, task_queue: str, kind: topics.TaskKind, topic: str, partitions: int, now_ms: int) -> TaskQueueKind:
     committed = _committed_offsets(settings, topics.worker_group(task_queue, kind), topic, partitions)
     recent = offsets_for_time(settings, topic, list(range(partitions)), now_ms - RATE_WINDOW_S * 1000)
     start = {p: min(committed.get(p, 0), recent.get(p, committed.get(p, 0))) for p in range(partitions)}
