@@ -1,12 +1,17 @@
 """The seed's order workflow: charge the payment (10 s start-to-close, at most 3 attempts), then
 ship the order, or compensate when the payment failed for good.
 
-Run it against a local stack: `kadence dev --run "python examples/order.py"`.
+Run it against a local stack: `kadence dev --run "python examples/order.py"`. With the argument
+`worker` it only runs the worker, until SIGTERM: the example worker Deployment in deploy/ runs
+`python -m examples.order worker`, and the start Job starts orders with `kadence workflow start`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,6 +21,8 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import RetryPolicy
 from kadence.exceptions import ActivityError
+from kadence.protocol.logs import configure_logging
+from kadence.protocol.observability import serve
 from kadence.worker import Worker
 
 TASK_QUEUE = "orders"
@@ -63,14 +70,35 @@ class OrderWorkflow:
         return await workflow.execute_activity(cancel_order, order, start_to_close_timeout=timedelta(seconds=10))
 
 
+def order_worker(client: Client) -> Worker:
+    return Worker(client, task_queue=TASK_QUEUE, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order])
+
+
+async def run_worker() -> None:
+    """The worker alone until SIGTERM, with /healthz, /readyz and /metrics on KADENCE_HTTP_PORT."""
+    client = await Client.connect()
+    worker = order_worker(client)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: asyncio.ensure_future(worker.shutdown()))
+    endpoints = await serve("order-worker", worker.readiness_problems)
+    try:
+        await worker.run()
+    finally:
+        if endpoints is not None:
+            await endpoints.cleanup()
+        await client.close()
+
+
 async def main() -> None:
     client = await Client.connect()
     order_id = os.environ.get("ORDER_ID", f"order-{os.getpid()}")
-    async with Worker(client, task_queue=TASK_QUEUE, workflows=[OrderWorkflow], activities=[process_payment, ship_order, cancel_order]):
+    async with order_worker(client):
         result = await client.execute_workflow(OrderWorkflow.run, Order(order_id, 99.99), id=order_id, task_queue=TASK_QUEUE)
         print(f"workflow {order_id} result: {result}")
     await client.close()
 
 
 if __name__ == "__main__":
-    uvloop.run(main())
+    configure_logging("order-worker")
+    uvloop.run(run_worker() if sys.argv[1:] == ["worker"] else main())

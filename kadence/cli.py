@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from kadence.cli_workflow import workflow_group
+from kadence.local_stack import SERVICES
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
@@ -58,6 +59,16 @@ def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None
         click.echo("stopping the local stack ...", err=True)
         stack.stop()
     sys.exit(code)
+
+
+@main.command()
+@click.argument("service", type=click.Choice(SERVICES))
+def serve(service: str) -> None:
+    """Run one service instance in this process (the container image's entrypoint): the same as
+    `python -m services.SERVICE`, with the settings from the KADENCE_* variables."""
+    import runpy
+
+    runpy.run_module(f"services.{service}", run_name="__main__", alter_sys=True)
 
 
 @main.group("topics")

@@ -123,6 +123,11 @@ class Worker:
             with contextlib.suppress(TimeoutError):  # every few seconds, and at once when the assignment changes
                 await asyncio.wait_for(self._assignment_changed.wait(), POLLER_HEARTBEAT_S)
 
+    async def readiness_problems(self) -> list[str]:
+        """Why this worker is not ready yet (empty once it polls partitions of every task kind):
+        what a worker's /readyz reports."""
+        return [] if self.ready.is_set() else [f"task queue {self.task_queue!r}: partitions not assigned yet"]
+
     async def shutdown(self) -> None:
         self._stop.set()
         if self._running is not None:

@@ -12,6 +12,9 @@ from kadence.local_stack import SERVICES, LocalStack
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
 
+# Services on confluent-kafka consumers also report their lag per partition of the topic they
+# follow (matching's faust consumer does not).
+LAGGING = {"history": "kadence.commands", "timer": "kadence.history", "visibility": "kadence.history"}
 METRICS = {
     "history": ["kadence_history_commands_total", "kadence_history_batches_written_total", "kadence_history_recovery_seconds"],
     "matching": ["kadence_matching_tasks_routed_total"],
@@ -35,8 +38,15 @@ async def test_each_service_is_healthy_ready_and_counts_its_work(stack: LocalSta
                         break
                 await asyncio.sleep(0.1)
             assert ready.status == 200, f"{service}: {await ready.text()}"
-            async with http.get(f"{base}/metrics") as scraped:
-                text = await scraped.text()
+            for _ in range(100):  # librdkafka reports statistics every 5 s
+                async with http.get(f"{base}/metrics") as scraped:
+                    text = await scraped.text()
+                if service not in LAGGING or "kadence_consumer_lag{" in text:
+                    break
+                await asyncio.sleep(0.1)
+            if service in LAGGING:
+                lag = [line for line in text.splitlines() if line.startswith("kadence_consumer_lag{")]
+                assert lag and all(f'topic="{LAGGING[service]}"' in line for line in lag), f"{service}: {lag}"
             for metric in METRICS[service]:
                 samples = [line for line in text.splitlines() if line.startswith(metric) and not line.endswith(" 0.0")]
                 assert samples, f"{service} has no {metric} samples above zero"

@@ -7,6 +7,8 @@ security pass-through and local-broker workarounds live in one module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -15,10 +17,16 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client import Gauge
 
 from kadence.protocol.settings import KafkaSettings
+from kadence.protocol.topics import retention_ms
 
 log = logging.getLogger("kadence.kafka")
+
+CONSUMER_LAG = Gauge(
+    "kadence_consumer_lag", "Records between a consumer's position and the partition end it last fetched", ["group", "topic", "partition"],
+)
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -68,15 +76,35 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
 
 
 def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
-    return Consumer(consumer_config(settings, group_id, **overrides))
+    return Consumer(consumer_config(
+        settings, group_id, **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(group_id), **overrides},
+    ))
+
+
+def _lag_recorder(group_id: str) -> Callable[[str], None]:
+    """librdkafka's statistics callback, as the consumer lag gauge: per partition, the partition end
+    the last fetch saw (hi_offset) minus the position handed to the application (app_offset).
+    Both come from fetches, not ListOffsets, so they are right on the local broker too."""
+    def record(stats_json: str) -> None:
+        for topic, topic_stats in json.loads(stats_json).get("topics", {}).items():
+            for partition, stats in topic_stats.get("partitions", {}).items():
+                labels = (group_id, topic, partition)
+                if partition != "-1" and stats.get("fetch_state") == "active" and min(stats["hi_offset"], stats["app_offset"]) >= 0:
+                    CONSUMER_LAG.labels(*labels).set(stats["hi_offset"] - stats["app_offset"])
+                elif partition != "-1":
+                    with contextlib.suppress(KeyError):
+                        CONSUMER_LAG.remove(*labels)
+    return record
 
 
 def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: float = 30.0) -> None:
-    """Create the topics that do not exist yet (name -> partitions). Services never rely on auto-creation."""
+    """Create the topics that do not exist yet (name -> partitions), with their retention.
+    Services never rely on auto-creation."""
     admin = AdminClient(base_config(settings))
     existing = admin.list_topics(timeout=timeout).topics
     missing = [
-        NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor)
+        NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor,
+                 config={"retention.ms": str(retention_ms(name))})
         for name, partitions in topics.items()
         if name not in existing
     ]

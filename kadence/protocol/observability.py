@@ -9,6 +9,7 @@ loop keeps up to date.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import psycopg
@@ -55,8 +56,9 @@ class Readiness:
 READINESS = Readiness()
 
 
-async def serve(service: str) -> web.AppRunner | None:
-    """Start the endpoints on KADENCE_HTTP_PORT; None when the port is 0."""
+async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = READINESS.problems) -> web.AppRunner | None:
+    """Start the endpoints on KADENCE_HTTP_PORT; None when the port is 0. `problems` says why the
+    process is not ready (a worker passes its own: it has no single partition set)."""
     port = env_int("KADENCE_HTTP_PORT", 0)
     if not port:
         return None
@@ -65,8 +67,8 @@ async def serve(service: str) -> web.AppRunner | None:
         return web.Response(text="ok\n")
 
     async def readyz(request: web.Request) -> web.Response:
-        problems = await READINESS.problems()
-        return web.Response(status=503 if problems else 200, text="\n".join(problems or ["ready"]) + "\n")
+        found = await problems()
+        return web.Response(status=503 if found else 200, text="\n".join(found or ["ready"]) + "\n")
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

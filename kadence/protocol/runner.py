@@ -1,15 +1,31 @@
-"""Running a service process: uvloop, structured logs, SIGTERM/SIGINT as a clean stop."""
+"""Running a service process: uvloop, structured logs, SIGTERM/SIGINT as a clean stop, and a
+one-line refusal (exit code 2) when a setting is missing or malformed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvloop
 
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
+from kadence.protocol.settings import SettingError
+
+SETTING_ERROR_EXIT_CODE = 2
+
+
+@contextlib.contextmanager
+def refusing_bad_settings(name: str) -> Iterator[None]:
+    """A SettingError ends the process with its message (which says the fix), not a traceback."""
+    try:
+        yield
+    except SettingError as exc:
+        logging.getLogger(f"kadence.{name}").error("event=bad_setting service=%s error=%s", name, exc)
+        raise SystemExit(SETTING_ERROR_EXIT_CODE) from None
 
 
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
@@ -27,4 +43,5 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
             if endpoints is not None:
                 await endpoints.cleanup()
 
-    uvloop.run(runner())
+    with refusing_bad_settings(name):
+        uvloop.run(runner())

@@ -12,6 +12,23 @@ REPLIES = "kadence.replies"  # answers to queries, read by the client that asked
 
 TaskKind = Literal["workflow", "activity"]
 
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+# retention.ms of each topic. History is the source of truth and is kept forever; commands only
+# until history has read them (a week covers any outage); the rest are short-lived.
+RETENTION_MS = {
+    COMMANDS: 7 * _DAY_MS,
+    HISTORY: -1,
+    DLQ: 30 * _DAY_MS,
+    POLLERS: _HOUR_MS,
+    REPLIES: _HOUR_MS,
+}
+TASK_QUEUE_RETENTION_MS = 7 * _DAY_MS
+
+
+def retention_ms(topic: str) -> int:
+    return RETENTION_MS.get(topic, TASK_QUEUE_RETENTION_MS)
+
 
 def task_queue_topic(task_queue: str, kind: TaskKind) -> str:
     return f"kadence.tq.{task_queue}.{kind}"

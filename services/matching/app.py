@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -17,7 +19,9 @@ APP_ID = "kadence-matching"
 
 def create_app(settings: KafkaSettings) -> faust.App:
     app = faust.App(
-        APP_ID, store="memory://", web_enabled=False, topic_allow_declare=False,
+        # The memory store keeps nothing on disk; faust still wants a data directory, so it goes
+        # under TMPDIR rather than the working directory (read-only in the container image).
+        APP_ID, store="memory://", datadir=Path(tempfile.gettempdir()) / APP_ID, web_enabled=False, topic_allow_declare=False,
         stream_wait_empty=False, **faust_broker_settings(settings),
     )
     history = app.topic(topics.HISTORY, key_serializer="raw", value_serializer="raw")
