@@ -1,0 +1,178 @@
+"""deploy/: the base and each overlay, rendered as kustomize would, are valid against the
+Kubernetes schemas (kubernetes-validate), the operators' custom resources carry their required
+fields, and the pieces agree with each other and with the code (topics, ports, secrets, labels)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from kadence.local_stack import SERVICES
+from kadence.protocol import topics
+from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS
+from tests.kustomize import Resource, render
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+OVERLAYS = ["dev", "prod"]
+# The oldest Kubernetes minor still in upstream support when this was written, and the newest schemas.
+KUBERNETES_VERSIONS = ["1.32", kubernetes_validate.latest_version()]
+
+
+def rendered(overlay: str) -> list[Resource]:
+    return render(DEPLOY / "overlays" / overlay)
+
+
+def of_kind(resources: list[Resource], kind: str) -> list[Resource]:
+    return [resource for resource in resources if resource["kind"] == kind]
+
+
+def named(resources: list[Resource], kind: str, name: str) -> Resource:
+    [resource] = [r for r in of_kind(resources, kind) if r["metadata"]["name"] == name]
+    return resource
+
+
+def pod_specs(resources: list[Resource]) -> dict[str, dict[str, Any]]:
+    """Every pod template, by its owner's kind/name."""
+    specs = {}
+    for resource in resources:
+        spec = resource.get("spec", {})
+        if resource["kind"] in ("Deployment", "StatefulSet", "Job"):
+            specs[f"{resource['kind']}/{resource['metadata']['name']}"] = spec["template"]
+        elif resource["kind"] == "CronJob":
+            specs[f"CronJob/{resource['metadata']['name']}"] = spec["jobTemplate"]["spec"]["template"]
+    return specs
+
+
+def config(resources: list[Resource]) -> dict[str, str]:
+    return named(resources, "ConfigMap", "kadence-config")["data"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_resource_validates_against_its_schema(overlay: str) -> None:
+    resources = rendered(overlay)
+    for resource in resources:
+        where = f"{overlay}: {resource['kind']}/{resource['metadata']['name']}"
+        assert resource["metadata"].get("namespace") == "kadence" or resource["kind"] == "Namespace", where
+        schema = CUSTOM_RESOURCE_SCHEMAS.get((resource["apiVersion"], resource["kind"]))
+        if schema is not None:
+            jsonschema.validate(resource, schema)
+            continue
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(resource, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{where} is not a valid Kubernetes {version} resource: {exc.message} at {list(exc.path)}")
+
+
+def test_the_validators_catch_what_they_should() -> None:
+    """Guards against a validator that accepts everything (a typo'd field, a missing required one)."""
+    deployment = named(rendered("dev"), "Deployment", "kadence-history")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[0], strict=True)
+    topic = named(rendered("dev"), "KafkaTopic", "kadence-history")
+    del topic["spec"]["partitions"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(topic, CUSTOM_RESOURCE_SCHEMAS[(topic["apiVersion"], "KafkaTopic")])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_topics_match_the_code(overlay: str) -> None:
+    resources = rendered(overlay)
+    settings = config(resources)
+    declared = {topic["spec"]["topicName"]: topic["spec"] for topic in of_kind(resources, "KafkaTopic")}
+    assert set(topics.RETENTION_MS) <= set(declared), "every topic the services create is declared"
+    partitions = int(settings["KADENCE_PARTITIONS"])
+    # Command partition p is answered on history partition p: the counts must be equal.
+    assert declared[topics.COMMANDS]["partitions"] == declared[topics.HISTORY]["partitions"] == partitions
+    assert declared[topics.HISTORY]["config"]["retention.ms"] == -1
+    brokers = sum(pool["spec"]["replicas"] for pool in of_kind(resources, "KafkaNodePool") if "broker" in pool["spec"]["roles"])
+    for name, spec in declared.items():
+        assert spec["config"]["retention.ms"] == topics.retention_ms(name), name
+        assert spec["replicas"] == int(settings["KADENCE_REPLICATION_FACTOR"]) <= brokers, name
+        assert spec["config"]["min.insync.replicas"] == max(1, spec["replicas"] - 1), name
+        if name.startswith("kadence.tq."):
+            assert spec["partitions"] == int(settings["KADENCE_TASK_QUEUE_PARTITIONS"]), name
+    if overlay == "prod":
+        assert {spec["replicas"] for spec in declared.values()} == {3}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
+    resources = rendered(overlay)
+    port = int(config(resources)["KADENCE_HTTP_PORT"])
+    deployments = {d["metadata"]["name"]: d for d in of_kind(resources, "Deployment")}
+    assert set(deployments) == {f"kadence-{service}" for service in SERVICES} | {"kadence-order-worker"}
+    budgets = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in of_kind(resources, "PodDisruptionBudget")}
+    services = {s["spec"]["selector"]["app.kubernetes.io/name"]: s for s in of_kind(resources, "Service")}
+    [monitor] = of_kind(resources, "ServiceMonitor")
+    for name, deployment in deployments.items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert {"name": "http", "containerPort": port} in container["ports"], name
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}, name
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}, name
+        assert {"cpu", "memory"} <= set(container["resources"]["requests"]) and {"cpu", "memory"} <= set(container["resources"]["limits"])
+        assert name in budgets, f"{name} has no PodDisruptionBudget"
+        labels = services[name]["metadata"]["labels"]
+        assert all(labels.get(key) == value for key, value in monitor["spec"]["selector"]["matchLabels"].items()), name
+        assert [p["name"] for p in services[name]["spec"]["ports"]] == [monitor["spec"]["endpoints"][0]["port"]], name
+    partitions = int(config(resources)["KADENCE_PARTITIONS"])
+    scaled = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(resources, "HorizontalPodAutoscaler")}
+    assert set(scaled) == {"kadence-matching", "kadence-order-worker"}
+    assert all(spec["maxReplicas"] <= partitions for spec in scaled.values()), "instances beyond the partition count idle"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pods_run_unprivileged_and_reach_only_what_they_are_labelled_for(overlay: str) -> None:
+    resources = rendered(overlay)
+    [listener] = named(resources, "Kafka", "kadence")["spec"]["kafka"]["listeners"]
+    kafka_peers = listener["networkPolicyPeers"][0]["podSelector"]["matchLabels"]
+    [postgres_policy] = [p for p in of_kind(resources, "NetworkPolicy") if p["metadata"]["name"] == "kadence-postgres-clients"]
+    postgres_peers = postgres_policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    postgres_pod_labels = [named(resources, "Cluster", "kadence-postgres")["spec"]["inheritedMetadata"]["labels"]] if overlay == "prod" \
+        else [named(resources, "StatefulSet", "kadence-postgres")["spec"]["template"]["metadata"]["labels"]]
+    postgres_selector = postgres_policy["spec"]["podSelector"]["matchLabels"]
+    assert all(labels.get(k) == v for labels in postgres_pod_labels for k, v in postgres_selector.items()), "the policy selects Postgres"
+    secrets = {s["metadata"]["name"] for s in of_kind(resources, "Secret")} | generated_secrets(resources)
+    for owner, template in pod_specs(resources).items():
+        pod = template["spec"]
+        labels = template["metadata"]["labels"]
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0, owner
+        for volume in pod.get("volumes", []):
+            assert volume.get("secret", {}).get("secretName", next(iter(secrets))) in secrets, f"{owner}: no Secret for {volume}"
+        for container in pod["containers"]:
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False, owner
+            assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], owner
+            env = {e["name"]: e for e in container.get("env", [])}
+            for variable in env.values():
+                reference = variable.get("valueFrom", {}).get("secretKeyRef")
+                assert reference is None or reference["name"] in secrets, f"{owner}: no Secret {reference}"
+            if labels.get("app.kubernetes.io/part-of") != "kadence" or owner.endswith("kadence-postgres"):
+                continue
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, owner
+            # A pod with Kafka or Postgres settings must carry the label the NetworkPolicy admits.
+            assert all(labels.get(k) == v for k, v in kafka_peers.items()), f"{owner} cannot reach Kafka"
+            assert ("KADENCE_POSTGRES_DSN" in env) == all(labels.get(k) == v for k, v in postgres_peers.items()), owner
+            assert "KADENCE_KAFKA_SASL_PASSWORD" in env, owner
+            assert {"configMapRef": {"name": "kadence-config"}} in container["envFrom"], owner
+
+
+def generated_secrets(resources: list[Resource]) -> set[str]:
+    """Secrets the operators create from the custom resources present."""
+    return {secret for resource in resources for secret in GENERATED_SECRETS.get(resource["kind"], lambda r: [])(resource)}
+
+
+def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
+    resources = rendered("prod")
+    [job] = of_kind(resources, "Job")
+    [audit] = of_kind(resources, "CronJob")
+    job_container = job["spec"]["template"]["spec"]["containers"][0]
+    assert job_container["args"][:2] == ["workflow", "start"] and "--type=OrderWorkflow" in job_container["args"]
+    audit_job = audit["spec"]["jobTemplate"]["spec"]
+    assert audit_job["template"]["spec"]["containers"][0]["args"] == ["audit", "replay"]
+    assert audit_job["backoffLimit"] == 0, "a violation fails the Job at once, it is not retried into silence"
+    assert audit["spec"]["concurrencyPolicy"] == "Forbid"
