@@ -90,6 +90,44 @@ def topics_create(as_json: bool) -> None:
             click.echo(f"{name}\t{partitions} partitions")
 
 
+@main.group("schemas")
+def schemas_group() -> None:
+    """The record schemas and their versions (docs/operations.md, "Upgrading")."""
+
+
+@schemas_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def schemas_list(as_json: bool) -> None:
+    """Each Kafka record's schema fingerprint in this build, the versions it reads, and the one it
+    writes (a different one when KADENCE_SCHEMA_PIN pins it)."""
+    from kadence.protocol.codec import KAFKA_RECORDS, codec
+
+    rows = {name: {"current": codec(name).current_fingerprint, "writes": codec(name).fingerprint,
+                   "reads": sorted({codec(name).current_fingerprint, *codec(name).versions})} for name in KAFKA_RECORDS}
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for name, row in rows.items():
+        pinned = "" if row["writes"] == row["current"] else f" (pinned: writes {row['writes']})"
+        click.echo(f"{name:16} {row['current']}{pinned}  reads {', '.join(row['reads'])}")
+
+
+@schemas_group.command("archive")
+def schemas_archive() -> None:
+    """Add this build's version of each Kafka record to schemas/versions/ (run it after changing a
+    schema, and commit the new file: it keeps the old records readable by later builds)."""
+    from importlib import resources
+
+    from kadence.protocol.codec import archive_current_versions
+
+    with resources.as_file(resources.files("kadence.schemas").joinpath("versions")) as directory:
+        written = archive_current_versions(Path(directory))
+    for path in written:
+        click.echo(f"archived {path}")
+    if not written:
+        click.echo("every current version is archived already")
+
+
 @main.group("task-queue")
 def task_queue_group() -> None:
     """Task queues."""

@@ -1,12 +1,27 @@
-"""The Avro codec: round trips, garbage, and foreign schema fingerprints."""
+"""The Avro codec: round trips, garbage, foreign schema fingerprints, and schema versions."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kadence.protocol.codec import SCHEMA_HEADER, UndecodableRecord, codec, command_codec
+from kadence.protocol.codec import (
+    KAFKA_RECORDS,
+    SCHEMA_HEADER,
+    UndecodableRecord,
+    archived_versions,
+    build_codec,
+    codec,
+    command_codec,
+    fingerprint_of,
+    schema_pin,
+)
+from kadence.protocol.settings import SettingError
 
 payloads = st.builds(
     lambda meta, data: {"metadata": meta, "data": data},
@@ -56,3 +71,53 @@ def test_an_unknown_schema_fingerprint_is_rejected_with_the_fix() -> None:
 def test_a_missing_value_is_undecodable() -> None:
     with pytest.raises(UndecodableRecord, match="no value"):
         command_codec().decode(None)
+
+
+def test_this_builds_version_of_every_kafka_record_is_archived() -> None:
+    """A changed schema must be archived (`kadence schemas archive`) so the records it wrote stay
+    readable after the next change; the archived files must be what their names say."""
+    versions = archived_versions()
+    for name in KAFKA_RECORDS:
+        assert codec(name).current_fingerprint in versions.get(name, {}), f"{name} changed: run `kadence schemas archive` and commit"
+        for fingerprint, schema in versions[name].items():
+            assert fingerprint_of(schema) == fingerprint, f"schemas/versions/{name}.{fingerprint}.avsc was edited"
+
+
+def next_release_heartbeat_schema() -> dict:
+    """PollerHeartbeat as a later release might change it: a field added, with a default."""
+    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "PollerHeartbeat.avsc").read_text())
+    schema["fields"].append({"name": "build_id", "type": "string", "default": ""})
+    return fastavro.parse_schema(schema)
+
+
+HEARTBEAT = {"task_queue": "orders", "kind": "activity", "identity": "worker-1", "partitions": [0, 3], "sent_at_ms": 1_790_000_000_000}
+
+
+def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> None:
+    released = codec("PollerHeartbeat")
+    later = next_release_heartbeat_schema()
+    next_build = build_codec("PollerHeartbeat", later, {**released.versions, fingerprint_of(later): later}, pinned=set())
+    assert next_build.decode(released.encode(HEARTBEAT), released.headers()) == {**HEARTBEAT, "build_id": ""}
+
+
+def test_a_pinned_build_writes_what_the_earlier_release_reads() -> None:
+    """Mid-upgrade, the new build writes the old version (KADENCE_SCHEMA_PIN), so old readers still
+    decode everything; its own new field is dropped until the pin is lifted."""
+    released = codec("PollerHeartbeat")
+    later = next_release_heartbeat_schema()
+    pinned = build_codec("PollerHeartbeat", later, {**released.versions, fingerprint_of(later): later}, pinned={released.fingerprint})
+    record = {**HEARTBEAT, "build_id": "b7"}
+    assert pinned.headers() == released.headers()
+    assert released.decode(pinned.encode(record), pinned.headers()) == HEARTBEAT
+    assert pinned.decode(pinned.encode(record), pinned.headers()) == {**HEARTBEAT, "build_id": ""}
+
+
+def test_a_pin_this_build_does_not_know_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KADENCE_SCHEMA_PIN", "0123456789abcdef")
+    schema_pin.cache_clear()
+    try:
+        with pytest.raises(SettingError, match="KADENCE_SCHEMA_PIN names .*0123456789abcdef"):
+            schema_pin()
+    finally:
+        monkeypatch.delenv("KADENCE_SCHEMA_PIN")
+        schema_pin.cache_clear()

@@ -212,6 +212,22 @@ def test_only_the_latest_owner_of_a_partition_may_store_its_checkpoint(stack: Lo
         owner.close()
 
 
+def test_a_checkpoint_of_another_schema_version_is_skipped_for_the_log(stack: LocalStack) -> None:
+    """After an upgrade that changed the checkpoint's schema, recovery reads the log instead of
+    decoding a blob written with another schema."""
+    store = CheckpointStore(stack.postgres_dsn)
+    partition = 1002  # not a partition the running history service owns
+    try:
+        store.claim([partition])
+        assert store.save(PartitionState(partition), 5)
+        assert store.claim([partition])[partition].history_offset == 5
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE kadence_history_checkpoints SET schema_fingerprint = 'an-earlier-one' WHERE partition = %s", (partition,))
+        assert store.claim([partition])[partition] is None
+    finally:
+        store.close()
+
+
 async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: LocalStack, client: Client, task_queue: str) -> None:
     async def checkpoints_stored() -> int:
         async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:

@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 
 from kadence.local_stack import LocalStack
+from kadence.protocol.codec import KAFKA_RECORDS
 from kadence.protocol.runner import SETTING_ERROR_EXIT_CODE
 from tests.kustomize import render
 
@@ -113,12 +114,18 @@ def kadence(app: Path) -> list[str]:
 def test_the_installed_package_is_complete(image_layout: Path) -> None:
     site = image_layout / "site"
     assert (site / "kadence" / "schemas" / "Command.avsc").exists()
+    assert {path.name.split(".")[0] for path in (site / "kadence" / "schemas" / "versions").glob("*.avsc")} == set(KAFKA_RECORDS)
     assert {path.name for path in (site / "services").iterdir()} >= {"history", "matching", "timer", "visibility"}
     where = subprocess.run(
         [sys.executable, "-c", "import kadence, services, examples.order; print(kadence.__file__)"],
         cwd=image_layout, env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True,
     )
     assert where.stdout.startswith(str(site)), "the installed copy, not the checkout, is what runs"
+    listed = subprocess.run([*kadence(image_layout), "schemas", "list", "--json"], cwd=image_layout,
+                            env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+    versions = json.loads(listed.stdout)
+    assert set(versions) == set(KAFKA_RECORDS), "the archived schema versions are packaged"
+    assert all(row["current"] in row["reads"] and row["writes"] == row["current"] for row in versions.values())
 
 
 def test_a_service_refuses_a_missing_setting_in_one_line(stack: LocalStack, image_layout: Path) -> None:

@@ -2,20 +2,34 @@
 
 Records are plain dicts shaped like their `.avsc` schema. A union of records is written and
 read as a `(record_name, fields)` tuple, so the branch is always explicit.
+
+Kafka records carry the fingerprint of the schema they were written with, and every version of
+those schemas that a release ever wrote is kept in `schemas/versions/` (its parsing canonical
+form, named `<record>.<fingerprint>.avsc`): a record from any earlier release still decodes, by
+Avro schema resolution into this build's schema. During a rolling upgrade that changes a schema,
+KADENCE_SCHEMA_PIN makes the new build write the old version until no old reader is left
+(docs/operations.md, "Upgrading").
 """
 
 from __future__ import annotations
 
 import io
+import json
+import os
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import fastavro
 import fastavro.schema
 
+from kadence.protocol.settings import SettingError
+
 SCHEMA_HEADER = "kadence-schema"
+# The records that travel in Kafka with SCHEMA_HEADER, whose every released version is archived.
+KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "Task")
 
 
 class UndecodableRecord(ValueError):
@@ -25,12 +39,15 @@ class UndecodableRecord(ValueError):
 @dataclass(frozen=True)
 class RecordCodec:
     name: str
-    schema: Any
-    fingerprint: str
+    schema: Any  # this build's: what decoding yields
+    current_fingerprint: str
+    fingerprint: str  # what encode writes: this build's, or the version KADENCE_SCHEMA_PIN names
+    writer_schema: Any
+    versions: dict[str, Any]  # fingerprint -> every archived writer schema of this record
 
     def encode(self, record: dict[str, Any]) -> bytes:
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, self.schema, record)
+        fastavro.schemaless_writer(out, self.writer_schema, record)
         return out.getvalue()
 
     def decode(self, data: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> dict[str, Any]:
@@ -54,23 +71,81 @@ class RecordCodec:
         return [(SCHEMA_HEADER, self.fingerprint.encode())]
 
     def _writer_schema(self, headers: list[tuple[str, bytes]] | None) -> Any:
+        """The schema the record was written with: its header's version (none: this build's)."""
         for key, value in headers or ():
-            if key == SCHEMA_HEADER and value is not None and value.decode(errors="replace") != self.fingerprint:
-                raise UndecodableRecord(
-                    f"{self.name}: unknown schema fingerprint {value!r} (this build knows {self.fingerprint}); "
-                    "upgrade this service or produce with the schema in schemas/"
-                )
+            if key != SCHEMA_HEADER or value is None:
+                continue
+            fingerprint = value.decode(errors="replace")
+            if fingerprint == self.current_fingerprint:
+                return self.schema
+            if fingerprint in self.versions:
+                return self.versions[fingerprint]
+            known = sorted({self.current_fingerprint, *self.versions})
+            raise UndecodableRecord(
+                f"{self.name}: unknown schema fingerprint {value!r} (this build knows {known}); "
+                "upgrade this service or produce with the schema in schemas/"
+            )
         return self.schema
+
+
+def fingerprint_of(schema: Any) -> str:
+    return fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(schema), "CRC-64-AVRO")
+
+
+def build_codec(name: str, schema: Any, versions: dict[str, Any], pinned: set[str]) -> RecordCodec:
+    """A codec reading into `schema` from any of `versions`, writing the pinned version if one of
+    `pinned` is among them."""
+    current = fingerprint_of(schema)
+    pin = [fingerprint for fingerprint in pinned if fingerprint in versions and fingerprint != current]
+    writer = versions[pin[0]] if pin else schema
+    return RecordCodec(name, schema, current, pin[0] if pin else current, writer, versions)
 
 
 @cache
 def codec(name: str) -> RecordCodec:
     """The codec for the top-level schema `schemas/<name>.avsc`, parsed once per process."""
-    path = resources.files("kadence.schemas").joinpath(f"{name}.avsc")
-    with resources.as_file(path) as schema_path:
+    with resources.as_file(resources.files("kadence.schemas").joinpath(f"{name}.avsc")) as schema_path:
         schema = fastavro.schema.load_schema(str(schema_path))
-    fingerprint = fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(schema), "CRC-64-AVRO")
-    return RecordCodec(name=name, schema=schema, fingerprint=fingerprint)
+    return build_codec(name, schema, archived_versions().get(name, {}), schema_pin())
+
+
+@cache
+def archived_versions() -> dict[str, dict[str, Any]]:
+    """record name -> fingerprint -> parsed writer schema, from schemas/versions/."""
+    found: dict[str, dict[str, Any]] = {}
+    with resources.as_file(resources.files("kadence.schemas").joinpath("versions")) as directory:
+        for path in sorted(Path(directory).glob("*.avsc")):
+            name, fingerprint = path.stem.rsplit(".", 1)
+            found.setdefault(name, {})[fingerprint] = fastavro.parse_schema(json.loads(path.read_text()))
+    return found
+
+
+@cache
+def schema_pin() -> set[str]:
+    """KADENCE_SCHEMA_PIN: the archived versions to write (comma-separated fingerprints)."""
+    raw = os.environ.get("KADENCE_SCHEMA_PIN", "")
+    pinned = {part.strip() for part in raw.split(",") if part.strip()}
+    known = {fingerprint for versions in archived_versions().values() for fingerprint in versions}
+    unknown = pinned - known
+    if unknown:
+        raise SettingError(
+            f"KADENCE_SCHEMA_PIN names {sorted(unknown)}, which this build does not know; "
+            "give fingerprints from `kadence schemas list` (the previous release's current versions), or unset it"
+        )
+    return pinned
+
+
+def archive_current_versions(directory: Path) -> list[Path]:
+    """Write this build's version of each Kafka record into `directory` (schemas/versions), unless
+    it is already there: the step that keeps a changed schema's old records readable."""
+    written = []
+    for name in KAFKA_RECORDS:
+        record_codec = codec(name)
+        path = directory / f"{name}.{record_codec.current_fingerprint}.avsc"
+        if not path.exists():
+            path.write_text(fastavro.schema.to_parsing_canonical_form(record_codec.schema) + "\n")
+            written.append(path)
+    return written
 
 
 def command_codec() -> RecordCodec:

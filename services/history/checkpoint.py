@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from kadence.protocol.codec import codec
+from kadence.protocol.codec import RecordCodec, codec
 from services.history.recovery import PartitionState
 from services.history.state_machine import RUNNING, Execution, apply_heartbeat, closed_execution, evolve, execution_from_events
 
@@ -52,7 +52,14 @@ CHECKPOINT_DDL = [
         PRIMARY KEY (partition, workflow_id)
     )
     """,
+    # A checkpoint of another schema version (an upgrade changed PartitionCheckpoint) is skipped:
+    # recovery reads the log instead, which every version can.
+    "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS schema_fingerprint text NOT NULL DEFAULT ''",
 ]
+
+
+def checkpoint_codec() -> RecordCodec:
+    return codec("PartitionCheckpoint")
 
 
 @dataclass
@@ -63,7 +70,7 @@ class Checkpoint:
 
 def encode_state(state: PartitionState) -> bytes:
     """The running executions (closed runs go to their table)."""
-    return codec("PartitionCheckpoint").encode({"executions": [
+    return checkpoint_codec().encode({"executions": [
         {
             "workflow_id": ex.workflow_id, "run_id": ex.run_id, "workflow_type": ex.workflow_type,
             "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
@@ -76,7 +83,7 @@ def encode_state(state: PartitionState) -> bytes:
 
 def decode_state(partition: int, data: bytes, last_source_offset: int) -> PartitionState:
     state = PartitionState(partition)
-    for saved in codec("PartitionCheckpoint").decode(data)["executions"]:
+    for saved in checkpoint_codec().decode(data)["executions"]:
         state.executions[saved["workflow_id"]] = _restore(saved)
     for ex in state.executions.values():
         state.fence.next_event_id[ex.run_id] = ex.next_event_id
@@ -110,9 +117,13 @@ class CheckpointStore:
                     (partition,),
                 ).fetchone()[0]
                 row = conn.execute(
-                    "SELECT history_offset, last_source_offset, state FROM kadence_history_checkpoints WHERE partition = %s",
-                    (partition,),
+                    "SELECT history_offset, last_source_offset, state, schema_fingerprint FROM kadence_history_checkpoints "
+                    "WHERE partition = %s", (partition,),
                 ).fetchone()
+                if row is not None and row[3] != checkpoint_codec().current_fingerprint:
+                    log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
+                                partition, row[3], checkpoint_codec().current_fingerprint)
+                    row = None
                 loaded[partition] = None if row is None else Checkpoint(decode_state(partition, row[2], row[1]), row[0])
             return loaded
 
@@ -138,11 +149,11 @@ class CheckpointStore:
                     [(partition, ex.workflow_id, ex.run_id, ex.status, ex.start_request_id) for ex in closed],
                 )
             conn.execute(
-                "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
+                "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
                 "history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
-                "state = EXCLUDED.state, taken_at = now()",
-                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state)),
+                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, taken_at = now()",
+                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint),
             )
         state.evict(closed)
         return True
