@@ -128,6 +128,40 @@ def schemas_archive() -> None:
         click.echo("every current version is archived already")
 
 
+@main.group("dlq")
+def dlq_group() -> None:
+    """kadence.dlq: records a service could not apply."""
+
+
+@dlq_group.command("list")
+@click.option("--from-offset", type=int, default=0, show_default=True, help="Start at this offset of kadence.dlq.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, one object per line.")
+def dlq_list(from_offset: int, as_json: bool) -> None:
+    """Each dead letter: its offset, why it failed, where it came from, its key and size."""
+    from kadence.protocol.dead_letters import dead_letters
+
+    for letter in dead_letters(KafkaSettings.from_env(), from_offset):
+        row = letter.summary()
+        click.echo(json.dumps(row) if as_json else f"{row['offset']}\t{row['source']}\tkey={row['key']}\t{row['error']}")
+
+
+@dlq_group.command("replay")
+@click.option("--offset", "offsets", type=int, multiple=True, required=True, help="A dead letter's offset; repeat for more.")
+def dlq_replay(offsets: tuple[int, ...]) -> None:
+    """Produce these dead letters again, unchanged, to the topics they came from (after fixing what
+    made them fail). A record that fails again is dead-lettered again."""
+    from kadence.protocol.dead_letters import dead_letters, replay
+
+    settings = KafkaSettings.from_env()
+    chosen = [letter for letter in dead_letters(settings, min(offsets)) if letter.offset in set(offsets)]
+    missing = set(offsets) - {letter.offset for letter in chosen}
+    if missing:
+        raise click.UsageError(f"kadence.dlq has no records at offsets {sorted(missing)}")
+    replay(settings, chosen)
+    for letter in chosen:
+        click.echo(f"replayed {letter.offset} to {letter.source_topic}")
+
+
 @main.group("task-queue")
 def task_queue_group() -> None:
     """Task queues."""

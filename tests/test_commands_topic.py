@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -15,6 +16,7 @@ from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import partition_for_key, read_to_end
 from kadence.worker import Worker
+from tests.test_cli import kadence
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     garbage = b"\x00\xff this is not an Avro command " + uuid.uuid4().bytes
     partition = 1
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
-    producer.produce(topics.COMMANDS, garbage, b"garbage", partition=partition)
+    producer.produce(topics.COMMANDS, garbage, b"garbage", partition=partition, headers=[("kadence-trace", b"kept")])
     producer.flush(10)
 
     workflow_id = next(
@@ -53,3 +55,19 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     assert headers["kadence-source-topic"] == topics.COMMANDS.encode()
     assert headers["kadence-source-partition"] == str(partition).encode()
     assert b"Command" in headers["kadence-error"]
+    assert headers["kadence-trace"] == b"kept", "the record's own headers stay with it"
+
+    # Operators see it with `kadence dlq list`, and `kadence dlq replay` sends it back, unchanged,
+    # to where it came from; still garbage, it is dead-lettered again from its new offset.
+    [listed] = [json.loads(line) for line in kadence(stack, "dlq", "list", "--json").stdout.splitlines()
+                if json.loads(line)["offset"] == dead[0].offset()]
+    assert listed["source"] == f"{topics.COMMANDS}/{partition}@{headers['kadence-source-offset'].decode()}" and listed["key"] == "garbage"
+    assert "Command" in listed["error"] and listed["bytes"] == len(garbage)
+    replayed = kadence(stack, "dlq", "replay", "--offset", str(dead[0].offset()))
+    assert replayed.returncode == 0, replayed.stderr
+    # The partition moves past it again.
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        assert await client.execute_workflow(EchoWorkflow.run, "still", id=f"{workflow_id}-2", task_queue=task_queue) == "still"
+    again = [msg for msg in read_to_end(stack.settings, topics.DLQ, {0: 0}) if msg.value() == garbage]
+    assert len(again) == 2 and dict(again[1].headers())["kadence-source-offset"] != headers["kadence-source-offset"]
+    assert dict(again[1].headers())["kadence-trace"] == b"kept"

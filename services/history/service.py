@@ -12,6 +12,7 @@ from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
+from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.kafka import (
     consume_batches,
     core_topics,
@@ -313,13 +314,7 @@ class HistoryService:
     def _dead_letter(self, msg: Message, error: str) -> None:
         ERRORS.labels("dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
-        headers = [
-            ("kadence-error", error.encode()),
-            ("kadence-source-topic", msg.topic().encode()),
-            ("kadence-source-partition", str(msg.partition()).encode()),
-            ("kadence-source-offset", str(msg.offset()).encode()),
-        ]
-        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=headers, on_delivery=self._delivered)
+        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, error), on_delivery=self._delivered)
 
     def _forward(self, msg: Message, workflow_id: str, owner: int) -> None:
         log.warning(

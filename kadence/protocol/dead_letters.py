@@ -1,0 +1,72 @@
+"""kadence.dlq: the records a service could not apply, with why and where they came from.
+
+A dead letter keeps the record's key, value and headers, and adds the `kadence-*` headers below.
+Replaying one produces it again, as it was, to the topic it came from: the fix for records that
+failed for a reason since removed (say, a schema version the service did not know yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from kadence.protocol import topics
+from kadence.protocol.kafka import make_producer, read_to_end
+from kadence.protocol.settings import KafkaSettings
+
+ERROR_HEADER = "kadence-error"
+SOURCE_TOPIC_HEADER = "kadence-source-topic"
+SOURCE_PARTITION_HEADER = "kadence-source-partition"
+SOURCE_OFFSET_HEADER = "kadence-source-offset"
+DEAD_LETTER_HEADERS = (ERROR_HEADER, SOURCE_TOPIC_HEADER, SOURCE_PARTITION_HEADER, SOURCE_OFFSET_HEADER)
+
+
+def dead_letter_headers(source: Message, error: str) -> list[tuple[str, bytes]]:
+    """The source record's headers plus why and where from: what a service writes to kadence.dlq."""
+    return [*(source.headers() or []), (ERROR_HEADER, error.encode()), (SOURCE_TOPIC_HEADER, source.topic().encode()),
+            (SOURCE_PARTITION_HEADER, str(source.partition()).encode()), (SOURCE_OFFSET_HEADER, str(source.offset()).encode())]
+
+
+@dataclass
+class DeadLetter:
+    offset: int
+    error: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]  # the source record's own
+
+    @classmethod
+    def from_message(cls, msg: Message) -> "DeadLetter":
+        headers = msg.headers() or []
+        added = {key: value.decode(errors="replace") for key, value in headers if key in DEAD_LETTER_HEADERS}
+        return cls(
+            offset=msg.offset(), error=added.get(ERROR_HEADER, ""), source_topic=added.get(SOURCE_TOPIC_HEADER, ""),
+            source_partition=int(added.get(SOURCE_PARTITION_HEADER, -1)), source_offset=int(added.get(SOURCE_OFFSET_HEADER, -1)),
+            key=msg.key(), value=msg.value(), headers=[(k, v) for k, v in headers if k not in DEAD_LETTER_HEADERS],
+        )
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "offset": self.offset, "error": self.error, "source": f"{self.source_topic}/{self.source_partition}@{self.source_offset}",
+            "key": self.key.decode(errors="replace") if self.key is not None else None, "bytes": len(self.value or b""),
+        }
+
+
+def dead_letters(settings: KafkaSettings, from_offset: int = 0) -> list[DeadLetter]:
+    return [DeadLetter.from_message(msg) for msg in read_to_end(settings, topics.DLQ, {0: from_offset})]
+
+
+def replay(settings: KafkaSettings, letters: list[DeadLetter]) -> None:
+    """Produce each record again to its source topic, with its own key and headers."""
+    producer = make_producer(settings)
+    for letter in letters:
+        if not letter.source_topic:
+            raise ValueError(f"dead letter at offset {letter.offset} does not say where it came from; replay it by hand")
+        producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers)
+    remaining = producer.flush(30)
+    if remaining:
+        raise RuntimeError(f"{remaining} replayed records were not acknowledged within 30 s; list kadence.dlq and retry")
