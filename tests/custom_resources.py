@@ -98,9 +98,22 @@ KAFKA_TOPIC = resource(STRIMZI, "KafkaTopic", obj(
     closed=True,
 ), labels=IN_CLUSTER)
 
+ACL = obj(
+    {
+        "resource": obj({"type": enum("topic", "group", "cluster", "transactionalId")},
+                        {"name": STRING, "patternType": enum("literal", "prefix")}, closed=True),
+        "operations": {"type": "array", "minItems": 1, "items": enum(
+            "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction", "AlterConfigs", "DescribeConfigs",
+            "IdempotentWrite", "All",
+        )},
+    },
+    {"type": enum("allow", "deny"), "host": STRING},
+    closed=True,
+)
+
 KAFKA_USER = resource(STRIMZI, "KafkaUser", obj(
     {"authentication": obj({"type": enum("tls", "tls-external", "scram-sha-512")}, {"password": ANY}, closed=True)},
-    {"authorization": obj({"type": enum("simple"), "acls": {"type": "array"}}), "quotas": ANY, "template": ANY},
+    {"authorization": obj({"type": enum("simple"), "acls": {"type": "array", "items": ACL}}, closed=True), "quotas": ANY, "template": ANY},
     closed=True,
 ), labels=IN_CLUSTER)
 

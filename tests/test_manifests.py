@@ -13,6 +13,8 @@ import pytest
 
 from kadence.local_stack import SERVICES
 from kadence.protocol import topics
+from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
+from services.matching.app import APP_ID as MATCHING_APP
 from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS
 from tests.kustomize import Resource, render
 
@@ -176,3 +178,24 @@ def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
     assert audit_job["template"]["spec"]["containers"][0]["args"] == ["audit", "replay"]
     assert audit_job["backoffLimit"] == 0, "a violation fails the Job at once, it is not retried into silence"
     assert audit["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_kafka_user_may_use_every_topic_and_group_kadence_does() -> None:
+    resources = rendered("prod")
+    assert named(resources, "Kafka", "kadence")["spec"]["kafka"]["authorization"]["type"] == "simple"
+    acls = named(resources, "KafkaUser", "kadence")["spec"]["authorization"]["acls"]
+
+    def allowed(kind: str, name: str, operation: str) -> bool:
+        def matches(resource: dict[str, str]) -> bool:
+            return name.startswith(resource["name"]) if resource["patternType"] == "prefix" else name == resource["name"]
+
+        return any(acl["resource"]["type"] == kind and operation in acl["operations"] and matches(acl["resource"]) for acl in acls)
+
+    used_topics = [*topics.RETENTION_MS, topics.task_queue_topic("any-queue", "activity"), f"{MATCHING_APP}-__assignor-__leader"]
+    for topic in used_topics:
+        assert all(allowed("topic", topic, op) for op in ("Create", "Describe", "Read", "Write")), topic
+    groups = [HISTORY_GROUP, MATCHING_APP, topics.worker_group("any-queue", "workflow"), "kadence.visibility", "kadence.timer",
+              "kadence-replies", "kadence-reader"]
+    for group in groups:
+        assert allowed("group", group, "Read"), group
+    assert any(acl["resource"]["type"] == "cluster" and "IdempotentWrite" in acl["operations"] for acl in acls)

@@ -12,9 +12,8 @@ from kadence.local_stack import SERVICES, LocalStack
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
 
-# Services on confluent-kafka consumers also report their lag per partition of the topic they
-# follow (matching's faust consumer does not).
-LAGGING = {"history": "kadence.commands", "timer": "kadence.history", "visibility": "kadence.history"}
+# Each service reports its consumer lag per partition of the topic it follows.
+LAGGING = {"history": "kadence.commands", "matching": "kadence.history", "timer": "kadence.history", "visibility": "kadence.history"}
 METRICS = {
     "history": ["kadence_history_commands_total", "kadence_history_batches_written_total", "kadence_history_recovery_seconds"],
     "matching": ["kadence_matching_tasks_routed_total"],

@@ -9,7 +9,7 @@ from typing import Any
 import faust
 
 from kadence.protocol import topics
-from kadence.protocol.kafka import faust_broker_settings
+from kadence.protocol.kafka import CONSUMER_LAG, faust_broker_settings
 from kadence.protocol.observability import READINESS, serve
 from kadence.protocol.settings import KafkaSettings
 from services.matching.router import TaskRouter
@@ -51,5 +51,13 @@ def create_app(settings: KafkaSettings) -> faust.App:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
             await router.route(event.message.partition, event.value, headers)
+            record_lag(event.message.tp, event.message.offset)
+
+    def record_lag(tp: Any, offset: int) -> None:
+        """The consumer lag gauge the other services get from librdkafka: the end aiokafka's last
+        fetch saw (its highwater, from fetches) minus the position after this record."""
+        highwater = app.consumer.highwater(tp)
+        if highwater is not None and highwater >= 0:
+            CONSUMER_LAG.labels(APP_ID, tp.topic, str(tp.partition)).set(max(0, highwater - offset - 1))
 
     return app
