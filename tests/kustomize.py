@@ -1,9 +1,9 @@
 """Rendering deploy/'s kustomizations for the manifest tests, as `kubectl kustomize` would.
 
 There is no kustomize binary on PyPI, so this renders the subset of kustomize that deploy/ uses:
-`resources` (files and directories), `namespace`, `images`, and `patches` (a strategic-merge
-patch found by kind and name, or a JSON 6902 patch applied to every resource its `target`
-selects). Any other field is refused, so a kustomization that outgrows this renderer fails its
+`resources` (files and directories), `namespace`, `images`, and `patches` (a file holding one
+strategic-merge patch, found by kind and name, or a JSON 6902 patch applied to every resource its
+`target` selects). Any other field is refused, so a kustomization that outgrows this renderer fails its
 test instead of rendering wrong.
 """
 
@@ -55,13 +55,16 @@ def apply_patch(resources: list[Resource], path: Path, target: dict[str, str] | 
             for operation in operations:
                 json6902(resource, operation)
         return
-    for patch in load_documents(path):
-        matches = [resource for resource in resources if selects({"kind": patch["kind"], "name": patch["metadata"]["name"]}, resource)]
-        if len(matches) != 1:
-            raise ValueError(f"patch {path} for {patch['kind']}/{patch['metadata']['name']} matches {len(matches)} resources")
-        merged = strategic_merge(matches[0], patch)
-        matches[0].clear()
-        matches[0].update(merged)
+    patches = load_documents(path)
+    if len(patches) != 1:
+        raise ValueError(f"patch {path} holds {len(patches)} documents; give each strategic-merge patch a file of its own")
+    [patch] = patches
+    matches = [resource for resource in resources if selects({"kind": patch["kind"], "name": patch["metadata"]["name"]}, resource)]
+    if len(matches) != 1:
+        raise ValueError(f"patch {path} for {patch['kind']}/{patch['metadata']['name']} matches {len(matches)} resources")
+    merged = strategic_merge(matches[0], patch)
+    matches[0].clear()
+    matches[0].update(merged)
 
 
 def selects(target: dict[str, str], resource: Resource) -> bool:
