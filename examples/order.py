@@ -23,6 +23,7 @@ from kadence.common import RetryPolicy
 from kadence.exceptions import ActivityError
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
+from kadence.protocol.runner import refusing_bad_settings
 from kadence.worker import Worker
 
 TASK_QUEUE = "orders"
@@ -100,5 +101,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging("order-worker")
-    uvloop.run(run_worker() if sys.argv[1:] == ["worker"] else main())
+    with refusing_bad_settings("order-worker"):
+        configure_logging("order-worker")
+        uvloop.run(run_worker() if sys.argv[1:] == ["worker"] else main())

@@ -13,6 +13,7 @@ import pytest
 
 from kadence.local_stack import SERVICES
 from kadence.protocol import topics
+from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
 from services.matching.app import APP_ID as MATCHING_APP
 from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS
@@ -92,9 +93,11 @@ def test_topics_match_the_code(overlay: str) -> None:
     # Command partition p is answered on history partition p: the counts must be equal.
     assert declared[topics.COMMANDS]["partitions"] == declared[topics.HISTORY]["partitions"] == partitions
     assert declared[topics.HISTORY]["config"]["retention.ms"] == -1
+    broker_config = named(resources, "Kafka", "kadence")["spec"]["kafka"]["config"]
+    assert broker_config["message.max.bytes"] == broker_config["replica.fetch.max.bytes"] == MAX_RECORD_BYTES
     brokers = sum(pool["spec"]["replicas"] for pool in of_kind(resources, "KafkaNodePool") if "broker" in pool["spec"]["roles"])
     for name, spec in declared.items():
-        assert spec["config"]["retention.ms"] == topics.retention_ms(name), name
+        assert {key: str(spec["config"][key]) for key in topics.topic_config(name)} == topics.topic_config(name), name
         assert spec["replicas"] == int(settings["KADENCE_REPLICATION_FACTOR"]) <= brokers, name
         assert spec["config"]["min.insync.replicas"] == max(1, spec["replicas"] - 1), name
         if name.startswith("kadence.tq."):
@@ -144,6 +147,8 @@ def test_pods_run_unprivileged_and_reach_only_what_they_are_labelled_for(overlay
         pod = template["spec"]
         labels = template["metadata"]["labels"]
         assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0, owner
+        # Service links would hand every pod KADENCE_KAFKA_BOOTSTRAP_* variables for Strimzi's Service.
+        assert pod["enableServiceLinks"] is False, owner
         for volume in pod.get("volumes", []):
             assert volume.get("secret", {}).get("secretName", next(iter(secrets))) in secrets, f"{owner}: no Secret for {volume}"
         for container in pod["containers"]:

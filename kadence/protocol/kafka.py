@@ -19,8 +19,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import Gauge
 
+from kadence.protocol.limits import MAX_RECORD_BYTES
 from kadence.protocol.settings import KafkaSettings
-from kadence.protocol.topics import retention_ms
+from kadence.protocol.topics import topic_config
 
 log = logging.getLogger("kadence.kafka")
 
@@ -47,9 +48,7 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
         "batch.num.messages": 10000,
         "compression.type": "lz4",
         "partitioner": "murmur2_random",
-        # Kadence refuses payloads over 2 MB with a clear answer; records up to this size must
-        # reach it for that (on Apache Kafka, topics need max.message.bytes to match).
-        "message.max.bytes": 10 * 1024 * 1024,
+        "message.max.bytes": MAX_RECORD_BYTES,
         **overrides,
     }
 
@@ -98,13 +97,13 @@ def _lag_recorder(group_id: str) -> Callable[[str], None]:
 
 
 def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: float = 30.0) -> None:
-    """Create the topics that do not exist yet (name -> partitions), with their retention.
+    """Create the topics that do not exist yet (name -> partitions), with their settings.
     Services never rely on auto-creation."""
     admin = AdminClient(base_config(settings))
     existing = admin.list_topics(timeout=timeout).topics
     missing = [
         NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor,
-                 config={"retention.ms": str(retention_ms(name))})
+                 config=topic_config(name))
         for name, partitions in topics.items()
         if name not in existing
     ]
@@ -300,6 +299,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
         "broker_request_timeout": max(40.0, session_timeout * 2),
         "consumer_auto_offset_reset": "earliest",
         "producer_linger": settings.linger_ms / 1000,
+        "producer_max_request_size": MAX_RECORD_BYTES,
         "producer_acks": -1,
         "producer_compression_type": "lz4",
     }

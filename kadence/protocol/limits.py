@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
+# The largest Kafka record Kadence writes or reads: producers, topics (max.message.bytes) and
+# brokers must all allow it, so that a payload up to MAX_PAYLOAD_BYTES gets Kadence's own answer.
+MAX_RECORD_BYTES = 10 * 1024 * 1024
 WARN_PAYLOAD_BYTES = 256 * 1024
 MAX_ID_LENGTH = 1000
 MAX_PENDING_ACTIVITIES = 2000

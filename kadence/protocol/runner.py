@@ -10,6 +10,7 @@ import signal
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvloop
+from confluent_kafka import KafkaError, KafkaException
 
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
@@ -20,17 +21,24 @@ SETTING_ERROR_EXIT_CODE = 2
 
 @contextlib.contextmanager
 def refusing_bad_settings(name: str) -> Iterator[None]:
-    """A SettingError ends the process with its message (which says the fix), not a traceback."""
+    """A SettingError, or a KADENCE_KAFKA_* property librdkafka refuses, ends the process with one
+    line saying what to fix, not a traceback."""
     try:
         yield
     except SettingError as exc:
-        logging.getLogger(f"kadence.{name}").error("event=bad_setting service=%s error=%s", name, exc)
-        raise SystemExit(SETTING_ERROR_EXIT_CODE) from None
+        refuse(name, str(exc))
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError._INVALID_ARG:
+            raise
+        refuse(name, f"{exc.args[0].str()}: check the KADENCE_KAFKA_* variables (each becomes a librdkafka property)")
+
+
+def refuse(name: str, reason: str) -> None:
+    logging.getLogger(f"kadence.{name}").error("event=bad_setting service=%s error=%s", name, reason)
+    raise SystemExit(SETTING_ERROR_EXIT_CODE) from None
 
 
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    configure_logging(name)
-
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -44,4 +52,5 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
                 await endpoints.cleanup()
 
     with refusing_bad_settings(name):
+        configure_logging(name)
         uvloop.run(runner())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 
@@ -18,6 +19,12 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise SettingError(f"{name}={raw!r} is not an integer; set it to a whole number or unset it (default {default})") from None
+
+
+# Kubernetes' service links: a Service named kadence-kafka-bootstrap gives every pod
+# KADENCE_KAFKA_BOOTSTRAP_SERVICE_HOST, ..._PORT, ..._PORT_9093_TCP and so on. They are not
+# librdkafka properties (none ends so), so they are not passed through.
+SERVICE_LINK = re.compile(r"_(SERVICE_HOST|SERVICE_PORT(_\w+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$")
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ class KafkaSettings:
         passthrough = {
             key.removeprefix("KADENCE_KAFKA_").lower().replace("_", "."): value
             for key, value in os.environ.items()
-            if key.startswith("KADENCE_KAFKA_")
+            if key.startswith("KADENCE_KAFKA_") and not SERVICE_LINK.search(key)
         }
         return cls(
             bootstrap_servers=os.environ.get("KADENCE_BOOTSTRAP_SERVERS", cls.bootstrap_servers),

@@ -12,9 +12,9 @@ from kadence.protocol.settings import KafkaSettings
 from services.matching.app import create_app
 
 if __name__ == "__main__":
-    configure_logging("matching")
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     with refusing_bad_settings("matching"):
+        configure_logging("matching")
         settings = KafkaSettings.from_env()
         ensure_topics(settings, core_topics(settings))
         app = create_app(settings)
