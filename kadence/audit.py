@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
@@ -87,6 +87,8 @@ def audit_history(
         where = f"partition {msg.partition()} offset {msg.offset()}"
         try:
             batch = codec.decode(msg.value(), msg.headers())
+        except NewerSchemaVersion:
+            raise
         except UndecodableRecord as exc:
             report.violations.append(f"{where}: undecodable history record: {exc}")
             continue

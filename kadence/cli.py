@@ -114,8 +114,9 @@ def schemas_list(as_json: bool) -> None:
 
 @schemas_group.command("archive")
 def schemas_archive() -> None:
-    """Add this build's version of each Kafka record to schemas/versions/ (run it after changing a
-    schema, and commit the new file: it keeps the old records readable by later builds)."""
+    """Add this build's version of each Kafka record to schemas/versions/ (run it in a checkout,
+    installed with `pip install -e`, after changing a schema, and commit the new file: it keeps
+    the records written with it readable by later builds)."""
     from importlib import resources
 
     from kadence.protocol.codec import archive_current_versions

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import fastavro
 import pytest
 from hypothesis import given
@@ -13,12 +10,14 @@ from hypothesis import strategies as st
 from kadence.protocol.codec import (
     KAFKA_RECORDS,
     SCHEMA_HEADER,
+    RecordCodec,
     UndecodableRecord,
     archived_versions,
     build_codec,
     codec,
     command_codec,
     fingerprint_of,
+    portable,
     schema_pin,
 )
 from kadence.protocol.settings import SettingError
@@ -83,33 +82,53 @@ def test_this_builds_version_of_every_kafka_record_is_archived() -> None:
             assert fingerprint_of(schema) == fingerprint, f"schemas/versions/{name}.{fingerprint}.avsc was edited"
 
 
-def next_release_heartbeat_schema() -> dict:
-    """PollerHeartbeat as a later release might change it: a field added, with a default."""
-    schema = json.loads((Path(__file__).resolve().parents[1] / "schemas" / "PollerHeartbeat.avsc").read_text())
+def next_release(name: str) -> RecordCodec:
+    """This build's codec for `name` as a later release might change the schema: a field added,
+    with a default; it reads every archived version."""
+    schema = portable(codec(name).schema)
     schema["fields"].append({"name": "build_id", "type": "string", "default": ""})
-    return fastavro.parse_schema(schema)
+    later = fastavro.parse_schema(schema)
+    return build_codec(name, later, {**codec(name).versions, fingerprint_of(later): later}, pinned=set())
+
+
+def pinned(release: RecordCodec, fingerprint: str) -> RecordCodec:
+    return build_codec(release.name, release.schema, release.versions, pinned={fingerprint})
 
 
 HEARTBEAT = {"task_queue": "orders", "kind": "activity", "identity": "worker-1", "partitions": [0, 3], "sent_at_ms": 1_790_000_000_000}
+# `identity` is left to its default, as the SDK and services leave many fields.
+TASK_STARTED = {"workflow_id": "w", "command": ("RecordWorkflowTaskStarted", {"run_id": "r", "scheduled_event_id": 2})}
 
 
 def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> None:
     released = codec("PollerHeartbeat")
-    later = next_release_heartbeat_schema()
-    next_build = build_codec("PollerHeartbeat", later, {**released.versions, fingerprint_of(later): later}, pinned=set())
-    assert next_build.decode(released.encode(HEARTBEAT), released.headers()) == {**HEARTBEAT, "build_id": ""}
+    assert next_release("PollerHeartbeat").decode(released.encode(HEARTBEAT), released.headers()) == {**HEARTBEAT, "build_id": ""}
 
 
-def test_a_pinned_build_writes_what_the_earlier_release_reads() -> None:
+@pytest.mark.parametrize(("name", "record", "as_released"), [
+    ("PollerHeartbeat", HEARTBEAT, HEARTBEAT),
+    ("Command", TASK_STARTED, {**TASK_STARTED, "identity": ""}),
+])
+def test_a_pinned_build_writes_what_the_earlier_release_reads(name: str, record: dict, as_released: dict) -> None:
     """Mid-upgrade, the new build writes the old version (KADENCE_SCHEMA_PIN), so old readers still
-    decode everything; its own new field is dropped until the pin is lifted."""
-    released = codec("PollerHeartbeat")
-    later = next_release_heartbeat_schema()
-    pinned = build_codec("PollerHeartbeat", later, {**released.versions, fingerprint_of(later): later}, pinned={released.fingerprint})
-    record = {**HEARTBEAT, "build_id": "b7"}
-    assert pinned.headers() == released.headers()
-    assert released.decode(pinned.encode(record), pinned.headers()) == HEARTBEAT
-    assert pinned.decode(pinned.encode(record), pinned.headers()) == {**HEARTBEAT, "build_id": ""}
+    decode everything; its own new field is dropped until the pin is lifted, and fields left to
+    their defaults still encode."""
+    released = codec(name)
+    writer = pinned(next_release(name), released.fingerprint)
+    assert writer.headers() == released.headers()
+    assert released.decode(writer.encode({**record, "build_id": "b7"}), writer.headers()) == as_released
+    assert writer.decode(writer.encode(record), writer.headers()) == {**as_released, "build_id": ""}
+
+
+def test_two_pins_for_one_record_are_refused() -> None:
+    variants = []
+    for extra in ("a", "b"):
+        schema = portable(codec("Task").schema)
+        schema["fields"].append({"name": extra, "type": "string", "default": ""})
+        variants.append(fastavro.parse_schema(schema))
+    versions = {fingerprint_of(variant): variant for variant in variants}
+    with pytest.raises(SettingError, match="2 versions of Task"):
+        build_codec("Task", codec("Task").schema, versions, pinned=set(versions))
 
 
 def test_a_pin_this_build_does_not_know_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

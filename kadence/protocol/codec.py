@@ -4,8 +4,8 @@ Records are plain dicts shaped like their `.avsc` schema. A union of records is 
 read as a `(record_name, fields)` tuple, so the branch is always explicit.
 
 Kafka records carry the fingerprint of the schema they were written with, and every version of
-those schemas that a release ever wrote is kept in `schemas/versions/` (its parsing canonical
-form, named `<record>.<fingerprint>.avsc`): a record from any earlier release still decodes, by
+those schemas that a release ever wrote is kept in `schemas/versions/` (named
+`<record>.<fingerprint>.avsc`, the fingerprint of its parsing canonical form): a record from any earlier release still decodes, by
 Avro schema resolution into this build's schema. During a rolling upgrade that changes a schema,
 KADENCE_SCHEMA_PIN makes the new build write the old version until no old reader is left
 (docs/operations.md, "Upgrading").
@@ -34,6 +34,12 @@ KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "T
 
 class UndecodableRecord(ValueError):
     """The bytes are not a record of the expected schema."""
+
+
+class NewerSchemaVersion(UndecodableRecord):
+    """The record names a schema version this build does not know: most likely written by a newer
+    release. Not bad input, so a reader of kadence.history must stop rather than skip it (skipping
+    would lose what it says); the fix is to upgrade the reader, or to pin writers to the old version."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,7 @@ class RecordCodec:
             if fingerprint in self.versions:
                 return self.versions[fingerprint]
             known = sorted({self.current_fingerprint, *self.versions})
-            raise UndecodableRecord(
+            raise NewerSchemaVersion(
                 f"{self.name}: unknown schema fingerprint {value!r} (this build knows {known}); "
                 "upgrade this service or produce with the schema in schemas/"
             )
@@ -97,6 +103,8 @@ def build_codec(name: str, schema: Any, versions: dict[str, Any], pinned: set[st
     `pinned` is among them."""
     current = fingerprint_of(schema)
     pin = [fingerprint for fingerprint in pinned if fingerprint in versions and fingerprint != current]
+    if len(pin) > 1:
+        raise SettingError(f"KADENCE_SCHEMA_PIN names {len(pin)} versions of {name} ({', '.join(sorted(pin))}); give one")
     writer = versions[pin[0]] if pin else schema
     return RecordCodec(name, schema, current, pin[0] if pin else current, writer, versions)
 
@@ -135,6 +143,16 @@ def schema_pin() -> set[str]:
     return pinned
 
 
+def portable(schema: Any) -> Any:
+    """A parsed schema as plain Avro JSON: self-contained (each named type defined at its first
+    use), with the defaults a pinned writer needs, without docs or fastavro's own keys."""
+    if isinstance(schema, dict):
+        return {key: portable(value) for key, value in schema.items() if not key.startswith("__") and key != "doc"}
+    if isinstance(schema, list):
+        return [portable(value) for value in schema]
+    return schema
+
+
 def archive_current_versions(directory: Path) -> list[Path]:
     """Write this build's version of each Kafka record into `directory` (schemas/versions), unless
     it is already there: the step that keeps a changed schema's old records readable."""
@@ -143,7 +161,7 @@ def archive_current_versions(directory: Path) -> list[Path]:
         record_codec = codec(name)
         path = directory / f"{name}.{record_codec.current_fingerprint}.avsc"
         if not path.exists():
-            path.write_text(fastavro.schema.to_parsing_canonical_form(record_codec.schema) + "\n")
+            path.write_text(json.dumps(portable(record_codec.schema), separators=(",", ":")) + "\n")
             written.append(path)
     return written
 

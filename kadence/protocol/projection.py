@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
 from kadence.protocol.observability import ERRORS, READINESS
@@ -102,6 +102,8 @@ class ProjectionRunner:
             next_offsets[msg.partition()] = msg.offset() + 1
             try:
                 batch = self.codec.decode(msg.value(), msg.headers())
+            except NewerSchemaVersion:
+                raise  # before this batch's transaction: the stored position stays before the record
             except UndecodableRecord as exc:
                 ERRORS.labels("undecodable_history_record").inc()
                 log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)

@@ -6,17 +6,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
+from typing import NoReturn
 
 import uvloop
 from confluent_kafka import KafkaError, KafkaException
 
+from kadence.protocol.codec import NewerSchemaVersion
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
 from kadence.protocol.settings import SettingError
 
 SETTING_ERROR_EXIT_CODE = 2
+NEWER_SCHEMA_EXIT_CODE = 3
 
 
 @contextlib.contextmanager
@@ -38,6 +42,13 @@ def refuse(name: str, reason: str) -> None:
     raise SystemExit(SETTING_ERROR_EXIT_CODE) from None
 
 
+def stop_for_newer_schema(name: str, exc: NewerSchemaVersion) -> NoReturn:
+    """Exit at once, without advancing past the record: the supervisor restarts the service, which
+    reads the record again, until it runs a release that knows the version."""
+    logging.getLogger(f"kadence.{name}").error("event=newer_schema_version service=%s error=%s", name, exc)
+    os._exit(NEWER_SCHEMA_EXIT_CODE)
+
+
 def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     async def runner() -> None:
         stop = asyncio.Event()
@@ -53,4 +64,7 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
 
     with refusing_bad_settings(name):
         configure_logging(name)
-        uvloop.run(runner())
+        try:
+            uvloop.run(runner())
+        except NewerSchemaVersion as exc:
+            stop_for_newer_schema(name, exc)

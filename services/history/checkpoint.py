@@ -55,6 +55,8 @@ CHECKPOINT_DDL = [
     # A checkpoint of another schema version (an upgrade changed PartitionCheckpoint) is skipped:
     # recovery reads the log instead, which every version can.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS schema_fingerprint text NOT NULL DEFAULT ''",
+    # Checkpoints stored before the column existed were all written with this version.
+    "UPDATE kadence_history_checkpoints SET schema_fingerprint = '76d07494a7d9f5ac' WHERE schema_fingerprint = ''",
 ]
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
@@ -98,6 +98,8 @@ def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState
         states[msg.partition()].history_offset = msg.offset() + 1
         try:
             batch = codec.decode(msg.value(), msg.headers())
+        except NewerSchemaVersion:
+            raise  # skipping it would recover a state missing what it records
         except UndecodableRecord as exc:
             log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
             continue

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.kafka import (
     consume_batches,
@@ -31,6 +31,7 @@ from kadence.protocol.limits import (
 )
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.recovery import PartitionState, recover_partitions
@@ -149,9 +150,12 @@ class HistoryService:
         partitions = [tp.partition for tp in assigned]
         started = time.monotonic()
         claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
-        recovered = recover_partitions(self.settings, {
-            p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
-        })
+        try:
+            recovered = recover_partitions(self.settings, {
+                p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
+            })
+        except NewerSchemaVersion as exc:  # here, not above: confluent-kafka mangles exceptions from callbacks
+            stop_for_newer_schema("history", exc)
         for p, checkpoint in claimed.items():
             if checkpoint is not None:
                 log.info("event=checkpoint_restored partition=%d history_offset=%d", p, checkpoint.history_offset)

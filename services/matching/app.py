@@ -9,8 +9,10 @@ from typing import Any
 import faust
 
 from kadence.protocol import topics
+from kadence.protocol.codec import NewerSchemaVersion
 from kadence.protocol.kafka import CONSUMER_LAG, faust_broker_settings
 from kadence.protocol.observability import READINESS, serve
+from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings
 from services.matching.router import TaskRouter
 
@@ -50,7 +52,10 @@ def create_app(settings: KafkaSettings) -> faust.App:
     async def route_tasks(stream: faust.StreamT) -> None:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
-            await router.route(event.message.partition, event.value, headers)
+            try:
+                await router.route(event.message.partition, event.value, headers)
+            except NewerSchemaVersion as exc:
+                stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
             record_lag(event.message.tp, event.message.offset)
 
     def record_lag(tp: Any, offset: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from kadence.protocol import topics
-from kadence.protocol.codec import SCHEMA_HEADER, UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import CLOSE_STATUS, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import ensure_topics
@@ -42,6 +42,8 @@ class TaskRouter:
     async def route(self, partition: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
         try:
             batch = self.batches.decode(value, headers)
+        except NewerSchemaVersion:
+            raise
         except UndecodableRecord as exc:
             ERRORS.labels("undecodable_history_record").inc()
             log.error("event=history_record_undecodable partition=%d error=%s", partition, exc)
