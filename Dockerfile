@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # One image for the history, matching, timer and visibility services, the `kadence` CLI and
 # workers. The entrypoint is the CLI, so the arguments select what runs:
 #   docker build -t kadence:0.1.0 .
@@ -6,7 +7,7 @@
 #   docker run --entrypoint python kadence:0.1.0 -m examples.order worker
 # tests/test_image.py lints this file and runs its install steps on the test machine.
 
-FROM python:3.11.7-slim-bookworm AS build
+FROM python:3.11.13-slim-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY kadence kadence
@@ -15,15 +16,15 @@ COPY schemas schemas
 # The project and every runtime dependency as wheels, so the final stage installs offline.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
-FROM python:3.11.7-slim-bookworm
+FROM python:3.11.13-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     KADENCE_HTTP_PORT=8080
 RUN groupadd --system --gid 10001 kadence \
     && useradd --system --uid 10001 --gid kadence --no-create-home --shell /usr/sbin/nologin kadence
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir --no-index --find-links /wheels /wheels/kadence-*.whl \
-    && rm -rf /wheels
+# The wheels are mounted from the build stage, not copied: no layer keeps them.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels /wheels/kadence-*.whl
 WORKDIR /app
 # The example workers (deploy/ runs the order worker); your own worker image adds its code likewise.
 COPY examples examples

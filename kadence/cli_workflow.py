@@ -73,6 +73,8 @@ def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:
         workflow_id_option, input_option,
         click.option("--execution-timeout", type=float, default=None, help="Seconds the whole execution may take."),
         click.option("--run-timeout", type=float, default=None, help="Seconds one run may take."),
+        click.option("--request-id", default="", help="Makes a retried start idempotent: a start sent again with the same "
+                     "request id answers with the run the first one started (default: a new id per command)."),
         json_option,
     ]):
         command = option(command)
@@ -80,9 +82,9 @@ def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _start(client: Client, workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-                 execution_timeout: float | None, run_timeout: float | None) -> WorkflowHandle:
+                 execution_timeout: float | None, run_timeout: float | None, request_id: str) -> WorkflowHandle:
     return await client.start_workflow(
-        workflow_type, args=_arguments(inputs), id=workflow_id, task_queue=task_queue,
+        workflow_type, args=_arguments(inputs), id=workflow_id, task_queue=task_queue, request_id=request_id,
         execution_timeout=timedelta(seconds=execution_timeout) if execution_timeout else None,
         run_timeout=timedelta(seconds=run_timeout) if run_timeout else None,
     )
@@ -91,19 +93,19 @@ async def _start(client: Client, workflow_type: str, task_queue: str, workflow_i
 @workflow_group.command("start")
 @_start_options
 def start(workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-          execution_timeout: float | None, run_timeout: float | None, as_json: bool) -> None:
+          execution_timeout: float | None, run_timeout: float | None, request_id: str, as_json: bool) -> None:
     """Start a workflow; prints its run id."""
-    handle = _run(lambda c: _start(c, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout))
+    handle = _run(lambda c: _start(c, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id))
     _echo({"workflow_id": handle.id, "run_id": handle.run_id}, as_json, f"started {handle.id} run {handle.run_id}")
 
 
 @workflow_group.command("execute")
 @_start_options
 def execute(workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-            execution_timeout: float | None, run_timeout: float | None, as_json: bool) -> None:
+            execution_timeout: float | None, run_timeout: float | None, request_id: str, as_json: bool) -> None:
     """Start a workflow and wait for its result (printed as JSON); exit 1 if it fails."""
     async def main(client: Client) -> Any:
-        handle = await _start(client, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout)
+        handle = await _start(client, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id)
         return await handle.result()
 
     click.echo(json.dumps(_run(main), default=str))

@@ -178,7 +178,8 @@ async def test_deploys_commands_run_from_the_image(stack: LocalStack, image_layo
     """The rendered dev overlay's commands, as the image runs them (its entrypoint is `kadence`):
     a service and the order worker become ready and stop cleanly on SIGTERM, the start Job starts
     an order that completes, and the audit CronJob finds no violation."""
-    resources = {(r["kind"], r["metadata"]["name"]): r for r in render(ROOT / "deploy" / "overlays" / "dev")}
+    manifests = render(ROOT / "deploy" / "overlays" / "dev") + render(ROOT / "deploy" / "start-order")
+    resources = {(r["kind"], r["metadata"]["name"]): r for r in manifests}
 
     def command(kind: str, name: str, env: dict[str, str]) -> list[str]:
         spec = container(resources[(kind, name)], kind)
@@ -198,6 +199,9 @@ async def test_deploys_commands_run_from_the_image(stack: LocalStack, image_layo
                                  capture_output=True, text=True, timeout=120)
         assert started.returncode == 0, started.stderr
         assert json.loads(started.stdout)["workflow_id"] == job_env["JOB_NAME"]
+        retried = subprocess.run(command("Job", "kadence-start-order", job_env), cwd=image_layout, env=job_env,
+                                 capture_output=True, text=True, timeout=120)
+        assert json.loads(retried.stdout) == json.loads(started.stdout), "a retried Job pod answers with the same run"
         result = subprocess.run([*kadence(image_layout), "workflow", "result", "--workflow-id", job_env["JOB_NAME"]],
                                 cwd=image_layout, env=job_env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr

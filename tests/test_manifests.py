@@ -4,12 +4,15 @@ fields, and the pieces agree with each other and with the code (topics, ports, s
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from kadence.local_stack import SERVICES
 from kadence.protocol import topics
@@ -26,7 +29,8 @@ KUBERNETES_VERSIONS = ["1.32", kubernetes_validate.latest_version()]
 
 
 def rendered(overlay: str) -> list[Resource]:
-    return render(DEPLOY / "overlays" / overlay)
+    """What an operator applies: the overlay, and the start Job (a kustomization of its own)."""
+    return render(DEPLOY / "overlays" / overlay) + render(DEPLOY / "start-order")
 
 
 def of_kind(resources: list[Resource], kind: str) -> list[Resource]:
@@ -52,6 +56,20 @@ def pod_specs(resources: list[Resource]) -> dict[str, dict[str, Any]]:
 
 def config(resources: list[Resource]) -> dict[str, str]:
     return named(resources, "ConfigMap", "kadence-config")["data"]
+
+
+@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/prod", "start-order"])
+def test_the_renderer_agrees_with_kubectl_kustomize(kustomization: str) -> None:
+    """Where kubectl is installed, its kustomize renders exactly what tests/kustomize.py does."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed here, so tests/kustomize.py is not compared with it")
+    output = subprocess.run([kubectl, "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True, check=True).stdout
+
+    def identity(resource: Resource) -> tuple[str, str]:
+        return resource["kind"], resource["metadata"]["name"]
+
+    assert sorted(render(DEPLOY / kustomization), key=identity) == sorted(yaml.safe_load_all(output), key=identity)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -179,6 +197,7 @@ def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
     [audit] = of_kind(resources, "CronJob")
     job_container = job["spec"]["template"]["spec"]["containers"][0]
     assert job_container["args"][:2] == ["workflow", "start"] and "--type=OrderWorkflow" in job_container["args"]
+    assert "--request-id=$(JOB_NAME)" in job_container["args"], "a retried pod must not start a second run"
     audit_job = audit["spec"]["jobTemplate"]["spec"]
     assert audit_job["template"]["spec"]["containers"][0]["args"] == ["audit", "replay"]
     assert audit_job["backoffLimit"] == 0, "a violation fails the Job at once, it is not retried into silence"
