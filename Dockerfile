@@ -26,8 +26,10 @@ RUN groupadd --system --gid 10001 kadence \
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links /wheels /wheels/kadence-*.whl
 WORKDIR /app
-# The example workers (deploy/ runs the order worker); your own worker image adds its code likewise.
+# The example workers (deploy/ runs the order worker; your own worker image adds its code
+# likewise) and the benchmarks (to measure a deployment from one of its pods).
 COPY examples examples
+COPY bench bench
 USER 10001:10001
 EXPOSE 8080
 ENTRYPOINT ["kadence"]

@@ -1,11 +1,13 @@
 """Throughput and latency of one-activity workflows, next to the raw broker round trip.
 
     python bench/bench_workflows.py --workflows 2000 --concurrency 50
+    python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
-Starts its own local stack (broker, Postgres, services) and a worker process, runs N workflows
-of one activity that returns its input with at most C in flight, and prints workflows/s and
-start-to-result p50/p99. In the same run it measures the broker's produce-to-consume round
-trip, which bounds every hop a workflow makes.
+Starts its own local stack (broker, Postgres, services), or with --against-settings uses the
+deployment the KADENCE_* variables name, and a worker process; runs N workflows of one activity
+that returns its input with at most C in flight, and prints workflows/s and start-to-result
+p50/p99. In the same run it measures the broker's produce-to-consume round trip, which bounds
+every hop a workflow makes.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.local_stack import LocalStack
-from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.kafka import base_config, ensure_topics
 from kadence.protocol.settings import KafkaSettings
 
 TASK_QUEUE = "bench"
@@ -51,13 +55,22 @@ def percentile(samples: list[float], q: float) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] if len(samples) > 1 else samples[0]
 
 
+@dataclass
+class Target:
+    """Where the benchmark runs: a local stack, or the deployment the KADENCE_* variables name."""
+
+    env: dict[str, str]
+    settings: KafkaSettings
+    postgres_dsn: str | None = None  # None: the client reads KADENCE_POSTGRES_DSN
+
+
 def broker_round_trip(settings: KafkaSettings, pings: int) -> list[float]:
     """Milliseconds from produce() to the consumer receiving the record, one record at a time."""
-    topic = f"bench.ping.{uuid.uuid4().hex[:8]}"
+    topic = f"kadence.bench.ping.{uuid.uuid4().hex[:8]}"  # under the prefix a deployment's Kafka user may use
     ensure_topics(settings, {topic: 1})
-    producer = Producer({"bootstrap.servers": settings.bootstrap_servers, "linger.ms": 0, "enable.idempotence": True})
+    producer = Producer({**base_config(settings), "linger.ms": 0, "enable.idempotence": True})
     consumer = Consumer({
-        "bootstrap.servers": settings.bootstrap_servers, "group.id": "bench-ping",
+        **base_config(settings), "group.id": "kadence.bench-ping",
         "fetch.wait.max.ms": settings.fetch_wait_max_ms, "enable.auto.commit": False,
     })
     consumer.assign([TopicPartition(topic, 0, 0)])
@@ -93,18 +106,18 @@ async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[f
     return time.perf_counter() - began, latencies
 
 
-async def bench(stack: LocalStack, workflows: int, concurrency: int, pings: int) -> None:
-    worker = subprocess.Popen([sys.executable, "-m", "bench.worker"], env=stack.env, cwd=REPO)
+async def bench(target: Target, workflows: int, concurrency: int, pings: int) -> None:
+    worker = subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
     try:
-        client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+        client = await Client.connect(target.settings.bootstrap_servers, postgres_dsn=target.postgres_dsn)
         await run_workflows(client, min(50, workflows), concurrency)  # warm-up: group joins, topic creation
         elapsed, latencies = await run_workflows(client, workflows, concurrency)
         await client.close()
     finally:
         worker.terminate()
         worker.wait()
-    round_trip = broker_round_trip(stack.settings, pings)
-    print(f"workflows:            {workflows} (one activity each), concurrency {concurrency}, {stack.partitions} partitions")
+    round_trip = broker_round_trip(target.settings, pings)
+    print(f"workflows:            {workflows} (one activity each), concurrency {concurrency}, {target.settings.partitions} partitions")
     print(f"throughput:           {workflows / elapsed:.0f} workflows/s")
     print(f"start-to-result:      p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms")
     print(f"broker round trip:    p50 {percentile(round_trip, 50):.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
@@ -117,13 +130,18 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pings", type=int, default=500)
     parser.add_argument("--fetch-wait-ms", type=int, default=5, help="KADENCE_FETCH_WAIT_MAX_MS for every process")
+    parser.add_argument("--against-settings", action="store_true",
+                        help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.against_settings:
+        uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), args.workflows, args.concurrency, args.pings))
+        return
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
         stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms)
         stack.start()
         try:
-            uvloop.run(bench(stack, args.workflows, args.concurrency, args.pings))
+            uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn), args.workflows, args.concurrency, args.pings))
         finally:
             stack.stop()
 

@@ -214,3 +214,13 @@ async def test_deploys_commands_run_from_the_image(stack: LocalStack, image_layo
     finally:
         codes = {name: stop(process) for name, (process, _) in processes.items()}
     assert codes == {name: 0 for name in processes}, "SIGTERM is a clean stop"
+
+
+def test_the_benchmark_measures_a_deployment_from_inside_the_image(stack: LocalStack, image_layout: Path) -> None:
+    """What docs/operations.md tells operators to run in a pod, on a few workflows."""
+    measured = subprocess.run(
+        [sys.executable, "-m", "bench.bench_workflows", "--against-settings", "--workflows", "20", "--concurrency", "5", "--pings", "10"],
+        cwd=image_layout, env=image_env(stack, image_layout), capture_output=True, text=True, timeout=180,
+    )
+    assert measured.returncode == 0, measured.stderr
+    assert re.search(r"throughput: +\d+ workflows/s", measured.stdout) and "start-to-result:" in measured.stdout, measured.stdout
