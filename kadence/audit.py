@@ -38,7 +38,8 @@ class RunAudit:
     """What the checks remember of one run."""
 
     first_event_id: int
-    events: list[Record] = field(default_factory=list)
+    event_count: int = 0
+    events: list[Record] | None = None  # every event, when the caller asked to keep them
     activity_attempts: dict[int, int] = field(default_factory=dict)  # scheduled id -> attempt now due
     finished_activities: dict[int, int] = field(default_factory=dict)  # scheduled id -> final result event id
     fired_timers: set[str] = field(default_factory=set)
@@ -48,7 +49,13 @@ class RunAudit:
 
     @property
     def next_event_id(self) -> int:
-        return self.first_event_id + len(self.events)
+        return self.first_event_id + self.event_count
+
+    def release(self) -> None:
+        """Once closed, a run needs only its next event id and `closed` (to catch a later event):
+        memory then grows with the open runs' state, not with the whole history."""
+        for remembered in (self.activity_attempts, self.finished_activities, self.fired_timers, self.initiated, self.answered):
+            remembered.clear()
 
 
 @dataclass
@@ -59,22 +66,28 @@ class AuditReport:
     violations: list[str] = field(default_factory=list)
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
-        return self.runs[(workflow_id, run_id)].events
+        events = self.runs[(workflow_id, run_id)].events
+        if events is None:
+            raise ValueError("this audit did not keep events: call audit_history(..., keep_events=True)")
+        return events
 
     def event_types(self, workflow_id: str, run_id: str) -> list[str]:
         return [e["attributes"][0] for e in self.history(workflow_id, run_id)]
 
     def summary(self) -> dict[str, Any]:
         return {
-            "records": self.records, "runs": len(self.runs), "events": sum(len(r.events) for r in self.runs.values()),
+            "records": self.records, "runs": len(self.runs), "events": sum(r.event_count for r in self.runs.values()),
             "zombie_batches_skipped": self.zombie_batches, "violations": self.violations,
         }
 
 
 def audit_history(
     settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int], None] | None = None,
+    *, keep_events: bool = True,
 ) -> AuditReport:
-    """Audit kadence.history from `start_offsets` (default: every partition from 0)."""
+    """Audit kadence.history from `start_offsets` (default: every partition from 0). With
+    `keep_events`, the report holds every run's events (for tests and tools); without, the audit's
+    memory grows with open runs, not events (the nightly audit)."""
     from_start = start_offsets is None
     offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
     report = AuditReport()
@@ -99,12 +112,16 @@ def audit_history(
             if not section.events:
                 continue
             key = (batch["workflow_id"], section.run_id)
-            run = report.runs.setdefault(key, RunAudit(first_event_id=section.first_event_id))
+            run = report.runs.setdefault(key, RunAudit(first_event_id=section.first_event_id, events=[] if keep_events else None))
             for event in section.events:
                 problem = _check_event(run, event, from_start)
                 if problem:
                     report.violations.append(f"{where} workflow_id={key[0]} run_id={key[1]} event_id={event['event_id']}: {problem}")
-                run.events.append(event)
+                run.event_count += 1
+                if run.events is not None:
+                    run.events.append(event)
+            if run.closed and not keep_events:
+                run.release()
     return report
 
 
@@ -114,7 +131,7 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
         return f"event id {event['event_id']} where {run.next_event_id} was due"
     if run.closed:
         return f"{kind} after the run closed"
-    if from_start and not run.events and kind != "WorkflowExecutionStarted":
+    if from_start and run.event_count == 0 and kind != "WorkflowExecutionStarted":
         return f"history starts with {kind}"
     run.closed = kind in CLOSE_STATUS
     if kind == "ActivityTaskScheduled":

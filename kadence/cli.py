@@ -229,7 +229,8 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, as_json: b
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, disable=as_json or not console.is_terminal) as progress:
         reading = progress.add_task("reading kadence.history", total=None)
-        report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"))
+        report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"),
+                               keep_events=False)
     summary = report.summary()
     if as_json:
         click.echo(json.dumps(summary))

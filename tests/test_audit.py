@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from kadence.audit import audit_history
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
@@ -81,3 +82,8 @@ def test_audit_passes_a_good_history_skips_zombies_and_catches_a_duplicated_even
     assert code == 1
     assert len(summary["violations"]) == 1
     assert "event_id=6: WorkflowExecutionCompleted after the run closed" in summary["violations"][0]
+
+    # The CLI's audit keeps no events, only what each run's checks need: same findings.
+    kept, lean = audit_history(broker.settings), audit_history(broker.settings, keep_events=False)
+    assert lean.summary() == kept.summary() == summary
+    assert lean.runs[("order-1", "run-1")].events is None and len(kept.history("order-1", "run-1")) == 6
