@@ -154,8 +154,9 @@ def dlq_replay(offsets: tuple[int, ...]) -> None:
     from kadence.protocol.dead_letters import dead_letters, replay
 
     settings = KafkaSettings.from_env()
-    chosen = [letter for letter in dead_letters(settings, min(offsets)) if letter.offset in set(offsets)]
-    missing = set(offsets) - {letter.offset for letter in chosen}
+    wanted = set(offsets)
+    chosen = [letter for letter in dead_letters(settings, min(wanted)) if letter.offset in wanted]
+    missing = wanted - {letter.offset for letter in chosen}
     if missing:
         raise click.UsageError(f"kadence.dlq has no records at offsets {sorted(missing)}")
     replay(settings, chosen)

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -22,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from kadence.local_stack import LocalStack
+from kadence.local_stack import LocalStack, free_port
 from kadence.protocol.codec import KAFKA_RECORDS
 from kadence.protocol.runner import SETTING_ERROR_EXIT_CODE
 from tests.kustomize import render
@@ -135,12 +134,6 @@ def test_a_service_refuses_a_missing_setting_in_one_line(stack: LocalStack, imag
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode == SETTING_ERROR_EXIT_CODE
     assert "KADENCE_POSTGRES_DSN is not set" in refused.stderr and "Traceback" not in refused.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def wait_ready(port: int, process: subprocess.Popen[bytes], timeout: float = 60) -> None:

@@ -4,9 +4,9 @@ Records are plain dicts shaped like their `.avsc` schema. A union of records is 
 read as a `(record_name, fields)` tuple, so the branch is always explicit.
 
 Kafka records carry the fingerprint of the schema they were written with, and every version of
-those schemas that a release ever wrote is kept in `schemas/versions/` (named
-`<record>.<fingerprint>.avsc`, the fingerprint of its parsing canonical form): a record from any earlier release still decodes, by
-Avro schema resolution into this build's schema. During a rolling upgrade that changes a schema,
+those schemas that a release ever wrote is kept in `schemas/versions/`, as
+`<record>.<fingerprint>.avsc` (the fingerprint of its parsing canonical form). So a record from
+any earlier release still decodes, by Avro schema resolution into this build's schema. During a rolling upgrade that changes a schema,
 KADENCE_SCHEMA_PIN makes the new build write the old version until no old reader is left
 (docs/operations.md, "Upgrading").
 """

@@ -37,7 +37,7 @@ def refusing_bad_settings(name: str) -> Iterator[None]:
         refuse(name, f"{exc.args[0].str()}: check the KADENCE_KAFKA_* variables (each becomes a librdkafka property)")
 
 
-def refuse(name: str, reason: str) -> None:
+def refuse(name: str, reason: str) -> NoReturn:
     logging.getLogger(f"kadence.{name}").error("event=bad_setting service=%s error=%s", name, reason)
     raise SystemExit(SETTING_ERROR_EXIT_CODE) from None
 

@@ -28,13 +28,10 @@ RETENTION_MS = {
 TASK_QUEUE_RETENTION_MS = 7 * _DAY_MS
 
 
-def retention_ms(topic: str) -> int:
-    return RETENTION_MS.get(topic, TASK_QUEUE_RETENTION_MS)
-
-
 def topic_config(topic: str) -> dict[str, str]:
     """The settings Kadence creates `topic` with (deploy/base/topics.yaml declares the same)."""
-    return {"retention.ms": str(retention_ms(topic)), "max.message.bytes": str(MAX_RECORD_BYTES)}
+    retention_ms = RETENTION_MS.get(topic, TASK_QUEUE_RETENTION_MS)
+    return {"retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES)}
 
 
 def task_queue_topic(task_queue: str, kind: TaskKind) -> str:
