@@ -1,9 +1,9 @@
 """The client's end of kadence.replies, where workers answer queries.
 
-A client reads one partition of the topic, from just after a marker record it wrote there
-itself: the marker's delivery report gives the exact offset, so the client never asks the
-broker for a partition's end (the local broker answers that wrongly). It asks for answers on
-that partition; answers for other clients sharing the partition are skipped.
+A client reads one partition of the topic from the partition's end when it starts (ListOffsets):
+an answer to a query it sends later lands there or after. It asks for answers on that partition;
+answers for other clients sharing the partition are skipped. (On Tansu, whose ListOffsets answers
+up to a batch short of the end, the reader starts that much early and skips those too.)
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from confluent_kafka import Consumer, TopicPartition
 
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec
-from kadence.protocol.kafka import AsyncProducer, base_config, consume_batches, topic_partitions
+from kadence.protocol.kafka import base_config, consume_batches, topic_partitions, watermarks
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.client")
 
 
 class ReplyListener:
-    def __init__(self, settings: KafkaSettings, producer: AsyncProducer) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self.producer = producer
         self.partition = 0
         self.waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._stop = asyncio.Event()
@@ -36,12 +35,12 @@ class ReplyListener:
         loop = asyncio.get_running_loop()
         partitions = await loop.run_in_executor(None, topic_partitions, self.settings, topics.REPLIES)
         self.partition = random.randrange(partitions)
-        marker = await self.producer.produce(topics.REPLIES, b"", b"marker", partition=self.partition)
         consumer = Consumer({
             **base_config(self.settings), "group.id": "kadence-replies", "enable.auto.commit": False,
             "fetch.wait.max.ms": self.settings.fetch_wait_max_ms,
         })
-        consumer.assign([TopicPartition(topics.REPLIES, self.partition, marker.offset() + 1)])
+        ends = await loop.run_in_executor(None, watermarks, consumer, topics.REPLIES, [self.partition])
+        consumer.assign([TopicPartition(topics.REPLIES, self.partition, ends[self.partition][1])])
         self._listening = asyncio.create_task(self._listen(consumer))
 
     def expect(self, query_id: str) -> asyncio.Future[dict[str, Any]]:
@@ -61,7 +60,7 @@ class ReplyListener:
                     try:
                         answer = answers.decode(msg.value(), msg.headers())
                     except UndecodableRecord:
-                        continue  # a client's marker
+                        continue  # not an answer (earlier releases' clients wrote markers here)
                     waiter = self.waiters.pop(answer["query_id"], None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(answer)

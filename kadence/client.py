@@ -243,7 +243,7 @@ class Client:
         return await asyncio.shield(self._reply_listener)
 
     async def _start_replies(self) -> ReplyListener:
-        listener = ReplyListener(self.settings, self._producer)
+        listener = ReplyListener(self.settings)
         await listener.start()
         return listener
 

@@ -1,11 +1,14 @@
 """What a task queue looks like now, read from Kafka alone: its pollers, backlog and dispatch rate.
 
 - Pollers: the workers heard from on kadence.pollers within the last POLLER_WINDOW_S seconds.
-- Backlog: tasks routed to the queue's topic that its workers have not taken yet, counted by
-  reading each partition from the worker group's committed offset to its end (the end found by
-  partition EOF: the local broker's ListOffsets is wrong, so offsets are never subtracted).
-  Workers commit about every second, so the count can include tasks taken just before.
-- Dispatch rate: tasks routed to the queue in the last RATE_WINDOW_S seconds, per second.
+- Backlog: tasks routed to the queue's topic that its workers have not taken yet: per partition,
+  its end (ListOffsets) minus the worker group's committed offset (or the partition's first
+  offset, before any commit), as Kafka's consumer lag. Workers commit about every second, so the
+  count can include tasks taken just before; a cancellation notice for an activity counts as one.
+- Dispatch rate: tasks routed to the queue in the last RATE_WINDOW_S seconds, per second: per
+  partition, its end minus its first offset at or after then.
+Both are offsets subtracted, not records read, so they cost the same for any backlog. On Tansu,
+whose ListOffsets answers short of the end, they read low (kadence.protocol.kafka.is_tansu).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, codec, task_codec
-from kadence.protocol.kafka import base_config, offsets_for_time, read_to_end
+from kadence.protocol.codec import UndecodableRecord, codec
+from kadence.protocol.kafka import base_config, offsets_for_time, read_to_end, watermarks
 from kadence.protocol.settings import KafkaSettings
 
 POLLER_WINDOW_S = 30
@@ -82,30 +85,16 @@ def _pollers(settings: KafkaSettings, task_queue: str, now_ms: int) -> list[Poll
 
 
 def _kind(settings: KafkaSettings, task_queue: str, kind: topics.TaskKind, topic: str, partitions: int, now_ms: int) -> TaskQueueKind:
-    committed = _committed_offsets(settings, topics.worker_group(task_queue, kind), topic, partitions)
-    recent = offsets_for_time(settings, topic, list(range(partitions)), now_ms - RATE_WINDOW_S * 1000)
-    start = {p: min(committed.get(p, 0), recent.get(p, committed.get(p, 0))) for p in range(partitions)}
-    tasks = task_codec()
-    backlog = routed_recently = 0
-    for msg in read_to_end(settings, topic, start):
-        try:
-            if tasks.decode(msg.value(), msg.headers())["task"][0] == "ActivityCancellation":
-                continue  # a notice, not a task
-        except UndecodableRecord:
-            continue
-        if msg.offset() >= committed.get(msg.partition(), 0):
-            backlog += 1
-        if msg.timestamp()[1] >= now_ms - RATE_WINDOW_S * 1000:
-            routed_recently += 1
-    return TaskQueueKind(kind, topic, partitions, backlog, round(routed_recently / RATE_WINDOW_S, 2))
-
-
-def _committed_offsets(settings: KafkaSettings, group: str, topic: str, partitions: int) -> dict[int, int]:
-    # An OffsetFetch by a consumer that never joins the group (the local broker's admin
-    # OffsetFetch hangs for a group that has not committed yet).
-    consumer = Consumer({**base_config(settings), "group.id": group, "enable.auto.commit": False})
+    # The group's offsets are fetched by a consumer that never joins it (OffsetFetch): the
+    # workers' group is not disturbed.
+    consumer = Consumer({**base_config(settings), "group.id": topics.worker_group(task_queue, kind), "enable.auto.commit": False})
     try:
-        committed = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        stored = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        committed = {tp.partition: tp.offset for tp in stored}  # OFFSET_INVALID (< 0) where none
+        offsets = watermarks(consumer, topic, range(partitions))
     finally:
         consumer.close()
-    return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+    recent = offsets_for_time(settings, topic, list(range(partitions)), now_ms - RATE_WINDOW_S * 1000)
+    backlog = sum(max(0, end - max(first, committed[p])) for p, (first, end) in offsets.items())
+    routed_recently = sum(max(0, offsets[p][1] - offset) for p, offset in recent.items())
+    return TaskQueueKind(kind, topic, partitions, backlog, round(routed_recently / RATE_WINDOW_S, 2))

@@ -1,7 +1,7 @@
 """The one place Kafka clients are configured and created.
 
 Every service and the SDK get producers, consumers and topics from here, so tuning,
-security pass-through and local-broker workarounds live in one module.
+security pass-through and the workarounds for the Tansu broker (`is_tansu`) live in one module.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, NewTopic, OffsetSpec
 from prometheus_client import Gauge
 
 from kadence.protocol.limits import MAX_RECORD_BYTES
@@ -26,8 +28,31 @@ from kadence.protocol.topics import topic_config
 log = logging.getLogger("kadence.kafka")
 
 CONSUMER_LAG = Gauge(
-    "kadence_consumer_lag", "Records between a consumer's position and the partition end it last fetched", ["group", "topic", "partition"],
+    "kadence_consumer_lag", "Records between a consumer's position and its partition's end (ListOffsets)", ["group", "topic", "partition"],
 )
+
+# The Tansu broker (the zero-Java local broker: DESIGN.md, "Local and test infrastructure") names its
+# cluster so unless told otherwise, and kadence.brokers.tansu does not tell it; an Apache Kafka
+# cluster id is a random UUID.
+TANSU_CLUSTER_ID = "tansu_cluster"
+
+
+def is_tansu(cluster_id: str | None) -> bool:
+    """Whether the broker is Tansu, which gets two things wrong that Kadence relies on with Apache
+    Kafka. This is the one place they are worked around, only where Tansu must still work (the
+    order example, start by topic, history recovery after a kill):
+    - ListOffsets answers with the base offset of the partition's last batch + 1, not its end. So
+      `read_to_end` (history recovery, the audit) finds the end by partition EOF there, which a
+      fetch reports right. Elsewhere Kadence takes ListOffsets as it is and reads low on Tansu: the
+      consumer lag gauge and task queue backlogs; a query's reply reader starts a batch early and
+      skips what is not its own.
+    - It refuses aiokafka's InitProducerId, so matching's faust producer is not idempotent there.
+    Static membership, which strands partitions on Tansu, is off unless KADENCE_INSTANCE_ID is set."""
+    return cluster_id == TANSU_CLUSTER_ID
+
+
+def broker_is_tansu(settings: KafkaSettings, timeout: float = 30.0) -> bool:
+    return is_tansu(AdminClient(base_config(settings)).list_topics(timeout=timeout).cluster_id)
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -64,7 +89,7 @@ def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) ->
         "enable.auto.commit": True,
         "auto.commit.interval.ms": 1000,  # a worker that dies leaves at most ~1 s of tasks to hand out again
         "enable.auto.offset.store": False,
-        "enable.partition.eof": True,  # readiness: a consumer knows when it caught up
+        "enable.partition.eof": True,  # readiness: the fetch that reaches the end says so, on any broker
         "max.poll.interval.ms": 600000,
         **overrides,
     }
@@ -76,23 +101,47 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
 
 def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
     return Consumer(consumer_config(
-        settings, group_id, **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(group_id), **overrides},
+        settings, group_id, **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(settings, group_id), **overrides},
     ))
 
 
-def _lag_recorder(group_id: str) -> Callable[[str], None]:
-    """librdkafka's statistics callback, as the consumer lag gauge: per partition, the partition end
-    the last fetch saw (hi_offset) minus the position handed to the application (app_offset).
-    Both come from fetches, not ListOffsets, so they are right on the local broker too."""
+def _lag_recorder(settings: KafkaSettings, group_id: str) -> Callable[[str], None]:
+    """librdkafka's statistics callback (every 5 s, on the polling thread), as the consumer lag
+    gauge: per assigned partition, its end now (ListOffsets, asked without waiting) minus the
+    position handed to the application. The end is the broker's, not the one the last fetch saw,
+    so the lag of a consumer that stopped fetching keeps growing instead of freezing."""
+    admin: AdminClient | None = None
+    positions: dict[tuple[str, int], int] = {}
+
     def record(stats_json: str) -> None:
+        nonlocal admin, positions
+        current = {}
         for topic, topic_stats in json.loads(stats_json).get("topics", {}).items():
             for partition, stats in topic_stats.get("partitions", {}).items():
-                labels = (group_id, topic, partition)
-                if partition != "-1" and stats.get("fetch_state") == "active" and min(stats["hi_offset"], stats["app_offset"]) >= 0:
-                    CONSUMER_LAG.labels(*labels).set(stats["hi_offset"] - stats["app_offset"])
-                elif partition != "-1":
+                if partition == "-1":
+                    continue
+                # app_offset: after the last record handed over; before any, the next fetch's offset.
+                position = stats["app_offset"] if stats["app_offset"] >= 0 else stats["next_offset"]
+                if stats.get("fetch_state") == "active" and position >= 0:
+                    current[(topic, int(partition))] = position
+                else:
                     with contextlib.suppress(KeyError):
-                        CONSUMER_LAG.remove(*labels)
+                        CONSUMER_LAG.remove(group_id, topic, partition)
+        positions = current
+        if not current:
+            return
+        if admin is None:
+            admin = AdminClient(base_config(settings))
+        ends = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in current}, request_timeout=10)
+        for tp, future in ends.items():
+            future.add_done_callback(lambda end, tp=tp: record_end(tp.topic, tp.partition, end))
+
+    def record_end(topic: str, partition: int, end: Future[ListOffsetsResultInfo]) -> None:
+        position = positions.get((topic, partition))
+        if position is None or end.exception() is not None:
+            return  # revoked meanwhile, or the broker did not answer: the next round asks again
+        CONSUMER_LAG.labels(group_id, topic, str(partition)).set(max(0, end.result().offset - position))
+
     return record
 
 
@@ -127,15 +176,42 @@ def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 30.0)
     return len(metadata.partitions)
 
 
+_NO_LEADER_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError._TRANSPORT,
+}
+
+
+def watermarks(consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """Per partition, its first offset and its end (the offset its next record gets: the high
+    watermark), from the partition's leader (ListOffsets). Wrong on Tansu: see `is_tansu`."""
+    deadline = time.monotonic() + timeout
+    found = {}
+    for partition in partitions:
+        while True:
+            try:
+                offsets = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()))
+            except KafkaException as exc:
+                # A topic just created may have no leader yet.
+                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+                continue
+            if offsets is None:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no offsets for {topic} [{partition}] within {timeout} s"))
+            found[partition] = offsets
+            break
+    return found
+
+
 def offsets_for_time(settings: KafkaSettings, topic: str, partitions: list[int], timestamp_ms: int) -> dict[int, int]:
-    """Per partition, the first offset at or after `timestamp_ms` (the local broker uses append time)."""
+    """Per partition, the first offset at or after `timestamp_ms`."""
     consumer = Consumer({**base_config(settings), "group.id": "kadence-reader", "enable.auto.commit": False})
     try:
         found = consumer.offsets_for_times([TopicPartition(topic, p, timestamp_ms) for p in partitions], timeout=30)
     finally:
         consumer.close()
-    # -1: no record that late, so nothing to read there (not OFFSET_END: that asks the broker for
-    # its "latest", which the local broker answers wrongly).
+    # -1: no record that late, so nothing to read there.
     return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
 
@@ -240,9 +316,14 @@ async def consume_batches(
 
 
 def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Iterator[Message]:
-    """Every record of the given partitions, each from its start offset to its current end.
+    """Every record of the given partitions, each from its start offset to the partition's end as
+    it is when the read begins (ListOffsets).
 
-    The end is found with partition EOF events, not ListOffsets (which the local broker answers wrongly).
+    So a read of a log that is still being written ends, a partition with nothing left to read is
+    not fetched, and the last record read ends the read at once, where a fetch finding no more would
+    first wait fetch.wait.max.ms. On Tansu, whose ListOffsets is wrong, the end is the one a fetch
+    reports (partition EOF): see `is_tansu`. A start offset whose records retention deleted reads
+    from the partition's first record.
     """
     if not start_offsets:
         return
@@ -250,19 +331,31 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
         **base_config(settings),
         "group.id": "kadence-reader",
         "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        # The end on Tansu; elsewhere it ends a partition whose last offsets hold no record (transaction markers).
         "enable.partition.eof": True,
         "fetch.wait.max.ms": settings.fetch_wait_max_ms,
     })
-    remaining = set(start_offsets)
     try:
-        consumer.assign([TopicPartition(topic, p, offset) for p, offset in start_offsets.items()])
+        ends = None if is_tansu(consumer.list_topics(topic, timeout=30).cluster_id) else {
+            p: high for p, (_, high) in watermarks(consumer, topic, start_offsets).items()
+        }
+        remaining = {p for p, offset in start_offsets.items() if ends is None or offset < ends[p]}
+        if remaining:
+            consumer.assign([TopicPartition(topic, p, start_offsets[p]) for p in remaining])
         while remaining:
             for msg in poll_batch(consumer, 1000, 0.05):
-                error = msg.error()
+                partition, error = msg.partition(), msg.error()
+                if partition not in remaining:
+                    continue  # read to its end already: what follows came later
                 if error is None:
-                    yield msg
+                    end = None if ends is None else ends[partition]
+                    if end is None or msg.offset() < end:
+                        yield msg
+                    if end is not None and msg.offset() >= end - 1:
+                        remaining.discard(partition)
                 elif error.code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(msg.partition())
+                    remaining.discard(partition)
                 else:
                     raise KafkaException(error)
     finally:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,10 @@ from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings
 from services.matching.router import TaskRouter
 
+log = logging.getLogger("kadence.matching")
+
 APP_ID = "kadence-matching"
+LAG_INTERVAL_S = 5.0  # as often as librdkafka's statistics give the other services theirs
 
 
 def create_app(settings: KafkaSettings) -> faust.App:
@@ -40,6 +46,9 @@ def create_app(settings: KafkaSettings) -> faust.App:
     async def endpoints() -> None:
         servers.append(await serve("matching"))
 
+    # Per assigned partition of kadence.history, the offset after the last record routed.
+    consumed: dict[Any, int] = {}
+
     @app.on_partitions_assigned.connect
     async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # faust reads on from its committed offsets; readiness here is the assignment.
@@ -47,6 +56,10 @@ def create_app(settings: KafkaSettings) -> faust.App:
         READINESS.assign(partitions)
         for partition in partitions:
             READINESS.reached_end(partition)
+        for tp in set(consumed) - assigned:
+            del consumed[tp]
+            with contextlib.suppress(KeyError):
+                CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
 
     @app.agent(history)
     async def route_tasks(stream: faust.StreamT) -> None:
@@ -56,13 +69,23 @@ def create_app(settings: KafkaSettings) -> faust.App:
                 await router.route(event.message.partition, event.value, headers)
             except NewerSchemaVersion as exc:
                 stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
-            record_lag(event.message.tp, event.message.offset)
+            consumed[event.message.tp] = event.message.offset + 1
 
-    def record_lag(tp: Any, offset: int) -> None:
-        """The consumer lag gauge the other services get from librdkafka: the end aiokafka's last
-        fetch saw (its highwater, from fetches) minus the position after this record."""
-        highwater = app.consumer.highwater(tp)
-        if highwater is not None and highwater >= 0:
-            CONSUMER_LAG.labels(APP_ID, tp.topic, str(tp.partition)).set(max(0, highwater - offset - 1))
+    @app.timer(LAG_INTERVAL_S)
+    async def record_lag() -> None:
+        """The consumer lag gauge, as the other services report it: per assigned partition, its end
+        (ListOffsets: aiokafka's end_offsets) minus the offset after the last record routed (before
+        any, the consumer's position)."""
+        try:
+            assigned = [tp for tp in app.consumer.assignment() if tp.topic == topics.HISTORY]
+            ends = await app.consumer.highwaters(*assigned) if assigned else {}
+            for tp in assigned:
+                position = consumed.get(tp)
+                if position is None:
+                    position = await asyncio.wait_for(app.consumer.position(tp), LAG_INTERVAL_S)
+                if position is not None and ends.get(tp) is not None:
+                    CONSUMER_LAG.labels(APP_ID, tp.topic, str(tp.partition)).set(max(0, ends[tp] - position))
+        except Exception as exc:  # a gauge not updated this round must not stop the routing
+            log.info("event=consumer_lag_not_measured error=%r", exc)
 
     return app
