@@ -363,7 +363,9 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
 
 
 def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
-    """faust.App keyword settings equivalent to `consumer_config`/`producer_config`."""
+    """faust.App keyword settings equivalent to `consumer_config`/`producer_config`: a static member
+    with KADENCE_INSTANCE_ID (aiokafka's group_instance_id), an idempotent producer with acks=all
+    (asks the broker, since Tansu refuses it: see `is_tansu`)."""
     import faust
 
     config = settings.client_config
@@ -384,6 +386,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
         credentials = faust.SSLCredentials(ssl.create_default_context(cafile=config.get("ssl.ca.location")))
     session_timeout = settings.session_timeout_ms / 1000
     _set_faust_fetch_wait(settings.fetch_wait_max_ms)
+    _set_faust_idempotence(not broker_is_tansu(settings))
     return {
         "broker": [f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
         "broker_credentials": credentials,
@@ -396,6 +399,22 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
         "producer_acks": -1,
         "producer_compression_type": "lz4",
     }
+
+
+def _set_faust_idempotence(enabled: bool) -> None:
+    """faust makes its aiokafka producer idempotent only inside transactions, which Kadence does
+    not use: ask for it always (faust already asks for acks=all, producer_acks=-1), so a retried
+    produce cannot write a task twice or out of order."""
+    from faust.transport.drivers import aiokafka as faust_aiokafka
+
+    producer_class = faust_aiokafka.Producer
+    original = getattr(producer_class, "_kadence_original_settings_extra", producer_class._settings_extra)
+
+    def settings_extra(self: Any) -> Any:
+        return {**original(self), "enable_idempotence": True} if enabled else original(self)
+
+    producer_class._kadence_original_settings_extra = original
+    producer_class._settings_extra = settings_extra
 
 
 def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
