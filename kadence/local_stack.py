@@ -132,12 +132,14 @@ class LocalStack:
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)
 
-    def start_service(self, name: str, instance: str | None = None) -> subprocess.Popen[bytes]:
-        """Start service `name`; a second instance of it needs an `instance` name (its log file's too)."""
+    def start_service(self, name: str, instance: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start service `name`; a second instance of it needs an `instance` name (its log file's too).
+        `env` adds or overrides settings of this instance (say, its KADENCE_INSTANCE_ID)."""
         instance = instance or name
         self.http_ports[instance] = self.http_ports.get(instance) or free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"], env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance])},
+            [sys.executable, "-m", f"services.{name}"],
+            env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **(env or {})},
             stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )
         self.services[instance] = process

@@ -42,3 +42,19 @@ def test_kubernetes_service_links_are_not_kafka_properties(monkeypatch: pytest.M
     }.items():
         monkeypatch.setenv(name, value)
     assert KafkaSettings.from_env().client_config == {"security.protocol": "SASL_SSL"}
+
+
+def test_kadence_instance_id_makes_a_service_consumer_a_static_member(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the consumers of the services that own partitions take it (a worker's two groups and any
+    second Worker in the process stay dynamic), and only when it is set (Tansu needs dynamic)."""
+    from kadence.protocol.kafka import consumer_config
+
+    monkeypatch.setenv("KADENCE_INSTANCE_ID", " kadence-history-2 ")
+    monkeypatch.setenv("KADENCE_SESSION_TIMEOUT_MS", "30000")
+    settings = KafkaSettings.from_env()
+    static = consumer_config(settings, "kadence.history-service", static_member=True)
+    assert static["group.instance.id"] == "kadence-history-2"
+    assert static["heartbeat.interval.ms"] == 3000, "a long session timeout must not slow rebalances"
+    assert "group.instance.id" not in consumer_config(settings, "kadence.tq.orders.workflow")
+    monkeypatch.delenv("KADENCE_INSTANCE_ID")
+    assert "group.instance.id" not in consumer_config(KafkaSettings.from_env(), "kadence.history-service", static_member=True)

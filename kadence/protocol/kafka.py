@@ -78,12 +78,24 @@ def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]
     }
 
 
-def consumer_config(settings: KafkaSettings, group_id: str, **overrides: Any) -> dict[str, Any]:
+def heartbeat_interval_ms(settings: KafkaSettings) -> int:
+    """A third of the session timeout, and at most 3 s (Kafka's default): members hear of a
+    rebalance at their next heartbeat, so a long session timeout (static members) must not make
+    every rebalance wait longer."""
+    return max(100, min(3000, settings.session_timeout_ms // 3))
+
+
+def consumer_config(settings: KafkaSettings, group_id: str, *, static_member: bool = False, **overrides: Any) -> dict[str, Any]:
+    """A consumer of group `group_id`. With `static_member` and KADENCE_INSTANCE_ID set, a static
+    member (KIP-345): its partitions stay its own while it restarts within the session timeout,
+    and the rest of the group is not rebalanced when it leaves or comes back."""
+    membership = {"group.instance.id": settings.instance_id} if static_member and settings.instance_id else {}
     return {
         **base_config(settings),
         "group.id": group_id,
+        **membership,
         "session.timeout.ms": settings.session_timeout_ms,
-        "heartbeat.interval.ms": max(100, settings.session_timeout_ms // 3),
+        "heartbeat.interval.ms": heartbeat_interval_ms(settings),
         "fetch.wait.max.ms": settings.fetch_wait_max_ms,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": True,
@@ -99,9 +111,10 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
 
-def make_consumer(settings: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+def make_consumer(settings: KafkaSettings, group_id: str, *, static_member: bool = False, **overrides: Any) -> Consumer:
     return Consumer(consumer_config(
-        settings, group_id, **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(settings, group_id), **overrides},
+        settings, group_id, static_member=static_member,
+        **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(settings, group_id), **overrides},
     ))
 
 
@@ -391,8 +404,9 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
         "broker": [f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
         "broker_credentials": credentials,
         "broker_session_timeout": session_timeout,
-        "broker_heartbeat_interval": max(0.1, session_timeout / 3),
+        "broker_heartbeat_interval": heartbeat_interval_ms(settings) / 1000,
         "broker_request_timeout": max(40.0, session_timeout * 2),
+        "consumer_group_instance_id": settings.instance_id or None,
         "consumer_auto_offset_reset": "earliest",
         "producer_linger": settings.linger_ms / 1000,
         "producer_max_request_size": MAX_RECORD_BYTES,

@@ -78,7 +78,10 @@ class ProjectionRunner:
         self.projection = projection
         self.codec = history_batch_codec()
         self.fence = LogFence(strict=False)
-        self.consumer: Consumer = make_consumer(settings, f"kadence.{projection.name}", **{"enable.auto.commit": False})
+        # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
+        self.consumer: Consumer = make_consumer(
+            settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
+        )
 
     async def setup(self) -> None:
         READINESS.postgres_dsn = self.dsn
@@ -141,6 +144,7 @@ class ProjectionRunner:
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         self.projection.on_revoke({tp.partition for tp in revoked})
+        log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(tp.partition for tp in revoked))
 
 
 def _chunks(messages: list[Any]) -> list[list[Any]]:

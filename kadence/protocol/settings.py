@@ -38,6 +38,11 @@ class KafkaSettings:
     # The local Tansu broker does not wake long polls: `kadence dev` and the tests use 5 ms.
     fetch_wait_max_ms: int = 500
     linger_ms: int = 5
+    # group.instance.id of the services that own partitions (history, matching, timer, visibility):
+    # stable per instance, e.g. the StatefulSet pod's name, so a restarted instance rejoins its
+    # consumer group as the same static member and gets its partitions back without a rebalance.
+    # Empty: dynamic membership (each start joins anew; what the Tansu broker needs).
+    instance_id: str = ""
     # Passed to librdkafka as is: KADENCE_KAFKA_SECURITY_PROTOCOL=SASL_SSL -> security.protocol=SASL_SSL.
     client_config: dict[str, str] = field(default_factory=dict)
 
@@ -56,6 +61,7 @@ class KafkaSettings:
             session_timeout_ms=env_int("KADENCE_SESSION_TIMEOUT_MS", cls.session_timeout_ms),
             fetch_wait_max_ms=env_int("KADENCE_FETCH_WAIT_MAX_MS", cls.fetch_wait_max_ms),
             linger_ms=env_int("KADENCE_LINGER_MS", cls.linger_ms),
+            instance_id=os.environ.get("KADENCE_INSTANCE_ID", cls.instance_id).strip(),
             client_config=passthrough,
         )
 

@@ -86,7 +86,9 @@ class HistoryService:
         self.commands = command_codec()
         self.batches = history_batch_codec()
         self.producer = make_producer(settings)
-        self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, **{"enable.auto.commit": False})
+        # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions, and every other
+        # instance keeps its own (and the state it holds) instead of recovering it again.
+        self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, static_member=True, **{"enable.auto.commit": False})
         self._produce_error: KafkaError | None = None
         self.partition_count = settings.partitions
         # Per partition, the batch not produced yet: adjacent commands of one run join it.
@@ -148,6 +150,8 @@ class HistoryService:
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         partitions = [tp.partition for tp in assigned]
+        for partition in partitions:
+            log.info("event=partition_assigned partition=%d", partition)
         started = time.monotonic()
         claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
         try:
