@@ -180,10 +180,10 @@ async def test_deploys_commands_run_from_the_image(stack: LocalStack, image_layo
         return [expand(argument, env) for argument in argv]
 
     processes = {}
-    for name in ("kadence-visibility", "kadence-order-worker"):
+    for kind, name in (("StatefulSet", "kadence-visibility"), ("Deployment", "kadence-order-worker")):
         port = free_port()
         env = image_env(stack, image_layout, KADENCE_HTTP_PORT=str(port))
-        processes[name] = (subprocess.Popen(command("Deployment", name, env), cwd=image_layout, env=env), port)
+        processes[name] = (subprocess.Popen(command(kind, name, env), cwd=image_layout, env=env), port)
     try:
         for process, port in processes.values():
             await wait_ready(port, process)

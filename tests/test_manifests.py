@@ -91,10 +91,10 @@ def test_every_resource_validates_against_its_schema(overlay: str) -> None:
 
 def test_the_validators_catch_what_they_should() -> None:
     """Guards against a validator that accepts everything (a typo'd field, a missing required one)."""
-    deployment = named(rendered("dev"), "Deployment", "kadence-history")
-    deployment["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    workload = named(rendered("dev"), "StatefulSet", "kadence-history")
+    workload["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(deployment, KUBERNETES_VERSIONS[0], strict=True)
+        kubernetes_validate.validate(workload, KUBERNETES_VERSIONS[0], strict=True)
     topic = named(rendered("dev"), "KafkaTopic", "kadence-history")
     del topic["spec"]["partitions"]
     with pytest.raises(jsonschema.ValidationError):
@@ -124,11 +124,17 @@ def test_topics_match_the_code(overlay: str) -> None:
         assert {spec["replicas"] for spec in declared.values()} == {3}
 
 
+def kadence_workloads(resources: list[Resource]) -> dict[str, Resource]:
+    """The Deployments and StatefulSets running Kadence (not dev's Postgres), by name."""
+    return {w["metadata"]["name"]: w for kind in ("Deployment", "StatefulSet") for w in of_kind(resources, kind)
+            if w["spec"]["template"]["metadata"]["labels"].get("kadence.io/kafka-client") == "true"}
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
     resources = rendered(overlay)
     port = int(config(resources)["KADENCE_HTTP_PORT"])
-    deployments = {d["metadata"]["name"]: d for d in of_kind(resources, "Deployment")}
+    deployments = kadence_workloads(resources)
     assert set(deployments) == {f"kadence-{service}" for service in SERVICES} | {"kadence-order-worker"}
     budgets = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in of_kind(resources, "PodDisruptionBudget")}
     services = {s["spec"]["selector"]["app.kubernetes.io/name"]: s for s in of_kind(resources, "Service")}
@@ -147,6 +153,34 @@ def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
     scaled = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(resources, "HorizontalPodAutoscaler")}
     assert set(scaled) == {"kadence-matching", "kadence-order-worker"}
     assert all(spec["maxReplicas"] <= partitions for spec in scaled.values()), "instances beyond the partition count idle"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_partition_owners_are_static_members_with_their_pod_name_as_instance_id(overlay: str) -> None:
+    """History, timer and visibility are StatefulSets: each pod's stable name is its group instance
+    id, and their session timeout gives a restarted pod time to come back. Matching and the worker,
+    autoscaled Deployments with no stable names, stay dynamic members."""
+    resources = rendered(overlay)
+    workloads = kadence_workloads(resources)
+    static = {f"kadence-{service}" for service in ("history", "timer", "visibility")}
+    services = {s["metadata"]["name"] for s in of_kind(resources, "Service")}
+    config_maps = {c["metadata"]["name"]: c["data"] for c in of_kind(resources, "ConfigMap")}
+    for name, workload in workloads.items():
+        [container] = workload["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e for e in container.get("env", [])}
+        settings: dict[str, str] = {}
+        for source in container["envFrom"]:  # later sources win, as in Kubernetes
+            settings.update(config_maps[source["configMapRef"]["name"]])
+        if name in static:
+            assert workload["kind"] == "StatefulSet", name
+            assert workload["spec"]["podManagementPolicy"] == "Parallel", name
+            assert workload["spec"]["serviceName"] in services, name
+            assert env["KADENCE_INSTANCE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}, name
+            # Longer than a pod's restart takes; the broker's bounds are 6 s to 30 min by default.
+            assert 20_000 <= int(settings["KADENCE_SESSION_TIMEOUT_MS"]) <= 60_000, name
+        else:
+            assert workload["kind"] == "Deployment" and "KADENCE_INSTANCE_ID" not in env, name
+            assert int(settings["KADENCE_SESSION_TIMEOUT_MS"]) < 20_000, f"{name}: a dead dynamic member is noticed sooner"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
