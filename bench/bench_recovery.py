@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from bench.local import add_broker_option, describe_broker
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
@@ -88,11 +89,12 @@ def closed_ids(state: PartitionState) -> set[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=100_000)
+    add_broker_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kadence-bench-recovery-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=1)
-        (stack.data_dir / "logs").mkdir()
+        stack = LocalStack(Path(data_dir), partitions=1, broker_kind=args.broker)
         stack.start_broker()
+        print(describe_broker(stack))
         try:
             ensure_topics(stack.settings, core_topics(stack.settings))
             writer = HistoryWriter(stack)

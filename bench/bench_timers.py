@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.local import add_broker_option, describe_broker
 from bench.timer_load import FiredTimers, TimerLoad
 from kadence.local_stack import LocalStack
 from services.timer.store import now_ms
@@ -107,11 +108,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--pending", type=int, default=1_000_000)
+    add_broker_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kadence-bench-timers-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=8, timer_memory_horizon_ms=HORIZON_MS)
+        stack = LocalStack(Path(data_dir), partitions=8, timer_memory_horizon_ms=HORIZON_MS, broker_kind=args.broker)
         try:
             stack.start(services=("timer",))
+            print(describe_broker(stack))
             load = TimerLoad(stack.settings)
             fired = FiredTimers(stack.settings, {p: 0 for p in range(stack.partitions)})
             time.sleep(3)  # the service joins its consumer group

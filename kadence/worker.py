@@ -188,9 +188,12 @@ class Worker:
         cached = self._cache.get(run_id)
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
-        started = self._send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"]})
+        started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        started = self._send(workflow_id, "RecordWorkflowTaskStarted", {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
+        })
         try:
-            instance, commands = self._activate(task, cached)
+            instance, commands = self._activate(task, cached, started_time_ms)
         except (NondeterminismError, WorkflowTaskError) as exc:
             return [started, self._fail_workflow_task(task, exc)]
         if instance.local_activities_to_run():
@@ -305,11 +308,11 @@ class Worker:
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
         return replay(definition, info, self.client.data_converter, history.events)
 
-    def _activate(self, task: Record, cached: WorkflowInstance | None) -> tuple[WorkflowInstance, list[Any]]:
+    def _activate(self, task: Record, cached: WorkflowInstance | None, started_time_ms: int) -> tuple[WorkflowInstance, list[Any]]:
         wt = task["task"][1]
         if cached is not None:
             try:
-                return cached, cached.activate(wt["history"], wt["scheduled_event_id"])
+                return cached, cached.activate(wt["history"], wt["scheduled_event_id"], started_time_ms)
             except CacheInvalid as reason:
                 log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r",
                          task["workflow_id"], task["run_id"], str(reason))
@@ -321,7 +324,7 @@ class Worker:
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
         instance = WorkflowInstance(definition, info, self.client.data_converter)
-        return instance, instance.activate(wt["history"], wt["scheduled_event_id"])
+        return instance, instance.activate(wt["history"], wt["scheduled_event_id"], started_time_ms)
 
     # ---- activity tasks ----------------------------------------------------------------------
 

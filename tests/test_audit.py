@@ -17,12 +17,13 @@ from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
+from tests.conftest import MAIN_BROKER
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """Only a broker: the test is the sole writer of kadence.history."""
-    local = LocalStack(tmp_path_factory.mktemp("audit"), partitions=1)
+    local = LocalStack(tmp_path_factory.mktemp("audit"), partitions=1, broker_kind=MAIN_BROKER)
     (local.data_dir / "logs").mkdir()
     local.start_broker()
     ensure_topics(local.settings, core_topics(local.settings))

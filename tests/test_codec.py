@@ -97,7 +97,9 @@ def pinned(release: RecordCodec, fingerprint: str) -> RecordCodec:
 
 HEARTBEAT = {"task_queue": "orders", "kind": "activity", "identity": "worker-1", "partitions": [0, 3], "sent_at_ms": 1_790_000_000_000}
 # `identity` is left to its default, as the SDK and services leave many fields.
-TASK_STARTED = {"workflow_id": "w", "command": ("RecordWorkflowTaskStarted", {"run_id": "r", "scheduled_event_id": 2})}
+TASK_STARTED = {
+    "workflow_id": "w", "command": ("RecordWorkflowTaskStarted", {"run_id": "r", "scheduled_event_id": 2, "started_time_ms": 0}),
+}
 
 
 def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> None:

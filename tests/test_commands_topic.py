@@ -8,6 +8,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from examples.order import TASK_QUEUE, OrderWorkflow, cancel_order, process_payment, ship_order
@@ -22,6 +23,7 @@ from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.also_on_tansu
 async def test_start_command_from_a_plain_kafka_producer_starts_the_workflow(stack: LocalStack, client: Client) -> None:
     order_id = f"order-{uuid.uuid4()}"
     produced = subprocess.run(

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
+from pathlib import Path
+
+import pytest
 
 from examples.batch import BatchWorkflow, ImageWorkflow, resize_image
 from examples.expense import ExpenseWorkflow, notify
@@ -16,8 +21,19 @@ from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 
+REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = [ExpenseWorkflow, BatchWorkflow, ImageWorkflow, TripWorkflow, SubscriptionWorkflow, UploadWorkflow]
 ACTIVITIES = [notify, resize_image, book_flight, book_hotel, book_car, cancel_booking, charge, upload]
+
+
+@pytest.mark.also_on_tansu
+def test_the_order_example_runs_as_the_readme_runs_it(stack: LocalStack) -> None:
+    """What the README's first command runs on a fresh `kadence dev` stack, on this stack's settings."""
+    order_id = f"order-{uuid.uuid4()}"
+    ran = subprocess.run([sys.executable, "examples/order.py"], env={**stack.env, "ORDER_ID": order_id}, cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"workflow {order_id} result: shipped_{order_id}" in ran.stdout
 
 
 async def test_expense_waits_for_a_signal_answers_queries_and_escalates_when_late(client: Client, task_queue: str) -> None:

@@ -93,6 +93,16 @@ def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_co
     assert ex.buffered == []
 
 
+def test_a_workflow_task_starts_at_the_time_its_worker_gave_so_replay_reads_what_the_live_run_read() -> None:
+    state, run_id = started_workflow()
+    worker_time_ms = NOW + 1234
+    started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2, "started_time_ms": worker_time_ms}, 1)
+    assert [(e["attributes"][0], e["event_time_ms"]) for e in started["events"]] == [("WorkflowTaskStarted", worker_time_ms)]
+    state, run_id = started_workflow()
+    unstamped = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2, "started_time_ms": 0}, 1)
+    assert unstamped["events"][0]["event_time_ms"] == NOW  # a worker that gave no time: when history recorded it
+
+
 def test_a_stale_or_foreign_completion_is_rejected() -> None:
     state, run_id = started_workflow()
     ex = state.executions["order-1"]

@@ -178,6 +178,21 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    _wait_until_listed(admin, {topic.topic: topic.num_partitions for topic in missing}, timeout)
+
+
+def _wait_until_listed(admin: AdminClient, topics: dict[str, int], timeout: float) -> None:
+    """Apache Kafka acknowledges a creation once its controller committed it; the broker's metadata
+    may lag a moment, and a consumer subscribing then sees no partitions. Wait until it lists them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = admin.list_topics(timeout=timeout).topics
+        pending = [name for name, count in topics.items() if name not in listed or len(listed[name].partitions) < count]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topics {pending} were created but not listed within {timeout} s"))
+        time.sleep(0.02)
 
 
 def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> int:

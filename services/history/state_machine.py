@@ -169,9 +169,10 @@ class Transition:
     def next_event_id(self) -> int:
         return self.execution.next_event_id + len(self.events)
 
-    def add(self, event_type: str, attributes: Record) -> int:
+    def add(self, event_type: str, attributes: Record, event_time_ms: int | None = None) -> int:
         event_id = self.next_event_id
-        self.events.append({"event_id": event_id, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
+        time_ms = self.now_ms if event_time_ms is None else event_time_ms
+        self.events.append({"event_id": event_id, "event_time_ms": time_ms, "attributes": (event_type, attributes)})
         return event_id
 
     def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
@@ -527,7 +528,9 @@ def _workflow_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
     if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.started_event_id != 0:
         raise Rejected(f"no pending workflow task with scheduled_event_id={cmd['scheduled_event_id']}")
     t = Transition(ex, now_ms)
-    t.add("WorkflowTaskStarted", {"scheduled_event_id": wt.scheduled_event_id, "identity": identity})
+    # The worker's start time, which its workflow code already read as workflow.now(): a replay reads the same.
+    t.add("WorkflowTaskStarted", {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
+          event_time_ms=cmd.get("started_time_ms") or None)
     return t
 
 
