@@ -106,7 +106,8 @@ async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_t
     assert completed_by == ["rescuer"]
 
 
-@pytest.mark.parametrize("service", [pytest.param("history", marks=pytest.mark.also_on_tansu), "matching"])
+@pytest.mark.also_on_tansu
+@pytest.mark.parametrize("service", ["history", "matching"])
 async def test_a_service_killed_mid_run_finishes_every_workflow_exactly_once(
     stack: LocalStack, client: Client, task_queue: str, service: str,
 ) -> None:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kadence.brokers import ApacheKafka, BrokerUnavailable, Tansu, choose_broker
+from kadence.brokers import ApacheKafka, BrokerUnavailable, Tansu, apache_kafka, choose_broker, free_port
 from kadence.local_stack import LocalStack
 from kadence.protocol.kafka import base_config, ensure_topics
 
@@ -94,3 +94,11 @@ def test_apache_kafka_and_postgres_keep_their_data_across_restarts_of_the_stack(
             assert conn.execute("SELECT value FROM kept").fetchall() == [("row",)]
     finally:
         again.stop()
+
+
+@pytest.mark.kafka_only
+def test_a_cluster_id_that_begins_with_a_dash_formats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One id in 64 does (URL-safe base64); the storage tool must not take it for an option."""
+    monkeypatch.setattr(apache_kafka, "new_cluster_id", lambda: "-AbCdEfGhIjKlMnOpQrStU")
+    ApacheKafka(tmp_path, free_port()).prepare()
+    assert "cluster.id=-AbCdEfGhIjKlMnOpQrStU\n" in (tmp_path / "kafka" / "meta.properties").read_text()

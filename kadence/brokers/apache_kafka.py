@@ -168,7 +168,8 @@ class ApacheKafka(LocalBroker):
     def _format(self) -> None:
         result = subprocess.run(
             [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
-             "kafka.tools.StorageTool", "format", "--cluster-id", new_cluster_id(), "--config", str(self.config_path)],
+             # One argument each: an id may begin with "-", which the tool would take for an option.
+             "kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}", f"--config={self.config_path}"],
             capture_output=True, text=True, timeout=120,
         )
         if result.returncode != 0:
