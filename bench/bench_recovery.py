@@ -4,7 +4,7 @@
 
 Writes real histories (built with the history state machine: start, workflow tasks, one
 activity, completion; a tenth of the runs left open) to a one-partition kadence.history on a
-local broker, then times the history service's recovery of that partition from offset 0, the
+local broker (--broker kafka|tansu), then times the history service's recovery of that partition from offset 0, the
 checkpoint's encode and decode, and recovery from that checkpoint with 1,000 more batches after it.
 The checkpoint holds the open runs; closed runs live in their own table, not in memory.
 """

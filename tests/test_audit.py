@@ -74,8 +74,9 @@ def test_audit_passes_a_good_history_skips_zombies_and_catches_a_duplicated_even
 
     code, summary = audit(broker, "--from-offset", "3")  # mid-run: checked from where the read begins
     assert (code, summary["events"], summary["violations"]) == (0, 2, [])
-    # (Only a past time: for a future one the local broker answers an offset, where Kafka answers -1.)
     assert audit(broker, "--from-time", "2000-01-01")[1]["records"] == 4
+    if MAIN_BROKER == "kafka":  # Tansu answers a future time with an offset (it uses append time) where Kafka answers none
+        assert audit(broker, "--from-time", "2100-01-01")[1]["records"] == 0
 
     # By hand: the completion written again, as if a command had been applied twice.
     write(broker, [batch(6, [event(6, "WorkflowExecutionCompleted", result=None, workflow_task_completed_event_id=4)], 3)])
