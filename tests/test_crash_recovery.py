@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import random
+import re
 import subprocess
 import sys
 import uuid
@@ -250,6 +252,10 @@ async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: L
         ))
     assert before == [f"a{i}!" for i in range(20)] and after == [f"b{i}!" for i in range(20)]
     assert history_log.read_text().count("event=checkpoint_restored") > restored_before
+    # The log is read on from the checkpoints' offsets, not from its start.
+    recovered = [line for line in history_log.read_text().splitlines() if "event=partitions_recovered" in line][-1]
+    read_from = ast.literal_eval(re.search(r"read_from=(\{[^}]*\})", recovered).group(1))  # type: ignore[union-attr]
+    assert any(offset > 0 for offset in read_from.values()), recovered
     assert audit_history(stack.settings).violations == []
 
 

@@ -126,7 +126,12 @@ class CheckpointStore:
                     log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
                                 partition, row[3], checkpoint_codec().current_fingerprint)
                     row = None
-                loaded[partition] = None if row is None else Checkpoint(decode_state(partition, row[2], row[1]), row[0])
+                if row is None:
+                    loaded[partition] = None
+                    continue
+                state = decode_state(partition, row[2], row[1])
+                state.history_offset = row[0]  # recovery reads the log on from here, not from its start
+                loaded[partition] = Checkpoint(state, row[0])
             return loaded
 
     def save(self, state: PartitionState, history_offset: int) -> bool:
