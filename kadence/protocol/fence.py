@@ -43,6 +43,3 @@ class LogFence:
     def forget_run(self, run_id: str) -> None:
         """Closed runs take no more batches; drop them to keep memory flat."""
         self.next_event_id.pop(run_id, None)
-
-    def forget_partition(self, partition: int) -> None:
-        self.last_source_offset.pop(partition, None)

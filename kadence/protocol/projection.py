@@ -77,7 +77,11 @@ class ProjectionRunner:
         self.dsn = dsn
         self.projection = projection
         self.codec = history_batch_codec()
-        self.fence = LogFence(strict=False)
+        # One fence per partition, new on each assignment: the log is read again from the stored
+        # position then (after a rebalance, or the group session lost while the broker was away),
+        # and a fence that remembered the runs would skip what it reads again as zombie repeats,
+        # with the timers those records set (released from memory on the revoke) never held again.
+        self.fences: dict[int, LogFence] = {}
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
         self.consumer: Consumer = make_consumer(
             settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
@@ -111,7 +115,7 @@ class ProjectionRunner:
                 ERRORS.labels("undecodable_history_record").inc()
                 log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
                 continue
-            if self.fence.admit(msg.partition(), batch):
+            if self.fences.setdefault(msg.partition(), LogFence(strict=False)).admit(msg.partition(), batch):
                 records.append(LogRecord(msg.partition(), msg.offset(), batch))
         async with self.pool.connection() as conn, conn.transaction():
             if records:
@@ -136,7 +140,7 @@ class ProjectionRunner:
         stored = dict(rows)
         for tp in assigned:
             tp.offset = stored.get(tp.partition, 0)
-            self.fence.forget_partition(tp.partition)
+            self.fences[tp.partition] = LogFence(strict=False)
         consumer.assign(assigned)
         self.projection.on_assign(set(partitions))
         READINESS.assign(set(partitions))
