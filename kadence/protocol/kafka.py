@@ -415,6 +415,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
     session_timeout = settings.session_timeout_ms / 1000
     _set_faust_fetch_wait(settings.fetch_wait_max_ms)
     _set_faust_idempotence(not broker_is_tansu(settings))
+    _survive_closed_aiokafka_connections()
     return {
         "broker": [f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
         "broker_credentials": credentials,
@@ -461,3 +462,37 @@ def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
 
     thread_class._kadence_original_create_worker_consumer = original
     thread_class._create_worker_consumer = create_worker_consumer
+
+
+def _survive_closed_aiokafka_connections() -> None:
+    """A request written to a connection the broker has just closed (it died, or restarted) is a
+    connection error aiokafka retries: it catches the OSError the standard event loop raises. On
+    uvloop the same write raises RuntimeError ("unable to perform operation on <TCPTransport
+    closed=True ...>; the handler is closed"), which aiokafka 0.14 lets through (aio-libs/aiokafka#1038,
+    open). Met by the group coordination, it ends it ("Unexpected error in coordinator routine") and
+    faust's worker crashes; met by the client's metadata task, that task dies without a word and
+    every later request waits for metadata for ever (matching stops routing for good). Raise the
+    connection error aiokafka expects instead."""
+    from aiokafka.conn import AIOKafkaConnection, CloseReason
+    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.errors import KafkaError as AIOKafkaError  # a RuntimeError too
+
+    if getattr(AIOKafkaConnection, "_kadence_survives_closed_transport", False):
+        return
+    original = AIOKafkaConnection.send
+
+    def send(self: Any, request: Any, expect_response: bool = True) -> Any:
+        try:
+            return original(self, request, expect_response)
+        except AIOKafkaError:
+            raise
+        except RuntimeError as exc:
+            writer = self._writer
+            if writer is None or not writer.transport.is_closing():
+                raise
+            log.warning("event=broker_connection_broken host=%s port=%s error=%r", self.host, self.port, str(exc))
+            self.close(reason=CloseReason.CONNECTION_BROKEN, exc=exc)
+            raise KafkaConnectionError(f"Connection at {self.host}:{self.port} broken: {exc}") from exc
+
+    AIOKafkaConnection.send = send
+    AIOKafkaConnection._kadence_survives_closed_transport = True
