@@ -61,7 +61,45 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 
 def base_config(settings: KafkaSettings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.bootstrap_servers, **settings.client_config}
+    return {"bootstrap.servers": settings.bootstrap_servers, "logger": CLIENT_LOG, "error_cb": log_client_error, **settings.client_config}
+
+
+class ClientLog:
+    """librdkafka's log lines as structured ones (confluent-kafka calls `log(level, fmt, facility,
+    client, message)`, from the thread that polls the client). While the broker is away a client
+    tries to reconnect every few tens of milliseconds: a line repeated within REPEAT_WINDOW_S is
+    counted, not written, and the next one written says how often it came meanwhile."""
+
+    REPEAT_WINDOW_S = 10.0
+
+    def __init__(self) -> None:
+        self._log = logging.getLogger("kadence.kafka.client")
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str, str], tuple[float, int]] = {}  # line -> (when written, repeats since)
+
+    def log(self, level: int, _format: str, facility: str, client: str, message: str, *_: Any) -> None:
+        key, now = (client, facility, message), time.monotonic()
+        with self._lock:
+            written, repeats = self._last.get(key, (-self.REPEAT_WINDOW_S, 0))
+            if now - written < self.REPEAT_WINDOW_S:
+                self._last[key] = (written, repeats + 1)
+                return
+            if len(self._last) > 1000:  # forget lines not seen for a while
+                self._last = {k: v for k, v in self._last.items() if now - v[0] < self.REPEAT_WINDOW_S}
+            self._last[key] = (now, 0)
+        self._log.log(level, "event=kafka_client_log client=%s facility=%s repeated=%d message=%r", client, facility, repeats, message)
+
+
+CLIENT_LOG = ClientLog()
+
+
+def log_client_error(err: KafkaError) -> None:
+    """A client's error callback: the errors that say more than its log lines (broker transport
+    failures are in those already)."""
+    if err.fatal():
+        log.error("event=kafka_client_fatal_error code=%s reason=%r", err.name(), err.str())
+    elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+        log.warning("event=kafka_brokers_down reason=%r", err.str())
 
 
 def producer_config(settings: KafkaSettings, **overrides: Any) -> dict[str, Any]:
