@@ -35,7 +35,7 @@ from kadence.exceptions import (
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
-from kadence.protocol.kafka import AsyncProducer, make_producer
+from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -72,11 +72,11 @@ class Client:
         self.data_converter = data_converter
         self.identity = identity
         self._postgres_dsn = postgres_dsn
-        self._producer = AsyncProducer(make_producer(settings))
+        self._producer = AsyncProducer(settings)
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
-        self._encoding: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[Message]]] | None = None
+        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
 
     @classmethod
@@ -174,30 +174,35 @@ class Client:
         return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
 
     def send_command(
-        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None,
+        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
-        With a payload codec, commands are encoded one at a time, so they still leave in order."""
+        With a payload codec, commands are encoded one at a time, so they still leave in order.
+        With `until_delivered`, a delivery that fails for a passing reason (the broker away past
+        the delivery timeout) is tried again until it succeeds: for commands whose repetition is
+        rejected as stale (a worker's task results)."""
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
         if self.data_converter.payload_codec is None:
-            return self._produce_command(record)
+            return self._produce_command(record, until_delivered)
         if self._encoding is None:
             self._encoding = asyncio.Queue()
             self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
         delivered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._encoding.put_nowait((record, delivered))
+        self._encoding.put_nowait((record, until_delivered, delivered))
         return delivered
 
-    def _produce_command(self, record: dict[str, Any]) -> asyncio.Future[Message]:
+    def _produce_command(self, record: dict[str, Any], until_delivered: bool = False) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
-        return self._producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers())
+        return self._producer.produce(
+            topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers(), until_delivered=until_delivered,
+        )
 
-    async def _encode_commands(self, queue: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[Message]]]) -> None:
+    async def _encode_commands(self, queue: asyncio.Queue[tuple[dict[str, Any], bool, asyncio.Future[Message]]]) -> None:
         while True:
-            record, delivered = await queue.get()
+            record, until_delivered, delivered = await queue.get()
             try:
                 await self.data_converter.encode_payloads(record)
-                asyncio.ensure_future(self._produce_command(record)).add_done_callback(
+                asyncio.ensure_future(self._produce_command(record, until_delivered)).add_done_callback(
                     lambda done, delivered=delivered: _chain(done, delivered))
             except Exception as exc:  # the codec failed: the caller hears it
                 delivered.set_exception(exc)
@@ -219,9 +224,12 @@ class Client:
     async def send_and_wait(
         self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str, *, identity: str | None = None,
     ) -> CommandOutcome:
-        """Send a command carrying `request_id` and wait for the history service's answer to it."""
+        """Send a command carrying `request_id` and wait for the history service's answer to it.
+        The command is sent again if its delivery fails (the broker away past the delivery
+        timeout), so the call waits for the broker to come back: the history service applies a
+        command of one request id once (a start starts one run, a signal signals once)."""
         answer = await self.expect_outcome(request_id)
-        await self.send_command(workflow_id, kind, body, identity=identity)
+        await self.send_command(workflow_id, kind, body, identity=identity, until_delivered=True)
         return await answer
 
     async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
@@ -292,9 +292,13 @@ class Worker:
             answer["error"] = self.client.data_converter.to_failure(exc)
         answers = codec("QueryAnswer")
         await self.client.data_converter.encode_payloads(answer)
-        await self.client.produce(
-            topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
-        )
+        try:
+            await self.client.produce(
+                topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
+            )
+        except KafkaException as exc:  # the broker was away past the delivery timeout: the caller's query times out
+            log.warning("event=query_answer_not_sent workflow_id=%s run_id=%s query_type=%s error=%r",
+                        task["workflow_id"], task["run_id"], query["query_type"], str(exc))
 
     async def _replay(self, task: Record) -> WorkflowInstance:
         workflow_type = task["task"][1]["workflow_type"]
@@ -464,8 +468,11 @@ class Worker:
             return await asyncio.create_task(definition.fn(*args), context=context)
         return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
 
-    def _send(self, workflow_id: str, kind: str, body: Record) -> asyncio.Future[Message]:
-        return self.client.send_command(workflow_id, kind, body, identity=self.identity)
+    def _send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
+        """A task's result (or start) goes to history however long the broker is away: a failed
+        delivery is tried again until it succeeds (a repeat is rejected as stale; a loss would leave
+        the task to its timeout, or for ever when it has none)."""
+        return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered)
 
     async def _decode(self, msg: Message) -> Record | None:
         """The task, its payloads through the payload codec; None (logged) for bytes that are no task."""
@@ -543,7 +550,10 @@ class _Heartbeater:
         details, self._pending = self._pending, None
         self._last_sent = self._loop.time()
         payloads = self._worker.client.data_converter.payload_converter.to_payloads(details)
-        sent = self._worker._send(self._workflow_id, "RecordActivityTaskHeartbeat", {**self._reply, "details": payloads})
+        # Not tried again: a late heartbeat could overwrite newer details.
+        sent = self._worker._send(
+            self._workflow_id, "RecordActivityTaskHeartbeat", {**self._reply, "details": payloads}, until_delivered=False,
+        )
         sent.add_done_callback(_log_failed_heartbeat)
 
     def close(self) -> None:

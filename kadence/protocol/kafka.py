@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, NewTopic, OffsetSpec
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from kadence.protocol.settings import KafkaSettings
@@ -27,6 +27,10 @@ from kadence.protocol.topics import topic_config
 
 log = logging.getLogger("kadence.kafka")
 
+PRODUCE_RETRIED = Counter(
+    "kadence_produce_retried_total", "Records produced again after their delivery failed for a reason that passes (the broker away "
+    "past the delivery timeout, a producer replaced after a fatal error)",
+)
 CONSUMER_LAG = Gauge(
     "kadence_consumer_lag", "Records between a consumer's position and its partition's end (ListOffsets)", ["group", "topic", "partition"],
 )
@@ -294,45 +298,111 @@ class AsyncProducer:
     """A confluent-kafka Producer whose deliveries resolve asyncio futures.
 
     A daemon thread serves delivery callbacks, so `produce` never blocks the event loop.
+
+    While the broker is away, records wait in the producer, each until its delivery timeout
+    (librdkafka's message.timeout.ms, 5 minutes by default). A fatal error of the idempotent
+    producer (librdkafka raises one when it can no longer keep its ordering and exactly-once
+    guarantees, say the broker lost the producer's state) leaves the instance unable to produce:
+    it is replaced by a new one, and the records the old one still held fail as purged.
+    `produce(..., until_delivered=True)` produces a record again whenever its delivery fails for
+    a reason that passes (a timeout, a purge by the replacement), until it is delivered: for
+    records whose repetition is harmless (a worker's task results, a timer's firing: a duplicate
+    is rejected as stale) and whose loss is not.
     """
 
-    def __init__(self, producer: Producer) -> None:
-        self._producer = producer
+    def __init__(self, settings: KafkaSettings, **overrides: Any) -> None:
+        self._config = producer_config(settings, **{"error_cb": self._on_error, **overrides})
+        self._producer = Producer(self._config)
+        self._lock = threading.Lock()  # guards the swap of _producer
+        self._fatal: KafkaError | None = None
+        self._closing = False
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve_callbacks, name="kadence-producer", daemon=True)
         self._thread.start()
 
+    def _on_error(self, err: KafkaError) -> None:
+        log_client_error(err)
+        if err.fatal():
+            self._fatal = err
+
     def _serve_callbacks(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
+            if self._fatal is not None:
+                self._replace()
+
+    def _replace(self) -> None:
+        """A new producer (a new producer id) for one that hit a fatal error; what the old one
+        still held fails with a purge error (until_delivered records go again on the new one)."""
+        fatal, self._fatal = self._fatal, None
+        with self._lock:
+            old, self._producer = self._producer, Producer(self._config)
+        held = len(old)
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        left = old.flush(5)  # serves the purged records' delivery reports
+        log.warning("event=producer_replaced reason=fatal_error error=%r records_failed=%d records_left=%d",
+                    fatal.str() if fatal is not None else "", held, left)
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None = None, *, partition: int | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, bytes]] | None = None, until_delivered: bool = False,
     ) -> asyncio.Future[Message]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Message] = loop.create_future()
+        self._send(loop, future, topic, value, key, partition, headers, until_delivered, 1)
+        return future
+
+    def _send(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Message], topic: str, value: bytes, key: bytes | None,
+        partition: int | None, headers: list[tuple[str, bytes]] | None, until_delivered: bool, attempt: int,
+    ) -> None:
+        def settle(err: KafkaError | None, msg: Message | None) -> None:
+            if err is not None and until_delivered and not self._closing and _passes(err) and not future.done():
+                PRODUCE_RETRIED.inc()
+                log.log(logging.WARNING if attempt == 1 else logging.DEBUG,
+                        "event=produce_retried topic=%s partition=%s attempt=%d error=%r", topic, partition, attempt, err.str())
+                # Not at once: a producer that failed a record on a fatal error is replaced first.
+                loop.call_later(0.1, self._send, loop, future, topic, value, key, partition, headers, until_delivered, attempt + 1)
+            else:
+                _settle(future, err, msg)  # type: ignore[arg-type]
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
-            loop.call_soon_threadsafe(_settle, future, err, msg)
+            loop.call_soon_threadsafe(settle, err, msg)
 
         kwargs: dict[str, Any] = {"key": key, "headers": headers, "on_delivery": delivered}
         if partition is not None:
             kwargs["partition"] = partition
         while True:
+            with self._lock:
+                producer = self._producer
             try:
-                self._producer.produce(topic, value, **kwargs)
-                return future
+                producer.produce(topic, value, **kwargs)
+                return
             except BufferError:
-                self._producer.poll(0.01)
+                producer.poll(0.01)
+            except KafkaException as exc:  # _FATAL: this producer is being replaced
+                settle(exc.args[0], None)
+                return
 
     async def flush(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._producer.flush)
 
     def close(self) -> None:
+        self._closing = True
         self._producer.flush(10)
         self._closed.set()
         self._thread.join()
+
+
+# Delivery failures that pass: the record may be produced again.
+_PASSING_ERRORS = {
+    KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT,
+    KafkaError._FATAL, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+}
+
+
+def _passes(err: KafkaError) -> bool:
+    return err.retriable() or err.code() in _PASSING_ERRORS
 
 
 def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Message) -> None:

@@ -39,9 +39,11 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
         from_postgres = await store.take_due_stored(pool, now, FIRE_BATCH) if store.stored_may_be_due(now) else []
         due = from_memory + from_postgres
         if due:
+            # Until delivered: a timer is forgotten only once its firing is in kadence.commands,
+            # however long the broker is away (a repeat is rejected as stale).
             await asyncio.gather(*(
                 producer.produce(topics.COMMANDS, codec.encode(_command(timer)), timer.workflow_id.encode(),
-                                 partition=timer.partition, headers=codec.headers())
+                                 partition=timer.partition, headers=codec.headers(), until_delivered=True)
                 for timer in due
             ))
             store.fired(from_memory)

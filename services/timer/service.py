@@ -6,7 +6,7 @@ import asyncio
 
 from psycopg_pool import AsyncConnectionPool
 
-from kadence.protocol.kafka import AsyncProducer, make_producer
+from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.projection import ProjectionRunner
 from kadence.protocol.settings import KafkaSettings, env_int, postgres_dsn
 from services.timer.firing import fire_timers
@@ -20,7 +20,7 @@ async def run_timer_service(stop: asyncio.Event) -> None:
         store = TimerStore(env_int("KADENCE_TIMER_MEMORY_HORIZON_MS", DEFAULT_MEMORY_HORIZON_MS))
         runner = ProjectionRunner(settings, pool, dsn, store)
         await runner.setup()
-        producer = AsyncProducer(make_producer(settings))
+        producer = AsyncProducer(settings)
         try:
             await asyncio.gather(runner.run(stop), fire_timers(pool, producer, store, stop))
         finally:
