@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import psycopg
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics
@@ -17,6 +18,7 @@ from kadence.protocol.kafka import (
     consume_batches,
     core_topics,
     ensure_topics,
+    log_client_error,
     make_consumer,
     make_producer,
     partition_for_key,
@@ -53,6 +55,7 @@ BATCHES = Counter("kadence_history_batches_written_total", "HistoryBatch records
 RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery of assigned partitions took")
 
 CONSUMER_GROUP = "kadence.history-service"
+CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
 
 
 _STARTS = {"StartWorkflowExecution": decide_start, "SignalWithStartWorkflowExecution": decide_signal_with_start}
@@ -85,7 +88,9 @@ class HistoryService:
         self.partitions: dict[int, PartitionState] = {}
         self.commands = command_codec()
         self.batches = history_batch_codec()
-        self.producer = make_producer(settings)
+        self._producer_generation = 0
+        self._fatal: KafkaError | None = None  # the producer's fatal error, until it is replaced
+        self.producer = self._new_producer()
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions, and every other
         # instance keeps its own (and the state it holds) instead of recovering it again.
         self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, static_member=True, **{"enable.auto.commit": False})
@@ -93,6 +98,18 @@ class HistoryService:
         self.partition_count = settings.partitions
         # Per partition, the batch not produced yet: adjacent commands of one run join it.
         self._unwritten: dict[int, Record] = {}
+
+    def _new_producer(self) -> Producer:
+        # No delivery timeout: a batch waits in the producer however long the broker is away. A
+        # batch that timed out while a later one of its partition was written would leave a gap
+        # no reader could fill (the later batch's source offset says the earlier command was done).
+        self._producer_generation += 1
+        return make_producer(self.settings, **{"message.timeout.ms": 0, "error_cb": self._on_producer_error})
+
+    def _on_producer_error(self, err: KafkaError) -> None:
+        log_client_error(err)
+        if err.fatal():
+            self._fatal = err
 
     def _check_partition_counts(self) -> int:
         """Command partition p is answered on history partition p, so the counts must match."""
@@ -115,6 +132,9 @@ class HistoryService:
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
             async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
+                if self._fatal is not None:  # what the log holds is unknown: these commands are read again
+                    self._replace_producer_and_recover()
+                    continue
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
                 self._recall_closed_runs(commands)
                 for msg, command in commands:
@@ -124,7 +144,7 @@ class HistoryService:
                 self.producer.poll(0)
                 self._raise_produce_error()
                 if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
-                    self._checkpoint()
+                    await self._checkpoint()
         finally:
             self.producer.flush(10)
             self.consumer.close()
@@ -135,23 +155,43 @@ class HistoryService:
         if self._produce_error is not None:
             raise FatalProduceError(f"history batch not written: {self._produce_error}")
 
-    def _checkpoint(self) -> None:
+    async def _checkpoint(self) -> None:
         """Store every owned partition's state once all its batches are written, so the state is
-        exactly the fold of the log up to each partition's history offset."""
+        exactly the fold of the log up to each partition's history offset. While the broker has
+        not acknowledged them all (it is away), the checkpoint waits for the next interval.
+
+        The wait and the writes run off the event loop, so /healthz and /readyz still answer;
+        nothing else runs meanwhile (rebalance callbacks run inside the consumer's poll)."""
         assert self.checkpoints is not None
-        self._flush()
-        self.producer.flush(30)
-        self._raise_produce_error()
-        started = time.monotonic()
-        stored = [p for p, state in self.partitions.items() if self.checkpoints.save(state, state.history_offset)]
-        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, time.monotonic() - started)
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
+        self._flush()
+        loop = asyncio.get_running_loop()
+        outstanding = await loop.run_in_executor(None, self.producer.flush, CHECKPOINT_FLUSH_TIMEOUT_S)
+        self._raise_produce_error()
+        if outstanding or self._fatal is not None:
+            log.warning("event=checkpoint_postponed outstanding_batches=%d reason=%r",
+                        outstanding, "the broker has not acknowledged every batch written")
+            return
+        started = time.monotonic()
+        checkpoints = self.checkpoints
+        stored = await loop.run_in_executor(None, lambda: [
+            p for p, state in self.partitions.items() if checkpoints.save(state, state.history_offset)
+        ])
+        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, time.monotonic() - started)
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         partitions = [tp.partition for tp in assigned]
         for partition in partitions:
             log.info("event=partition_assigned partition=%d", partition)
+        recovered = self._recover(partitions)
+        for tp in assigned:
+            tp.offset = recovered[tp.partition].resume_offset
+        consumer.assign(assigned)
+        READINESS.assign(set(self.partitions))
+
+    def _recover(self, partitions: list[int]) -> dict[int, PartitionState]:
+        """Claim the partitions and fold their checkpoints and the log after them into state."""
         started = time.monotonic()
         claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
         try:
@@ -164,11 +204,27 @@ class HistoryService:
             if checkpoint is not None:
                 log.info("event=checkpoint_restored partition=%d history_offset=%d", p, checkpoint.history_offset)
         self.partitions.update(recovered)
-        for tp in assigned:
-            tp.offset = recovered[tp.partition].resume_offset
-        consumer.assign(assigned)
         RECOVERY.set(time.monotonic() - started)
-        READINESS.assign(set(self.partitions))
+        return recovered
+
+    def _replace_producer_and_recover(self) -> None:
+        """After a fatal error of the idempotent producer (librdkafka raises one when it can no
+        longer keep its ordering and exactly-once guarantees): a new producer, and the owned
+        partitions recovered from the log again, their commands read from just past the last one
+        the log holds. The old producer's batches not acknowledged may or may not be in the log;
+        what the new one writes again for the same commands is what it would have said, and
+        readers skip a repeat by the fencing rule."""
+        fatal, self._fatal = self._fatal, None
+        old, self.producer = self.producer, self._new_producer()
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        old.flush(5)  # serves the purged batches' delivery reports (ignored: an older generation)
+        self._unwritten.clear()
+        partitions = sorted(self.partitions)
+        recovered = self._recover(partitions)
+        for p in partitions:
+            self.consumer.seek(TopicPartition(topics.COMMANDS, p, recovered[p].resume_offset))
+        log.warning("event=history_recovered_in_place reason=producer_fatal_error error=%r partitions=%s resume_offsets=%s",
+                    fatal.str() if fatal is not None else "", partitions, {p: recovered[p].resume_offset for p in partitions})
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         self._flush()
@@ -306,7 +362,7 @@ class HistoryService:
             BATCHES.inc()
             self.producer.produce(
                 topics.HISTORY, self.batches.encode(batch), batch["workflow_id"].encode(),
-                partition=partition, headers=self.batches.headers(), on_delivery=self._delivered,
+                partition=partition, headers=self.batches.headers(), on_delivery=self._on_delivery(),
             )
 
     def _flush(self) -> None:
@@ -314,15 +370,27 @@ class HistoryService:
             self._flush_partition(partition)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
+        if err is not None and (err.fatal() or err.code() == KafkaError._FATAL):
+            self._fatal = self._fatal or err
+        elif err is not None:
             self._produce_error = err
         elif msg.topic() == topics.HISTORY and (state := self.partitions.get(msg.partition())) is not None:
             state.history_offset = max(state.history_offset, msg.offset() + 1)
 
+    def _on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback for the current producer: a replaced one's reports are ignored."""
+        generation = self._producer_generation
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if generation == self._producer_generation:
+                self._delivered(err, msg)
+
+        return delivered
+
     def _dead_letter(self, msg: Message, error: str) -> None:
         ERRORS.labels("dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
-        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, error), on_delivery=self._delivered)
+        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, error), on_delivery=self._on_delivery())
 
     def _forward(self, msg: Message, workflow_id: str, owner: int) -> None:
         log.warning(
@@ -331,5 +399,5 @@ class HistoryService:
         )
         self.producer.produce(
             topics.COMMANDS, msg.value(), workflow_id.encode(), partition=owner,
-            headers=msg.headers(), on_delivery=self._delivered,
+            headers=msg.headers(), on_delivery=self._on_delivery(),
         )
