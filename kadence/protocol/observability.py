@@ -1,5 +1,5 @@
 """Every service's HTTP endpoints: /healthz (the process is alive), /readyz (its partitions are
-assigned and caught up, Postgres answers) and /metrics (Prometheus text).
+assigned and caught up, Postgres answers, the Kafka broker answers) and /metrics (Prometheus text).
 
 The port is KADENCE_HTTP_PORT (0, the default, serves nothing: `kadence dev` runs several
 services on one machine). Readiness is this process's `READINESS`, which the service's consumer
@@ -8,19 +8,31 @@ loop keeps up to date.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from aiohttp import web
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
-from kadence.protocol.settings import env_int
+from kadence.protocol import topics
+from kadence.protocol.kafka import base_config
+from kadence.protocol.settings import KafkaSettings, env_int
 
 log = logging.getLogger("kadence.observability")
 
 ERRORS = Counter("kadence_errors_total", "Errors by kind (undecodable records, rejected commands, dead letters ...)", ["kind"])
+
+# The broker is asked for metadata this often, in the background: /readyz answers at once from the
+# last answer (a Kubernetes probe gives it a second), and a frozen broker costs no waiting request.
+BROKER_PROBE_INTERVAL_S = 1.0
+BROKER_PROBE_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -30,6 +42,8 @@ class Readiness:
     assigned: set[int] | None = None  # None: no assignment yet
     caught_up: set[int] = field(default_factory=set)
     postgres_dsn: str = ""
+    broker_problem: str | None = None  # why the broker's last answer (of watch_broker's) was missing
+    _broker_watch: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def assign(self, partitions: set[int]) -> None:
         self.assigned = set(partitions)
@@ -38,12 +52,39 @@ class Readiness:
     def reached_end(self, partition: int) -> None:
         self.caught_up.add(partition)
 
+    def revoke(self) -> None:
+        """Partitions taken away (a rebalance, or the group session lost while the broker was
+        away): not ready until the next assignment."""
+        self.assigned = None
+
+    def watch_broker(self, kafka_config: dict[str, Any]) -> None:
+        """Ask the broker for metadata every BROKER_PROBE_INTERVAL_S from now on: while it does not
+        answer (it is down, frozen, or out of reach), the process is not ready."""
+        if self._broker_watch is None:
+            self._broker_watch = asyncio.get_running_loop().create_task(self._watch_broker(AdminClient(kafka_config)))
+
+    async def _watch_broker(self, admin: AdminClient) -> None:
+        loop = asyncio.get_running_loop()
+        away_since: float | None = None
+        while True:
+            problem = await loop.run_in_executor(None, _ask_broker, admin)
+            if problem is not None and away_since is None:
+                away_since = time.monotonic()
+                log.warning("event=broker_unreachable problem=%r", problem)
+            elif problem is None and away_since is not None:
+                log.info("event=broker_reachable_again unreachable_seconds=%.1f", time.monotonic() - away_since)
+                away_since = None
+            self.broker_problem = problem
+            await asyncio.sleep(BROKER_PROBE_INTERVAL_S)
+
     async def problems(self) -> list[str]:
         found = []
         if self.assigned is None:
             found.append("no partitions assigned yet")
         elif not self.assigned <= self.caught_up:
             found.append(f"partitions {sorted(self.assigned - self.caught_up)} not caught up yet")
+        if self.broker_problem is not None:
+            found.append(self.broker_problem)
         if self.postgres_dsn:
             try:
                 async with await psycopg.AsyncConnection.connect(self.postgres_dsn, connect_timeout=2) as conn:
@@ -56,12 +97,26 @@ class Readiness:
 READINESS = Readiness()
 
 
+def _ask_broker(admin: AdminClient) -> str | None:
+    """None when the broker answers a metadata request in time, else why not."""
+    try:
+        admin.list_topics(topics.HISTORY, timeout=BROKER_PROBE_TIMEOUT_S)
+        return None
+    except KafkaException as exc:
+        return f"the Kafka broker does not answer: {exc.args[0].str()}"
+    finally:
+        admin.poll(0)  # serves the client's log lines and errors
+
+
 async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = READINESS.problems) -> web.AppRunner | None:
     """Start the endpoints on KADENCE_HTTP_PORT; None when the port is 0. `problems` says why the
-    process is not ready (a worker passes its own: it has no single partition set)."""
+    process is not ready (a worker passes its own: it has no single partition set); a service's
+    (READINESS's) include the broker not answering."""
     port = env_int("KADENCE_HTTP_PORT", 0)
     if not port:
         return None
+    if problems == READINESS.problems:
+        READINESS.watch_broker(base_config(KafkaSettings.from_env()))
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")

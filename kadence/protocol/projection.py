@@ -148,6 +148,7 @@ class ProjectionRunner:
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         self.projection.on_revoke({tp.partition for tp in revoked})
+        READINESS.revoke()
         log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(tp.partition for tp in revoked))
 
 

@@ -232,6 +232,7 @@ class HistoryService:
         for tp in revoked:
             self.partitions.pop(tp.partition, None)
             log.info("event=partition_revoked partition=%d", tp.partition)
+        READINESS.revoke()
 
     def _decode(self, msg: Message) -> Record | None:
         try:

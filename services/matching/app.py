@@ -61,6 +61,10 @@ def create_app(settings: KafkaSettings) -> faust.App:
             with contextlib.suppress(KeyError):
                 CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
 
+    @app.on_partitions_revoked.connect
+    async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        READINESS.revoke()
+
     @app.agent(history)
     async def route_tasks(stream: faust.StreamT) -> None:
         async for event in stream.events():
