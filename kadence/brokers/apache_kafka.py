@@ -165,6 +165,12 @@ class ApacheKafka(LocalBroker):
             "message.max.bytes": "10485760",
             # Tests and `kadence dev` use session timeouts of 1-2 s (production keeps Kafka's 6 s minimum).
             "group.min.session.timeout.ms": "1000",
+            # The node is its own controller: frozen longer than this (a 10 s SIGSTOP in the broker-fault
+            # tests, a long GC pause), it fences itself when it resumes, for a few tens of milliseconds.
+            # A client whose metadata request lands then sees no broker, and librdkafka 2.13 and later
+            # drop every broker and never reconnect (confluentinc/librdkafka#5301). Longer than Kafka's
+            # 9 s; the price is a restart after a SIGKILL, which waits this long for the old registration.
+            "broker.session.timeout.ms": "15000",
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads and a smaller cleaner buffer than Kafka's defaults: a 2-core laptop, not a server.
             "num.network.threads": "2",
