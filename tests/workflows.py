@@ -210,6 +210,31 @@ class MixedWorkflow:
         return f"{charged}+{self.received}"
 
 
+@workflow.defn
+class SignalOrTimerWorkflow:
+    """An activity, then a signal or a short durable timer, whichever comes first, then an activity."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+
+    @workflow.signal
+    def proceed(self, value: str) -> None:
+        self.received = value
+
+    @workflow.run
+    async def run(self, value: str, timer_seconds: float) -> str:
+        first = await workflow.execute_activity(echo, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
+        try:
+            await workflow.wait_condition(lambda: self.received is not None, timeout=timer_seconds)
+            woken_by = f"signal {self.received}"
+        except asyncio.TimeoutError:
+            woken_by = "timer"
+        second = await workflow.execute_activity(
+            echo, f"{first} after {woken_by}", start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY,
+        )
+        return second
+
+
 @activity.defn
 async def count_with_heartbeats(target: int) -> str:
     """Counts to `target`, heartbeating each step; attempt 1 goes quiet at 3 and times out."""
@@ -562,7 +587,7 @@ ALL_WORKFLOWS = [
     RetiredPatchWorkflow, PipelineWorkflow, CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow,
     ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow,
     CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow,
-    CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, ApprovalWorkflow, CancellableWorkflow,
+    CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, SignalOrTimerWorkflow, ApprovalWorkflow, CancellableWorkflow,
     UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
     SleepyWorkflow, StallOnceWorkflow,
 ]

@@ -1,0 +1,298 @@
+"""Broker faults against the real broker (Apache Kafka): a crash (SIGKILL, then a start on the same
+log dir) and a freeze (SIGSTOP for 10 s, then SIGCONT) while 500 workflows with activities,
+timers and signals are in flight; and the freeze again with every librdkafka producer's delivery
+timeout (message.timeout.ms) at 2 s, so records time out while the broker is away (what a
+longer outage does with the 5-minute default). Every workflow completes once with its result,
+the audit finds nothing wrong, and every service resumes by itself: the same processes, not
+ready while the broker is away, ready again after.
+
+Each test runs a stack of its own, since it breaks the broker. Run with -s to see the recovery
+times (also in the assertion message on failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiokafka.conn import AIOKafkaConnection
+from aiokafka.errors import KafkaConnectionError
+from aiokafka.protocol.metadata import MetadataRequest
+from prometheus_client import REGISTRY
+
+from kadence.audit import audit_history
+from kadence.client import Client
+from kadence.local_stack import LocalStack
+from kadence.protocol.kafka import _survive_closed_aiokafka_connections
+from kadence.worker import Worker
+from tests.conftest import local_stack
+from tests.workflows import SignalOrTimerWorkflow, echo
+
+WORKFLOWS = 500
+START_INTERVAL_S = 0.01  # starts spread over 5 s, so the fault finds workflows at every step
+FAULT_AFTER_STARTS = 250  # the fault lands mid-run: half the workflows started, the rest start during or after it
+TIMER_SECONDS = 1.5  # the unsignaled half wakes on this durable timer
+SIGNALED_TIMER_SECONDS = 600.0  # the signaled half: a timer that never fires, so the signal decides
+KILLED_FOR_SECONDS = 3.0
+PAUSED_FOR_SECONDS = 10.0
+SHORT_DELIVERY_TIMEOUT_MS = 2000  # pause-past-delivery-timeout: records wait 2 s for the broker, it is away for 10
+COMPLETION_TIMEOUT_S = 90.0  # from the broker coming back to every workflow completed
+READY_TIMEOUT_S = 60.0  # from the broker coming back to every service ready (and staying so for READY_STABLE_S)
+READY_STABLE_S = 2.0
+# Every wait above has its own bound; this one catches a wait without (a worker that cannot stop,
+# say), so the test fails with its logs instead of hanging until pytest's timeout.
+TEST_DEADLINE_S = 180.0
+WORKER_STOP_TIMEOUT_S = 30.0
+
+
+@dataclass
+class ReadinessLog:
+    """Each service's /readyz, sampled every 100 ms: when it changed, and what it said."""
+
+    ports: dict[str, int]
+    changes: list[tuple[float, str, int, str]] = field(default_factory=list)  # (monotonic time, service, status, body)
+    current: dict[str, int] = field(default_factory=dict)
+
+    async def sample_until(self, stop: asyncio.Event) -> None:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+            while not stop.is_set():
+                await asyncio.gather(*(self._probe(session, name, port) for name, port in self.ports.items()))
+                await asyncio.sleep(0.1)
+
+    async def _probe(self, session: aiohttp.ClientSession, name: str, port: int) -> None:
+        try:
+            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                status, body = response.status, (await response.text()).strip()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, body = 0, f"no answer: {exc!r}"
+        if self.current.get(name) != status:
+            self.current[name] = status
+            self.changes.append((time.monotonic(), name, status, body))
+
+    def all_ready_since(self) -> float | None:
+        """Since when every service has answered 200 without a break; None if one does not now."""
+        if set(self.current) != set(self.ports) or any(status != 200 for status in self.current.values()):
+            return None
+        return max((at for at, _, status, _ in self.changes if status == 200), default=0.0)
+
+    def went_unready(self, since: float) -> set[str]:
+        return {name for at, name, status, _ in self.changes if at >= since and status != 200}
+
+    def describe(self, origin: float) -> str:
+        return "\n".join(f"  {at - origin:+7.2f} s {name}: {status} {body!r}" for at, name, status, body in self.changes)
+
+
+async def kill_and_restart(stack: LocalStack) -> float:
+    """SIGKILL the broker, leave it dead a few seconds, start it on the same port and log dir."""
+    assert stack.broker is not None
+    await asyncio.to_thread(stack.broker.kill)
+    await asyncio.sleep(KILLED_FOR_SECONDS)
+    await asyncio.to_thread(stack.broker.start)
+    return time.monotonic()
+
+
+async def pause_and_resume(stack: LocalStack) -> float:
+    """SIGSTOP the broker for 10 s (connections stay open, nothing answers), then SIGCONT."""
+    assert stack.broker is not None
+    stack.broker.pause()
+    try:
+        await asyncio.sleep(PAUSED_FOR_SECONDS)
+    finally:
+        stack.broker.resume()
+    return time.monotonic()
+
+
+FAULTS: dict[str, Callable[[LocalStack], Awaitable[float]]] = {
+    "kill": kill_and_restart,
+    "pause": pause_and_resume,
+    "pause-past-delivery-timeout": pause_and_resume,
+}
+# The environment of the stack's processes and of the test's client and worker, per fault.
+FAULT_ENV = {"pause-past-delivery-timeout": {"KADENCE_KAFKA_MESSAGE_TIMEOUT_MS": str(SHORT_DELIVERY_TIMEOUT_MS)}}
+
+
+@pytest.mark.kafka_only
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_workflows_in_flight_complete_once_and_services_resume_after_a_broker_fault(
+    fault: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    for key, value in FAULT_ENV.get(fault, {}).items():  # before the stack starts: its services inherit them
+        monkeypatch.setenv(key, value)
+    with local_stack() as stack, _logging_to(tmp_path / "logs" / "test-process.log"):
+        for key, value in stack.kadence_env.items():  # the in-process client and worker read KADENCE_* as any process
+            monkeypatch.setenv(key, value)
+        try:
+            try:
+                async with asyncio.timeout(TEST_DEADLINE_S):
+                    await _run_through_a_fault(stack, fault)
+            except TimeoutError:
+                pytest.fail(f"the broker {fault} test did not end within {TEST_DEADLINE_S:.0f} s; see the logs in {tmp_path / 'logs'}")
+        finally:  # the stack's data dir goes with it: keep the broker's and the services' logs
+            shutil.copytree(stack.data_dir / "logs", tmp_path / "logs", dirs_exist_ok=True)
+            print(f"logs: {tmp_path / 'logs'}")
+
+
+@contextlib.contextmanager
+def _logging_to(path: Path) -> Iterator[None]:
+    """The in-process client's and worker's logs (INFO and up) in a file beside the services' logs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s service=test logger=%(name)s %(message)s"))
+    kadence = logging.getLogger("kadence")
+    level = kadence.level
+    kadence.setLevel(logging.INFO)
+    kadence.addHandler(handler)
+    try:
+        yield
+    finally:
+        kadence.removeHandler(handler)
+        kadence.setLevel(level)
+        handler.close()
+
+
+async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
+    task_queue = f"broker-{fault}-{uuid.uuid4().hex[:8]}"
+    processes = dict(stack.services)
+    pids = {name: process.pid for name, process in processes.items()}
+    readiness = ReadinessLog({name: stack.http_ports[name] for name in processes})
+    stop_sampling = asyncio.Event()
+    sampling = asyncio.create_task(readiness.sample_until(stop_sampling))
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    retried_before = REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0
+    started = 0
+    enough_started = asyncio.Event()
+    completed_at: dict[str, float] = {}
+
+    async def run_one(i: int) -> tuple[str, str, str]:
+        nonlocal started
+        await asyncio.sleep(i * START_INTERVAL_S)
+        workflow_id = f"{task_queue}-{i}"
+        signaled = i % 2 == 0
+        handle = await client.start_workflow(
+            SignalOrTimerWorkflow.run, args=[f"w{i}", SIGNALED_TIMER_SECONDS if signaled else TIMER_SECONDS],
+            id=workflow_id, task_queue=task_queue,
+        )
+        started += 1
+        if started >= FAULT_AFTER_STARTS:
+            enough_started.set()
+        if signaled:
+            await handle.signal(SignalOrTimerWorkflow.proceed, f"s{i}")
+        result = await handle.result()
+        completed_at[workflow_id] = time.monotonic()
+        return workflow_id, handle.run_id or "", result
+
+    worker = Worker(client, task_queue=task_queue, workflows=[SignalOrTimerWorkflow], activities=[echo], max_concurrent_activities=200)
+    working = asyncio.create_task(worker.run())
+    try:
+        assert await _stably_ready(readiness, time.monotonic()) is not None, f"the stack never got ready:\n{readiness.describe(0)}"
+        await asyncio.wait_for(worker.ready.wait(), 60)
+        test_started = time.monotonic()
+        runs = asyncio.ensure_future(asyncio.gather(*(run_one(i) for i in range(WORKFLOWS))))
+        await asyncio.wait_for(enough_started.wait(), 60)
+        assert not runs.done()
+        fault_at = time.monotonic()
+        back_at = await FAULTS[fault](stack)
+        try:
+            results = await asyncio.wait_for(asyncio.shield(runs), COMPLETION_TIMEOUT_S)
+        except TimeoutError:
+            runs.cancel()
+            pytest.fail(
+                f"{WORKFLOWS - len(completed_at)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
+                f"the broker came back ({fault}); readiness since the fault:\n{readiness.describe(back_at)}"
+            )
+        all_done_at = max(completed_at.values())
+        ready_at = await _stably_ready(readiness, back_at)
+        await worker.shutdown()
+        try:
+            await asyncio.wait_for(working, WORKER_STOP_TIMEOUT_S)
+        except TimeoutError:
+            pytest.fail(f"the worker did not stop within {WORKER_STOP_TIMEOUT_S:.0f} s of its shutdown ({fault})")
+    finally:
+        if not working.done():  # the test failed: stop the worker without waiting for it
+            working.cancel()
+            await asyncio.gather(working, return_exceptions=True)
+        stop_sampling.set()
+        await sampling
+        await client.close()
+
+    after = sorted(at - back_at for at in completed_at.values() if at > back_at)
+    summary = (
+        f"broker {fault}: fault at +{fault_at - test_started:.1f} s into the run, broker back {back_at - fault_at:.1f} s later; "
+        f"{len(after)} of {WORKFLOWS} workflows completed after it: the first {after[0] if after else 0:.1f} s, half "
+        f"{after[len(after) // 2] if after else 0:.1f} s, the last {all_done_at - back_at:.1f} s after the broker came back; "
+        + (f"all services ready {ready_at - back_at:.1f} s after it" if ready_at is not None else "not all services ready again")
+        + f" (not ready during the fault: {sorted(readiness.went_unready(fault_at)) or 'none'})"
+    )
+    print(f"\n{summary}\nreadiness changes (seconds from the broker coming back):\n{readiness.describe(back_at)}")
+
+    if fault in FAULT_ENV:  # the client's and the worker's records did time out, and went again
+        retried = (REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0) - retried_before
+        assert retried > 0, f"no record timed out while the broker was away; {summary}"
+    assert ready_at is not None, f"not every service ready again:\n{summary}\n{readiness.describe(back_at)}"
+    assert readiness.went_unready(fault_at) == set(processes), f"every service must say it is not ready while the broker is away; {summary}"
+    for name, process in processes.items():
+        assert process.poll() is None and process.pid == pids[name] and stack.services[name] is process, (
+            f"the {name} service did not survive the broker {fault} (exit code {process.returncode}); {summary}"
+        )
+    expected = [
+        f"w{i} after signal s{i}" if i % 2 == 0 else f"w{i} after timer" for i in range(WORKFLOWS)
+    ]
+    assert [result for _, _, result in results] == expected, summary
+
+    report = await asyncio.to_thread(audit_history, stack.settings)
+    assert report.violations == [], f"{summary}\n" + "\n".join(report.violations[:20])
+    for i, (workflow_id, run_id, _) in enumerate(results):
+        runs_of_id = [key for key in report.runs if key[0] == workflow_id]
+        assert runs_of_id == [(workflow_id, run_id)], f"{workflow_id} has runs {runs_of_id}; {summary}"
+        kinds = report.event_types(workflow_id, run_id)
+        assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("WorkflowExecutionCompleted") == 1, (
+            f"{workflow_id}: {kinds}; {summary}"
+        )
+        assert kinds.count("WorkflowExecutionSignaled") == (1 if i % 2 == 0 else 0), f"{workflow_id}: {kinds}; {summary}"
+        assert kinds.count("TimerFired") == (0 if i % 2 == 0 else 1), f"{workflow_id}: {kinds}; {summary}"
+        assert kinds[-1] == "WorkflowExecutionCompleted", f"{workflow_id}: {kinds}; {summary}"
+
+
+async def _stably_ready(readiness: ReadinessLog, back_at: float) -> float | None:
+    """When every service became ready for good (ready for READY_STABLE_S since), or None by the deadline."""
+    deadline = back_at + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        since = readiness.all_ready_since()
+        if since is not None and time.monotonic() - since >= READY_STABLE_S:
+            return max(since, back_at)
+        await asyncio.sleep(0.1)
+    return None
+
+
+async def test_a_request_on_a_connection_the_broker_closed_is_a_connection_error_aiokafka_retries() -> None:
+    """Matching (faust, aiokafka) on uvloop, when the broker dies under an open connection: the
+    write raises RuntimeError, not the OSError aiokafka 0.14 catches, and its group coordination
+    or metadata task died (faust crashed, or its consumer stalled for good). Kadence turns it into
+    the KafkaConnectionError that aiokafka marks the connection broken for and retries."""
+    _survive_closed_aiokafka_connections()
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        connection = AIOKafkaConnection("127.0.0.1", port)
+        connection._reader, connection._writer = await asyncio.open_connection("127.0.0.1", port)
+        connection._read_task = asyncio.ensure_future(asyncio.sleep(3600))
+        connection._versions = {MetadataRequest.API_KEY: (0, 12)}
+        connection._writer.transport.close()  # the broker went away; aiokafka has not noticed yet
+        await asyncio.sleep(0.01)
+        with pytest.raises(RuntimeError, match="handler is closed"):  # what uvloop raises (the standard loop does not)
+            connection._writer.write(b"x")
+        with pytest.raises(KafkaConnectionError, match="broken"):
+            connection.send(MetadataRequest([]))
+        assert connection._writer is None, "the connection is closed, so aiokafka connects anew"
+    finally:
+        server.close()
+        await server.wait_closed()
