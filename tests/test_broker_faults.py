@@ -27,13 +27,17 @@ import pytest
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.metadata import MetadataRequest
+from confluent_kafka import KafkaError
 from prometheus_client import REGISTRY
 
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
-from kadence.protocol.kafka import _survive_closed_aiokafka_connections
+from kadence.protocol import topics
+from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_connections
 from kadence.worker import Worker
+from services.history.checkpoint import CheckpointStore
+from services.history.service import HistoryService
 from tests.conftest import local_stack
 from tests.workflows import SignalOrTimerWorkflow, echo
 
@@ -296,3 +300,70 @@ async def test_a_request_on_a_connection_the_broker_closed_is_a_connection_error
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_producer_that_hits_a_fatal_error_is_replaced_and_its_records_go_out_on_the_new_one(stack: LocalStack) -> None:
+    """librdkafka raises a fatal error when the idempotent producer can no longer keep its
+    guarantees (the broker lost its state, say); that instance never produces again. Here one is
+    injected: the records the old producer still held are purged and, produced until delivered,
+    go out on the replacement, as does everything produced after."""
+    producer = AsyncProducer(stack.settings)
+    try:
+        retried_before = REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0
+        before = [producer.produce(topics.POLLERS, b"before", b"fatal-test", until_delivered=True) for _ in range(200)]
+        replaced = producer._producer
+        producer._on_error(KafkaError(KafkaError._FATAL, "injected by the test", fatal=True))
+        after = [producer.produce(topics.POLLERS, b"after", b"fatal-test", until_delivered=True) for _ in range(200)]
+        delivered = await asyncio.wait_for(asyncio.gather(*before, *after), 30)
+        assert producer._producer is not replaced
+        assert all(msg.error() is None and msg.offset() >= 0 for msg in delivered)
+        retried = (REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0) - retried_before
+        print(f"\n{retried:.0f} of 400 records produced again on the new producer")
+    finally:
+        producer.close()
+
+
+@pytest.mark.kafka_only
+async def test_a_history_service_whose_producer_hits_a_fatal_error_recovers_its_partitions_in_place(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """The history service's batches may or may not be in the log after a fatal producer error: it
+    replaces the producer, recovers its partitions from the log and reads their commands again
+    from just past the last one the log holds, without a restart. Every workflow completes once."""
+    with local_stack(services=("matching", "timer", "visibility")) as stack, _logging_to(tmp_path / "logs" / "test-process.log"):
+        for key, value in stack.kadence_env.items():
+            monkeypatch.setenv(key, value)
+        history = HistoryService(stack.settings, CheckpointStore(stack.postgres_dsn), checkpoint_interval_s=1.0)
+        stop = asyncio.Event()
+        serving = asyncio.create_task(history.run(stop))
+        client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+        worker = Worker(client, task_queue="fatal-history", workflows=[SignalOrTimerWorkflow], activities=[echo])
+        working = asyncio.create_task(worker.run())
+        try:
+            async with asyncio.timeout(120):
+                await worker.ready.wait()
+                handles = await asyncio.gather(*(
+                    client.start_workflow(SignalOrTimerWorkflow.run, args=[f"w{i}", TIMER_SECONDS], id=f"fatal-history-{i}",
+                                          task_queue="fatal-history")
+                    for i in range(100)
+                ))
+                replaced = history.producer
+                history._on_producer_error(KafkaError(KafkaError._FATAL, "injected by the test", fatal=True))
+                results = await asyncio.gather(*(handle.result() for handle in handles))
+                assert history.producer is not replaced
+                assert results == [f"w{i} after timer" for i in range(100)]
+                await worker.shutdown()
+                await working
+        finally:
+            working.cancel()
+            stop.set()
+            await asyncio.gather(working, serving, return_exceptions=True)
+            await client.close()
+            shutil.copytree(stack.data_dir / "logs", tmp_path / "logs", dirs_exist_ok=True)
+        report = await asyncio.to_thread(audit_history, stack.settings)
+        assert report.violations == []
+        for handle in handles:
+            assert [key for key in report.runs if key[0] == handle.id] == [(handle.id, handle.run_id)]
+            kinds = report.event_types(handle.id, handle.run_id or "")
+            assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("TimerFired") == 1, kinds
+        assert "event=history_recovered_in_place" in (tmp_path / "logs" / "test-process.log").read_text()
