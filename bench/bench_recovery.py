@@ -1,6 +1,6 @@
 """Recovery time of one history partition: from offset 0, and from a checkpoint.
 
-    python bench/bench_recovery.py --events 100000
+    python -m bench.bench_recovery --events 100000 [--broker kafka|tansu]
 
 Writes real histories (built with the history state machine: start, workflow tasks, one
 activity, completion; a tenth of the runs left open) to a one-partition kadence.history on a

@@ -1,6 +1,6 @@
 """The timer service under load: firing lag, a million pending timers, restart with them.
 
-    python -m bench.bench_timers --rate 1000 --seconds 10 --pending 1000000
+    python -m bench.bench_timers --rate 1000 --seconds 10 --pending 1000000 [--broker kafka|tansu]
 
 On a stack of broker, Postgres and the timer service only, fed synthetic timer effects:
 1. firing lag at `--rate` timers a second for `--seconds`, half of them due in 0.5 s (held in

@@ -1,6 +1,6 @@
 """Throughput and latency of one-activity workflows, next to the raw broker round trip.
 
-    python bench/bench_workflows.py --workflows 2000 --concurrency 50
+    python -m bench.bench_workflows --workflows 2000 --concurrency 50 [--broker kafka|tansu]
     python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
 Starts its own local stack (broker, Postgres, services; --broker kafka|tansu), or with --against-settings uses the
