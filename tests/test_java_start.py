@@ -79,6 +79,7 @@ def run(command: list[str], timeout: float, **options: Any) -> subprocess.Comple
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, **options)
 
 
+@pytest.mark.kafka_only  # needs Java and Maven, as Apache Kafka does
 @pytest.mark.timeout(900)
 async def test_the_java_example_starts_the_order_workflow(stack: LocalStack, client: Client) -> None:
     missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
