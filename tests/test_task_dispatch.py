@@ -71,6 +71,7 @@ async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 30) -
     await asyncio.wait_for(poll(), timeout)
 
 
+@pytest.mark.kafka_only  # the backlog is offsets subtracted, and Tansu's ListOffsets answers short of the end (kafka.is_tansu)
 async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and_rate(
     stack: LocalStack, client: Client, task_queue: str,
 ) -> None:
