@@ -62,7 +62,8 @@ class LocalStack:
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        assert self.broker is not None
+        return self.broker.bootstrap_servers
 
     @property
     def kadence_env(self) -> dict[str, str]:

@@ -22,19 +22,18 @@ import psycopg
 import pytest
 import uvloop
 
-from kadence.brokers import BrokerUnavailable, apache_kafka
+from kadence.brokers import ApacheKafka, choose_broker
 from kadence.client import Client
 from kadence.local_stack import SERVICES, LocalStack
 
 
 def _main_broker() -> tuple[str, str]:
-    """The broker the suite runs on, and why."""
-    problem = apache_kafka.missing_prerequisite()
-    if problem is None:
-        return "kafka", f"Apache Kafka {apache_kafka.KAFKA_VERSION}"
-    if os.environ.get("CI") == "true" or os.environ.get("KADENCE_LOCAL_BROKER") == "kafka":
-        raise BrokerUnavailable(f"the tests must run on Apache Kafka here, and it cannot run: {problem}")
-    return "tansu", f"Tansu, because {problem}: the tests marked kafka_only are skipped"
+    """The broker the suite runs on, and why (kadence.brokers decides, as for `kadence dev`)."""
+    required = os.environ.get("CI") == "true" or os.environ.get("KADENCE_LOCAL_BROKER") == "kafka"
+    choice = choose_broker("kafka" if required else "auto")  # raises, saying why, where Kafka is required and cannot run
+    if choice.broker is ApacheKafka:
+        return "kafka", choice.broker.name
+    return "tansu", f"{choice.broker.name}, because {choice.reason}: the tests marked kafka_only are skipped"
 
 
 MAIN_BROKER, MAIN_BROKER_REASON = _main_broker()
