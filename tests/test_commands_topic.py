@@ -71,5 +71,8 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         assert await client.execute_workflow(EchoWorkflow.run, "still", id=f"{workflow_id}-2", task_queue=task_queue) == "still"
     again = [msg for msg in read_to_end(stack.settings, topics.DLQ, {0: 0}) if msg.value() == garbage]
-    assert len(again) == 2 and dict(again[1].headers())["kadence-source-offset"] != headers["kadence-source-offset"]
+    assert len(again) == 2
+    replayed_headers = dict(again[1].headers())
+    assert replayed_headers["kadence-source-partition"] == str(partition).encode(), "replayed to the partition it came from"
+    assert int(replayed_headers["kadence-source-offset"]) > int(headers["kadence-source-offset"])
     assert dict(again[1].headers())["kadence-trace"] == b"kept"

@@ -1,7 +1,7 @@
 """kadence.dlq: the records a service could not apply, with why and where they came from.
 
 A dead letter keeps the record's key, value and headers, and adds the `kadence-*` headers below.
-Replaying one produces it again, as it was, to the topic it came from: the fix for records that
+Replaying one produces it again, as it was, to the topic and partition it came from: the fix for records that
 failed for a reason since removed (say, a schema version the service did not know yet).
 """
 
@@ -61,12 +61,15 @@ def dead_letters(settings: KafkaSettings, from_offset: int = 0) -> list[DeadLett
 
 
 def replay(settings: KafkaSettings, letters: list[DeadLetter]) -> None:
-    """Produce each record again to its source topic, with its own key and headers."""
+    """Produce each record again to its source topic and partition, with its own key and headers: the
+    partition, not the key's, because a record's partition can be its meaning (a command on the
+    wrong one is forwarded by the history service, and garbage has no key to hash)."""
     producer = make_producer(settings)
     for letter in letters:
         if not letter.source_topic:
             raise ValueError(f"dead letter at offset {letter.offset} does not say where it came from; replay it by hand")
-        producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers)
+        placement = {"partition": letter.source_partition} if letter.source_partition >= 0 else {}
+        producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers, **placement)
     remaining = producer.flush(30)
     if remaining:
         raise RuntimeError(f"{remaining} replayed records were not acknowledged within 30 s; list kadence.dlq and retry")
