@@ -76,6 +76,9 @@ class LocalStack:
             "KADENCE_FETCH_WAIT_MAX_MS": str(self.fetch_wait_max_ms),
             "KADENCE_CHECKPOINT_INTERVAL_MS": str(self.checkpoint_interval_ms),
             "KADENCE_TIMER_MEMORY_HORIZON_MS": str(self.timer_memory_horizon_ms),
+            # /healthz, /readyz and /metrics of the services (and of workers started with these
+            # settings) on loopback only: a laptop's stack is not reachable from its network.
+            "KADENCE_HTTP_HOST": "127.0.0.1",
         }
 
     @property

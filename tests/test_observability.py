@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import uuid
 
 import aiohttp
+import pytest
 
 from kadence.client import Client
-from kadence.local_stack import SERVICES, LocalStack
+from kadence.local_stack import SERVICES, LocalStack, free_port
+from kadence.protocol.observability import serve
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
 
@@ -49,3 +52,40 @@ async def test_each_service_is_healthy_ready_and_counts_its_work(stack: LocalSta
             for metric in METRICS[service]:
                 samples = [line for line in text.splitlines() if line.startswith(metric) and not line.endswith(" 0.0")]
                 assert samples, f"{service} has no {metric} samples above zero"
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The addresses with a TCP socket listening on `port` in this network namespace (/proc/net/tcp{,6})."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            next(rows)
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(str(ipaddress.ip_address(bytes.fromhex(address)[::-1])) if len(address) == 8 else address)
+    return found
+
+
+def test_the_local_stack_serves_its_endpoints_on_loopback_only(stack: LocalStack) -> None:
+    """`kadence dev` runs on a laptop: its services' /metrics and /readyz are not for its network."""
+    for service in SERVICES:
+        assert listening_addresses(stack.http_ports[service]) == {"127.0.0.1"}, service
+
+
+async def test_a_service_serves_its_endpoints_on_every_interface_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a container the kubelet's probes and Prometheus come from outside the pod."""
+    port = free_port()
+    monkeypatch.setenv("KADENCE_HTTP_PORT", str(port))
+    monkeypatch.delenv("KADENCE_HTTP_HOST", raising=False)
+
+    async def no_problems() -> list[str]:
+        return []
+
+    endpoints = await serve("test", no_problems)
+    assert endpoints is not None
+    try:
+        assert listening_addresses(port) == {"0.0.0.0"}
+    finally:
+        await endpoints.cleanup()

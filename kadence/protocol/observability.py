@@ -1,8 +1,9 @@
 """Every service's HTTP endpoints: /healthz (the process is alive), /readyz (its partitions are
 assigned and caught up, Postgres answers, the Kafka broker answers) and /metrics (Prometheus text).
 
-The port is KADENCE_HTTP_PORT (0, the default, serves nothing: `kadence dev` runs several
-services on one machine). Readiness is this process's `READINESS`, which the service's consumer
+The port is KADENCE_HTTP_PORT (0, the default, serves nothing), on the address KADENCE_HTTP_HOST
+(default 0.0.0.0, what a container's probes and Prometheus need; `kadence dev` sets 127.0.0.1, so
+a laptop's services are not reachable from its network). Readiness is this process's `READINESS`, which the service's consumer
 loop keeps up to date.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -109,10 +111,11 @@ def _ask_broker(admin: AdminClient) -> str | None:
 
 
 async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = READINESS.problems) -> web.AppRunner | None:
-    """Start the endpoints on KADENCE_HTTP_PORT; None when the port is 0. `problems` says why the
+    """Start the endpoints on KADENCE_HTTP_HOST:KADENCE_HTTP_PORT; None when the port is 0. `problems` says why the
     process is not ready (a worker passes its own: it has no single partition set); a service's
     (READINESS's) include the broker not answering."""
     port = env_int("KADENCE_HTTP_PORT", 0)
+    host = os.environ.get("KADENCE_HTTP_HOST") or "0.0.0.0"
     if not port:
         return None
     if problems == READINESS.problems:
@@ -132,6 +135,6 @@ async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = REA
     app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "0.0.0.0", port).start()
-    log.info("event=http_endpoints_started service=%s port=%d", service, port)
+    await web.TCPSite(runner, host, port).start()
+    log.info("event=http_endpoints_started service=%s host=%s port=%d", service, host, port)
     return runner
