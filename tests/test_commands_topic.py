@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from examples.order import TASK_QUEUE, OrderWorkflow, cancel_order, process_paym
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
+from kadence.protocol.codec import command_codec, history_batch_codec
 from kadence.protocol.kafka import partition_for_key, read_to_end
 from kadence.worker import Worker
 from tests.test_cli import kadence
@@ -76,3 +78,81 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     assert replayed_headers["kadence-source-partition"] == str(partition).encode(), "replayed to the partition it came from"
     assert int(replayed_headers["kadence-source-offset"]) > int(headers["kadence-source-offset"])
     assert dict(again[1].headers())["kadence-trace"] == b"kept"
+
+
+def workflow_id_on(partition: int, stack: LocalStack, prefix: str) -> str:
+    return next(
+        candidate for candidate in (f"{prefix}-{uuid.uuid4()}" for _ in range(1000))
+        if partition_for_key(candidate.encode(), stack.partitions) == partition
+    )
+
+
+async def restart_history_and_pass_through(stack: LocalStack, client: Client, task_queue: str, partitions: list[int]) -> None:
+    """Kill -9 the history service, start it again, and see a workflow through each partition, so
+    whatever the restarted service reads again there has been dealt with."""
+    stack.kill_service("history")
+    stack.start_service("history")
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        for partition in partitions:
+            workflow_id = workflow_id_on(partition, stack, "after-restart")
+            assert await client.execute_workflow(EchoWorkflow.run, "on", id=workflow_id, task_queue=task_queue) == "on"
+
+
+async def test_a_start_on_the_wrong_partition_is_forwarded_once_across_a_history_restart(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """What librdkafka's and kcat's default partitioner (consistent_random, not murmur2) do to a
+    producer without a request id: history forwards the start to its owner. A restart of history
+    must not forward it again (a second run of the workflow)."""
+    owner = 0
+    workflow_id = workflow_id_on(owner, stack, "misrouted")
+    wrong = owner + 1
+    commands = command_codec()
+    start = {"workflow_id": workflow_id, "identity": "kcat", "command": ("StartWorkflowExecution", {
+        "workflow_type": "EchoWorkflow", "task_queue": task_queue, "input": [{"metadata": {"encoding": b"json/plain"}, "data": b'"once"'}],
+        "request_id": "", "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
+        "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
+    })}
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    producer.produce(topics.COMMANDS, commands.encode(start), workflow_id.encode(), partition=wrong)
+    producer.flush(10)
+    batches = history_batch_codec()
+
+    def recorded(event_type: str) -> set[str]:
+        """The runs of the workflow whose history holds an event of this type."""
+        return {
+            batch["run_id"] for msg in read_to_end(stack.settings, topics.HISTORY, {owner: 0})
+            if (batch := batches.decode(msg.value(), msg.headers()))["workflow_id"] == workflow_id
+            and any(event["attributes"][0] == event_type for event in batch["events"])
+        }
+
+    async def until_completed() -> None:
+        while not recorded("WorkflowExecutionCompleted"):
+            await asyncio.sleep(0.1)
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        await asyncio.wait_for(until_completed(), 30)
+    await restart_history_and_pass_through(stack, client, task_queue, [wrong, owner])
+    runs = recorded("WorkflowExecutionStarted")
+    assert len(runs) == 1, f"the misrouted start made {len(runs)} runs"
+
+
+async def test_garbage_that_ends_its_partition_is_dead_lettered_once_across_a_history_restart(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    garbage = b"\x00 not a command, the last record of its partition " + uuid.uuid4().bytes
+    partition = 3
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+    producer.produce(topics.COMMANDS, garbage, b"garbage", partition=partition)
+    producer.flush(10)
+
+    async def dead_lettered() -> int:
+        return sum(msg.value() == garbage for msg in read_to_end(stack.settings, topics.DLQ, {0: 0}))
+
+    async def until_dead_lettered() -> None:
+        while not await dead_lettered():
+            await asyncio.sleep(0.1)
+
+    await asyncio.wait_for(until_dead_lettered(), 30)
+    await restart_history_and_pass_through(stack, client, task_queue, [partition])
+    assert await dead_lettered() == 1

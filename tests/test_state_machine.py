@@ -168,11 +168,16 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
 
 
 def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
-    batch = {"run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [], "rejection": None, "next_run": None}
+    batch = {
+        "workflow_id": "w", "run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [],
+        "rejection": None, "next_run": None,
+    }
     following = {**batch, "source_offset": 11, "events": [{"event_id": 4}]}
     assert _continues(batch, following)
     assert not _continues(batch, {**following, "source_offset": 12})
     assert not _continues(batch, {**following, "run_id": "other"})
+    # commands passed on elsewhere (forwarded, dead-lettered) have no run: their batches join only their workflow's
+    assert not _continues({**batch, "run_id": "", "events": []}, {**following, "workflow_id": "other", "run_id": "", "events": []})
     assert not _continues(batch, {**following, "rejection": {"request_id": "x"}})
     # evolve applies buffered events before events, so buffering must not follow written events
     assert not _continues(batch, {**following, "events": [], "buffered": [{"event_id": 0}]})
@@ -370,6 +375,20 @@ def test_signal_with_start_signals_the_running_run_or_starts_one_with_the_signal
     signaled = decide_signal_with_start(state.executions["order-1"], "order-1", signal_with_start, "client", NOW, 0, 1)
     assert signaled.execution.run_id == run_id
     assert [e["attributes"][0] for e in signaled.buffered] == ["WorkflowExecutionSignaled"]
+
+
+def test_signal_with_start_sent_again_with_its_request_id_signals_once() -> None:
+    """A retry, or a forward repeated after a restart of history, carries the same request id."""
+    request = {"start": {**START, "request_id": "req-1"}, "signal_name": "approve", "signal_input": []}
+    state = PartitionState(0)
+    apply(state, decide_signal_with_start(None, "order-1", request, "client", NOW, 0, 0), 0)
+    again = decide_signal_with_start(state.executions["order-1"], "order-1", request, "client", NOW, 0, 1)
+    assert again.events == [] and again.buffered == [], "the request started the run with its signal already"
+    other = {**request, "start": {**START, "request_id": "req-2"}}
+    signaled = apply(state, decide_signal_with_start(state.executions["order-1"], "order-1", other, "client", NOW, 0, 2), 2)
+    assert [e["attributes"][0] for e in signaled["buffered"]] == ["WorkflowExecutionSignaled"]
+    repeated = decide_signal_with_start(state.executions["order-1"], "order-1", other, "client", NOW, 0, 3)
+    assert repeated.events == [] and repeated.buffered == []
 
 
 def test_continue_as_new_closes_the_run_and_starts_the_next_in_one_record() -> None:

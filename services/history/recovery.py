@@ -43,12 +43,12 @@ class PartitionState:
         """The first command offset no batch on this partition came from."""
         return self.fence.last_source_offset.get(self.partition, -1) + 1
 
-    def apply(self, batch: Record) -> Execution | None:
-        """Fold one batch into state; None if the fencing rule skips it as a zombie duplicate."""
+    def apply(self, batch: Record) -> bool:
+        """Fold one batch into state; False if the fencing rule skips it as a zombie duplicate."""
         if not self.fence.admit(self.partition, batch):
-            return None
-        if batch["rejection"] is not None:
-            return self.executions.get(batch["workflow_id"])
+            return False
+        if batch["rejection"] is not None or (not batch["events"] and batch["workflow_id"] not in self.executions):
+            return True  # an answer, or a command passed on elsewhere: no run changes
         events = batch["events"]
         if events and event_type(events[0]) == "WorkflowExecutionStarted":
             ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
@@ -60,9 +60,8 @@ class PartitionState:
             self.fence.forget_run(ex.run_id)
         following = batch.get("next_run")
         if following is not None:  # continue-as-new: the new run is the workflow id's current run
-            ex = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
-            self.executions[batch["workflow_id"]] = ex
-        return ex
+            self.executions[batch["workflow_id"]] = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
+        return True
 
     def evict(self, closed: list[Execution]) -> None:
         """Drop closed runs stored elsewhere (the closed-runs table) from memory."""
@@ -75,8 +74,8 @@ class PartitionState:
         execution it leaves current (the new run after a continue-as-new)."""
         before = Pending.of(transition.execution)
         batch = transition.to_batch(source_partition, source_offset)
-        execution = self.apply(batch)
-        assert execution is not None, "a live batch always continues its run"
+        assert self.apply(batch), "a live batch always continues its run"
+        execution = self.executions[batch["workflow_id"]]
         if transition.next_run is None:
             derive_effects(execution, transition, before)
         else:  # the closed run was evolved in place; `execution` is the run that follows it
@@ -103,7 +102,7 @@ def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState
         except UndecodableRecord as exc:
             log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
             continue
-        if states[msg.partition()].apply(batch) is None:
+        if not states[msg.partition()].apply(batch):
             skipped += 1
     log.info(
         "event=partitions_recovered partitions=%s read_from=%s records=%d zombie_batches_skipped=%d executions=%d "

@@ -68,7 +68,7 @@ def _continues(batch: Record, following: Record) -> bool:
     return (
         batch["rejection"] is None and following["rejection"] is None
         and batch["next_run"] is None and following["next_run"] is None
-        and following["run_id"] == batch["run_id"]
+        and following["workflow_id"] == batch["workflow_id"] and following["run_id"] == batch["run_id"]
         and following["source_offset"] == batch["source_offset"] + 1
         and not (following["buffered"] and batch["events"])
     )
@@ -138,7 +138,9 @@ class HistoryService:
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
                 self._recall_closed_runs(commands)
                 for msg, command in commands:
-                    if command is not None:
+                    if isinstance(command, UndecodableRecord):
+                        self._dead_letter(msg, str(command))
+                    else:
                         self.handle(msg, command)
                 self._flush()
                 self.producer.poll(0)
@@ -234,21 +236,21 @@ class HistoryService:
             log.info("event=partition_revoked partition=%d", tp.partition)
         READINESS.revoke()
 
-    def _decode(self, msg: Message) -> Record | None:
+    def _decode(self, msg: Message) -> Record | UndecodableRecord:
+        """The command, or why it is not one (dead-lettered in its turn, so batches keep offset order)."""
         try:
             return self.commands.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
-            self._dead_letter(msg, str(exc))
-            return None
+            return exc
 
-    def _recall_closed_runs(self, commands: list[tuple[Message, Record | None]]) -> None:
+    def _recall_closed_runs(self, commands: list[tuple[Message, Record | UndecodableRecord]]) -> None:
         """Bring back from Postgres the last closed run of each workflow id these commands name
         that memory does not hold (checkpoints evict closed runs): one query per batch."""
         if self.checkpoints is None:
             return
         wanted = {
             (msg.partition(), command["workflow_id"]) for msg, command in commands
-            if command is not None and command["workflow_id"] not in self.partitions[msg.partition()].executions
+            if not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[msg.partition()].executions
         }
         if wanted:
             for partition, execution in self.checkpoints.closed_runs(sorted(wanted)):
@@ -260,7 +262,7 @@ class HistoryService:
         workflow_id = command["workflow_id"]
         owner = partition_for_key(workflow_id.encode(), self.partition_count)
         if owner != partition:
-            self._forward(msg, workflow_id, owner)
+            self._forward(msg, command, owner)
             return
         kind, body = command["command"]
         COMMANDS.labels(kind).inc()
@@ -392,13 +394,31 @@ class HistoryService:
         ERRORS.labels("dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
         self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, error), on_delivery=self._on_delivery())
+        self._write_passed(msg, workflow_id="")
 
-    def _forward(self, msg: Message, workflow_id: str, owner: int) -> None:
+    def _forward(self, msg: Message, command: Record, owner: int) -> None:
+        """Send a command produced to the wrong partition on to its owner. A command without a
+        request id gets one named after where it was read, so if a restart forwards it again
+        (between this and the batch that passes it) the owner applies it once."""
+        workflow_id = command["workflow_id"]
         log.warning(
             "event=command_forwarded workflow_id=%s from_partition=%d offset=%d to_partition=%d reason=%r",
             workflow_id, msg.partition(), msg.offset(), owner, "producer did not partition by murmur2(workflow_id)",
         )
+        kind, body = command["command"]
+        request = body["start"] if kind == "SignalWithStartWorkflowExecution" else body
+        if request.get("request_id") == "":
+            request["request_id"] = f"forwarded:{msg.partition()}@{msg.offset()}"
         self.producer.produce(
-            topics.COMMANDS, msg.value(), workflow_id.encode(), partition=owner,
+            topics.COMMANDS, self.commands.encode(command), workflow_id.encode(), partition=owner,
             headers=msg.headers(), on_delivery=self._on_delivery(),
         )
+        self._write_passed(msg, workflow_id)
+
+    def _write_passed(self, msg: Message, workflow_id: str) -> None:
+        """A batch that records only that the command at this offset was dealt with elsewhere
+        (forwarded, dead-lettered): the resume position passes it, so a restart does not deal
+        with it again. Written after the forward or dead letter, so a crash between the two
+        repeats that (at least once), never loses it."""
+        partition = msg.partition()
+        self._write_eventless(self.partitions[partition], workflow_id, partition, msg.offset(), effects=[])

@@ -467,10 +467,14 @@ def decide_signal_with_start(
     current: Execution | None, workflow_id: str, cmd: Record, identity: str,
     now_ms: int, source_partition: int, source_offset: int,
 ) -> Transition:
-    """Signal the running run, or start a new one whose first event after the start is the signal."""
+    """Signal the running run, or start a new one whose first event after the start is the signal.
+    The start's request id names the whole request: sent again, it signals (or starts) once."""
     signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"]}
+    request_id = cmd["start"]["request_id"]
     if current is not None and current.status == RUNNING:
-        return decide(current, "SignalWorkflowExecution", {**signal, "run_id": "", "request_id": ""}, identity, now_ms)
+        if request_id and request_id == current.start_request_id:
+            return Transition(current, now_ms)  # this request started the run, with its signal
+        return decide(current, "SignalWorkflowExecution", {**signal, "run_id": "", "request_id": request_id}, identity, now_ms)
     if not cmd["signal_name"]:
         raise Rejected("SignalWithStartWorkflowExecution needs a signal_name")
     problem = payload_problem(cmd["signal_input"], "signal input")
