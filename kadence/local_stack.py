@@ -16,6 +16,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +33,7 @@ log = logging.getLogger("kadence.dev")
 
 SERVICES = ("history", "matching", "timer", "visibility")
 ENV_FILE = "env.sh"  # under the data dir: what `kadence env` prints for processes started by hand
+READY_TIMEOUT_S = 120.0  # a first start resolves topics, group assignments and recovery; minutes mean something is wrong
 
 __all__ = ["SERVICES", "LocalStack", "free_port"]
 
@@ -108,6 +112,35 @@ class LocalStack:
         self.write_env_file()
         for name in services:
             self.start_service(name)
+        self.wait_until_ready()
+
+    def wait_until_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every service started answers /readyz with 200 (its partitions assigned and read
+        to their end, Postgres and the broker reachable), so what follows meets services that
+        have created their tables and taken their partitions."""
+        deadline = time.monotonic() + timeout_s
+        waiting = dict.fromkeys(self.services, "not asked yet")
+        while waiting:
+            for instance in list(waiting):
+                waiting[instance] = self._readiness(instance)
+                if waiting[instance] == "ready":
+                    del waiting[instance]
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"services not ready after {timeout_s:.0f} s: {waiting}; see their logs in {self.data_dir / 'logs'}")
+            if waiting:
+                time.sleep(0.1)
+
+    def _readiness(self, instance: str) -> str:
+        exit_code = self.services[instance].poll()
+        if exit_code is not None:
+            raise RuntimeError(f"service {instance} exited with {exit_code} while starting; see {self.data_dir / 'logs' / instance}.log")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_ports[instance]}/readyz", timeout=1) as response:
+                return "ready" if response.status == 200 else response.read().decode(errors="replace")
+        except urllib.error.HTTPError as not_ready:
+            return not_ready.read().decode(errors="replace")
+        except OSError as exc:  # not listening yet
+            return str(exc)
 
     def start_broker(self) -> float:
         """Start (or start again) the broker on its port and data; returns the seconds until it answered."""
