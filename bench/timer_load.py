@@ -22,12 +22,17 @@ WORKFLOW_ID = "synthetic-timers-{partition}"
 
 
 class TimerLoad:
-    """Writes Timer and DropTimer effects, one history batch per call, to one history partition."""
+    """Writes Timer and DropTimer effects, one history batch per call, to one history partition.
+
+    Each batch continues one run per partition by an event, as a real batch that sets or drops a
+    timer does: so a reader's fence checks each run's event ids, not only the source offsets.
+    """
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.producer = make_producer(settings)
         self.codec = history_batch_codec()
         self.source_offsets: collections.Counter[int] = collections.Counter()
+        self.next_event_ids: collections.Counter[int] = collections.Counter()
 
     def set(self, partition: int, timers: Iterable[tuple[str, int]]) -> None:
         """Set timers given as (timer_id, fire_at_ms)."""
@@ -39,9 +44,13 @@ class TimerLoad:
         self._write(partition, [("DropTimer", {"timer_id": timer_id}) for timer_id in timer_ids])
 
     def _write(self, partition: int, effects: list[tuple[str, dict[str, object]]]) -> None:
+        event_id = self.next_event_ids[partition] + 1
+        self.next_event_ids[partition] = event_id
+        marker = ("MarkerRecorded", {"marker_name": "timer-load", "details": {}, "workflow_task_completed_event_id": 0})
         batch = {
-            "workflow_id": WORKFLOW_ID.format(partition=partition), "run_id": "synthetic", "first_event_id": 1,
-            "events": [], "buffered": [], "effects": effects, "heartbeats": [], "next_run": None, "request_ids": [],
+            "workflow_id": WORKFLOW_ID.format(partition=partition), "run_id": f"synthetic-{partition}", "first_event_id": event_id,
+            "events": [{"event_id": event_id, "event_time_ms": 0, "attributes": marker}],
+            "buffered": [], "effects": effects, "heartbeats": [], "next_run": None, "request_ids": [],
             "rejection": None, "source_partition": partition, "source_offset": self.source_offsets[partition],
         }
         self.source_offsets[partition] += 1

@@ -4,7 +4,10 @@ of Postgres."""
 
 from __future__ import annotations
 
+import re
+import signal
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -133,3 +136,59 @@ def test_a_second_instance_takes_half_the_partitions_and_the_survivor_takes_them
     wait_until_fired(fired, set(second), timeout_s=60)
     assert_never_early(fired, {**first, **second})
     assert len({f.identity for tid in second for f in fired.firings[tid]}) == 1, "the survivor fires every partition's timers"
+
+
+def pending_in_memory(stack: LocalStack, instance: str) -> float:
+    """The instance's kadence_timer_pending_in_memory gauge (0 until it answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports[instance]}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0
+    found = re.search(r"^kadence_timer_pending_in_memory (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0
+
+
+def wait_until_held(stack: LocalStack, instances: list[str], count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(pending_in_memory(stack, instance) for instance in instances) < count:
+        assert time.monotonic() < deadline, f"{instances} never held {count} timers in memory"
+        time.sleep(0.05)
+
+
+def test_memory_timers_pending_across_rebalances_fire_exactly_once(
+    timer_stack: LocalStack, load: TimerLoad, fired: FiredTimers,
+) -> None:
+    """A second instance joins while timers are held in memory, then leaves while it holds some:
+    the instance that keeps partitions re-reads them from their pinned positions, and the one that
+    gets partitions back re-reads what the other advanced. Every timer fires, once."""
+    held = {"KADENCE_TIMER_MEMORY_HORIZON_MS": "20000"}  # every timer of this test in memory
+    timer_stack.kill_service("timer", signal.SIGTERM)
+    timer_stack.start_service("timer", env=held)
+    try:
+        prefix = f"rebalance-{uuid.uuid4()}"
+        partitions = timer_stack.partitions
+        # Pending in the one instance when the second joins (it takes a few seconds to start).
+        joined = {f"{prefix}-joined-{i}": now_ms() + 8000 for i in range(400)}
+        spread(load, joined, partitions, per_batch=25)
+        wait_until_held(timer_stack, ["timer"], len(joined), timeout_s=30)
+        timer_stack.start_service("timer", instance="timer-2", env=held)
+        wait_for_log(timer_stack, "timer-2", "event=partitions_assigned", timeout_s=30)
+        wait_until_fired(fired, set(joined), timeout_s=30)
+
+        # Pending in both when the second leaves: the first takes back partitions the second advanced.
+        left = {f"{prefix}-left-{i}": now_ms() + 4000 for i in range(400)}
+        spread(load, left, partitions, per_batch=25)
+        wait_until_held(timer_stack, ["timer", "timer-2"], len(left), timeout_s=30)
+        assert pending_in_memory(timer_stack, "timer-2") > 0, "the second instance holds some of the timers"
+        timer_stack.kill_service("timer-2", signal.SIGTERM)
+        wait_until_fired(fired, set(left), timeout_s=30)
+
+        timers = {**joined, **left}
+        assert_never_early(fired, timers)
+        twice = {tid: len(fired.firings[tid]) for tid in timers if len(fired.firings[tid]) != 1}
+        assert twice == {}
+    finally:
+        timer_stack.services.pop("timer-2", None)
+        timer_stack.kill_service("timer", signal.SIGTERM)
+        timer_stack.start_service("timer")

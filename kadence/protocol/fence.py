@@ -6,8 +6,13 @@ owner's. A batch applies only if its source offset is new on its partition and i
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
+
+from kadence.protocol.events import CLOSE_STATUS, run_sections
+
+log = logging.getLogger("kadence.fence")
 
 
 @dataclass
@@ -43,3 +48,49 @@ class LogFence:
     def forget_run(self, run_id: str) -> None:
         """Closed runs take no more batches; drop them to keep memory flat."""
         self.next_event_id.pop(run_id, None)
+
+
+class PartitionFences:
+    """The fence of a lenient reader that owns partitions for a while (timer, visibility, matching).
+
+    What a fence knows of a partition is true only of one forward read of it. When the partition
+    is (re)assigned, or the consumer reads it again from an earlier offset, the reader re-reads
+    records it or another owner already handled: a fence that remembered their runs would take the
+    re-read batches for repeats and skip them (a timer released on the revoke never held again, a
+    task never routed). So the partition's fence starts afresh there, is rebuilt from what is
+    re-read, and is forgotten on revoke; closed runs are forgotten as they close, so memory stays
+    flat. What it still skips are true repeats within one read: a batch whose source offset was
+    applied already, or that does not continue its run (a history instance that just lost the
+    partition writing for a moment).
+    """
+
+    def __init__(self) -> None:
+        self._fences: dict[int, LogFence] = {}
+        self._next_offset: dict[int, int] = {}  # per partition, the log offset after the last record admitted or skipped
+
+    def forget(self, partitions: set[int]) -> None:
+        """On assignment and on revoke: what is read next of these partitions starts a new read."""
+        for partition in partitions:
+            self._forget(partition)
+
+    def admit(self, partition: int, offset: int, batch: dict[str, Any]) -> bool:
+        """Whether the batch at `offset` of `partition` applies."""
+        seen_to = self._next_offset.get(partition, 0)
+        if offset < seen_to:  # the consumer went back (faust seeks so after a rebalance): rebuilt from here
+            log.info("event=history_partition_reread partition=%d from_offset=%d read_to=%d", partition, offset, seen_to)
+            self._forget(partition)
+        self._next_offset[partition] = offset + 1
+        fence = self._fences.setdefault(partition, LogFence(strict=False))
+        if not fence.admit(partition, batch):
+            return False
+        for run_id in _closed_runs(batch):
+            fence.forget_run(run_id)
+        return True
+
+    def _forget(self, partition: int) -> None:
+        self._fences.pop(partition, None)
+        self._next_offset.pop(partition, None)
+
+
+def _closed_runs(batch: dict[str, Any]) -> list[str]:
+    return [s.run_id for s in run_sections(batch) if any(e["attributes"][0] in CLOSE_STATUS for e in s.events)]

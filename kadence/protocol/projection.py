@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
-from kadence.protocol.fence import LogFence
+from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl
@@ -29,6 +30,9 @@ from kadence.protocol.settings import KafkaSettings
 log = logging.getLogger("kadence.projection")
 
 APPLIED = Counter("kadence_projection_records_total", "History records folded into Postgres, by projection", ["projection"])
+
+POSITION_INTERVAL_S = 1.0  # how often positions that moved without a record applied are stored
+REVOKE_STORE_TIMEOUT_S = 10.0
 
 # Records applied in one transaction, at most: bounds the memory of decoding a consumed batch.
 MAX_CHUNK_RECORDS = 2000
@@ -77,11 +81,13 @@ class ProjectionRunner:
         self.dsn = dsn
         self.projection = projection
         self.codec = history_batch_codec()
-        # One fence per partition, new on each assignment: the log is read again from the stored
-        # position then (after a rebalance, or the group session lost while the broker was away),
-        # and a fence that remembered the runs would skip what it reads again as zombie repeats,
-        # with the timers those records set (released from memory on the revoke) never held again.
-        self.fences: dict[int, LogFence] = {}
+        self.loop = asyncio.get_running_loop()  # the rebalance callbacks hand work to it from the polling thread
+        # Forgotten on each assignment and revoke: the log is read again from the stored position
+        # then (a rebalance, or the group session lost while the broker was away).
+        self.fences = PartitionFences()
+        # Per assigned partition, the offset after the last record applied, and the position stored.
+        self.read_to: dict[int, int] = {}
+        self.stored: dict[int, int] = {}
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
         self.consumer: Consumer = make_consumer(
             settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
@@ -94,13 +100,34 @@ class ProjectionRunner:
             await apply_ddl(conn, [OFFSETS_DDL, *self.projection.ddl])
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
+        stored_at = time.monotonic()
         try:
             async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS, on_end=READINESS.reached_end):
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
+                if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
+                    await self._store_positions(set(self.read_to))
+                    stored_at = time.monotonic()
         finally:
-            self.consumer.close()
+            # Off the loop: the revoke that closing the consumer calls stores positions on the loop.
+            await self.loop.run_in_executor(None, self.consumer.close)
+
+    async def _store_positions(self, partitions: set[int]) -> None:
+        """Store the positions that moved without a record applied: the timer service's, when the
+        timers that pinned a partition fired. Else a restart or rebalance reads from the old pin
+        and fires those timers again."""
+        moved = {p: position for p in partitions & self.read_to.keys()
+                 if (position := self.projection.resume_offset(p, self.read_to[p])) != self.stored.get(p)}
+        if not moved:
+            return
+        async with self.pool.connection() as conn, conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
+                "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                [(self.projection.name, p, position) for p, position in moved.items()],
+            )
+        self.stored.update(moved)
 
     async def _apply(self, messages: list[Any]) -> None:
         records = []
@@ -115,8 +142,9 @@ class ProjectionRunner:
                 ERRORS.labels("undecodable_history_record").inc()
                 log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
                 continue
-            if self.fences.setdefault(msg.partition(), LogFence(strict=False)).admit(msg.partition(), batch):
+            if self.fences.admit(msg.partition(), msg.offset(), batch):
                 records.append(LogRecord(msg.partition(), msg.offset(), batch))
+        positions = {p: self.projection.resume_offset(p, o) for p, o in next_offsets.items()}
         async with self.pool.connection() as conn, conn.transaction():
             if records:
                 await self.projection.apply(conn, records)
@@ -124,8 +152,10 @@ class ProjectionRunner:
                 await cur.executemany(
                     "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
                     "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
-                    [(self.projection.name, p, self.projection.resume_offset(p, o)) for p, o in next_offsets.items()],
+                    [(self.projection.name, p, position) for p, position in positions.items()],
                 )
+        self.read_to.update(next_offsets)
+        self.stored.update(positions)
         self.projection.on_commit()
         APPLIED.labels(self.projection.name).inc(len(records))
 
@@ -140,16 +170,35 @@ class ProjectionRunner:
         stored = dict(rows)
         for tp in assigned:
             tp.offset = stored.get(tp.partition, 0)
-            self.fences[tp.partition] = LogFence(strict=False)
+        self.stored.update(stored)
+        self.fences.forget(set(partitions))
         consumer.assign(assigned)
         self.projection.on_assign(set(partitions))
         READINESS.assign(set(partitions))
         log.info("event=partitions_assigned consumer=%s positions=%s", self.projection.name, {tp.partition: tp.offset for tp in assigned})
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        self.projection.on_revoke({tp.partition for tp in revoked})
+        # Before the projection lets go of what pins the positions, and before the next owner reads them.
+        partitions = {tp.partition for tp in revoked}
+        try:
+            asyncio.run_coroutine_threadsafe(self._store_positions(partitions), self.loop).result(REVOKE_STORE_TIMEOUT_S)
+        except Exception as exc:  # the stored positions are older, never ahead: the next owner reads more again
+            log.warning("event=positions_not_stored_on_revoke consumer=%s partitions=%s error=%r",
+                        self.projection.name, sorted(partitions), exc)
+        self._let_go(partitions)
+
+    def _on_lost(self, consumer: Consumer, lost: list[TopicPartition]) -> None:
+        # Another member may own them already: its positions are not this one's to overwrite.
+        self._let_go({tp.partition for tp in lost})
+
+    def _let_go(self, partitions: set[int]) -> None:
+        self.fences.forget(partitions)
+        for partition in partitions:
+            self.read_to.pop(partition, None)
+            self.stored.pop(partition, None)
+        self.projection.on_revoke(partitions)
         READINESS.revoke()
-        log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(tp.partition for tp in revoked))
+        log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(partitions))
 
 
 def _chunks(messages: list[Any]) -> list[list[Any]]:

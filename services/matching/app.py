@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 from pathlib import Path
@@ -48,29 +47,38 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     # Per assigned partition of kadence.history, the offset after the last record routed.
     consumed: dict[Any, int] = {}
+    measured: set[Any] = set()  # the partitions the lag gauge has a value for
 
     @app.on_partitions_assigned.connect
     async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # faust reads on from its committed offsets; readiness here is the assignment.
-        partitions = {tp.partition for tp in assigned if tp.topic == topics.HISTORY}
+        history_tps = {tp for tp in assigned if tp.topic == topics.HISTORY}
+        partitions = {tp.partition for tp in history_tps}
+        router.fences.forget(partitions)
         READINESS.assign(partitions)
         for partition in partitions:
             READINESS.reached_end(partition)
-        for tp in set(consumed) - assigned:
-            del consumed[tp]
-            with contextlib.suppress(KeyError):
-                CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
+        given_away(set(consumed) - history_tps)
 
     @app.on_partitions_revoked.connect
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        router.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
         READINESS.revoke()
+
+    def given_away(tps: set[Any]) -> None:
+        """Partitions no longer this instance's: their lag is another instance's to report."""
+        for tp in tps:
+            consumed.pop(tp, None)
+            if tp in measured:
+                measured.discard(tp)
+                CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
 
     @app.agent(history)
     async def route_tasks(stream: faust.StreamT) -> None:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
             try:
-                await router.route(event.message.partition, event.value, headers)
+                await router.route(event.message.partition, event.message.offset, event.value, headers)
             except NewerSchemaVersion as exc:
                 stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
             consumed[event.message.tp] = event.message.offset + 1
@@ -82,6 +90,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
         any, the consumer's position)."""
         try:
             assigned = [tp for tp in app.consumer.assignment() if tp.topic == topics.HISTORY]
+            given_away(measured - set(assigned))
             ends = await app.consumer.highwaters(*assigned) if assigned else {}
             for tp in assigned:
                 position = consumed.get(tp)
@@ -89,6 +98,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
                     position = await asyncio.wait_for(app.consumer.position(tp), LAG_INTERVAL_S)
                 if position is not None and ends.get(tp) is not None:
                     CONSUMER_LAG.labels(APP_ID, tp.topic, str(tp.partition)).set(max(0, ends[tp] - position))
+                    measured.add(tp)
         except Exception as exc:  # a gauge not updated this round must not stop the routing
             log.info("event=consumer_lag_not_measured error=%r", exc)
 

@@ -14,8 +14,8 @@ from prometheus_client import Counter
 
 from kadence.protocol import topics
 from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
-from kadence.protocol.events import CLOSE_STATUS, run_sections
-from kadence.protocol.fence import LogFence
+from kadence.protocol.events import run_sections
+from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import ensure_topics
 from kadence.protocol.observability import ERRORS
 from kadence.protocol.settings import KafkaSettings
@@ -34,12 +34,12 @@ class TaskRouter:
     def __init__(self, settings: KafkaSettings, send: Send) -> None:
         self.settings = settings
         self.send = send
-        self.fence = LogFence(strict=False)
+        self.fences = PartitionFences()
         self.batches = history_batch_codec()
         self.tasks = task_codec()
         self.known_topics: set[str] = set()
 
-    async def route(self, partition: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    async def route(self, partition: int, offset: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
         try:
             batch = self.batches.decode(value, headers)
         except NewerSchemaVersion:
@@ -48,13 +48,12 @@ class TaskRouter:
             ERRORS.labels("undecodable_history_record").inc()
             log.error("event=history_record_undecodable partition=%d error=%s", partition, exc)
             return
-        if not self.fence.admit(partition, batch):
-            log.info("event=zombie_batch_skipped workflow_id=%s run_id=%s source_offset=%d",
-                     batch["workflow_id"], batch["run_id"], batch["source_offset"])
+        if not self.fences.admit(partition, offset, batch):
+            # Within one read of the partition: a history instance that just lost it repeating the owner.
+            log.info("event=repeated_history_batch_skipped workflow_id=%s run_id=%s partition=%d offset=%d source_offset=%d",
+                     batch["workflow_id"], batch["run_id"], partition, offset, batch["source_offset"])
             return
         for section in run_sections(batch):
-            if any(e["attributes"][0] in CLOSE_STATUS for e in section.events):
-                self.fence.forget_run(section.run_id)
             for effect_type, effect in section.effects:
                 await self._dispatch(batch["workflow_id"], section.run_id, effect_type, effect)
 
