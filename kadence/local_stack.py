@@ -5,6 +5,10 @@ the tests and the benchmarks use it.
 With Apache Kafka the broker's log and Postgres both live under the data dir and survive a
 restart of the stack. Tansu keeps topics in memory only, so with it Postgres starts empty too:
 the read model and the services' positions must never be ahead of the log.
+
+`kadence dev` supervises the services as the kubelet does a pod's containers: one that dies is
+started again after a backoff that doubles while it keeps dying and resets once it has run a while
+(RestartBackoff). The tests leave supervision off and kill and start services themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,7 +40,38 @@ SERVICES = ("history", "matching", "timer", "visibility")
 ENV_FILE = "env.sh"  # under the data dir: what `kadence env` prints for processes started by hand
 READY_TIMEOUT_S = 120.0  # a first start resolves topics, group assignments and recovery; minutes mean something is wrong
 
-__all__ = ["SERVICES", "LocalStack", "free_port"]
+__all__ = ["SERVICES", "LocalStack", "RestartBackoff", "free_port"]
+
+SUPERVISE_INTERVAL_S = 0.2  # how soon a dead service is noticed
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """The wait before a dead service starts again: `first_s`, doubled at each death up to `max_s`
+    (as Kubernetes' CrashLoopBackOff, on a laptop's scale); a service that ran `reset_after_s` or
+    longer before it died starts again after `first_s`."""
+
+    first_s: float = 1.0
+    max_s: float = 30.0
+    reset_after_s: float = 60.0
+
+    def after(self, previous_s: float | None, ran_s: float) -> float:
+        if previous_s is None or ran_s >= self.reset_after_s:
+            return self.first_s
+        return min(previous_s * 2, self.max_s)
+
+
+@dataclass
+class _Launch:
+    """How an instance was started, so that it can be started again the same way."""
+
+    name: str
+    env: dict[str, str]
+    started_at: float
+    backoff_s: float | None = None  # the last wait before a restart; None: never restarted
+    restart_at: float | None = None  # set while it is dead and waiting out its backoff
+    exit_code: int | None = None
+    restarts: int = 0
 
 
 @dataclass
@@ -54,8 +90,14 @@ class LocalStack:
     broker: LocalBroker | None = None
     broker_choice: BrokerChoice | None = None
     postgres_dsn: str = ""
-    _logs: list[IO[bytes]] = field(default_factory=list)
+    # None: a service that dies stays dead. `kadence dev` passes one, and the stack starts dead services again.
+    restart_backoff: RestartBackoff | None = None
+    _logs: dict[str, IO[bytes]] = field(default_factory=dict)  # by instance, kept across its restarts
     _postgres: object | None = None
+    _launches: dict[str, _Launch] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # services and _launches, against the supervisor
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _supervisor: threading.Thread | None = None
 
     def __post_init__(self) -> None:
         self.broker_choice = choose_broker(self.broker_kind)
@@ -113,6 +155,11 @@ class LocalStack:
         for name in services:
             self.start_service(name)
         self.wait_until_ready()
+        if self.restart_backoff is not None:
+            # From now on: a service that cannot start at all is start()'s error, one that dies later is restarted.
+            # The thread lives until stop(): the services it restarts die with it (die_with_parent follows the thread).
+            self._supervisor = threading.Thread(target=self._supervise, name="kadence-dev-supervisor", daemon=True)
+            self._supervisor.start()
 
     def wait_until_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every service started answers /readyz with 200 (its partitions assigned and read
@@ -174,23 +221,73 @@ class LocalStack:
         """Start service `name`; a second instance of it needs an `instance` name (its log file's too).
         `env` adds or overrides settings of this instance (say, its KADENCE_INSTANCE_ID)."""
         instance = instance or name
+        with self._lock:
+            self._launches[instance] = _Launch(name, env or {}, time.monotonic())
+            return self._spawn(instance)
+
+    def kill_service(self, instance: str, sig: int = signal.SIGKILL) -> None:
+        """Stop an instance for good: a supervised stack does not start it again."""
+        with self._lock:
+            process = self.services.pop(instance)
+            del self._launches[instance]
+        process.send_signal(sig)
+        process.wait(timeout=30)
+
+    def _spawn(self, instance: str) -> subprocess.Popen[bytes]:
+        launch = self._launches[instance]
         self.http_ports[instance] = self.http_ports.get(instance) or free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"],
-            env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **(env or {})},
-            stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+            [sys.executable, "-m", f"services.{launch.name}"],
+            env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **launch.env},
+            stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_service_preexec,
         )
         self.services[instance] = process
         return process
 
-    def kill_service(self, instance: str, sig: int = signal.SIGKILL) -> None:
-        process = self.services.pop(instance)
-        process.send_signal(sig)
-        process.wait(timeout=30)
+    def _supervise(self) -> None:
+        # SIGINT and SIGTERM are for the main thread: `kadence dev` waits for them in sigwait, which
+        # would never see one the kernel handed to this thread.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        while not self._stopping.wait(SUPERVISE_INTERVAL_S):
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                for instance, process in list(self.services.items()):
+                    if process.poll() is None:
+                        continue
+                    try:
+                        self._restart_when_due(instance, process.returncode)
+                    except Exception:  # this thread must live on: the services it started die with it
+                        log.exception("event=supervision_failed instance=%s", instance)
+
+    def _restart_when_due(self, instance: str, returncode: int) -> None:
+        assert self.restart_backoff is not None
+        launch, now = self._launches[instance], time.monotonic()
+        if launch.restart_at is None:
+            launch.exit_code = returncode
+            launch.backoff_s = self.restart_backoff.after(launch.backoff_s, ran_s=now - launch.started_at)
+            launch.restart_at = now + launch.backoff_s
+            log.warning("event=service_died service=%s instance=%s %s restart_in_s=%.1f",
+                        launch.name, instance, _exit_status(returncode), launch.backoff_s)
+        elif now >= launch.restart_at:
+            launch.restart_at, launch.started_at = None, now
+            launch.restarts += 1
+            try:
+                process = self._spawn(instance)
+            except OSError as exc:  # counts as another death: tried again after a longer wait
+                log.error("event=service_restart_failed service=%s instance=%s error=%r", launch.name, instance, str(exc))
+                return
+            log.warning("event=service_restarted service=%s instance=%s %s backoff_s=%.1f restarts=%d pid=%d",
+                        launch.name, instance, _exit_status(launch.exit_code), launch.backoff_s, launch.restarts, process.pid)
 
     def stop(self) -> None:
-        processes = list(self.services.values())
-        self.services.clear()
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
+        with self._lock:
+            processes = list(self.services.values())
+            self.services.clear()
+            self._launches.clear()
         for process in processes:
             process.terminate()
         for process in processes:
@@ -205,10 +302,25 @@ class LocalStack:
             self._postgres.cleanup()  # type: ignore[attr-defined]
             self._postgres = None
         (self.data_dir / ENV_FILE).unlink(missing_ok=True)
-        for handle in self._logs:
+        for handle in self._logs.values():
             handle.close()
+        self._logs.clear()
 
     def _log_file(self, name: str) -> IO[bytes]:
-        handle = open(self.data_dir / "logs" / f"{name}.log", "ab")
-        self._logs.append(handle)
-        return handle
+        if name not in self._logs:
+            self._logs[name] = open(self.data_dir / "logs" / f"{name}.log", "ab")
+        return self._logs[name]
+
+
+def _service_preexec() -> None:
+    """In a service's process, before it runs: die with the stack, and take every signal (one
+    started by the supervisor thread would inherit the signals that thread blocks)."""
+    die_with_parent()
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _exit_status(returncode: int | None) -> str:
+    """exit_code as a shell (and Kubernetes) reports it: 128 + the signal for a process killed by one."""
+    if returncode is None or returncode >= 0:
+        return f"exit_code={returncode}"
+    return f"exit_code={128 - returncode} signal={signal.Signals(-returncode).name}"

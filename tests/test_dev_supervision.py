@@ -1,0 +1,112 @@
+"""`kadence dev` supervises its services as the kubelet does a pod's containers: a service that
+dies comes back by itself, after a backoff that grows while it keeps dying and resets once it ran
+a while, and each restart is logged."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kadence.local_stack import LocalStack, RestartBackoff
+from tests.conftest import local_stack
+
+REPO = Path(__file__).resolve().parents[1]
+BACKOFF = RestartBackoff(first_s=0.2, max_s=0.8, reset_after_s=3.0)
+COMES_BACK_WITHIN_S = 30.0  # the backoff, then the interpreter and the service starting on a loaded machine
+
+
+def key_values(message: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in message.split() if "=" in part)
+
+
+def restarts(caplog: pytest.LogCaptureFixture) -> list[dict[str, str]]:
+    return [key_values(r.getMessage()) for r in caplog.records if r.getMessage().startswith("event=service_restarted ")]
+
+
+def crash_and_wait_for_restart(stack: LocalStack, caplog: pytest.LogCaptureFixture) -> dict[str, str]:
+    """kill -9 the visibility service, as a crash would; the restart the supervisor logs for it."""
+    before, dead = len(restarts(caplog)), stack.services["visibility"]
+    os.kill(dead.pid, signal.SIGKILL)
+    deadline = time.monotonic() + COMES_BACK_WITHIN_S
+    while len(restarts(caplog)) == before:
+        assert time.monotonic() < deadline, f"visibility was not restarted within {COMES_BACK_WITHIN_S:.0f} s of its kill -9"
+        time.sleep(0.05)
+    [restart] = restarts(caplog)[before:]
+    assert stack.services["visibility"] is not dead and int(restart["pid"]) == stack.services["visibility"].pid
+    return restart
+
+
+def wait_until_healthy(stack: LocalStack) -> None:
+    deadline = time.monotonic() + COMES_BACK_WITHIN_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['visibility']}/healthz", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the restarted visibility service never answered /healthz"
+        time.sleep(0.1)
+
+
+def test_a_killed_service_comes_back_with_a_backoff_that_grows_and_resets(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="kadence.dev")
+    with local_stack(services=("visibility",), restart_backoff=BACKOFF) as stack:
+        first = crash_and_wait_for_restart(stack, caplog)
+        assert first == first | {"service": "visibility", "instance": "visibility", "exit_code": "137", "signal": "SIGKILL",
+                                 "backoff_s": "0.2", "restarts": "1"}
+        wait_until_healthy(stack)  # it does come back: the same port answers again
+
+        # Dying again soon after each restart: the wait doubles, up to max_s.
+        assert [crash_and_wait_for_restart(stack, caplog)["backoff_s"] for _ in range(3)] == ["0.4", "0.8", "0.8"]
+
+        # Once it has run reset_after_s, a death is a first one again.
+        wait_until_healthy(stack)
+        time.sleep(BACKOFF.reset_after_s)
+        reset = crash_and_wait_for_restart(stack, caplog)
+        assert (reset["backoff_s"], reset["restarts"]) == ("0.2", "5")
+
+        # A service the stack itself stops (as the tests do) stays stopped.
+        stack.kill_service("visibility")
+        time.sleep(BACKOFF.first_s + 1.0)
+        assert "visibility" not in stack.services and len(restarts(caplog)) == 5
+
+
+# Run by `kadence dev --run` (so $PPID is `kadence dev`): kill -9 its visibility service, then wait
+# for another to appear in its place. The pattern does not match this script's own command line.
+KILL_AND_WAIT = """
+old=$(pgrep -P $PPID -f "services[.]visibility") && kill -9 $old || exit 2
+for i in $(seq 300); do
+  new=$(pgrep -P $PPID -f "services[.]visibility")
+  if [ -n "$new" ] && [ "$new" != "$old" ]; then exit 0; fi
+  sleep 0.1
+done
+exit 1
+"""
+
+
+def test_kadence_dev_restarts_a_service_killed_under_it() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-dev-"))  # not under pytest's 0700 temp root: Postgres must reach it
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "kadence.cli", "dev", "--port", "0", "--broker", "tansu", "--data-dir", str(data_dir),
+             "--run", KILL_AND_WAIT],
+            env={key: value for key, value in os.environ.items() if not key.startswith("KADENCE_")},
+            cwd=REPO, capture_output=True, text=True, timeout=180,
+        )
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    [restart] = [key_values(line.split("logger=kadence.dev ", 1)[1]) for line in ran.stderr.splitlines()
+                 if "event=service_restarted " in line]
+    assert restart == restart | {"service": "visibility", "exit_code": "137", "signal": "SIGKILL", "backoff_s": "1.0", "restarts": "1"}
