@@ -195,3 +195,17 @@ GENERATED_SECRETS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "KafkaUser": lambda user: [user["metadata"]["name"]],  # keys password and sasl.jaas.config
     "Cluster": lambda cluster: [f"{cluster['metadata']['name']}-app"],  # keys uri, username, password ...
 }
+
+
+# The labels an operator gives the pods it runs for a custom resource, which NetworkPolicies select.
+def strimzi_node_pod_labels(kafka: dict[str, Any], pool: dict[str, Any]) -> dict[str, str]:
+    """A KafkaNodePool's pods (the selector Strimzi reports in the pool's status.labelSelector)."""
+    name = kafka["metadata"]["name"]
+    return {"strimzi.io/cluster": name, "strimzi.io/kind": "Kafka", "strimzi.io/name": f"{name}-kafka",
+            "strimzi.io/pool-name": pool["metadata"]["name"]}
+
+
+def cnpg_instance_pod_labels(cluster: dict[str, Any], role: str) -> dict[str, str]:
+    """A CloudNativePG Cluster's instance pods (`role` primary or replica), with its inheritedMetadata labels."""
+    return {**cluster["spec"].get("inheritedMetadata", {}).get("labels", {}),
+            "cnpg.io/cluster": cluster["metadata"]["name"], "cnpg.io/podRole": "instance", "cnpg.io/instanceRole": role}

@@ -19,8 +19,9 @@ from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
 from services.matching.app import APP_ID as MATCHING_APP
-from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS
+from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS, cnpg_instance_pod_labels, strimzi_node_pod_labels
 from tests.kustomize import Resource, render
+from tests.network_policy import Pod, admits
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 OVERLAYS = ["dev", "prod"]
@@ -257,3 +258,86 @@ def test_the_kafka_user_may_use_every_topic_and_group_kadence_does() -> None:
     for group in groups:
         assert allowed("group", group, "Read"), group
     assert any(acl["resource"]["type"] == "cluster" and "IdempotentWrite" in acl["operations"] for acl in acls)
+
+
+NAMESPACE = "kadence"
+KUBE_DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
+CNPG_OPERATOR = Pod("cnpg-system", {"app.kubernetes.io/name": "cloudnative-pg"})
+PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
+STRANGER = Pod(NAMESPACE, {"app.kubernetes.io/name": "debug"})  # any other pod in the namespace
+
+
+def kadence_pods(resources: list[Resource]) -> dict[str, tuple[Pod, bool]]:
+    """Every pod running Kadence (services, worker, start Job, audit), with whether it uses Postgres."""
+    pods = {}
+    for owner, template in pod_specs(resources).items():
+        labels = template["metadata"]["labels"]
+        if labels.get("app.kubernetes.io/part-of") == "kadence" and labels.get("kadence.io/postgres") != "true":
+            [container] = template["spec"]["containers"]
+            uses_postgres = any(e["name"] == "KADENCE_POSTGRES_DSN" for e in container.get("env", []))
+            pods[owner] = Pod(NAMESPACE, labels), uses_postgres
+    return pods
+
+
+def postgres_pods(resources: list[Resource], overlay: str) -> list[Pod]:
+    if overlay == "prod":
+        cluster = named(resources, "Cluster", "kadence-postgres")
+        return [Pod(NAMESPACE, cnpg_instance_pod_labels(cluster, role)) for role in ("primary", "replica")]
+    return [Pod(NAMESPACE, named(resources, "StatefulSet", "kadence-postgres")["spec"]["template"]["metadata"]["labels"])]
+
+
+def kafka_pods(resources: list[Resource]) -> list[Pod]:
+    kafka = named(resources, "Kafka", "kadence")
+    return [Pod(NAMESPACE, strimzi_node_pod_labels(kafka, pool)) for pool in of_kind(resources, "KafkaNodePool")]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_postgres_admits_its_clients_and_what_cloudnativepg_needs(overlay: str) -> None:
+    """CloudNativePG documents its ports: 5432 Postgres, 8000 the instance manager's status API
+    (the operator calls it, and from 1.27 so does the primary's isolation check, on the others),
+    9187 the metrics."""
+    resources = rendered(overlay)
+    policies = of_kind(resources, "NetworkPolicy")
+    instances = postgres_pods(resources, overlay)
+    for instance in instances:
+        for owner, (pod, uses_postgres) in kadence_pods(resources).items():
+            assert admits(policies, pod, instance, 5432) == uses_postgres, f"{owner} -> Postgres {instance.labels}"
+            assert not admits(policies, pod, instance, 8000), owner
+        assert not admits(policies, STRANGER, instance, 5432)
+    if overlay == "prod":
+        for instance in instances:
+            assert admits(policies, CNPG_OPERATOR, instance, 8000) and admits(policies, CNPG_OPERATOR, instance, 5432)
+            assert not admits(policies, Pod("default", CNPG_OPERATOR.labels), instance, 8000), "only the operator's namespace"
+            assert admits(policies, PROMETHEUS, instance, 9187) and not admits(policies, PROMETHEUS, instance, 5432)
+            for other in instances:  # WAL streaming, and the isolation check's calls
+                assert admits(policies, other, instance, 5432) and admits(policies, other, instance, 8000), (other, instance)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kadence_pods_reach_dns_kafka_and_postgres_only(overlay: str) -> None:
+    resources = rendered(overlay)
+    policies = of_kind(resources, "NetworkPolicy")
+    bootstrap_port = int(config(resources)["KADENCE_BOOTSTRAP_SERVERS"].rsplit(":", 1)[1])
+    [listener] = named(resources, "Kafka", "kadence")["spec"]["kafka"]["listeners"]
+    assert bootstrap_port == listener["port"]
+    for policy in policies:
+        for rule in policy["spec"].get("egress", []):
+            assert rule.get("to") and rule.get("ports"), f"{policy['metadata']['name']}: an egress rule open to anything"
+    elsewhere = [Pod("default", {}), Pod(NAMESPACE, {"strimzi.io/name": "kadence-entity-operator"}), STRANGER]
+    for owner, (pod, uses_postgres) in kadence_pods(resources).items():
+        assert admits(policies, pod, KUBE_DNS, 53, "UDP") and admits(policies, pod, KUBE_DNS, 53, "TCP"), owner
+        assert not admits(policies, pod, KUBE_DNS, 443), owner
+        for broker in kafka_pods(resources):
+            assert admits(policies, pod, broker, bootstrap_port), f"{owner} cannot reach Kafka"
+            assert not admits(policies, pod, broker, 9091), f"{owner} reaches the brokers' replication listener"
+        for instance in postgres_pods(resources, overlay):
+            assert admits(policies, pod, instance, 5432) == uses_postgres, owner
+        for other in elsewhere:
+            assert not any(admits(policies, pod, other, port) for port in (443, 5432, 6443, bootstrap_port)), (owner, other)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_pod_mounts_a_service_account_token(overlay: str) -> None:
+    """Nothing deploy/ runs calls the Kubernetes API (the operators' own pods do, with their own accounts)."""
+    for owner, template in pod_specs(rendered(overlay)).items():
+        assert template["spec"].get("automountServiceAccountToken") is False, owner
