@@ -195,7 +195,7 @@ def show(workflow_id: str, run_id: str | None, output: str) -> None:
 
 @workflow_group.command("list")
 @click.option("--query", "-q", "list_filter", default="", help="A Temporal list filter: WorkflowType = 'Order' AND ...")
-@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="At most this many executions.")
 @json_option
 def list_workflows(list_filter: str, limit: int, as_json: bool) -> None:
     """Executions matching the filter, newest first."""

@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("kadence.client")
+# How long result() of a workflow the read model does not hold waits before WorkflowNotFoundError:
+# a start produced to the topic by another process is recorded within milliseconds.
+NOT_FOUND_AFTER_S = 5.0
 
 _UNSET: Any = object()
 
@@ -141,7 +144,9 @@ class Client:
                 "signal_input": self.data_converter.payload_converter.to_payloads(start_signal_args),
             }, request_id)
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
-        return WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
+        handle = WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
+        handle._recorded = True  # the answer came from the read model
+        return handle
 
     async def signal_with_start(
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, signal: Callable[..., Any] | str,
@@ -278,6 +283,7 @@ class WorkflowHandle:
         self.id = id
         self.run_id = run_id
         self.result_type = result_type
+        self._recorded = False  # whether the read model is known to hold the run
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal this run (or the current run when the handle has no run_id); returns once the signal
@@ -291,7 +297,11 @@ class WorkflowHandle:
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause. With
-        `follow_runs`, a run that continued as new is followed to the run that ends the chain."""
+        `follow_runs`, a run that continued as new is followed to the run that ends the chain.
+        Raises WorkflowNotFoundError when the read model does not hold the run (after a moment's
+        grace, for a start another process just produced to the topic)."""
+        if not self._recorded:
+            await self._until_recorded()
         run_id = self.run_id
         while True:
             status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
@@ -390,6 +400,19 @@ class WorkflowHandle:
         if found is None:
             raise WorkflowNotFoundError(f"workflow {self.id}" + (f" run {self.run_id}" if self.run_id else "") + " not found")
         return found
+
+    async def _until_recorded(self) -> None:
+        deadline = asyncio.get_running_loop().time() + NOT_FOUND_AFTER_S
+        while True:
+            try:
+                await self.describe()
+            except WorkflowNotFoundError:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+            else:
+                self._recorded = True
+                return
 
     async def fetch_history(self) -> WorkflowHistory:
         """The run's events (the latest run's without a run id)."""

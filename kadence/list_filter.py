@@ -36,6 +36,7 @@ _COLUMNS: dict[str, tuple[str, str]] = {
     "CloseTime": ("close_time", "time"),
     "HistoryLength": ("history_length", "number"),
 }
+MAX_NESTING = 64  # parentheses within parentheses: far past any hand-written filter, well within Python's stack
 _OPERATORS = {"=": "=", "!=": "<>", "<>": "<>", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _TOKEN = re.compile(r"""
     \s*(?:
@@ -106,6 +107,7 @@ class _Parser:
         self.tokens = tokens
         self.text = text
         self.index = 0
+        self.depth = 0
 
     def fail(self, expected: str) -> None:
         found = self.tokens[self.index] if self.index < len(self.tokens) else None
@@ -144,8 +146,12 @@ class _Parser:
 
     def primary(self, params: list[Any]) -> str:
         if self.accept("("):
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise ListFilterError(f"the filter nests parentheses more than {MAX_NESTING} deep; write it flatter")
             inner = self.or_expr(params)
             self.take("punct", ")")
+            self.depth -= 1
             return f"({inner})"
         name = self.field_name()
         return self.predicate(name, params)

@@ -106,6 +106,8 @@ def _jsonable(value: Any) -> Any:
 
 
 async def list_executions(pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int) -> AsyncIterator[WorkflowExecution]:
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be None (every execution) or at least 0, not {limit}")
     sql = parse(query)
     offset, returned = 0, 0
     async with pool.connection() as conn:

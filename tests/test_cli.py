@@ -64,6 +64,22 @@ def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalSta
     assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
 
 
+def test_the_cli_answers_at_once_at_its_edges(stack: LocalStack) -> None:
+    """Each of these used to hang or print a traceback."""
+    unknown = kadence(stack, "workflow", "result", "-w", f"nobody-{uuid.uuid4()}")
+    assert unknown.returncode == 1 and "not found" in unknown.stderr, unknown.stderr
+    unknown_run = kadence(stack, "workflow", "result", "-w", f"nobody-{uuid.uuid4()}", "-r", "no-such-run")
+    assert unknown_run.returncode == 1 and "not found" in unknown_run.stderr, unknown_run.stderr
+    past_the_end = kadence(stack, "dlq", "list", "--from-offset", "999999999")
+    assert past_the_end.returncode == 0 and past_the_end.stdout == "", past_the_end.stderr
+    replay_past_the_end = kadence(stack, "dlq", "replay", "--offset", "999999999")
+    assert replay_past_the_end.returncode == 2 and "no records at offsets [999999999]" in replay_past_the_end.stderr
+    nested = kadence(stack, "workflow", "list", "-q", "(" * 5000 + "WorkflowId = 'a'" + ")" * 5000)
+    assert nested.returncode == 2 and "nests parentheses more than" in nested.stderr, nested.stderr
+    negative = kadence(stack, "workflow", "list", "--limit", "-1")
+    assert negative.returncode == 2 and "--limit" in negative.stderr, negative.stderr
+
+
 def test_an_exported_history_replays_against_the_code_and_a_changed_workflow_fails(
     stack: LocalStack, task_queue: str, worker: None, tmp_path: Path,
 ) -> None:

@@ -67,6 +67,7 @@ async def test_list_and_count_with_temporal_filters(client: Client, task_queue: 
     ("WorkflowType = 'x'; DROP TABLE kadence_executions", "cannot read the filter at character 18"),
     ("(WorkflowType = 'x'", "expected )"),
     ("WorkflowType = 'x' ORDER BY Amount", "ORDER BY takes a built-in search attribute"),
+    ("(" * 5000 + "WorkflowId = 'a'" + ")" * 5000, "nests parentheses more than 64 deep"),
 ])
 def test_filters_that_do_not_parse_say_where_and_why(query: str, error: str) -> None:
     with pytest.raises(ListFilterError, match=error.replace("(", r"\(").replace(")", r"\)")):
