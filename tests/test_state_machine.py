@@ -13,6 +13,7 @@ from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
 from services.history.service import _continues
 from services.history.state_machine import (
+    WORKFLOW_TASK_REDISPATCH_MS,
     ActivityState,
     Rejected,
     Transition,
@@ -68,6 +69,26 @@ def test_start_writes_started_and_a_workflow_task_with_its_dispatch() -> None:
         decide_start(ex, "order-1", START, "", NOW, 0, 9)
 
 
+def test_a_workflow_task_no_worker_starts_is_dispatched_again_until_one_does() -> None:
+    """Its record lost on the way to a worker (or no worker polling): the retry timer dispatches it
+    again after 10 s, then after as long again as it has waited; the start drops the timer."""
+    state, run_id = started_workflow()
+    first = state.executions["order-1"].history[-1]
+    assert first["attributes"][0] == "WorkflowTaskScheduled"
+    fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1}
+    waited = NOW
+    for offset, delay in enumerate((10_000, 10_000, 20_000, 40_000), start=1):
+        waited += delay
+        again = apply(state, decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited), offset)
+        assert again["events"] == []
+        assert [(k, e["scheduled_event_id"]) for k, e in again["effects"]] == [("WorkflowTask", 2), ("Timer", 2)]
+        assert again["effects"][1][1]["fire_at_ms"] == waited + max(WORKFLOW_TASK_REDISPATCH_MS, waited - NOW)
+    started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 9)
+    assert ("DropTimer", {"timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/2/1"}) in started["effects"]
+    with pytest.raises(Rejected, match="stale workflow task retry timer"):
+        decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited + 80_000)
+
+
 def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
     state, run_id = started_workflow()
     schedule_activities(state, run_id, count=2)
@@ -76,7 +97,7 @@ def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_co
         command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
     first = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 5)
     assert [e["attributes"][0] for e in first["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
-    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "DropTimer"]
+    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "Timer", "DropTimer"]
     wt = ex.workflow_task
     assert wt is not None
 
@@ -257,7 +278,9 @@ def test_use_existing_answers_a_start_with_the_running_run() -> None:
 def test_run_timeout_closes_the_run_and_drops_its_pending_work() -> None:
     state = PartitionState(0)
     start = apply(state, decide_start(None, "order-1", {**START, "run_timeout_ms": 5000}, "client", NOW, 0, 0), 0)
-    assert [(k, e["kind"], e["fire_at_ms"]) for k, e in start["effects"] if k == "Timer"] == [("Timer", "WORKFLOW_RUN_TIMEOUT", NOW + 5000)]
+    assert [(k, e["kind"], e["fire_at_ms"]) for k, e in start["effects"] if k == "Timer"] == [
+        ("Timer", "WORKFLOW_RUN_TIMEOUT", NOW + 5000), ("Timer", "WORKFLOW_TASK_RETRY", NOW + WORKFLOW_TASK_REDISPATCH_MS),
+    ]
     run_id = start["run_id"]
     schedule_activities(state, run_id)
     timed_out = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_RUN_TIMEOUT",

@@ -47,6 +47,11 @@ HISTORY_IDENTITY = "kadence-history"
 
 DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
+# A workflow task scheduled and not started is dispatched again after this long, then after as
+# long again as it has waited (at most the cap), until a worker starts it: a task record lost on
+# its way to a worker must not leave the workflow waiting for ever.
+WORKFLOW_TASK_REDISPATCH_MS = 10_000
+MAX_WORKFLOW_TASK_REDISPATCH_MS = 300_000
 
 
 class Rejected(Exception):
@@ -847,7 +852,7 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
         wt = ex.workflow_task
         if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
             raise Rejected("stale workflow task retry timer")
-        t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
+        t.effects.extend(_dispatch_workflow_task(ex, wt, now_ms))
         return t
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or (kind != "ACTIVITY_SCHEDULE_TO_CLOSE" and activity.attempt != cmd["attempt"]):
@@ -1079,6 +1084,16 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
     }
 
 
+def _dispatch_workflow_task(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[tuple[str, Record]]:
+    """The task for a worker, and the timer that dispatches it again if no worker starts it (the
+    retry timer: when it fires, a task still not started is dispatched again)."""
+    scheduled = ex.history[wt.scheduled_event_id - 1] if len(ex.history) >= wt.scheduled_event_id else None
+    waited = now_ms - scheduled["event_time_ms"] if scheduled and scheduled["event_id"] == wt.scheduled_event_id else 0
+    delay = min(max(WORKFLOW_TASK_REDISPATCH_MS, waited), MAX_WORKFLOW_TASK_REDISPATCH_MS)
+    return [("WorkflowTask", workflow_task_effect(ex, wt)),
+            _timer(ex, "WORKFLOW_TASK_RETRY", now_ms + delay, wt.scheduled_event_id, wt.attempt)]
+
+
 def activity_task_effect(ex: Execution, activity: ActivityState, now_ms: int) -> Record:
     timeout = activity.schedule_to_start_timeout_ms
     return {
@@ -1126,6 +1141,8 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
         elif kind == "WorkflowTaskStarted":
             fire_at = t.now_ms + ex.workflow_task_timeout_ms
             t.effects.append(_timer(ex, "WORKFLOW_TASK_START_TO_CLOSE", fire_at, attrs["scheduled_event_id"], 1))
+            if ex.workflow_task is not None:  # its re-dispatch
+                t.effects.append(_drop(ex, "WORKFLOW_TASK_RETRY", attrs["scheduled_event_id"], ex.workflow_task.attempt))
         elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
             t.effects.append(_drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attrs["scheduled_event_id"], 1))
         elif kind == "TimerStarted":
@@ -1138,7 +1155,7 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
                 fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
                 t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
             elif wt.attempt == 1:
-                t.effects.append(("WorkflowTask", workflow_task_effect(ex, wt)))
+                t.effects.extend(_dispatch_workflow_task(ex, wt, t.now_ms))
             else:
                 delay = min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
                 t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", t.now_ms + delay, wt.scheduled_event_id, wt.attempt))
