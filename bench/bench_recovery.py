@@ -115,8 +115,7 @@ def main() -> None:
             saved = encode_state(recovered)
             encoded = time.perf_counter() - began
             began = time.perf_counter()
-            restored = decode_state(0, saved, recovered.resume_offset - 1)
-            restored.history_offset = recovered.history_offset
+            restored = decode_state(0, saved, recovered.resume_offset - 1, history_offset=recovered.history_offset)
             decoded = time.perf_counter() - began
             print(f"checkpoint:                  {len(saved) / 1e6:.1f} MB, encode {encoded:.2f} s, decode+restore {decoded:.2f} s")
 

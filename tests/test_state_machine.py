@@ -313,7 +313,7 @@ def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_ru
                                {"run_id": "", "reason": "x", "details": [], "request_id": ""}, "client", NOW)
     apply(state, command_for_other, 8)
 
-    restored = decode_state(0, encode_state(state), state.resume_offset - 1)
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
     assert restored.executions["order-1"] == state.executions["order-1"]
     assert "order-2" not in restored.executions  # closed: stored as a row of its own beside the checkpoint
     assert restored.resume_offset == state.resume_offset == 9
@@ -340,7 +340,7 @@ def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
     retried = command(state, "TimeoutFired", {**fired, "kind": "ACTIVITY_RETRY", "attempt": 2}, 6)
     (task,) = [e for k, e in retried["effects"] if k == "ActivityTask"]
     assert (task["attempt"], task["heartbeat_details"]) == (2, progress)
-    restored = decode_state(0, encode_state(state), state.resume_offset - 1)
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
     assert restored.executions["order-1"].activities[5].heartbeat == ex.activities[5].heartbeat
 
 

@@ -83,8 +83,10 @@ def encode_state(state: PartitionState) -> bytes:
     ]})
 
 
-def decode_state(partition: int, data: bytes, last_source_offset: int) -> PartitionState:
-    state = PartitionState(partition)
+def decode_state(partition: int, data: bytes, last_source_offset: int, *, history_offset: int) -> PartitionState:
+    """The state a checkpoint holds, as of `history_offset`: recovery reads the log on from there,
+    not from its start."""
+    state = PartitionState(partition, history_offset=history_offset)
     for saved in checkpoint_codec().decode(data)["executions"]:
         state.executions[saved["workflow_id"]] = _restore(saved)
     for ex in state.executions.values():
@@ -129,8 +131,7 @@ class CheckpointStore:
                 if row is None:
                     loaded[partition] = None
                     continue
-                state = decode_state(partition, row[2], row[1])
-                state.history_offset = row[0]  # recovery reads the log on from here, not from its start
+                state = decode_state(partition, row[2], row[1], history_offset=row[0])
                 loaded[partition] = Checkpoint(state, row[0])
             return loaded
 
