@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -57,6 +58,7 @@ log = logging.getLogger("kadence.client")
 # How long result() of a workflow the read model does not hold waits before WorkflowNotFoundError:
 # a start produced to the topic by another process is recorded within milliseconds.
 NOT_FOUND_AFTER_S = 5.0
+QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
 
 _UNSET: Any = object()
 
@@ -340,19 +342,27 @@ class WorkflowHandle:
         converter = self.client.data_converter
         query_id = str(uuid.uuid4())
         answer = replies.expect(query_id)
-        await self.client.send_command(self.id, "QueryWorkflow", {"run_id": execution.run_id, "query": {
+        command = {"run_id": execution.run_id, "query": {
             "task_queue": execution.task_queue, "workflow_type": execution.workflow_type, "query_id": query_id,
             "query_type": name, "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
             "reply_partition": replies.partition,
-        }})
-        try:
-            answered = await asyncio.wait_for(answer, timeout.total_seconds())
-        except TimeoutError:
+        }}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total_seconds()
+        # Sent again while unanswered: the history service holds a query in memory until the run's
+        # workflow task is done, so its restart (or a worker's) would otherwise cost the whole timeout.
+        # Every copy has the same query id; history holds it once, and the first answer wins.
+        while not answer.done() and loop.time() < deadline:
+            await self.client.send_command(self.id, "QueryWorkflow", command)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(answer), min(QUERY_RESEND_S, max(0.0, deadline - loop.time())))
+        if not answer.done():
             replies.forget(query_id)
             raise WorkflowQueryTimeoutError(
                 f"no worker answered query {name!r} of workflow {self.id} within {timeout}: "
                 f"is a worker polling task queue {execution.task_queue!r}?"
             ) from None
+        answered = answer.result()
         await converter.decode_payloads(answered)
         if answered["error"] is not None:
             raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])

@@ -328,10 +328,15 @@ class HistoryService:
             log.info("event=query_dropped workflow_id=%s run_id=%s reason=%r", workflow_id, body["run_id"],
                      "only the current run of a known workflow id can be queried")
             return
+        query = body["query"]
         if execution.quiescent:
-            self._write_eventless(state, workflow_id, partition, offset, effects=[("QueryTask", body["query"])])
-        else:
-            execution.pending_queries.append(body["query"])
+            self._write_eventless(state, workflow_id, partition, offset, effects=[("QueryTask", query)])
+        elif all(held["query_id"] != query["query_id"] for held in execution.pending_queries):
+            # Held in memory only: the client sends a query again until it is answered, so a
+            # restart of this service costs the caller a resend, not a timeout.
+            log.info("event=query_held workflow_id=%s run_id=%s query_id=%s reason=%r", workflow_id, execution.run_id,
+                     query["query_id"], "a workflow task is in flight: answered once it is done")
+            execution.pending_queries.append(query)
 
     def _write_rejection(
         self, state: PartitionState, workflow_id: str, command: str, body: Record, request_id: str, reason: Rejected,
