@@ -486,6 +486,20 @@ class LocalStepsWorkflow:
 
 
 @workflow.defn
+class StepSleepStepWorkflow:
+    """An activity, a short durable timer, a second activity; each activity appends to its own
+    file under `directory`, so a test counts how often each ran."""
+
+    @workflow.run
+    async def run(self, directory: str, sleep_seconds: float) -> list[int]:
+        prefix = f"{directory}/{workflow.info().workflow_id}"
+        first = await workflow.execute_activity(count_runs, f"{prefix}.first", start_to_close_timeout=timedelta(seconds=30))
+        await workflow.sleep(sleep_seconds)
+        second = await workflow.execute_activity(count_runs, f"{prefix}.second", start_to_close_timeout=timedelta(seconds=30))
+        return [first, second]
+
+
+@workflow.defn
 class DrawingWorkflow:
     """Draws a UUID, records it, sleeps, and returns what it drew: replayed, it draws the same."""
 
@@ -584,7 +598,7 @@ class PatchedWorkflow:
 
 
 ALL_WORKFLOWS = [
-    RetiredPatchWorkflow, PipelineWorkflow, CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow,
+    StepSleepStepWorkflow, RetiredPatchWorkflow, PipelineWorkflow, CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow,
     ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow,
     CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow,
     CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, SignalOrTimerWorkflow, ApprovalWorkflow, CancellableWorkflow,
