@@ -17,7 +17,6 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Message
-from psycopg_pool import AsyncConnectionPool
 
 from kadence import workflow as workflow_module
 from kadence._replies import ReplyListener
@@ -37,7 +36,7 @@ from kadence.exceptions import (
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer
-from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.visibility import (
@@ -243,6 +242,12 @@ class Client:
         """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
         return (await self._read_model()).expect_outcome(request_id)
 
+    def readiness_problems(self) -> list[str]:
+        """Why answers from Postgres cannot reach this client now (its LISTEN connection is lost and
+        being opened again): part of a worker's /readyz."""
+        problem = self._results.reachability.problem if self._results is not None else None
+        return [problem] if problem is not None else []
+
     async def _read_model(self) -> "_ReadModel":
         if self._results is None:
             self._results = _ReadModel(self._postgres_dsn or postgres_dsn())
@@ -415,7 +420,7 @@ class WorkflowHandle:
         deadline = asyncio.get_running_loop().time() + NOT_FOUND_AFTER_S
         while True:
             try:
-                await self.describe()
+                await until_answered("client_result_lookup", self.describe)  # an outage is not "not found"
             except WorkflowNotFoundError:
                 if asyncio.get_running_loop().time() >= deadline:
                     raise
@@ -448,35 +453,87 @@ class WorkflowHandle:
 
 class _ReadModel:
     """One LISTEN connection for run closes (a row lookup for each one awaited) and command
-    outcomes (carried in the notification)."""
+    outcomes (carried in the notification).
+
+    Notifications sent while that connection is down are lost: when it is lost (Postgres
+    restarted, the network), it is opened again with backoff, and everything still awaited is
+    read again from the tables before waiting on. Meanwhile `reachability` says why this client
+    hears nothing (a worker's /readyz reports it)."""
 
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.closed_waiters: dict[tuple[str, str | None], list[asyncio.Future[Any]]] = {}
         self.outcome_waiters: dict[str, list[asyncio.Future[Any]]] = {}
-        self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False)
+        # Requests wait as long as psycopg_pool's default: list_workflows and the like run concurrently.
+        self.pool = connection_pool(dsn, min_size=1, max_size=4, timeout_s=30.0)
+        self.reachability = Reachability("client_listen")
         self._listener: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._starting: asyncio.Future[None] | None = None
         self._checks: set[asyncio.Task[None]] = set()
 
     async def started(self) -> None:
-        """Set up once; concurrent first callers all wait for the same setup."""
+        """Set up once; concurrent first callers all wait for the same setup. If Postgres does not
+        answer the first time, the callers hear it, and the next call tries again."""
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        try:
+            await asyncio.shield(self._starting)
+        except psycopg.OperationalError:
+            self._starting = None
+            raise
 
     async def _start(self) -> None:
         await self.pool.open()
-        self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-        await apply_ddl(self._conn, VISIBILITY_DDL)  # the client may start before the projector created them
-        await self._conn.execute(f"LISTEN {CLOSED_CHANNEL}")
-        await self._conn.execute(f"LISTEN {OUTCOME_CHANNEL}")
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        try:
+            await apply_ddl(conn, VISIBILITY_DDL)  # the client may start before the projector created them
+            await self._subscribe(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
         self._listener = asyncio.create_task(self._listen())
 
+    @staticmethod
+    async def _subscribe(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(f"LISTEN {CLOSED_CHANNEL}")
+        await conn.execute(f"LISTEN {OUTCOME_CHANNEL}")
+
     async def _listen(self) -> None:
-        assert self._conn is not None
-        async for notify in self._conn.notifies():
+        backoff = Backoff("client_listen")
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = await self._listen_again()
+                    backoff.succeeded()
+                await self._serve(self._conn)
+            except Exception as exc:  # an outage (OperationalError), or a bug: either way, listen again
+                if not isinstance(exc, psycopg.OperationalError):
+                    log.exception("event=client_listen_failed error=%r", str(exc))
+                self.reachability.lost(exc)
+                if self._conn is not None:
+                    await self._conn.close()
+                    self._conn = None
+                await asyncio.sleep(backoff.failed(exc) if isinstance(exc, psycopg.OperationalError) else RETRY_MAX_S)
+
+    async def _listen_again(self) -> psycopg.AsyncConnection[Any]:
+        """A new LISTEN connection, then what was awaited read again: answered meanwhile, it was
+        notified on no connection."""
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        try:
+            await self._subscribe(conn)
+            outcomes, closes = await self._read_outcomes_again(conn), await self._read_closes_again(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self.reachability.answered()
+        log.info("event=postgres_listen_restored outcomes_found=%d closes_found=%d still_awaited=%d",
+                 outcomes, closes, len(self.outcome_waiters) + len(self.closed_waiters))
+        return conn
+
+    async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        async for notify in conn.notifies():
             if notify.channel == OUTCOME_CHANNEL:
                 outcome = CommandOutcome.from_notification(notify.payload)
                 _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
@@ -484,7 +541,37 @@ class _ReadModel:
             closed = json.loads(notify.payload)
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
                 if key in self.closed_waiters:
-                    self._spawn(self._check_closed(key))
+                    self._spawn(self._recheck_closed(key))
+
+    async def _read_outcomes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        if not self.outcome_waiters:
+            return 0
+        rows = await (await conn.execute(
+            "SELECT request_id, run_id, accepted, cause, reason FROM kadence_command_outcomes WHERE request_id = ANY(%s)",
+            (list(self.outcome_waiters),),
+        )).fetchall()
+        for row in rows:
+            _settle(self.outcome_waiters.pop(row[0], []), CommandOutcome(*row))
+        return len(rows)
+
+    async def _read_closes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
+        """Every awaited run that closed meanwhile (one query for them all)."""
+        if not self.closed_waiters:
+            return 0
+        rows = await (await conn.execute(
+            "SELECT workflow_id, run_id, status, result, failure, next_run_id FROM kadence_executions "
+            "WHERE workflow_id = ANY(%s) ORDER BY workflow_id, start_time",
+            (sorted({workflow_id for workflow_id, _ in self.closed_waiters}),),
+        )).fetchall()
+        runs = {(row[0], row[1]): row[2:] for row in rows}
+        latest = {row[0]: row[2:] for row in rows}  # ordered by start time: the last one stays
+        found = 0
+        for key in list(self.closed_waiters):
+            row = runs.get(key) if key[1] is not None else latest.get(key[0])
+            if row is not None and row[0] != "Running":
+                _settle(self.closed_waiters.pop(key, []), row)
+                found += 1
+        return found
 
     def _spawn(self, check: Any) -> None:
         task = asyncio.create_task(check)
@@ -495,15 +582,19 @@ class _ReadModel:
         key = (workflow_id, run_id)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.closed_waiters.setdefault(key, []).append(future)
-        await self._check_closed(key)
+        self._spawn(self._recheck_closed(key))  # not awaited: a LISTEN connection restored may answer first
         return await future
 
     async def update_outcome(self, request_id: str) -> tuple[bytes | None, bytes | None] | None:
         """An update's recorded result and failure (Avro Payload, Failure); None before it finished."""
-        async with self.pool.connection() as conn:
-            row = await (await conn.execute(
-                "SELECT result, failure FROM kadence_command_outcomes WHERE request_id = %s", (request_id,),
-            )).fetchone()
+
+        async def lookup() -> Any:
+            async with self.pool.connection() as conn:
+                return await (await conn.execute(
+                    "SELECT result, failure FROM kadence_command_outcomes WHERE request_id = %s", (request_id,),
+                )).fetchone()
+
+        row = await until_answered("client_update_outcome", lookup)
         return (row[0], row[1]) if row else None
 
     def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
@@ -511,6 +602,16 @@ class _ReadModel:
         future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
         self.outcome_waiters.setdefault(request_id, []).append(future)
         return future
+
+    async def _recheck_closed(self, key: tuple[str, str | None]) -> None:
+        """Settle the waiters of `key` if its run is closed, once Postgres answers; an error that
+        is not Postgres being away reaches them."""
+        try:
+            await until_answered("client_result_lookup", lambda: self._check_closed(key))
+        except Exception as exc:
+            for future in self.closed_waiters.pop(key, []):
+                if not future.done():
+                    future.set_exception(exc)
 
     async def _check_closed(self, key: tuple[str, str | None]) -> None:
         workflow_id, run_id = key
@@ -530,6 +631,8 @@ class _ReadModel:
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
+        for check in list(self._checks):
+            check.cancel()
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()

@@ -124,9 +124,10 @@ class Worker:
                 await asyncio.wait_for(self._assignment_changed.wait(), POLLER_HEARTBEAT_S)
 
     async def readiness_problems(self) -> list[str]:
-        """Why this worker is not ready yet (empty once it polls partitions of every task kind):
-        what a worker's /readyz reports."""
-        return [] if self.ready.is_set() else [f"task queue {self.task_queue!r}: partitions not assigned yet"]
+        """Why this worker is not ready (empty once it polls partitions of every task kind, while
+        its client hears answers from Postgres): what a worker's /readyz reports."""
+        problems = [] if self.ready.is_set() else [f"task queue {self.task_queue!r}: partitions not assigned yet"]
+        return problems + self.client.readiness_problems()
 
     async def shutdown(self) -> None:
         self._stop.set()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import uuid
 
 import aiohttp
+import psycopg
 import pytest
 
 from kadence.client import Client
@@ -89,3 +91,46 @@ async def test_a_service_serves_its_endpoints_on_every_interface_by_default(monk
         assert listening_addresses(port) == {"0.0.0.0"}
     finally:
         await endpoints.cleanup()
+
+
+async def test_a_flood_of_readiness_probes_opens_no_postgres_connections(stack: LocalStack) -> None:
+    """/readyz answers from the background watch of Postgres (one connection per process): 400
+    probes at once to each service that uses Postgres open no connection of their own."""
+
+    async def connections() -> int:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            row = await (await conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")).fetchone()
+            return int(row[0]) - 1  # not this one
+
+    users = [stack.http_ports[service] for service in ("history", "timer", "visibility")]
+    async with aiohttp.ClientSession() as http:
+        for port in users:  # ready first: a service still starting serves no /readyz yet
+            for _ in range(300):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{port}/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+    before = await connections()
+    seen = [before]
+    flooding = True
+
+    async def sample() -> None:
+        while flooding:
+            seen.append(await connections())
+            await asyncio.sleep(0.01)
+
+    sampling = asyncio.create_task(sample())
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
+        async def probe(port: int) -> int:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                return response.status
+
+        statuses = await asyncio.gather(*(
+            probe(port) for port in users for _ in range(400)
+        ))
+    flooding = False
+    await sampling
+    assert set(statuses) == {200}
+    assert max(seen) <= before + 2, f"Postgres connections went from {before} to {max(seen)} during the probes"

@@ -1,5 +1,6 @@
 """Every service's HTTP endpoints: /healthz (the process is alive), /readyz (its partitions are
-assigned and caught up, Postgres answers, the Kafka broker answers) and /metrics (Prometheus text).
+assigned and caught up, Postgres answers, the Kafka broker answers: both asked in the background,
+so a probe costs neither a connection) and /metrics (Prometheus text).
 
 The port is KADENCE_HTTP_PORT (0, the default, serves nothing), on the address KADENCE_HTTP_HOST
 (default 0.0.0.0, what a container's probes and Prometheus need; `kadence dev` sets 127.0.0.1, so
@@ -17,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 from aiohttp import web
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from kadence.protocol import topics
 from kadence.protocol.kafka import base_config
+from kadence.protocol.postgres import Reachability, watch
 from kadence.protocol.settings import KafkaSettings, env_int
 
 log = logging.getLogger("kadence.observability")
@@ -43,7 +44,7 @@ class Readiness:
 
     assigned: set[int] | None = None  # None: no assignment yet
     caught_up: set[int] = field(default_factory=set)
-    postgres_dsn: str = ""
+    postgres: Reachability | None = None  # a service that uses Postgres watches it (watch_postgres)
     broker_problem: str | None = None  # why the broker's last answer (of watch_broker's) was missing
     _broker_watch: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -64,6 +65,12 @@ class Readiness:
         answer (it is down, frozen, or out of reach), the process is not ready."""
         if self._broker_watch is None:
             self._broker_watch = asyncio.get_running_loop().create_task(self._watch_broker(AdminClient(kafka_config)))
+
+    def watch_postgres(self, dsn: str) -> asyncio.Task[None]:
+        """Probe Postgres in the background from now on: while it does not answer, the process is
+        not ready. The caller cancels the returned task when it stops."""
+        self.postgres = Reachability("readiness")
+        return asyncio.get_running_loop().create_task(watch(dsn, self.postgres))
 
     async def _watch_broker(self, admin: AdminClient) -> None:
         loop = asyncio.get_running_loop()
@@ -87,12 +94,8 @@ class Readiness:
             found.append(f"partitions {sorted(self.assigned - self.caught_up)} not caught up yet")
         if self.broker_problem is not None:
             found.append(self.broker_problem)
-        if self.postgres_dsn:
-            try:
-                async with await psycopg.AsyncConnection.connect(self.postgres_dsn, connect_timeout=2) as conn:
-                    await conn.execute("SELECT 1")
-            except psycopg.Error as exc:
-                found.append(f"Postgres unreachable: {exc}")
+        if self.postgres is not None and self.postgres.problem is not None:
+            found.append(self.postgres.problem)
         return found
 
 

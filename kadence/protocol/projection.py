@@ -4,6 +4,10 @@ The timer service and the visibility projector are both projections: each consum
 records is applied in one Postgres transaction together with the partitions' next offsets, so
 the position never passes a record whose effect is not stored. Positions live in Postgres,
 not in Kafka's committed offsets.
+
+While Postgres is away a transaction is tried again, with backoff, until it commits: the
+projection stops consuming meanwhile (well within max.poll.interval.ms for a restart), and
+resumes where it stopped, neither skipping nor repeating a record.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, histor
 from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
 from kadence.protocol.observability import ERRORS, READINESS
-from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.postgres import CONNECT_TIMEOUT_S, apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.projection")
@@ -88,16 +92,21 @@ class ProjectionRunner:
         # Per assigned partition, the offset after the last record applied, and the position stored.
         self.read_to: dict[int, int] = {}
         self.stored: dict[int, int] = {}
+        self._postgres_watch: asyncio.Task[None] | None = None
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
         self.consumer: Consumer = make_consumer(
             settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
         )
 
     async def setup(self) -> None:
-        READINESS.postgres_dsn = self.dsn
+        self._postgres_watch = READINESS.watch_postgres(self.dsn)
         ensure_topics(self.settings, core_topics(self.settings))
-        async with self.pool.connection() as conn:
-            await apply_ddl(conn, [OFFSETS_DDL, *self.projection.ddl])
+
+        async def create_tables() -> None:
+            async with self.pool.connection() as conn:
+                await apply_ddl(conn, [OFFSETS_DDL, *self.projection.ddl])
+
+        await until_answered(f"{self.projection.name}_schema_setup", create_tables)
 
     async def run(self, stop: asyncio.Event) -> None:
         self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -107,11 +116,16 @@ class ProjectionRunner:
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
                 if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
-                    await self._store_positions(set(self.read_to))
+                    try:
+                        await self._store_positions(set(self.read_to))
+                    except psycopg.OperationalError as exc:  # older positions, never ahead: tried again next interval
+                        log.warning("event=positions_not_stored consumer=%s error=%r", self.projection.name, describe(exc))
                     stored_at = time.monotonic()
         finally:
             # Off the loop: the revoke that closing the consumer calls stores positions on the loop.
             await self.loop.run_in_executor(None, self.consumer.close)
+            if self._postgres_watch is not None:
+                self._postgres_watch.cancel()
 
     async def _store_positions(self, partitions: set[int]) -> None:
         """Store the positions that moved without a record applied: the timer service's, when the
@@ -144,30 +158,32 @@ class ProjectionRunner:
                 continue
             if self.fences.admit(msg.partition(), msg.offset(), batch):
                 records.append(LogRecord(msg.partition(), msg.offset(), batch))
-        positions = {p: self.projection.resume_offset(p, o) for p, o in next_offsets.items()}
+        positions = await until_answered(f"{self.projection.name}_apply", lambda: self._store(records, next_offsets))
+        self.read_to.update(next_offsets)
+        self.stored.update(positions)
+        self.projection.on_commit()
+        APPLIED.labels(self.projection.name).inc(len(records))
+
+    async def _store(self, records: list[LogRecord], next_offsets: dict[int, int]) -> dict[int, int]:
+        """One transaction: the records' effects and the partitions' positions (asked after
+        `apply`, which may pin them); the positions stored. Tried again as a whole when Postgres
+        is away (a projection's `apply` may be repeated before a commit)."""
         async with self.pool.connection() as conn, conn.transaction():
             if records:
                 await self.projection.apply(conn, records)
+            positions = {p: self.projection.resume_offset(p, o) for p, o in next_offsets.items()}
             async with conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
                     "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
                     [(self.projection.name, p, position) for p, position in positions.items()],
                 )
-        self.read_to.update(next_offsets)
-        self.stored.update(positions)
-        self.projection.on_commit()
-        APPLIED.labels(self.projection.name).inc(len(records))
+        return positions
 
     # Rebalance callbacks run on the polling thread while the loop waits in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
         partitions = [tp.partition for tp in assigned]
-        with psycopg.connect(self.dsn) as conn:
-            rows = conn.execute(
-                "SELECT partition, next_offset FROM kadence_consumer_offsets WHERE consumer = %s AND partition = ANY(%s)",
-                (self.projection.name, partitions),
-            ).fetchall()
-        stored = dict(rows)
+        stored = until_answered_blocking(f"{self.projection.name}_positions", lambda: self._positions(partitions))
         for tp in assigned:
             tp.offset = stored.get(tp.partition, 0)
         self.stored.update(stored)
@@ -176,6 +192,14 @@ class ProjectionRunner:
         self.projection.on_assign(set(partitions))
         READINESS.assign(set(partitions))
         log.info("event=partitions_assigned consumer=%s positions=%s", self.projection.name, {tp.partition: tp.offset for tp in assigned})
+
+    def _positions(self, partitions: list[int]) -> dict[int, int]:
+        with psycopg.connect(self.dsn, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            rows = conn.execute(
+                "SELECT partition, next_offset FROM kadence_consumer_offsets WHERE consumer = %s AND partition = ANY(%s)",
+                (self.projection.name, partitions),
+            ).fetchall()
+        return dict(rows)
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
         # Before the projection lets go of what pins the positions, and before the next owner reads them.

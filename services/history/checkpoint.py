@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from kadence.protocol.codec import RecordCodec, codec
+from kadence.protocol.postgres import CONNECT_TIMEOUT_S
 from services.history.recovery import PartitionState
 from services.history.state_machine import RUNNING, Execution, apply_heartbeat, closed_execution, evolve, execution_from_events
 
@@ -112,7 +113,7 @@ class CheckpointStore:
 
     def claim(self, partitions: list[int]) -> dict[int, Checkpoint | None]:
         """Become the owner of `partitions` (bump their epochs) and load their checkpoints."""
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             loaded: dict[int, Checkpoint | None] = {}
             for partition in partitions:
                 self.epochs[partition] = conn.execute(
@@ -177,7 +178,7 @@ class CheckpointStore:
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True)
+            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         return self._conn
 
     def close(self) -> None:

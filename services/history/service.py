@@ -32,7 +32,7 @@ from kadence.protocol.limits import (
     WARN_PAYLOAD_BYTES,
 )
 from kadence.protocol.observability import ERRORS, READINESS
-from kadence.protocol.postgres import apply_ddl
+from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
@@ -82,7 +82,6 @@ class HistoryService:
     def __init__(self, settings: KafkaSettings, checkpoints: CheckpointStore | None, checkpoint_interval_s: float) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
-        READINESS.postgres_dsn = checkpoints.dsn if checkpoints is not None else ""
         self.checkpoint_interval_s = checkpoint_interval_s
         self._next_checkpoint = time.monotonic() + checkpoint_interval_s
         self.partitions: dict[int, PartitionState] = {}
@@ -125,9 +124,9 @@ class HistoryService:
     async def run(self, stop: asyncio.Event) -> None:
         ensure_topics(self.settings, core_topics(self.settings))
         self.partition_count = self._check_partition_counts()
+        postgres_watch = READINESS.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
-            async with await psycopg.AsyncConnection.connect(self.checkpoints.dsn, autocommit=True) as conn:
-                await apply_ddl(conn, CHECKPOINT_DDL)
+            await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
@@ -136,7 +135,7 @@ class HistoryService:
                     self._replace_producer_and_recover()
                     continue
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
-                self._recall_closed_runs(commands)
+                await self._recall_closed_runs(commands)
                 for msg, command in commands:
                     if isinstance(command, UndecodableRecord):
                         self._dead_letter(msg, str(command))
@@ -152,6 +151,13 @@ class HistoryService:
             self.consumer.close()
             if self.checkpoints is not None:
                 self.checkpoints.close()
+            if postgres_watch is not None:
+                postgres_watch.cancel()
+
+    async def _create_tables(self) -> None:
+        assert self.checkpoints is not None
+        async with await psycopg.AsyncConnection.connect(self.checkpoints.dsn, autocommit=True) as conn:
+            await apply_ddl(conn, CHECKPOINT_DDL)
 
     def _raise_produce_error(self) -> None:
         if self._produce_error is not None:
@@ -160,7 +166,8 @@ class HistoryService:
     async def _checkpoint(self) -> None:
         """Store every owned partition's state once all its batches are written, so the state is
         exactly the fold of the log up to each partition's history offset. While the broker has
-        not acknowledged them all (it is away), the checkpoint waits for the next interval.
+        not acknowledged them all (it is away), or Postgres does not answer, the checkpoint waits
+        for the next interval: the state stays in memory, and recovery would read more of the log.
 
         The wait and the writes run off the event loop, so /healthz and /readyz still answer;
         nothing else runs meanwhile (rebalance callbacks run inside the consumer's poll)."""
@@ -176,9 +183,15 @@ class HistoryService:
             return
         started = time.monotonic()
         checkpoints = self.checkpoints
-        stored = await loop.run_in_executor(None, lambda: [
-            p for p, state in self.partitions.items() if checkpoints.save(state, state.history_offset)
-        ])
+        stored: list[int] = []
+        try:
+            await loop.run_in_executor(None, lambda: stored.extend(
+                p for p, state in self.partitions.items() if checkpoints.save(state, state.history_offset)
+            ))
+        except psycopg.OperationalError as exc:
+            log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
+                        stored, "Postgres does not answer", describe(exc))
+            return
         log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, time.monotonic() - started)
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
@@ -195,7 +208,8 @@ class HistoryService:
     def _recover(self, partitions: list[int]) -> dict[int, PartitionState]:
         """Claim the partitions and fold their checkpoints and the log after them into state."""
         started = time.monotonic()
-        claimed = self.checkpoints.claim(partitions) if self.checkpoints is not None else {}
+        checkpoints = self.checkpoints
+        claimed = until_answered_blocking("history_claim_partitions", lambda: checkpoints.claim(partitions)) if checkpoints else {}
         try:
             recovered = recover_partitions(self.settings, {
                 p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
@@ -243,17 +257,25 @@ class HistoryService:
         except UndecodableRecord as exc:
             return exc
 
-    def _recall_closed_runs(self, commands: list[tuple[Message, Record | UndecodableRecord]]) -> None:
+    async def _recall_closed_runs(self, commands: list[tuple[Message, Record | UndecodableRecord]]) -> None:
         """Bring back from Postgres the last closed run of each workflow id these commands name
-        that memory does not hold (checkpoints evict closed runs): one query per batch."""
-        if self.checkpoints is None:
+        that memory does not hold (checkpoints evict closed runs): one query per batch. Without
+        the answer a command could start a run the reuse policy forbids or answer a closed run as
+        unknown, so while Postgres is away the batch waits here (the process not ready), and
+        nothing after it is read; a batch naming only runs in memory needs no lookup."""
+        checkpoints = self.checkpoints
+        if checkpoints is None:
             return
-        wanted = {
+        wanted = sorted({
             (msg.partition(), command["workflow_id"]) for msg, command in commands
             if not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[msg.partition()].executions
-        }
+        })
         if wanted:
-            for partition, execution in self.checkpoints.closed_runs(sorted(wanted)):
+            loop = asyncio.get_running_loop()
+            closed = await until_answered(
+                "history_closed_run_lookup", lambda: loop.run_in_executor(None, checkpoints.closed_runs, wanted),
+            )
+            for partition, execution in closed:
                 self.partitions[partition].executions.setdefault(execution.workflow_id, execution)
 
     def handle(self, msg: Message, command: Record) -> None:

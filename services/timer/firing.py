@@ -2,6 +2,8 @@
 
 A timer never fires before fire_at_ms. One that fires twice (a crash between produce and
 forget, a rebalance, a re-read of the log) is rejected by the history service as stale.
+
+While Postgres is away the timers held in memory still fire; the stored ones wait for it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ import asyncio
 import logging
 import os
 import socket
+import time
 
+import psycopg
 from prometheus_client import Counter, Gauge, Histogram
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec
 from kadence.protocol.kafka import AsyncProducer
+from kadence.protocol.postgres import Backoff, describe
 from services.timer.store import Timer, TimerStore, now_ms
 
 log = logging.getLogger("kadence.timer")
@@ -32,11 +37,20 @@ PENDING = Gauge("kadence_timer_pending_in_memory", "Near-term timers held in mem
 
 async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store: TimerStore, stop: asyncio.Event) -> None:
     codec = command_codec()
+    stored_backoff = Backoff("timer_take_due_stored")
+    stored_paused_until = 0.0  # monotonic: Postgres did not answer, the stored timers wait until then
     while not stop.is_set():
         store.wake.clear()
         now = now_ms()
         from_memory = store.take_due_in_memory(now, FIRE_BATCH)
-        from_postgres = await store.take_due_stored(pool, now, FIRE_BATCH) if store.stored_may_be_due(now) else []
+        from_postgres: list[Timer] = []
+        if store.stored_may_be_due(now) and time.monotonic() >= stored_paused_until:
+            try:
+                from_postgres = await store.take_due_stored(pool, now, FIRE_BATCH)
+                stored_backoff.succeeded()
+            except psycopg.OperationalError as exc:
+                stored_paused_until = time.monotonic() + stored_backoff.failed(exc)
+                store.stored_due_ms = None  # not known: ask again then, and sleep by the memory's timers meanwhile
         due = from_memory + from_postgres
         if due:
             # Until delivered: a timer is forgotten only once its firing is in kadence.commands,
@@ -48,7 +62,7 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             ))
             store.fired(from_memory)
             if from_postgres:
-                await store.delete_stored(pool, from_postgres)
+                await _forget_stored(pool, store, from_postgres)
             _log_fired(due, now)
             FIRED.labels("memory").inc(len(from_memory))
             FIRED.labels("postgres").inc(len(from_postgres))
@@ -62,6 +76,15 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             await asyncio.wait_for(store.wake.wait(), timeout=sleep_s)
         except TimeoutError:
             pass
+
+
+async def _forget_stored(pool: AsyncConnectionPool, store: TimerStore, timers: list[Timer]) -> None:
+    try:
+        await store.delete_stored(pool, timers)
+    except psycopg.OperationalError as exc:
+        store.stored_due_ms = None
+        log.warning("event=fired_timers_not_deleted timers=%d error=%r consequence=%r", len(timers), describe(exc),
+                    "they fire again once Postgres answers, and the history service rejects the repeats as stale")
 
 
 def _command(timer: Timer) -> dict[str, object]:

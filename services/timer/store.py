@@ -159,8 +159,11 @@ class TimerStore:
                 self.in_memory.pop(timer_id, None)
 
     def _hold(self, timer: Timer, set_at_offset: int) -> None:
-        self.in_memory[timer.timer_id] = timer
-        heapq.heappush(self._due, (timer.fire_at_ms, timer.timer_id))
+        # An equal timer held already (a chunk applied again after its transaction failed) stays as
+        # it is: the firing loop may be sending it, and `fired` forgets only the object it sent.
+        if self.in_memory.get(timer.timer_id) != timer:
+            self.in_memory[timer.timer_id] = timer
+            heapq.heappush(self._due, (timer.fire_at_ms, timer.timer_id))
         pins = self._pins[timer.partition]
         pins.pop(timer.timer_id, None)
         pins[timer.timer_id] = set_at_offset

@@ -2,8 +2,7 @@
 
 import asyncio
 
-from psycopg_pool import AsyncConnectionPool
-
+from kadence.protocol.postgres import connection_pool
 from kadence.protocol.projection import ProjectionRunner
 from kadence.protocol.runner import run_service
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -12,7 +11,7 @@ from services.visibility.projector import VisibilityProjector
 
 async def run_projector(stop: asyncio.Event) -> None:
     dsn = postgres_dsn()
-    async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+    async with connection_pool(dsn, min_size=1, max_size=2) as pool:
         runner = ProjectionRunner(KafkaSettings.from_env(), pool, dsn, VisibilityProjector())
         await runner.setup()
         await runner.run(stop)
