@@ -143,6 +143,26 @@ async def find_execution(pool: AsyncConnectionPool, workflow_id: str, run_id: st
     return None if row is None else WorkflowExecution.from_row(row)
 
 
+async def fetch_event_ranges(
+    pool: AsyncConnectionPool, ranges: list[tuple[str, str, int, int]],
+) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """For each (workflow_id, run_id, after, before), the run's events with after < event_id < before
+    that the read model holds so far, in order: one query for them all."""
+    events = codec("HistoryEvent")
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT e.workflow_id, e.run_id, e.event FROM kadence_events e "
+            "JOIN unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) AS w(workflow_id, run_id, after, before) "
+            "ON e.workflow_id = w.workflow_id AND e.run_id = w.run_id AND e.event_id > w.after AND e.event_id < w.before "
+            "ORDER BY e.workflow_id, e.run_id, e.event_id",
+            [list(column) for column in zip(*ranges, strict=True)],
+        )).fetchall()
+    for workflow_id, run_id, event in rows:
+        found.setdefault((workflow_id, run_id), []).append(events.decode(event))
+    return found
+
+
 async def fetch_events(pool: AsyncConnectionPool, workflow_id: str, run_id: str) -> list[dict[str, Any]]:
     events = codec("HistoryEvent")
     async with pool.connection() as conn:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
@@ -41,10 +42,14 @@ from kadence.protocol.codec import UndecodableRecord, codec, task_codec
 from kadence.protocol.events import CLOSE_COMMANDS
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
+from kadence.visibility import fetch_event_ranges
 
 log = logging.getLogger("kadence.worker")
 
 POLLER_HEARTBEAT_S = 5.0
+# How long a workflow task waits for the read model to hold the earlier events it needs (the
+# visibility projector writes them a moment after history): the default workflow task timeout.
+HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 Record = dict[str, Any]
@@ -174,14 +179,17 @@ class Worker:
         try:
             async for messages in consume_batches(consumer, self._stop):
                 tasks = [task for msg in messages if (task := await self._decode(msg)) is not None]
-                deliveries = [d for task in tasks for d in self._handle_workflow_task(task)]
+                earlier = await self._earlier_events([task for task in tasks if self._lacks(task) is not None])
+                deliveries = [d for task in tasks for d in await self._handle_workflow_task(task, earlier)]
                 await asyncio.gather(*deliveries)
                 for msg in messages:
                     consumer.store_offsets(msg)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
-    def _handle_workflow_task(self, task: Record) -> list[asyncio.Future[Message]]:
+    async def _handle_workflow_task(
+        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
+    ) -> list[asyncio.Future[Message]]:
         if task["task"][0] == "QueryTask":
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
@@ -194,12 +202,78 @@ class Worker:
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
         })
         try:
-            instance, commands = self._activate(task, cached, started_time_ms)
+            history = await self._task_history(task, earlier)
+            try:
+                instance, commands = self._activate(task, cached, history, started_time_ms)
+            except CacheInvalid as reason:
+                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", workflow_id, run_id, str(reason))
+                self._cache.pop(run_id, None)
+                instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
         except (NondeterminismError, WorkflowTaskError) as exc:
             return [started, self._fail_workflow_task(task, exc)]
         if instance.local_activities_to_run():
             return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
         return [started, self._complete_workflow_task(task, instance, commands)]
+
+    def _lacks(self, task: Record) -> tuple[int, int] | None:
+        """The events (after, before; both exclusive) a workflow task needs that neither this worker's
+        cache nor the task holds: the task brings those after the previous task's (what a worker
+        that ran it has), or none when they were too large to carry."""
+        if task["task"][0] != "WorkflowTask":
+            return None
+        wt = task["task"][1]
+        cached = self._cache.get(task["run_id"])
+        have = cached.processed_event_id if cached is not None else 0
+        first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + 1
+        return (have, first) if first > have + 1 else None
+
+    async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
+        """The events these workflow tasks lack, from the read model in one query, asked again
+        while the visibility projector has not written them all yet (for at most
+        HISTORY_WAIT_S). None for a run whose events did not all arrive: its task fails."""
+        wanted = {(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None}
+        found: dict[tuple[str, str], list[Record] | None] = dict.fromkeys(wanted)
+        if not wanted:
+            return found
+        deadline = time.monotonic() + HISTORY_WAIT_S
+        delay = 0.01
+        while wanted:
+            try:
+                pool = (await self.client._read_model()).pool
+                rows = await fetch_event_ranges(pool, [(*run, after, before) for run, (after, before) in wanted.items()])
+            except (OSError, psycopg.Error) as exc:  # the tasks fail with the reason; their retries ask again
+                log.warning("event=history_not_read runs=%d error=%r", len(wanted), str(exc))
+                break
+            for run, (after, before) in list(wanted.items()):
+                events = rows.get(run, [])
+                if len(events) == before - after - 1:
+                    found[run] = events
+                    del wanted[run]
+            if not wanted or time.monotonic() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        await self.client.data_converter.decode_payloads([events for events in found.values() if events is not None])
+        return found
+
+    async def _task_history(self, task: Record, earlier: dict[tuple[str, str], list[Record] | None]) -> list[Record]:
+        """The events to activate the task with: those it lacks (read with the batch it came in,
+        else now: the cache may have changed since), then those it brings."""
+        wt = task["task"][1]
+        lacks = self._lacks(task)
+        if lacks is None:
+            return wt["history"]
+        run = (task["workflow_id"], task["run_id"])
+        events = earlier.get(run, [])
+        if events is not None and (len(events) != lacks[1] - lacks[0] - 1 or (events and events[0]["event_id"] != lacks[0] + 1)):
+            events = (await self._earlier_events([task]))[run]
+        if events is None:
+            raise WorkflowTaskError(
+                f"workflow task {wt['scheduled_event_id']} of {task['workflow_id']} (run {task['run_id']}) needs events "
+                f"{lacks[0] + 1} to {lacks[1] - 1}, which the read model did not hold within {HISTORY_WAIT_S:.0f} s: "
+                "check that the visibility service runs and keeps up (kadence_consumer_lag) and that Postgres is reachable"
+            )
+        return events + wt["history"]
 
     def _fail_workflow_task(self, task: Record, exc: Exception) -> asyncio.Future[Message]:
         workflow_id, run_id, wt = task["workflow_id"], task["run_id"], task["task"][1]
@@ -313,14 +387,12 @@ class Worker:
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
         return replay(definition, info, self.client.data_converter, history.events)
 
-    def _activate(self, task: Record, cached: WorkflowInstance | None, started_time_ms: int) -> tuple[WorkflowInstance, list[Any]]:
+    def _activate(
+        self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,
+    ) -> tuple[WorkflowInstance, list[Any]]:
         wt = task["task"][1]
         if cached is not None:
-            try:
-                return cached, cached.activate(wt["history"], wt["scheduled_event_id"], started_time_ms)
-            except CacheInvalid as reason:
-                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r",
-                         task["workflow_id"], task["run_id"], str(reason))
+            return cached, cached.activate(history, wt["scheduled_event_id"], started_time_ms)
         definition = self._workflows.get(wt["workflow_type"])
         if definition is None:
             raise WorkflowTaskError(
@@ -329,7 +401,7 @@ class Worker:
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
         instance = WorkflowInstance(definition, info, self.client.data_converter)
-        return instance, instance.activate(wt["history"], wt["scheduled_event_id"], started_time_ms)
+        return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)
 
     # ---- activity tasks ----------------------------------------------------------------------
 

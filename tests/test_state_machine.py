@@ -593,3 +593,47 @@ def test_child_and_external_request_limits_fail_the_workflow_task(
     kind, attrs = batch["events"][0]["attributes"]
     assert (kind, attrs["cause"]) == ("WorkflowTaskFailed", cause)
     assert [k for k, _ in batch["effects"] if k == "OutboundCommand"] == []
+
+
+def test_a_workflow_task_carries_the_events_since_the_previous_task_was_scheduled() -> None:
+    state = PartitionState(0)
+    started = apply(state, decide_start(None, "order-1", START, "client", NOW, 0, 0), 0)
+    run_id = started["run_id"]
+    first = [effect for kind, effect in started["effects"] if kind == "WorkflowTask"][0]
+    assert (first["first_event_id"], [e["event_id"] for e in first["history"]]) == (1, [1, 2])
+    schedule_activities(state, run_id)  # events 3 (started), 4 (completed), 5 (scheduled)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    done = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 4)
+    task = [effect for kind, effect in done["effects"] if kind == "WorkflowTask"][0]
+    # A worker that ran task 2 has events 1 and 2; the task brings the rest, its own scheduled event last.
+    assert task["first_event_id"] == 3
+    assert [e["event_id"] for e in task["history"]] == [3, 4, 5, 6, 7, 8] and task["scheduled_event_id"] == 8
+
+
+LARGE = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * (state_machine.MAX_RECORD_VALUE_BYTES // 6)}
+
+
+def test_a_client_command_whose_history_record_would_not_fit_is_refused() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    signal = {"run_id": "", "signal_name": "add", "input": [LARGE] * 7, "request_id": ""}
+    with pytest.raises(Rejected, match="would write a history record of up to"):
+        state_machine.within_record_limit(decide(ex, "SignalWorkflowExecution", signal, "client", NOW), "SignalWorkflowExecution")
+    small = decide(ex, "SignalWorkflowExecution", {**signal, "input": [LARGE]}, "client", NOW)
+    assert state_machine.within_record_limit(small, "SignalWorkflowExecution") is small
+
+
+def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_run_without_its_buffered_events() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    for offset in range(2, 5):  # buffered while the task runs: each batch fits, all three with their copies do not
+        signal = {"run_id": "", "signal_name": "add", "input": [LARGE, LARGE], "request_id": ""}
+        apply(state, decide(state.executions["order-1"], "SignalWorkflowExecution", signal, "client", NOW), offset)
+    ex = state.executions["order-1"]
+    completion = decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "worker", NOW)
+    assert completion.record_bytes_bound > state_machine.MAX_RECORD_VALUE_BYTES
+    ended = apply(state, state_machine.within_record_limit(completion, "RespondWorkflowTaskCompleted"), 5)
+    [(kind, attrs)] = [e["attributes"] for e in ended["events"]]
+    assert kind == "WorkflowExecutionTerminated"
+    assert attrs["reason"].startswith("RespondWorkflowTaskCompleted would write a history record of up to")
+    assert ex.status == "Terminated" and state_machine.batch_bytes_bound(Transition(ex, NOW, events=ended["events"])) < 100_000

@@ -94,6 +94,21 @@ class RecordCodec:
         return self.schema
 
 
+def writes_field(record_codec: RecordCodec, record_name: str, field_name: str) -> bool:
+    """Whether the schema `record_codec` writes (its pinned version, if any) has `field_name` in
+    its record `record_name`: what a writer checks before using a field added later."""
+    def found(schema: Any) -> bool:
+        if isinstance(schema, dict):
+            if schema.get("type") == "record" and schema.get("name", "").rsplit(".", 1)[-1] == record_name:
+                return any(field["name"] == field_name for field in schema["fields"])
+            return any(found(value) for value in schema.values())
+        if isinstance(schema, list):
+            return any(found(value) for value in schema)
+        return False
+
+    return found(record_codec.writer_schema)
+
+
 def fingerprint_of(schema: Any) -> str:
     return fastavro.schema.fingerprint(fastavro.schema.to_parsing_canonical_form(schema), "CRC-64-AVRO")
 

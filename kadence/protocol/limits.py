@@ -10,6 +10,10 @@ MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 # The largest Kafka record Kadence writes or reads: producers, topics (max.message.bytes) and
 # brokers must all allow it, so that a payload up to MAX_PAYLOAD_BYTES gets Kadence's own answer.
 MAX_RECORD_BYTES = 10 * 1024 * 1024
+# The largest record value Kadence produces: the rest of MAX_RECORD_BYTES is room for the key, the
+# headers and Kafka's framing. The history service keeps every HistoryBatch within it (a run whose
+# next record would not fit is terminated with the reason), so no record can stop a partition.
+MAX_RECORD_VALUE_BYTES = MAX_RECORD_BYTES - 64 * 1024
 WARN_PAYLOAD_BYTES = 256 * 1024
 MAX_ID_LENGTH = 1000
 MAX_PENDING_ACTIVITIES = 2000
@@ -49,6 +53,21 @@ def largest_payload(record: Any) -> int:
 def payload_bytes(record: Any) -> int:
     """Total data size of the Payloads in `record`: what makes a history large."""
     return sum(len(p["data"]) for p in iter_payloads(record))
+
+
+def encoded_bytes_bound(value: Any) -> int:
+    """An upper bound of the Avro encoding of `value` (a decoded value, or a list of them): every
+    string and bytes with a length prefix, 10 bytes for any other leaf and for each container.
+    Record field names are counted although Avro does not write them: a small overestimate."""
+    if isinstance(value, bytes):
+        return len(value) + 10
+    if isinstance(value, str):
+        return (len(value) if value.isascii() else len(value.encode())) + 10
+    if isinstance(value, dict):
+        return 10 + sum(encoded_bytes_bound(k) + encoded_bytes_bound(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 10 + sum(encoded_bytes_bound(v) for v in value)
+    return 10
 
 
 def payload_problem(record: Any, what: str) -> str | None:

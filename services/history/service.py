@@ -12,8 +12,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics
-from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
 from kadence.protocol.dead_letters import dead_letter_headers
+from kadence.protocol.events import run_sections
 from kadence.protocol.kafka import (
     consume_batches,
     core_topics,
@@ -27,9 +28,11 @@ from kadence.protocol.kafka import (
 from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
+    MAX_RECORD_VALUE_BYTES,
     WARN_HISTORY_BYTES,
     WARN_HISTORY_EVENTS,
     WARN_PAYLOAD_BYTES,
+    encoded_bytes_bound,
 )
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
@@ -38,6 +41,7 @@ from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.recovery import PartitionState, recover_partitions
 from services.history.state_machine import (
+    Execution,
     Record,
     Rejected,
     Transition,
@@ -45,6 +49,7 @@ from services.history.state_machine import (
     decide_signal_with_start,
     decide_start,
     rejection_answer,
+    within_record_limit,
 )
 
 log = logging.getLogger("kadence.history")
@@ -74,6 +79,35 @@ def _continues(batch: Record, following: Record) -> bool:
     )
 
 
+EVENTLESS_BATCH_BYTES = 4096  # a batch's ids, offsets and rejection besides its effects
+
+
+def _carry_whole_histories(batch: Record, execution: Execution) -> None:
+    """Workflow tasks of the batch's run with the run's whole history, as releases before
+    first_event_id expect."""
+    for kind, effect in batch["effects"]:
+        if kind == "WorkflowTask":
+            effect["history"] = [e for e in execution.history if e["event_id"] <= effect["scheduled_event_id"]]
+            effect["first_event_id"] = 1
+
+
+def _leave_out_workflow_task_events(batch: Record) -> int:
+    """Send the batch's workflow tasks without events: their workers read them from the read model."""
+    left_out = 0
+    for section in run_sections(batch):
+        for kind, effect in section.effects:
+            if kind == "WorkflowTask" and effect["history"]:
+                left_out += len(effect["history"])
+                effect["history"] = []
+                effect["first_event_id"] = effect["scheduled_event_id"] + 1
+    return left_out
+
+
+def _drop_query(workflow_id: str, query: Record, reason: str) -> None:
+    log.warning("event=query_dropped workflow_id=%s query_id=%s query_type=%s reason=%r",
+                workflow_id, query["query_id"], query["query_type"], reason)
+
+
 class FatalProduceError(RuntimeError):
     """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
 
@@ -95,8 +129,13 @@ class HistoryService:
         self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, static_member=True, **{"enable.auto.commit": False})
         self._produce_error: KafkaError | None = None
         self.partition_count = settings.partitions
-        # Per partition, the batch not produced yet: adjacent commands of one run join it.
+        # Per partition, the batch not produced yet: adjacent commands of one run join it while
+        # the bound of its encoded size stays within a record.
         self._unwritten: dict[int, Record] = {}
+        self._unwritten_bytes: dict[int, int] = {}
+        # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the
+        # workers of that release expect the whole history in each task.
+        self._workflow_task_deltas = writes_field(self.batches, "WorkflowTask", "first_event_id")
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -235,6 +274,7 @@ class HistoryService:
         old.purge(in_queue=True, in_flight=True, blocking=False)
         old.flush(5)  # serves the purged batches' delivery reports (ignored: an older generation)
         self._unwritten.clear()
+        self._unwritten_bytes.clear()
         partitions = sorted(self.partitions)
         recovered = self._recover(partitions)
         for p in partitions:
@@ -304,6 +344,7 @@ class HistoryService:
                 if execution is None:
                     raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
                 transition = decide(execution, kind, body, command["identity"], now_ms)
+            transition = within_record_limit(transition, kind)
         except Rejected as reason:
             REJECTED.labels(reason.cause).inc()
             log.info(
@@ -317,10 +358,19 @@ class HistoryService:
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
         bytes_before = transition.execution.history_bytes
+        size = transition.record_bytes_bound
         batch, execution = state.apply_transition(transition, partition, offset)
+        if not self._workflow_task_deltas:
+            _carry_whole_histories(batch, transition.execution)
         asked = transition.execution
         if asked.pending_queries and asked.quiescent:  # the task they waited for is done
-            batch["effects"] += [("QueryTask", query) for query in asked.pending_queries]
+            for query in asked.pending_queries:
+                query_size = encoded_bytes_bound(query)
+                if size + query_size > MAX_RECORD_VALUE_BYTES:
+                    _drop_query(asked.workflow_id, query, "its arguments do not fit in the history record that carries it")
+                    continue
+                batch["effects"].append(("QueryTask", query))
+                size += query_size
             asked.pending_queries = []
         if request_id:
             batch["request_ids"] = [request_id]
@@ -331,7 +381,8 @@ class HistoryService:
             log.warning("event=large_history workflow_id=%s run_id=%s bytes=%d limit=%d",
                         execution.workflow_id, execution.run_id, execution.history_bytes, MAX_HISTORY_BYTES)
         pending = self._unwritten.get(partition)
-        if pending is not None and _continues(pending, batch):
+        if pending is not None and _continues(pending, batch) and self._unwritten_bytes[partition] + size <= MAX_RECORD_VALUE_BYTES:
+            self._unwritten_bytes[partition] += size
             pending["events"] += batch["events"]
             pending["buffered"] += batch["buffered"]
             pending["effects"] += batch["effects"]
@@ -341,6 +392,7 @@ class HistoryService:
         else:
             self._flush_partition(partition)
             self._unwritten[partition] = batch
+            self._unwritten_bytes[partition] = size
 
     def _query(self, state: PartitionState, workflow_id: str, body: Record, partition: int, offset: int) -> None:
         """Pass the query on once the run has no workflow task pending, so its answer sees every
@@ -351,7 +403,9 @@ class HistoryService:
                      "only the current run of a known workflow id can be queried")
             return
         query = body["query"]
-        if execution.quiescent:
+        if encoded_bytes_bound(query) + EVENTLESS_BATCH_BYTES > MAX_RECORD_VALUE_BYTES:
+            _drop_query(workflow_id, query, "its arguments do not fit in a history record")
+        elif execution.quiescent:
             self._write_eventless(state, workflow_id, partition, offset, effects=[("QueryTask", query)])
         elif all(held["query_id"] != query["query_id"] for held in execution.pending_queries):
             # Held in memory only: the client sends a query again until it is answered, so a
@@ -385,15 +439,30 @@ class HistoryService:
         state.apply(batch)
         self._flush_partition(partition)
         self._unwritten[partition] = batch
+        self._unwritten_bytes[partition] = encoded_bytes_bound(effects) + EVENTLESS_BATCH_BYTES
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._unwritten.pop(partition, None)
-        if batch is not None:
-            BATCHES.inc()
-            self.producer.produce(
-                topics.HISTORY, self.batches.encode(batch), batch["workflow_id"].encode(),
-                partition=partition, headers=self.batches.headers(), on_delivery=self._on_delivery(),
-            )
+        if batch is None:
+            return
+        BATCHES.inc()
+        value = self.batches.encode(batch)
+        if len(value) > MAX_RECORD_VALUE_BYTES:
+            # The workflow tasks' events are what may be left out (the worker reads them instead):
+            # what remains is within the limit, as every transition written was measured.
+            left_out = _leave_out_workflow_task_events(batch)
+            value = self.batches.encode(batch)
+            log.info("event=workflow_task_events_left_out workflow_id=%s run_id=%s events=%d record_bytes=%d",
+                     batch["workflow_id"], batch["run_id"], left_out, len(value))
+            if len(value) > MAX_RECORD_VALUE_BYTES:
+                raise FatalProduceError(
+                    f"history batch of {batch['workflow_id']} (run {batch['run_id']}) is {len(value)} bytes, over the "
+                    f"{MAX_RECORD_VALUE_BYTES}-byte record limit its transition was measured within: a bug in batch_bytes_bound"
+                )
+        self.producer.produce(
+            topics.HISTORY, value, batch["workflow_id"].encode(),
+            partition=partition, headers=self.batches.headers(), on_delivery=self._on_delivery(),
+        )
 
     def _flush(self) -> None:
         for partition in list(self._unwritten):

@@ -13,6 +13,7 @@ Attempt-level events (ActivityTaskStarted, a failure that will be retried) are w
 from __future__ import annotations
 
 import collections
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,8 @@ from kadence.protocol.limits import (
     MAX_PENDING_CHILDREN,
     MAX_PENDING_EXTERNAL_REQUESTS,
     MAX_PENDING_SIGNALS,
+    MAX_RECORD_VALUE_BYTES,
+    encoded_bytes_bound,
     name_problem,
     payload_bytes,
     payload_problem,
@@ -173,6 +176,11 @@ class Transition:
     @property
     def next_event_id(self) -> int:
         return self.execution.next_event_id + len(self.events)
+
+    @functools.cached_property
+    def record_bytes_bound(self) -> int:
+        """An upper bound of the encoded HistoryBatch this transition makes (taken before it applies)."""
+        return batch_bytes_bound(self)
 
     def add(self, event_type: str, attributes: Record, event_time_ms: int | None = None) -> int:
         event_id = self.next_event_id
@@ -521,6 +529,66 @@ def _within_history_limit(t: Transition) -> Transition:
         "details": [], "identity": "kadence-history",
     })
     return terminated
+
+
+# Commands a client or another workflow sends: refused, with the reason, when their record would be
+# too large. Refusing a worker's or the engine's command would leave the run stuck: the run ends.
+_REFUSED_WHEN_TOO_LARGE = {
+    "StartWorkflowExecution", "SignalWithStartWorkflowExecution", "SignalWorkflowExecution", "UpdateWorkflowExecution",
+    "RequestCancelWorkflowExecution",
+}
+
+
+def within_record_limit(t: Transition, command: str) -> Transition:
+    """Keep the HistoryBatch of `t` within one Kafka record, as Temporal keeps a transaction within
+    its limits: a client's command that would not fit is refused; any other ends the run with the
+    reason (Temporal terminates a run whose workflow task completion is too large to send). The
+    buffered events are not written then: they may be what is too large."""
+    size = t.record_bytes_bound
+    if size <= MAX_RECORD_VALUE_BYTES:
+        return t
+    too_large = (
+        f"{command} would write a history record of up to {size / 1e6:.1f} MB; "
+        f"a kadence.history record holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB"
+    )
+    if command in _REFUSED_WHEN_TOO_LARGE:
+        raise Rejected(too_large)
+    terminated = Transition(t.execution, t.now_ms)
+    terminated.add("WorkflowExecutionTerminated", {
+        "reason": f"{too_large}: keep large data out of workflow history (pass a reference to it) "
+                  "or spread it over more workflow tasks",
+        "details": [], "identity": HISTORY_IDENTITY,
+    })
+    return terminated
+
+
+def batch_bytes_bound(t: Transition) -> int:
+    """An upper bound of the encoded HistoryBatch `t` makes, its workflow tasks' events left out
+    (the history service drops those from a record that would not fit: the worker reads them)."""
+    ex = t.execution
+    size = encoded_bytes_bound([ex.workflow_id, ex.run_id, t.buffered, t.heartbeats]) + 1024
+    for run in (t, t.next_run):
+        if run is None:
+            continue
+        ids = encoded_bytes_bound([run.execution.workflow_id, run.execution.run_id]) + 64
+        # Each event sets at most a few timers or drops them, or sends a task: ids and names.
+        per_event = 4 * ids + encoded_bytes_bound([run.execution.task_queue, run.execution.workflow_type])
+        size += encoded_bytes_bound(run.events) + per_event * len(run.events)
+        size += encoded_bytes_bound([e for e in run.events if _repeated_by_effect(run.execution, e)])
+        size += encoded_bytes_bound([
+            (kind, {**effect, "history": []} if kind == "WorkflowTask" else effect) for kind, effect in run.effects
+        ])
+        if any(event_type(e) in CLOSE_STATUS for e in run.events):  # what a close cancels, drops and tells children
+            size += sum(encoded_bytes_bound(a.task_queue) + 4 * ids for a in run.execution.activities.values())
+            size += ids * len(run.execution.timers)
+            size += sum(2 * encoded_bytes_bound(c.workflow_id) + ids + 256 for c in run.execution.children.values())
+    return size
+
+
+def _repeated_by_effect(ex: Execution, event: Record) -> bool:
+    """Whether an effect of `event` repeats its content: the task or command it sends."""
+    kind = event_type(event)
+    return kind == "ActivityTaskScheduled" or kind in _OUTBOUND_FOR_INITIATED or (kind in CLOSE_STATUS and ex.parent is not None)
 
 
 def _started_workflow_task(ex: Execution, scheduled_event_id: int, identity: str) -> WorkflowTaskState:
@@ -1077,10 +1145,25 @@ def timer_id(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) ->
 
 
 def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
+    """The task carries the events after the previous started workflow task's WorkflowTaskScheduled:
+    what a worker that ran that task (and caches the run) lacks; a worker without the run reads the
+    earlier events from the read model. So a task's size follows what happened since the previous
+    one, not the whole history (Temporal sends a sticky worker the same part)."""
+    known = 0  # the last event a worker that ran the previous task has
+    for event in reversed(ex.history):
+        if event_type(event) == "WorkflowTaskStarted" and event["event_id"] < wt.scheduled_event_id:
+            known = attributes(event)["scheduled_event_id"]
+            break
+    history = []
+    for event in reversed(ex.history):
+        if event["event_id"] <= known:
+            break
+        if event["event_id"] <= wt.scheduled_event_id:
+            history.append(event)
+    history.reverse()
     return {
         "task_queue": ex.task_queue, "workflow_type": ex.workflow_type,
-        "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt,
-        "history": [e for e in ex.history if e["event_id"] <= wt.scheduled_event_id],
+        "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt, "first_event_id": known + 1, "history": history,
     }
 
 

@@ -17,6 +17,7 @@ from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, Undecodabl
 from kadence.protocol.events import run_sections
 from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES
 from kadence.protocol.observability import ERRORS
 from kadence.protocol.settings import KafkaSettings
 
@@ -78,8 +79,28 @@ class TaskRouter:
             # cache). Activity tasks keyed by the activity: spread over all workers, and a
             # cancellation lands on the partition (so the worker) that holds the attempt.
             key = (workflow_id if kind == "workflow" else f"{workflow_id}/{effect['scheduled_event_id']}").encode()
-            await self.send(topic, key, self.tasks.encode(task), self.tasks.headers())
+            value = self._within_record_limit(task)
+            if value is None:
+                return
+            await self.send(topic, key, value, self.tasks.headers())
             ROUTED.labels(effect["task_queue"], kind).inc()
+
+    def _within_record_limit(self, task: dict[str, Any]) -> bytes | None:
+        """The encoded task, within a record: a workflow task too large to carry its events goes
+        without them (its worker reads them). None, logged, for a task that cannot fit: its
+        timeout acts for it, and the partition goes on."""
+        value = self.tasks.encode(task)
+        effect_type, effect = task["task"]
+        if len(value) > MAX_RECORD_VALUE_BYTES and effect_type == "WorkflowTask":
+            effect["history"] = []
+            effect["first_event_id"] = effect["scheduled_event_id"] + 1
+            value = self.tasks.encode(task)
+        if len(value) <= MAX_RECORD_VALUE_BYTES:
+            return value
+        ERRORS.labels("task_too_large").inc()
+        log.error("event=task_not_routed workflow_id=%s run_id=%s task=%s bytes=%d limit=%d",
+                  task["workflow_id"], task["run_id"], effect_type, len(value), MAX_RECORD_VALUE_BYTES)
+        return None
 
     async def _ensure_topic(self, topic: str) -> None:
         if topic in self.known_topics:
