@@ -3,10 +3,19 @@
 The log is folded with the shared fencing rule, so zombie duplicates are counted, not applied.
 Read from the start, every run is checked from its first event; read from an offset or a time,
 runs that began earlier are checked from where the read found them.
+
+It also finds stuck work: what an open run's events say Kadence owes it and should have done
+long ago (a timer past its fire time, a started task past its timeout, an activity past its
+schedule-to-start timeout). The timer service owns each of these deadlines; one overdue by more
+than `stuck_after_ms` is work that nothing owns any more. Tasks that wait for a worker with no
+deadline (a workflow task, which history dispatches again until a worker starts it; an activity
+without a schedule-to-start timeout) are listed apart, as waiting: a queue no worker polls is
+the user's to fix, not a fault of Kadence.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +42,37 @@ _INITIATED_BY_ANSWER = {
     "RequestCancelExternalWorkflowExecutionFailed": "RequestCancelExternalWorkflowExecutionInitiated",
 }
 
+# Overdue by more than this, pending work is reported as stuck: well past the longest a rebalance or
+# a restart delays it, and past the longest wait the log cannot see (the re-dispatch of a workflow
+# task, at most every 5 minutes; an activity retry's backoff, 100 s with the default policy).
+DEFAULT_STUCK_AFTER_MS = 15 * 60_000
+
+
+@dataclass(frozen=True)
+class Due:
+    """Work an open run waits for, and when it is due at the latest."""
+
+    at_ms: int
+    what: str
+    needs_worker: bool = False  # waits for a worker to take it, with no deadline Kadence keeps
+
+
+@dataclass(frozen=True)
+class ActivityTimeouts:
+    """Of an activity scheduled and not finished: when its attempts are due (0: no such timeout)."""
+
+    to_start_ms: int  # its schedule-to-start timeout, else its schedule-to-close one
+    to_close_ms: int  # an attempt's start-to-close timeout, else the schedule-to-close one
+    max_retry_interval_ms: int
+
+    @classmethod
+    def of(cls, scheduled: Record) -> ActivityTimeouts:
+        schedule_to_close = scheduled.get("schedule_to_close_timeout_ms") or 0
+        return cls(scheduled.get("schedule_to_start_timeout_ms") or schedule_to_close,
+                   scheduled.get("start_to_close_timeout_ms") or schedule_to_close,
+                   (scheduled.get("retry_policy") or {}).get("maximum_interval_ms") or 0)
+
+
 @dataclass
 class RunAudit:
     """What the checks remember of one run."""
@@ -45,6 +85,10 @@ class RunAudit:
     fired_timers: set[str] = field(default_factory=set)
     initiated: dict[int, str] = field(default_factory=dict)  # initiated event id -> its type
     answered: dict[tuple[int, bool], int] = field(default_factory=dict)  # (initiated id, final?) -> answer event id
+    pending: dict[str, Due] = field(default_factory=dict)  # what the run waits for now, by what it is
+    workflow_task_timeout_ms: int = 0
+    first_workflow_task_backoff_ms: int = 0
+    activities: dict[int, ActivityTimeouts] = field(default_factory=dict)  # by scheduled id, while not finished
     closed: bool = False
 
     @property
@@ -54,7 +98,8 @@ class RunAudit:
     def release(self) -> None:
         """Once closed, a run needs only its next event id and `closed` (to catch a later event):
         memory then grows with the open runs' state, not with the whole history."""
-        for remembered in (self.activity_attempts, self.finished_activities, self.fired_timers, self.initiated, self.answered):
+        for remembered in (self.activity_attempts, self.finished_activities, self.fired_timers, self.initiated, self.answered,
+                           self.pending, self.activities):
             remembered.clear()
 
 
@@ -64,6 +109,8 @@ class AuditReport:
     zombie_batches: int = 0
     runs: dict[RunKey, RunAudit] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)  # Kadence's work for open runs, overdue by more than stuck_after_ms
+    waiting: list[str] = field(default_factory=list)  # tasks that have waited for a worker longer than that
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
         events = self.runs[(workflow_id, run_id)].events
@@ -77,17 +124,19 @@ class AuditReport:
     def summary(self) -> dict[str, Any]:
         return {
             "records": self.records, "runs": len(self.runs), "events": sum(r.event_count for r in self.runs.values()),
-            "zombie_batches_skipped": self.zombie_batches, "violations": self.violations,
+            "zombie_batches_skipped": self.zombie_batches, "violations": self.violations, "stuck": self.stuck,
+            "waiting_for_worker": self.waiting,
         }
 
 
 def audit_history(
     settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int], None] | None = None,
-    *, keep_events: bool = True,
+    *, keep_events: bool = True, stuck_after_ms: int | None = DEFAULT_STUCK_AFTER_MS,
 ) -> AuditReport:
     """Audit kadence.history from `start_offsets` (default: every partition from 0). With
     `keep_events`, the report holds every run's events (for tests and tools); without, the audit's
-    memory grows with open runs, not events (the nightly audit)."""
+    memory grows with open runs, not events (the nightly audit). Open runs' work overdue by more
+    than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for)."""
     from_start = start_offsets is None
     offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
     report = AuditReport()
@@ -122,7 +171,18 @@ def audit_history(
                     run.events.append(event)
             if run.closed and not keep_events:
                 run.release()
+    if stuck_after_ms is not None:
+        due_before_ms = int(time.time() * 1000) - stuck_after_ms
+        for (workflow_id, run_id), run in report.runs.items():
+            for due in run.pending.values() if not run.closed else ():
+                if due.at_ms < due_before_ms:
+                    line = f"workflow_id={workflow_id} run_id={run_id}: {due.what} was due {_utc(due.at_ms)}"
+                    (report.waiting if due.needs_worker else report.stuck).append(line)
     return report
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
 
 
 def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
@@ -134,6 +194,7 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
     if from_start and run.event_count == 0 and kind != "WorkflowExecutionStarted":
         return f"history starts with {kind}"
     run.closed = kind in CLOSE_STATUS
+    _track_pending(run, event, kind, attrs)
     if kind == "ActivityTaskScheduled":
         run.activity_attempts[event["event_id"]] = 1
     elif kind == "ActivityTaskStarted":
@@ -151,6 +212,46 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
             return f"timer {attrs['timer_id']} fired twice"
         run.fired_timers.add(attrs["timer_id"])
     return None
+
+
+def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> None:
+    """Keep `run.pending` to what the run waits for now, each with when it is due at the latest."""
+    at, event_id = event["event_time_ms"], event["event_id"]
+    if kind == "WorkflowExecutionStarted":
+        run.workflow_task_timeout_ms = attrs.get("workflow_task_timeout_ms") or 0
+        run.first_workflow_task_backoff_ms = attrs.get("first_workflow_task_backoff_ms") or 0
+        if attrs.get("workflow_run_timeout_ms"):
+            run.pending["run"] = Due(at + attrs["workflow_run_timeout_ms"], "the run's timeout")
+    elif kind == "WorkflowTaskScheduled":
+        backoff, run.first_workflow_task_backoff_ms = run.first_workflow_task_backoff_ms, 0  # a start delay, first task only
+        run.pending["workflow_task"] = Due(at + backoff, f"the start of workflow task {event_id}", needs_worker=True)
+    elif kind == "WorkflowTaskStarted":
+        due = at + run.workflow_task_timeout_ms
+        run.pending["workflow_task"] = Due(due, f"the completion of workflow task {attrs['scheduled_event_id']} or its timeout")
+    elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
+        run.pending.pop("workflow_task", None)
+    elif kind == "TimerStarted":
+        run.pending[f"timer {event_id}"] = Due(at + attrs["start_to_fire_timeout_ms"], f"the firing of timer {attrs['timer_id']!r}")
+    elif kind in ("TimerFired", "TimerCanceled"):
+        run.pending.pop(f"timer {attrs['started_event_id']}", None)
+    elif kind == "ActivityTaskScheduled":
+        run.activities[event_id] = timeouts = ActivityTimeouts.of(attrs)
+        run.pending[f"activity {event_id}"] = Due(at + timeouts.to_start_ms, f"the start of activity {event_id}",
+                                                  needs_worker=not timeouts.to_start_ms)
+    elif kind == "ActivityTaskStarted" and attrs["scheduled_event_id"] in run.activities:
+        scheduled_id = attrs["scheduled_event_id"]
+        run.pending[f"activity {scheduled_id}"] = Due(
+            at + run.activities[scheduled_id].to_close_ms, f"the result of attempt {attrs['attempt']} of activity {scheduled_id}")
+    elif kind in ACTIVITY_RESULTS and attrs["scheduled_event_id"] in run.activities:
+        scheduled_id = attrs["scheduled_event_id"]
+        if attrs.get("retry_state") == "IN_PROGRESS":  # the next attempt, after its backoff
+            timeouts = run.activities[scheduled_id]
+            due = at + timeouts.max_retry_interval_ms + timeouts.to_start_ms
+            run.pending[f"activity {scheduled_id}"] = Due(due, f"the start of the next attempt of activity {scheduled_id}",
+                                                          needs_worker=not timeouts.to_start_ms)
+        else:
+            del run.activities[scheduled_id]
+            run.pending.pop(f"activity {scheduled_id}", None)
 
 
 def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:

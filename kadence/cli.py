@@ -238,14 +238,19 @@ def audit() -> None:
 @click.option("--from-offset", type=int, default=None, help="Start every partition of kadence.history at this offset.")
 @click.option("--from-time", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]), default=None,
               help="Start every partition at its first record at or after this UTC time.")
+@click.option("--stuck-after", type=click.FloatRange(min=0), default=900, show_default=True,
+              help="Report Kadence's work for open runs overdue by more than this many seconds as stuck, and tasks that "
+                   "have waited as long for a worker as waiting; 0: do not look.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def audit_replay(from_offset: int | None, from_time: datetime | None, as_json: bool) -> None:
-    """Re-read kadence.history and check every invariant; exit 1 on any violation.
+def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_after: float, as_json: bool) -> None:
+    """Re-read kadence.history and check every invariant; exit 1 on any violation or stuck work.
 
     Checked: event ids gap-free and in order per run, runs start with WorkflowExecutionStarted,
     nothing after a close event, every activity result matches its scheduled event and attempt,
     no second final result, timers fire at most once; zombie batches (by the fencing rule) are
-    counted and skipped.
+    counted and skipped. Stuck: in an open run, a timer past its fire time, a started task past
+    its timeout, an activity past its schedule-to-start timeout, by more than --stuck-after.
+    Waiting (listed, not a failure): a task no worker has started for longer than that.
     """
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -259,18 +264,23 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, as_json: b
                   console=console, disable=as_json or not console.is_terminal) as progress:
         reading = progress.add_task("reading kadence.history", total=None)
         report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"),
-                               keep_events=False)
+                               keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None)
     summary = report.summary()
     if as_json:
         click.echo(json.dumps(summary))
     else:
         click.echo(
             f"{summary['records']} records, {summary['runs']} runs, {summary['events']} events, "
-            f"{summary['zombie_batches_skipped']} zombie batches skipped, {len(report.violations)} violations"
+            f"{summary['zombie_batches_skipped']} zombie batches skipped, {len(report.violations)} violations, "
+            f"{len(report.stuck)} stuck, {len(report.waiting)} waiting for a worker"
         )
         for violation in report.violations:
             click.echo(f"VIOLATION {violation}")
-    sys.exit(1 if report.violations else 0)
+        for stuck in report.stuck:
+            click.echo(f"STUCK {stuck}")
+        for waiting in report.waiting:
+            click.echo(f"WAITING {waiting}")
+    sys.exit(1 if report.violations or report.stuck else 0)
 
 
 def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: datetime | None) -> dict[int, int] | None:

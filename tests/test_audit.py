@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,12 +15,17 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from kadence.audit import audit_history
+from kadence.audit import AuditReport, audit_history
+from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
-from tests.conftest import MAIN_BROKER
+from kadence.worker import Worker
+from tests.conftest import MAIN_BROKER, wait_for_event
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
+
+STUCK_AFTER_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +97,27 @@ def test_audit_passes_a_good_history_skips_zombies_and_catches_a_duplicated_even
     kept, lean = audit_history(broker.settings), audit_history(broker.settings, keep_events=False)
     assert lean.summary() == kept.summary() == summary
     assert lean.runs[("order-1", "run-1")].events is None and len(kept.history("order-1", "run-1")) == 6
+
+
+async def test_a_timer_nothing_fires_is_reported_as_stuck_until_it_fires(stack: LocalStack, client: Client, task_queue: str) -> None:
+    """The timer service stopped: a workflow's timer comes due and stays pending, and the audit
+    reports it (and only it) as stuck work; the timer service back, it fires and the report clears."""
+    workflow_id = f"stuck-{uuid.uuid4()}"
+
+    def stuck(report: AuditReport) -> list[str]:
+        return [line for line in report.stuck if f"workflow_id={workflow_id} " in line]
+
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        stack.kill_service("timer", signal.SIGTERM)
+        try:
+            handle = await client.start_workflow(SleepyWorkflow.run, 1.0, id=workflow_id, task_queue=task_queue)
+            await wait_for_event(stack, workflow_id, "TimerStarted", timeout=30)
+            await asyncio.sleep(1.0 + STUCK_AFTER_S)  # the short timer is due, and overdue by the margin
+            overdue = stuck(audit_history(stack.settings, keep_events=False, stuck_after_ms=int(STUCK_AFTER_S * 1000)))
+            assert len(overdue) == 1 and "the firing of timer" in overdue[0], overdue  # not the hour-long one
+            code, summary = audit(stack, "--stuck-after", str(STUCK_AFTER_S))
+            assert code == 1 and overdue[0] in summary["stuck"]
+        finally:
+            stack.start_service("timer")
+        assert (await asyncio.wait_for(handle.result(), 60)).startswith("slept")
+    assert stuck(audit_history(stack.settings, stuck_after_ms=int(STUCK_AFTER_S * 1000))) == []
