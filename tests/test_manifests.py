@@ -18,6 +18,7 @@ from kadence.local_stack import SERVICES
 from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
+from services.history.service import REDISPATCHED
 from services.matching.app import APP_ID as MATCHING_APP
 from tests.custom_resources import CUSTOM_RESOURCE_SCHEMAS, GENERATED_SECRETS, cnpg_instance_pod_labels, strimzi_node_pod_labels
 from tests.kustomize import Resource, render
@@ -237,6 +238,18 @@ def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
     assert audit_job["template"]["spec"]["containers"][0]["args"] == ["audit", "replay"]
     assert audit_job["backoffLimit"] == 0, "a violation fails the Job at once, it is not retried into silence"
     assert audit["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_alerts_watch_what_the_code_counts_and_each_has_a_runbook() -> None:
+    [rules] = of_kind(rendered("prod"), "PrometheusRule")
+    alerts = {rule["alert"]: rule for group in rules["spec"]["groups"] for rule in group["rules"]}
+    assert {"KadenceAuditFailed", "KadenceWorkflowTasksRedispatched"} <= set(alerts)
+    assert f"{REDISPATCHED._name}_total" in alerts["KadenceWorkflowTasksRedispatched"]["expr"]
+    headings = {line.lstrip("#").strip().lower().replace(" ", "-").replace("`", "")
+                for line in (DEPLOY.parent / "docs" / "operations.md").read_text().splitlines() if line.startswith("#")}
+    for name, rule in alerts.items():
+        page, anchor = rule["annotations"]["runbook"].split("#")
+        assert page == "docs/operations.md" and anchor in headings, f"{name}: no heading for its runbook {anchor!r}"
 
 
 def test_the_kafka_user_may_use_every_topic_and_group_kadence_does() -> None:

@@ -57,6 +57,10 @@ log = logging.getLogger("kadence.history")
 COMMANDS = Counter("kadence_history_commands_total", "Commands processed, by kind", ["command"])
 REJECTED = Counter("kadence_history_commands_rejected_total", "Commands that did not apply, by cause", ["cause"])
 BATCHES = Counter("kadence_history_batches_written_total", "HistoryBatch records produced")
+REDISPATCHED = Counter(
+    "kadence_history_workflow_tasks_redispatched_total",
+    "Workflow tasks dispatched again because no worker started them (a task record lost, or no worker polling)",
+)
 RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery of assigned partitions took")
 
 CONSUMER_GROUP = "kadence.history-service"
@@ -354,6 +358,10 @@ class HistoryService:
             if request_id:  # a client or a workflow waits for the answer
                 self._write_rejection(state, workflow_id, kind, body, request_id, reason, partition, offset)
             return
+        if transition.redispatched_after_ms is not None:
+            REDISPATCHED.inc()
+            log.info("event=workflow_task_redispatched workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
+                     workflow_id, body["run_id"], body["scheduled_event_id"], transition.redispatched_after_ms)
         self._write(state, transition, partition, offset, request_id)
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:

@@ -172,6 +172,8 @@ class Transition:
     effects: list[tuple[str, Record]] = field(default_factory=list)
     heartbeats: list[Record] = field(default_factory=list)
     next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
+    # A workflow task dispatched again because no worker started it: how long it had waited (ms).
+    redispatched_after_ms: int | None = None
 
     @property
     def next_event_id(self) -> int:
@@ -921,6 +923,8 @@ def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tr
         if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
             raise Rejected("stale workflow task retry timer")
         t.effects.extend(_dispatch_workflow_task(ex, wt, now_ms))
+        if _waited_ms(ex, wt, now_ms) >= _first_dispatch_delay_ms(ex, wt) + WORKFLOW_TASK_REDISPATCH_MS:
+            t.redispatched_after_ms = _waited_ms(ex, wt, now_ms)
         return t
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or (kind != "ACTIVITY_SCHEDULE_TO_CLOSE" and activity.attempt != cmd["attempt"]):
@@ -1170,11 +1174,26 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
 def _dispatch_workflow_task(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[tuple[str, Record]]:
     """The task for a worker, and the timer that dispatches it again if no worker starts it (the
     retry timer: when it fires, a task still not started is dispatched again)."""
-    scheduled = ex.history[wt.scheduled_event_id - 1] if len(ex.history) >= wt.scheduled_event_id else None
-    waited = now_ms - scheduled["event_time_ms"] if scheduled and scheduled["event_id"] == wt.scheduled_event_id else 0
-    delay = min(max(WORKFLOW_TASK_REDISPATCH_MS, waited), MAX_WORKFLOW_TASK_REDISPATCH_MS)
+    delay = min(max(WORKFLOW_TASK_REDISPATCH_MS, _waited_ms(ex, wt, now_ms)), MAX_WORKFLOW_TASK_REDISPATCH_MS)
     return [("WorkflowTask", workflow_task_effect(ex, wt)),
             _timer(ex, "WORKFLOW_TASK_RETRY", now_ms + delay, wt.scheduled_event_id, wt.attempt)]
+
+
+def _waited_ms(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> int:
+    """How long the workflow task has waited since it was scheduled (0 if its event is not in memory)."""
+    scheduled = ex.history[wt.scheduled_event_id - 1] if len(ex.history) >= wt.scheduled_event_id else None
+    return now_ms - scheduled["event_time_ms"] if scheduled and scheduled["event_id"] == wt.scheduled_event_id else 0
+
+
+def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
+    """How long after it was scheduled the workflow task was first dispatched: the start delay of a
+    first task, the backoff of a retried one. Its retry timer firing 10 s or more after that is a
+    re-dispatch (a backoff timer fired that late counts as one too)."""
+    if wt.attempt > 1:
+        return min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
+    if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == "WorkflowExecutionStarted":
+        return attributes(ex.history[0]).get("first_workflow_task_backoff_ms") or 0
+    return 0
 
 
 def activity_task_effect(ex: Execution, activity: ActivityState, now_ms: int) -> Record:
@@ -1240,8 +1259,8 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
             elif wt.attempt == 1:
                 t.effects.extend(_dispatch_workflow_task(ex, wt, t.now_ms))
             else:
-                delay = min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
-                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", t.now_ms + delay, wt.scheduled_event_id, wt.attempt))
+                fire_at = t.now_ms + _first_dispatch_delay_ms(ex, wt)
+                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
         elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
             activity = ex.activities[event["event_id"]]
             t.effects.append(("ActivityTask", activity_task_effect(ex, activity, t.now_ms)))
