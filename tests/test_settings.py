@@ -22,6 +22,7 @@ OFFLINE = {"KADENCE_BOOTSTRAP_SERVERS": "127.0.0.1:9", "KADENCE_POSTGRES_DSN": "
     ("history", "KADENCE_KAFKA_SASL_MECHANISMZ", "PLAIN", 'No such configuration property: "sasl.mechanismz"'),
     ("matching", "KADENCE_KAFKA_SASL_MECHANISMZ", "PLAIN", 'No such configuration property: "sasl.mechanismz"'),
     ("visibility", "KADENCE_POSTGRES_DSN", "", "KADENCE_POSTGRES_DSN is not set"),
+    ("visibility", "KADENCE_COMMAND_OUTCOME_RETENTION_HOURS", "0", "command outcomes must be kept at least an hour"),
 ])
 def test_a_service_refuses_a_bad_setting_in_one_line(service: str, variable: str, value: str, message: str) -> None:
     env = {**os.environ, **OFFLINE, variable: value}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -10,7 +11,10 @@ import pytest
 from kadence.client import Client, WorkflowExecutionStatus
 from kadence.exceptions import WorkflowNotFoundError
 from kadence.list_filter import ListFilterError, parse
+from kadence.local_stack import LocalStack
+from kadence.protocol.postgres import connection_pool
 from kadence.worker import Worker
+from services.visibility.retention import expire_outcomes
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, EchoWorkflow, IndexedWorkflow
 
 
@@ -78,3 +82,31 @@ def test_values_are_parameters_and_names_are_whitelisted_or_json_keys() -> None:
     parsed = parse("WorkflowId = 'a''b' AND `Order Status` = \"x\" AND Amount >= 2.5")
     assert parsed.where == "(workflow_id = %s AND search_attributes -> %s = %s::jsonb AND search_attributes -> %s >= %s::jsonb)"
     assert parsed.params == ["a'b", "Order Status", '"x"', "Amount", "2.5"]
+
+
+async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stack: LocalStack, client: Client) -> None:
+    """The visibility service's expiry job: outcome rows recorded more than the retention ago go,
+    a batch at a time (here 100 of 250), and newer ones stay."""
+    await client.count_workflows()  # the client created the read model's tables
+    tag = f"retention-{uuid.uuid4().hex[:8]}"
+    rows = [(f"{tag}/old/{i}", "8 days") for i in range(250)] + [(f"{tag}/new/{i}", "6 days") for i in range(20)]
+    async with connection_pool(stack.postgres_dsn, min_size=1, max_size=2) as pool:
+        async with pool.connection() as conn, conn.cursor() as cursor:
+            await cursor.executemany(
+                "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, recorded_at) "
+                "VALUES (%s, 'retention-test', 'run', true, now() - %s::interval)", rows,
+            )
+        stop = asyncio.Event()
+        expiring = asyncio.create_task(expire_outcomes(pool, timedelta(days=7), stop, interval_s=0.1, batch=100))
+        try:
+            for _ in range(100):
+                async with pool.connection() as conn:
+                    left = [row[0] async for row in await conn.execute(
+                        "SELECT request_id FROM kadence_command_outcomes WHERE request_id LIKE %s", (f"{tag}/%",))]
+                if len(left) == 20:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await expiring
+    assert sorted(left) == sorted(request_id for request_id, age in rows if age == "6 days")

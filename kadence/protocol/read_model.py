@@ -70,6 +70,8 @@ VISIBILITY_DDL = [
     # An update's outcome carries its result or failure (Avro Payload, Failure).
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS result bytea",
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS failure bytea",
+    # The visibility service deletes rows past their retention (services/visibility/retention.py).
+    "CREATE INDEX IF NOT EXISTS kadence_command_outcomes_recorded_at ON kadence_command_outcomes (recorded_at)",
 ]
 
 

@@ -7,14 +7,16 @@ from kadence.protocol.projection import ProjectionRunner
 from kadence.protocol.runner import run_service
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from services.visibility.projector import VisibilityProjector
+from services.visibility.retention import expire_outcomes, outcome_retention
 
 
 async def run_projector(stop: asyncio.Event) -> None:
+    retention = outcome_retention()
     dsn = postgres_dsn()
     async with connection_pool(dsn, min_size=1, max_size=2) as pool:
         runner = ProjectionRunner(KafkaSettings.from_env(), pool, dsn, VisibilityProjector())
         await runner.setup()
-        await runner.run(stop)
+        await asyncio.gather(runner.run(stop), expire_outcomes(pool, retention, stop))
 
 
 if __name__ == "__main__":
