@@ -25,6 +25,7 @@ from kadence.converter import DataConverter
 from kadence.exceptions import (
     CancelledError,
     CommandRejectedError,
+    CommandTooLargeError,
     TerminatedError,
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
@@ -36,6 +37,7 @@ from kadence.exceptions import (
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -199,6 +201,13 @@ class Client:
 
     def _produce_command(self, record: dict[str, Any], until_delivered: bool = False) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
+        if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
+            refused: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+            refused.set_exception(CommandTooLargeError(
+                f"{record['command'][0]} for {record['workflow_id']} is {len(value) / 1e6:.1f} MB; a kadence.commands record "
+                f"holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
+            ))
+            return refused
         return self._producer.produce(
             topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers(), until_delivered=until_delivered,
         )

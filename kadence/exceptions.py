@@ -25,6 +25,10 @@ class KadenceError(Exception):
     """Base of every Kadence error."""
 
 
+class CommandTooLargeError(KadenceError):
+    """The command's record would pass the Kafka record limit: it was not sent."""
+
+
 class FailureError(KadenceError):
     """An error that is recorded as a Failure in history. Raising one from a workflow fails the
     workflow; any other exception fails only the workflow task, which is retried."""

@@ -36,10 +36,10 @@ from kadence._workflow_instance import (
 )
 from kadence.client import Client
 from kadence.common import retry_backoff_ms
-from kadence.exceptions import ApplicationError, CancelledError, NondeterminismError
+from kadence.exceptions import ApplicationError, CancelledError, CommandTooLargeError, NondeterminismError
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec, task_codec
-from kadence.protocol.events import CLOSE_COMMANDS
+from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
@@ -287,9 +287,10 @@ class Worker:
 
     def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
         run_id = task["run_id"]
-        completed = self._send(task["workflow_id"], "RespondWorkflowTaskCompleted", {
+        sent = self._send(task["workflow_id"], "RespondWorkflowTaskCompleted", {
             "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
         })
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
@@ -298,6 +299,21 @@ class Worker:
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
         return completed
+
+    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message]) -> Message:
+        """A completion too large for a record fails the workflow task instead, with the cause that
+        ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
+        workflow code would issue the same commands on every attempt."""
+        try:
+            return await completed
+        except CommandTooLargeError as exc:
+            self._cache.pop(task["run_id"], None)
+            log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
+                      task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
+            return await self._send(task["workflow_id"], "RespondWorkflowTaskFailed", {
+                "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
+                "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
+            })
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until

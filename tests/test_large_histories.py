@@ -111,3 +111,21 @@ async def test_a_workflow_task_completion_too_large_for_a_record_ends_the_run_wi
     assert "RespondWorkflowTaskCompleted would write a history record of up to" in terminated[1]["reason"]
     assert "ActivityTaskScheduled" not in {event["attributes"][0] for event in events}
     assert stack.services["history"].poll() is None, "the history service exited"
+
+
+async def test_a_workflow_task_completion_too_large_to_send_fails_its_task_and_ends_the_run(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    wide, neighbour = ids_on_one_partition("too-large-to-send", stack.settings.partitions)
+    count = MAX_RECORD_VALUE_BYTES // BLOB_BYTES + 1  # the completion's commands alone pass a record
+    async with Worker(client, task_queue=task_queue, workflows=[WideInputsWorkflow, BlobsWorkflow], activities=[blob_length, random_blob]):
+        handle = await client.start_workflow(WideInputsWorkflow.run, args=[count, BLOB_BYTES], id=wide, task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), 30)
+        # The worker goes on: the same worker runs the next workflow of the partition.
+        assert await client.execute_workflow(BlobsWorkflow.run, args=[1, 10], id=neighbour, task_queue=task_queue) == 10
+    assert isinstance(failure.value.cause, TerminatedError)
+    events = [event["attributes"] for event in (await handle.fetch_history()).events]
+    assert [kind for kind, _ in events[-2:]] == ["WorkflowTaskStarted", "WorkflowExecutionTerminated"]
+    assert "RespondWorkflowTaskCompleted for" in events[-1][1]["reason"]
+    assert "a kadence.commands record holds at most" in events[-1][1]["reason"]

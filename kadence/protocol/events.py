@@ -75,3 +75,8 @@ def failure_record(message: str, failure_type: str, source: str, details: list[d
         "message": message, "type": failure_type, "source": source, "stack_trace": "", "non_retryable": False,
         "timeout_type": None, "details": details or [], "activity_failure_info": None, "cause": None,
     }
+
+
+# The cause of a workflow task failed because its completion does not fit in a record (Temporal's
+# WORKFLOW_TASK_FAILED_CAUSE_REQUEST_TOO_LARGE): the history service terminates the run.
+WORKFLOW_TASK_TOO_LARGE = "REQUEST_TOO_LARGE"

@@ -26,6 +26,7 @@ from kadence.protocol.events import (
     CLOSE_COMMANDS,
     CLOSE_STATUS,
     EVENT_FOR_COMMAND,
+    WORKFLOW_TASK_TOO_LARGE,
     failure_record,
 )
 from kadence.protocol.ids import continued_run_id, run_id_for
@@ -555,12 +556,14 @@ def within_record_limit(t: Transition, command: str) -> Transition:
     )
     if command in _REFUSED_WHEN_TOO_LARGE:
         raise Rejected(too_large)
-    terminated = Transition(t.execution, t.now_ms)
-    terminated.add("WorkflowExecutionTerminated", {
-        "reason": f"{too_large}: keep large data out of workflow history (pass a reference to it) "
-                  "or spread it over more workflow tasks",
-        "details": [], "identity": HISTORY_IDENTITY,
-    })
+    return _terminated_as_too_large(t.execution, t.now_ms, f"{too_large}: keep large data out of workflow history "
+                                    "(pass a reference to it) or spread it over more workflow tasks")
+
+
+def _terminated_as_too_large(ex: Execution, now_ms: int, reason: str) -> Transition:
+    """The run ends with the reason; its buffered events are left out (they may be what is too large)."""
+    terminated = Transition(ex, now_ms)
+    terminated.add("WorkflowExecutionTerminated", {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
     return terminated
 
 
@@ -795,6 +798,8 @@ _REQUIRED_FIELDS = {
 
 def _workflow_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     wt = _started_workflow_task(ex, cmd["scheduled_event_id"], identity)
+    if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
+        return _terminated_as_too_large(ex, now_ms, cmd["failure"]["message"][:10_000])
     t = Transition(ex, now_ms)
     _fail_workflow_task(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
     return t
