@@ -71,6 +71,7 @@ class _Launch:
     backoff_s: float | None = None  # the last wait before a restart; None: never restarted
     restart_at: float | None = None  # set while it is dead and waiting out its backoff
     exit_code: int | None = None
+    ran_s: float = 0.0  # how long it ran before its last death
     restarts: int = 0
 
 
@@ -279,11 +280,11 @@ class LocalStack:
         assert self.restart_backoff is not None
         launch, now = self._launches[instance], time.monotonic()
         if launch.restart_at is None:
-            launch.exit_code = returncode
-            launch.backoff_s = self.restart_backoff.after(launch.backoff_s, ran_s=now - launch.started_at)
+            launch.exit_code, launch.ran_s = returncode, now - launch.started_at
+            launch.backoff_s = self.restart_backoff.after(launch.backoff_s, ran_s=launch.ran_s)
             launch.restart_at = now + launch.backoff_s
-            log.warning("event=service_died service=%s instance=%s %s restart_in_s=%.1f",
-                        launch.name, instance, _exit_status(returncode), launch.backoff_s)
+            log.warning("event=service_died service=%s instance=%s %s ran_s=%.1f restart_in_s=%.1f",
+                        launch.name, instance, _exit_status(returncode), launch.ran_s, launch.backoff_s)
         elif now >= launch.restart_at:
             launch.restart_at, launch.started_at = None, now
             launch.restarts += 1
@@ -292,8 +293,9 @@ class LocalStack:
             except OSError as exc:  # counts as another death: tried again after a longer wait
                 log.error("event=service_restart_failed service=%s instance=%s error=%r", launch.name, instance, str(exc))
                 return
-            log.warning("event=service_restarted service=%s instance=%s %s backoff_s=%.1f restarts=%d pid=%d",
-                        launch.name, instance, _exit_status(launch.exit_code), launch.backoff_s, launch.restarts, process.pid)
+            log.warning("event=service_restarted service=%s instance=%s %s ran_s=%.1f backoff_s=%.1f restarts=%d pid=%d",
+                        launch.name, instance, _exit_status(launch.exit_code), launch.ran_s, launch.backoff_s,
+                        launch.restarts, process.pid)
 
     def stop(self) -> None:
         self._stopping.set()

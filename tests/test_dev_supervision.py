@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,10 @@ from kadence.local_stack import LocalStack, RestartBackoff
 from tests.conftest import local_stack
 
 REPO = Path(__file__).resolve().parents[1]
-BACKOFF = RestartBackoff(first_s=0.2, max_s=0.8, reset_after_s=3.0)
-COMES_BACK_WITHIN_S = 30.0  # the backoff, then the interpreter and the service starting on a loaded machine
+# reset_after_s is far longer than a kill right after a restart takes to be noticed (a few tenths of
+# a second; seconds when the machine is loaded), so only the wait the test makes for it resets.
+BACKOFF = RestartBackoff(first_s=0.2, max_s=0.8, reset_after_s=6.0)
+COMES_BACK_WITHIN_S = 30.0  # the backoff (at most 0.8 s) and the supervisor's next look, on a loaded machine
 
 
 def key_values(message: str) -> dict[str, str]:
@@ -46,35 +47,24 @@ def crash_and_wait_for_restart(stack: LocalStack, caplog: pytest.LogCaptureFixtu
     return restart
 
 
-def wait_until_healthy(stack: LocalStack) -> None:
-    deadline = time.monotonic() + COMES_BACK_WITHIN_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['visibility']}/healthz", timeout=1) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "the restarted visibility service never answered /healthz"
-        time.sleep(0.1)
-
-
 def test_a_killed_service_comes_back_with_a_backoff_that_grows_and_resets(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="kadence.dev")
     with local_stack(services=("visibility",), restart_backoff=BACKOFF) as stack:
         first = crash_and_wait_for_restart(stack, caplog)
         assert first == first | {"service": "visibility", "instance": "visibility", "exit_code": "137", "signal": "SIGKILL",
                                  "backoff_s": "0.2", "restarts": "1"}
-        wait_until_healthy(stack)  # it does come back: the same port answers again
+        stack.wait_until_ready()  # it does come back: ready again on the same port
 
         # Dying again soon after each restart: the wait doubles, up to max_s.
-        assert [crash_and_wait_for_restart(stack, caplog)["backoff_s"] for _ in range(3)] == ["0.4", "0.8", "0.8"]
+        again = [crash_and_wait_for_restart(stack, caplog) for _ in range(3)]
+        assert [(r["backoff_s"], float(r["ran_s"]) < BACKOFF.reset_after_s) for r in again] == [
+            ("0.4", True), ("0.8", True), ("0.8", True)], again
 
         # Once it has run reset_after_s, a death is a first one again.
-        wait_until_healthy(stack)
+        stack.wait_until_ready()
         time.sleep(BACKOFF.reset_after_s)
         reset = crash_and_wait_for_restart(stack, caplog)
-        assert (reset["backoff_s"], reset["restarts"]) == ("0.2", "5")
+        assert (reset["backoff_s"], reset["restarts"]) == ("0.2", "5") and float(reset["ran_s"]) >= BACKOFF.reset_after_s, reset
 
         # A service the stack itself stops (as the tests do) stays stopped.
         stack.kill_service("visibility")
