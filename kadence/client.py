@@ -37,7 +37,7 @@ from kadence.exceptions import (
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer
-from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem, text_problem
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
 from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -229,7 +229,12 @@ class Client:
         return self._producer.produce(topic, value, key, partition=partition, headers=headers)
 
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
-        """Send a client command and wait for its outcome; the run id it applied to."""
+        """Send a client command and wait for its outcome; the run id it applied to. A command the
+        history service would refuse whatever the state (a bad id, name or search attribute) is
+        refused here, with the same error, without a round trip."""
+        problem = command_problem({"workflow_id": workflow_id, "identity": self.identity, "command": (kind, body)})
+        if problem:
+            raise CommandRejectedError(workflow_id, "INVALID_ARGUMENT", problem)
         outcome = await self.send_and_wait(workflow_id, kind, body, request_id)
         if outcome.accepted:
             return outcome.run_id
@@ -295,6 +300,9 @@ class WorkflowExecutionCount:
 
 class WorkflowHandle:
     def __init__(self, client: Client, id: str, *, run_id: str | None, result_type: type | None) -> None:
+        problem = text_problem("workflow_id", id) or (text_problem("run_id", run_id) if run_id else None)
+        if problem:
+            raise CommandRejectedError(id, "INVALID_ARGUMENT", problem)
         self.client = client
         self.id = id
         self.run_id = run_id
@@ -348,9 +356,11 @@ class WorkflowHandle:
         """Ask the workflow: the worker holding the run answers from its state (any worker of the
         queue replays the history if none holds it, a closed run included). Raises
         WorkflowQueryFailedError if the query failed, WorkflowQueryTimeoutError if no worker answered."""
+        name = workflow_module.query_name(query)
+        if problem := text_problem("query name", name):
+            raise CommandRejectedError(self.id, "INVALID_ARGUMENT", problem)
         execution = await self.describe()
         replies = await self.client._replies()
-        name = workflow_module.query_name(query)
         if result_type is None and not isinstance(query, str):
             result_type = typing.get_type_hints(query).get("return")
         converter = self.client.data_converter

@@ -362,7 +362,7 @@ BIG = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * (2 * 1024 * 102
 def test_oversized_payloads_and_names_get_a_clear_answer() -> None:
     with pytest.raises(Rejected, match="exceeds the 2 MB limit"):
         decide_start(None, "order-1", {**START, "input": [BIG]}, "client", NOW, 0, 0)
-    with pytest.raises(Rejected, match="workflow_id is 1001 characters"):
+    with pytest.raises(Rejected, match="workflow_id is 1001 bytes in UTF-8"):
         decide_start(None, "x" * 1001, START, "client", NOW, 0, 0)
     state, run_id = started_workflow()
     ex = state.executions["order-1"]

@@ -32,7 +32,9 @@ from kadence.protocol.limits import (
     WARN_HISTORY_BYTES,
     WARN_HISTORY_EVENTS,
     WARN_PAYLOAD_BYTES,
+    command_problem,
     encoded_bytes_bound,
+    text_problem,
 )
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
@@ -313,6 +315,7 @@ class HistoryService:
         wanted = sorted({
             (msg.partition(), command["workflow_id"]) for msg, command in commands
             if not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[msg.partition()].executions
+            and text_problem("workflow_id", command["workflow_id"]) is None  # refused in handle: no run to look up
         })
         if wanted:
             loop = asyncio.get_running_loop()
@@ -332,7 +335,8 @@ class HistoryService:
             return
         kind, body = command["command"]
         COMMANDS.labels(kind).inc()
-        if kind == "QueryWorkflow":
+        problem = command_problem(command)  # refused whatever the state: a bad id, name or search attribute
+        if kind == "QueryWorkflow" and problem is None:
             self._query(state, workflow_id, body, partition, offset)
             return
         request_id = body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
@@ -340,6 +344,8 @@ class HistoryService:
         if len(msg.value()) > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
         try:
+            if problem is not None:
+                raise Rejected(problem)
             if kind in _STARTS:
                 current = state.executions.get(workflow_id)
                 transition = _STARTS[kind](current, workflow_id, body, command["identity"], now_ms, partition, offset)
@@ -353,9 +359,11 @@ class HistoryService:
             REJECTED.labels(reason.cause).inc()
             log.info(
                 "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
-                workflow_id, body.get("run_id", ""), kind, partition, offset, reason.cause, str(reason),
+                workflow_id if problem is None else ascii(workflow_id[:200]), str(body.get("run_id", ""))[:200], kind,
+                partition, offset, reason.cause, str(reason),
             )
-            if request_id:  # a client or a workflow waits for the answer
+            # A client or a workflow waits for the answer (none can, under a request id that is itself bad).
+            if request_id and text_problem("request_id", request_id) is None:
                 self._write_rejection(state, workflow_id, kind, body, request_id, reason, partition, offset)
             return
         if transition.redispatched_after_ms is not None:
