@@ -187,7 +187,10 @@ def dlq_replay(offsets: tuple[int, ...]) -> None:
     missing = wanted - {letter.offset for letter in chosen}
     if missing:
         raise click.UsageError(f"kadence.dlq has no records at offsets {sorted(missing)}")
-    replay(settings, chosen)
+    try:
+        replay(settings, chosen)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     for letter in chosen:
         click.echo(f"replayed {letter.offset} to {letter.source_topic}")
 

@@ -2,7 +2,9 @@
 
 A dead letter keeps the record's key, value and headers, and adds the `kadence-*` headers below.
 Replaying one produces it again, as it was, to the topic and partition it came from: the fix for records that
-failed for a reason since removed (say, a schema version the service did not know yet).
+failed for a reason since removed (say, a schema version the service did not know yet). A record of
+kadence.history is not replayed: the history is the log itself, and a copy appended to it would be skipped
+by every reader as a zombie's repeat; its readers apply it again when their projection is rebuilt.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ DEAD_LETTER_HEADERS = (ERROR_HEADER, SOURCE_TOPIC_HEADER, SOURCE_PARTITION_HEADE
 
 def dead_letter_headers(source: Message, error: str) -> list[tuple[str, bytes]]:
     """The source record's headers plus why and where from: what a service writes to kadence.dlq."""
-    return [*(source.headers() or []), (ERROR_HEADER, error.encode()), (SOURCE_TOPIC_HEADER, source.topic().encode()),
-            (SOURCE_PARTITION_HEADER, str(source.partition()).encode()), (SOURCE_OFFSET_HEADER, str(source.offset()).encode())]
+    return headers_for_dead_letter(source.headers() or [], source.topic(), source.partition(), source.offset(), error)
+
+
+def headers_for_dead_letter(
+    headers: list[tuple[str, bytes]], topic: str, partition: int, offset: int, error: str,
+) -> list[tuple[str, bytes]]:
+    """dead_letter_headers for a record read by another client than confluent-kafka's (faust's)."""
+    return [*headers, (ERROR_HEADER, error.encode(errors="backslashreplace")), (SOURCE_TOPIC_HEADER, topic.encode()),
+            (SOURCE_PARTITION_HEADER, str(partition).encode()), (SOURCE_OFFSET_HEADER, str(offset).encode())]
 
 
 @dataclass
@@ -64,10 +73,16 @@ def replay(settings: KafkaSettings, letters: list[DeadLetter]) -> None:
     """Produce each record again to its source topic and partition, with its own key and headers: the
     partition, not the key's, because a record's partition can be its meaning (a command on the
     wrong one is forwarded by the history service, and garbage has no key to hash)."""
-    producer = make_producer(settings)
     for letter in letters:
         if not letter.source_topic:
             raise ValueError(f"dead letter at offset {letter.offset} does not say where it came from; replay it by hand")
+        if letter.source_topic == topics.HISTORY:
+            raise ValueError(
+                f"dead letter at offset {letter.offset} is a record of {topics.HISTORY}, which is not produced again (a copy "
+                "would be skipped as a repeat); fix the reader, then rebuild its projection (docs/operations.md)"
+            )
+    producer = make_producer(settings)
+    for letter in letters:
         placement = {"partition": letter.source_partition} if letter.source_partition >= 0 else {}
         producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers, **placement)
     remaining = producer.flush(30)

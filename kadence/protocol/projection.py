@@ -25,8 +25,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
+from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.fence import PartitionFences
-from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer
+from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer, make_producer
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.settings import KafkaSettings
@@ -73,6 +74,10 @@ class Projection(Protocol):
         """The position to store: `next_offset`, or earlier if state held only in memory needs the
         records from there to be read again after a restart."""
 
+    async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
+        """Store what still can be of a record `apply` failed on (it goes to the DLQ): say, the
+        answers callers wait for."""
+
     def on_assign(self, partitions: set[int]) -> None: ...
 
     def on_revoke(self, partitions: set[int]) -> None: ...
@@ -97,6 +102,7 @@ class ProjectionRunner:
         self.consumer: Consumer = make_consumer(
             settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
         )
+        self.dead_letters = make_producer(settings)
 
     async def setup(self) -> None:
         self._postgres_watch = READINESS.watch_postgres(self.dsn)
@@ -126,6 +132,7 @@ class ProjectionRunner:
             await self.loop.run_in_executor(None, self.consumer.close)
             if self._postgres_watch is not None:
                 self._postgres_watch.cancel()
+            self.dead_letters.flush(10)
 
     async def _store_positions(self, partitions: set[int]) -> None:
         """Store the positions that moved without a record applied: the timer service's, when the
@@ -146,6 +153,7 @@ class ProjectionRunner:
     async def _apply(self, messages: list[Any]) -> None:
         records = []
         next_offsets: dict[int, int] = {}
+        sources: dict[tuple[int, int], Any] = {}
         for msg in messages:
             next_offsets[msg.partition()] = msg.offset() + 1
             try:
@@ -153,11 +161,24 @@ class ProjectionRunner:
             except NewerSchemaVersion:
                 raise  # before this batch's transaction: the stored position stays before the record
             except UndecodableRecord as exc:
-                ERRORS.labels("undecodable_history_record").inc()
                 log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
+                self._dead_letter(msg, f"{self.projection.name}: {exc}")
                 continue
             if self.fences.admit(msg.partition(), msg.offset(), batch):
                 records.append(LogRecord(msg.partition(), msg.offset(), batch))
+                sources[(msg.partition(), msg.offset())] = msg
+        try:
+            await self._commit(records, next_offsets)
+        except Exception as exc:  # not Postgres away (that is tried again): a record it cannot apply
+            log.warning("event=projection_chunk_failed consumer=%s records=%d error=%r: applying them one at a time",
+                        self.projection.name, len(records), exc)
+            await self._apply_one_at_a_time(records, next_offsets, sources)
+
+    async def _commit(self, records: list[LogRecord], next_offsets: dict[int, int]) -> None:
+        """Store the records and positions (the DLQ first holds every dead letter of the records
+        before the positions); tried again while Postgres is away."""
+        if next_offsets and len(self.dead_letters):
+            await self.loop.run_in_executor(None, self._flush_dead_letters)
         positions = await until_answered(f"{self.projection.name}_apply", lambda: self._store(records, next_offsets))
         self.read_to.update(next_offsets)
         self.stored.update(positions)
@@ -179,6 +200,45 @@ class ProjectionRunner:
                     [(self.projection.name, p, position) for p, position in positions.items()],
                 )
         return positions
+
+    async def _apply_one_at_a_time(
+        self, records: list[LogRecord], next_offsets: dict[int, int], sources: dict[tuple[int, int], Any],
+    ) -> None:
+        """Each record in a transaction of its own; one that fails goes to the DLQ with the reason,
+        and what the projection can salvage of it is stored, so the partition moves on."""
+        for record in records:
+            try:
+                await self._commit([record], {})
+            except Exception as exc:
+                reason = f"{self.projection.name}: {type(exc).__name__}: {exc}"
+                log.error("event=history_record_dead_lettered consumer=%s workflow_id=%s run_id=%s partition=%d offset=%d error=%r",
+                          self.projection.name, ascii(record.batch["workflow_id"][:200]), record.batch["run_id"],
+                          record.partition, record.offset, reason)
+                self._dead_letter(sources[(record.partition, record.offset)], reason)
+                await self._salvage(record)
+        await self._commit([], next_offsets)
+
+    async def _salvage(self, record: LogRecord) -> None:
+        async def store() -> None:
+            async with self.pool.connection() as conn, conn.transaction():
+                await self.projection.salvage(conn, record)
+
+        try:
+            await until_answered(f"{self.projection.name}_salvage", store)
+        except Exception as exc:
+            log.error("event=salvage_failed consumer=%s partition=%d offset=%d error=%r",
+                      self.projection.name, record.partition, record.offset, exc)
+
+    def _dead_letter(self, msg: Any, reason: str) -> None:
+        ERRORS.labels("dead_lettered_history_record").inc()
+        self.dead_letters.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, reason))
+        self.dead_letters.poll(0)
+
+    def _flush_dead_letters(self) -> None:
+        """Wait until the broker holds every dead letter: the position must not pass a record that
+        is neither applied nor in the DLQ."""
+        while self.dead_letters.flush(10):
+            log.warning("event=dead_letters_unacknowledged consumer=%s count=%d", self.projection.name, len(self.dead_letters))
 
     # Rebalance callbacks run on the polling thread while the loop waits in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 CLOSED_CHANNEL = "kadence_workflow_closed"
 OUTCOME_CHANNEL = "kadence_command_outcome"
+MAX_NOTIFICATION_BYTES = 8000
 
 
 @dataclass(frozen=True)
@@ -20,8 +21,14 @@ class CommandOutcome:
     reason: str | None
 
     def notification(self) -> str:
-        """The OUTCOME_CHANNEL payload (under Postgres's 8,000-byte limit: the reason is cut)."""
-        return json.dumps({**self.__dict__, "reason": (self.reason or "")[:2000] or None})
+        """The OUTCOME_CHANNEL payload (under Postgres's 8,000-byte limit: the reason is cut; JSON's
+        ASCII escapes make the payload's length its size in bytes)."""
+        reason = (self.reason or "")[:2000]
+        while True:
+            payload = json.dumps({**self.__dict__, "reason": reason or None})
+            if len(payload) < MAX_NOTIFICATION_BYTES or not reason:
+                return payload
+            reason = reason[:len(reason) // 2]
 
     @classmethod
     def from_notification(cls, payload: str) -> CommandOutcome:

@@ -13,7 +13,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from kadence.protocol import topics
-from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, history_batch_codec, task_codec
+from kadence.protocol.dead_letters import headers_for_dead_letter
 from kadence.protocol.events import run_sections
 from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import ensure_topics
@@ -40,15 +41,20 @@ class TaskRouter:
         self.tasks = task_codec()
         self.known_topics: set[str] = set()
 
-    async def route(self, partition: int, offset: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    async def route(self, partition: int, offset: int, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        """Route one record's effects; a record that cannot be routed goes to the DLQ with the reason."""
         try:
-            batch = self.batches.decode(value, headers)
+            await self._route(partition, offset, value, headers)
         except NewerSchemaVersion:
             raise
-        except UndecodableRecord as exc:
-            ERRORS.labels("undecodable_history_record").inc()
-            log.error("event=history_record_undecodable partition=%d error=%s", partition, exc)
-            return
+        except Exception as exc:  # bad input must not stop the partition: the reason goes with the record
+            reason = f"matching: {type(exc).__name__}: {exc}"
+            ERRORS.labels("dead_lettered_history_record").inc()
+            log.error("event=history_record_dead_lettered partition=%d offset=%d error=%r", partition, offset, reason)
+            await self.send(topics.DLQ, key, value, headers_for_dead_letter(headers, topics.HISTORY, partition, offset, reason))
+
+    async def _route(self, partition: int, offset: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        batch = self.batches.decode(value, headers)  # UndecodableRecord: dead-lettered by route
         if not self.fences.admit(partition, offset, batch):
             # Within one read of the partition: a history instance that just lost it repeating the owner.
             log.info("event=repeated_history_batch_skipped workflow_id=%s run_id=%s partition=%d offset=%d source_offset=%d",

@@ -126,6 +126,9 @@ class TimerStore:
         self._stored_in_chunk = stored
         self._changed = bool(final)
 
+    async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
+        """Nothing: no caller waits on a timer; its run's timeouts stay unset (the dead letter says so)."""
+
     def resume_offset(self, partition: int, next_offset: int) -> int:
         """Where to resume this partition: before the oldest record whose timer is still in memory."""
         pins = self._pins.get(partition)

@@ -38,6 +38,12 @@ def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     return attrs["failure"]
 
 
+def _text(value: str | None) -> str | None:
+    """A string as a text column holds it: a NUL (which the history service refuses in names, but a
+    failure message may hold) as U+FFFD."""
+    return value.replace("\x00", "\ufffd") if value else value
+
+
 def _time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
@@ -66,17 +72,9 @@ class VisibilityProjector:
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
         rows = _Rows()
         for record in records:
-            batch = record.batch
-            key = (batch["workflow_id"], batch["run_id"])
-            # An accepted request answers with the run it leaves current (a start that terminated
-            # the running run answers with the new one).
-            current = (batch["workflow_id"], run_sections(batch)[-1].run_id)
-            rows.outcomes += [(request_id, *current, True, None, None, None, None) for request_id in batch["request_ids"]]
-            if batch["rejection"] is not None:
-                rejection = batch["rejection"]
-                rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"], None, None))
-            for section in run_sections(batch):
-                self._fold(batch["workflow_id"], section, rows)
+            self._answers(record.batch, rows)
+            for section in run_sections(record.batch):
+                self._fold(record.batch["workflow_id"], section, rows)
         async with conn.cursor() as cur:
             if rows.started:
                 await cur.executemany(
@@ -101,17 +99,7 @@ class VisibilityProjector:
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
                     [(length, *key) for key, length in rows.lengths.items()],
                 )
-            if rows.outcomes:
-                await cur.executemany(
-                    "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason, result, failure) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    rows.outcomes,
-                )
-                # The outcome rides in the notification, so a waiting client or worker needs no query.
-                await cur.executemany("SELECT pg_notify(%s, %s)", [
-                    (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
-                    for request_id, _, run_id, accepted, cause, reason, _, _ in rows.outcomes
-                ])
+            await _write_outcomes(cur, rows.outcomes)
             if rows.closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
@@ -122,6 +110,25 @@ class VisibilityProjector:
                     "SELECT pg_notify(%s, %s)",
                     [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in rows.closed],
                 )
+
+    async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
+        """A record the read model cannot hold still answers the requests it carries: a client or
+        worker waits for them."""
+        rows = _Rows()
+        self._answers(record.batch, rows)
+        async with conn.cursor() as cur:
+            await _write_outcomes(cur, rows.outcomes)
+
+    @staticmethod
+    def _answers(batch: dict[str, Any], rows: _Rows) -> None:
+        key = (batch["workflow_id"], batch["run_id"])
+        # An accepted request answers with the run it leaves current (a start that terminated
+        # the running run answers with the new one).
+        current = (batch["workflow_id"], run_sections(batch)[-1].run_id)
+        rows.outcomes += [(request_id, *current, True, None, None, None, None) for request_id in batch["request_ids"]]
+        if batch["rejection"] is not None:
+            rejection = batch["rejection"]
+            rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"], None, None))
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
         key = (workflow_id, section.run_id)
@@ -158,3 +165,19 @@ class VisibilityProjector:
 
     def on_revoke(self, partitions: set[int]) -> None:
         pass
+
+
+async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]]) -> None:
+    if not outcomes:
+        return
+    stored = [(*(_text(value) for value in row[:3]), row[3], _text(row[4]), _text(row[5]), *row[6:]) for row in outcomes]
+    await cur.executemany(
+        "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason, result, failure) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        stored,
+    )
+    # The outcome rides in the notification, so a waiting client or worker needs no query.
+    await cur.executemany("SELECT pg_notify(%s, %s)", [
+        (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
+        for request_id, _, run_id, accepted, cause, reason, _, _ in stored
+    ])
