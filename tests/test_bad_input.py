@@ -2,7 +2,7 @@
 reader can apply. Each is refused with a clear answer or goes to kadence.dlq with the reason;
 no service exits, every partition keeps moving and the audit stays clean.
 
-The stack is a private one: the storm leaves runs no worker will take, and the history records
+Each test has a private stack: the storm leaves runs no worker will take, and the history records
 written by hand here would be audit findings on the shared stack.
 """
 
@@ -102,13 +102,14 @@ def hostile_records(draw: st.DrawFn) -> Hostile:
     return Hostile(value, key, draw(st.integers(0, PARTITIONS - 1)) if wrong_partition else None, draw(st.booleans()))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def hostile_stack() -> Iterator[LocalStack]:
+    """A stack of each test's own: the storm's backlog must not meet the history records written by hand."""
     with local_stack() as stack:
         yield stack
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 async def hostile_client(hostile_stack: LocalStack) -> AsyncIterator[Client]:
     client = await Client.connect(hostile_stack.bootstrap_servers, postgres_dsn=hostile_stack.postgres_dsn)
     yield client
