@@ -83,8 +83,10 @@ def test_a_workflow_task_no_worker_starts_is_dispatched_again_until_one_does() -
         assert redispatch.redispatched_after_ms == waited - NOW  # counted by the history service
         again = apply(state, redispatch, offset)
         assert again["events"] == []
-        assert [(k, e["scheduled_event_id"]) for k, e in again["effects"]] == [("WorkflowTask", 2), ("Timer", 2)]
-        assert again["effects"][1][1]["fire_at_ms"] == waited + max(WORKFLOW_TASK_REDISPATCH_MS, waited - NOW)
+        # The timer that fired is dropped, and set again under its id (after the drop, so it stands).
+        assert [(k, e["timer_id"] if k == "DropTimer" else e["scheduled_event_id"]) for k, e in again["effects"]] == [
+            ("DropTimer", "t"), ("WorkflowTask", 2), ("Timer", 2)]
+        assert again["effects"][2][1]["fire_at_ms"] == waited + max(WORKFLOW_TASK_REDISPATCH_MS, waited - NOW)
     started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 9)
     assert ("DropTimer", {"timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/2/1"}) in started["effects"]
     with pytest.raises(Rejected, match="stale workflow task retry timer"):
@@ -96,7 +98,7 @@ def test_the_first_dispatch_of_a_delayed_workflow_task_is_not_counted_as_a_redis
     run_id = apply(state, decide_start(None, "order-1", {**START, "start_delay_ms": 30_000}, "client", NOW, 0, 0), 0)["run_id"]
     fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1}
     first = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 30_500)
-    assert [k for k, _ in first.effects] == ["WorkflowTask", "Timer"] and first.redispatched_after_ms is None
+    assert [k for k, _ in first.effects] == ["DropTimer", "WorkflowTask", "Timer"] and first.redispatched_after_ms is None
     apply(state, first, 1)
     assert decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 40_500).redispatched_after_ms == 40_500
 

@@ -902,6 +902,15 @@ def _activity_task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int
 
 
 def _timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    """A timer's firing, and the timer dropped in the same record: the timer service, reading the
+    log again after a restart or a rebalance, forgets the timer there rather than fire it again. A
+    timer the transition sets again under the same id (a re-dispatch) comes after the drop and stands."""
+    t = _fire(ex, cmd, now_ms)
+    t.effects.insert(0, ("DropTimer", {"timer_id": cmd["timer_id"]}))
+    return t
+
+
+def _fire(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     kind = cmd["kind"]
     t = Transition(ex, now_ms)
     if kind == "WORKFLOW_RUN_TIMEOUT":

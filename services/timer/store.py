@@ -5,9 +5,10 @@ milliseconds because the work finished, so they must not cost a Postgres round t
 timer due within the memory horizon is held in memory only; a later one is upserted into
 `kadence_timers`. Memory is rebuilt from the log: the stored position of a partition never
 passes the record that set a timer still held in memory (the timer *pins* it), so after a crash
-or a rebalance the owner re-reads from there and holds the same timers again. Timers fired since
-are set again and fire again, late rather than never; the history service rejects the second
-firing as stale.
+or a rebalance the owner re-reads from there and holds the same timers again. A timer fired since
+is forgotten again as the re-read reaches its drop: history drops each timer whose firing it
+accepts, in the same record. One whose firing history had not applied yet, or whose drop comes
+in a later read than the timer, fires again, and history rejects that second firing as stale.
 
 A timer set again with the same id (a heartbeat re-arming its timeout) replaces the earlier one
 where it lives; if it moves from Postgres to memory the stored row is left to fire as a stale timer.
