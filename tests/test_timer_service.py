@@ -192,3 +192,42 @@ def test_memory_timers_pending_across_rebalances_fire_exactly_once(
         timer_stack.services.pop("timer-2", None)
         timer_stack.kill_service("timer", signal.SIGTERM)
         timer_stack.start_service("timer")
+
+
+def test_timers_read_again_after_a_kill_wait_for_their_drops_before_firing(
+    timer_stack: LocalStack, load: TimerLoad, fired: FiredTimers,
+) -> None:
+    """After a SIGKILL the service reads again from the pinned position the timers it fired since,
+    and further on the drops history wrote once it accepted their firings. It holds off firing a
+    partition's timers until it has read the partition to its end, so those timers never fire twice
+    however many reads the stretch takes."""
+    held = {"KADENCE_TIMER_MEMORY_HORIZON_MS": "200000"}  # the pins are held in memory
+    timer_stack.kill_service("timer", signal.SIGTERM)
+    timer_stack.start_service("timer", env=held)
+    prefix = f"refire-{uuid.uuid4()}"
+    partitions = range(timer_stack.partitions)
+    try:
+        for partition in partitions:  # every partition's position pinned here for the whole test
+            load.set(partition, [(f"{prefix}-pin-{partition}", now_ms() + 120_000)])
+        quick = {f"{prefix}-quick-{i}": now_ms() + 1000 for i in range(400)}
+        spread(load, quick, timer_stack.partitions, per_batch=25)
+        wait_until_fired(fired, set(quick), timeout_s=30)
+        for partition in partitions:
+            for _ in range(3000):  # other work: the drops come reads after the timers they drop
+                load.set(partition, [])
+            load.drop(partition, [tid for i, tid in enumerate(quick) if (i // 25) % timer_stack.partitions == partition])
+        load.flush()
+        timer_stack.kill_service("timer")
+        timer_stack.start_service("timer", env=held)
+        timer_stack.wait_until_ready()
+        deadline = time.monotonic() + 2  # and what it fires once caught up
+        while time.monotonic() < deadline:
+            fired.poll()
+        twice = {tid: len(fired.firings[tid]) for tid in quick if len(fired.firings[tid]) != 1}
+        assert twice == {}
+    finally:
+        for partition in partitions:
+            load.drop(partition, [f"{prefix}-pin-{partition}"])
+        load.flush()
+        timer_stack.kill_service("timer", signal.SIGTERM)
+        timer_stack.start_service("timer")

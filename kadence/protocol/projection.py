@@ -80,6 +80,9 @@ class Projection(Protocol):
 
     def on_assign(self, partitions: set[int]) -> None: ...
 
+    def on_caught_up(self, partition: int) -> None:
+        """The partition is read to its end, and applied, since it was (last) assigned."""
+
     def on_revoke(self, partitions: set[int]) -> None: ...
 
 
@@ -118,9 +121,14 @@ class ProjectionRunner:
         self.consumer.subscribe([topics.HISTORY], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         stored_at = time.monotonic()
         try:
-            async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS, on_end=READINESS.reached_end):
+            ended: list[int] = []
+            async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS, on_end=ended.append):
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
+                for partition in ended:  # read to its end, and what was read before the end applied
+                    READINESS.reached_end(partition)
+                    self.projection.on_caught_up(partition)
+                ended.clear()
                 if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
                     try:
                         await self._store_positions(set(self.read_to))

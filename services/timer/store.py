@@ -7,8 +7,10 @@ timer due within the memory horizon is held in memory only; a later one is upser
 passes the record that set a timer still held in memory (the timer *pins* it), so after a crash
 or a rebalance the owner re-reads from there and holds the same timers again. A timer fired since
 is forgotten again as the re-read reaches its drop: history drops each timer whose firing it
-accepts, in the same record. One whose firing history had not applied yet, or whose drop comes
-in a later read than the timer, fires again, and history rejects that second firing as stale.
+accepts, in the same record. The drop may come reads after the timer, so nothing of a partition
+fires until the partition is read to its end after its assignment (timers due meanwhile fire that
+much late). Only a timer whose firing history had not applied yet fires again, and history
+rejects that second firing as stale.
 
 A timer set again with the same id (a heartbeat re-arming its timeout) replaces the earlier one
 where it lives; if it moves from Postgres to memory the stored row is left to fire as a stale timer.
@@ -76,6 +78,9 @@ class TimerStore:
     def __init__(self, memory_horizon_ms: int = DEFAULT_MEMORY_HORIZON_MS) -> None:
         self.memory_horizon_ms = memory_horizon_ms
         self.owned: frozenset[int] = frozenset()
+        # Owned partitions read to their end since assigned: only their timers fire.
+        self.caught_up: set[int] = set()
+        self._held_back: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)  # heap entries, till caught up
         self.wake = asyncio.Event()
         self.in_memory: dict[str, Timer] = {}
         self._due: list[tuple[int, str]] = []  # heap of (fire_at_ms, timer_id); entries of replaced timers are skipped
@@ -146,19 +151,34 @@ class TimerStore:
 
     def on_assign(self, partitions: set[int]) -> None:
         self.owned = self.owned | partitions
-        self._loop.call_soon_threadsafe(self._forget_stored_due)
+        self._loop.call_soon_threadsafe(self._assigned, partitions)
+
+    def on_caught_up(self, partition: int) -> None:
+        # Timers read again are now dropped if they fired (their drop is read too): they may fire.
+        if partition not in self.owned or partition in self.caught_up:
+            return
+        self.caught_up.add(partition)
+        for entry in self._held_back.pop(partition, []):
+            heapq.heappush(self._due, entry)
+        self._forget_stored_due()
 
     def on_revoke(self, partitions: set[int]) -> None:
         # The new owner re-reads the log from the pinned position and holds these timers itself.
         self.owned = self.owned - partitions
         self._loop.call_soon_threadsafe(self._release, partitions)
 
+    def _assigned(self, partitions: set[int]) -> None:
+        self.caught_up -= partitions
+        self._forget_stored_due()
+
     def _forget_stored_due(self) -> None:
         self.stored_due_ms = None
         self.wake.set()
 
     def _release(self, partitions: set[int]) -> None:
+        self.caught_up -= partitions
         for partition in partitions:
+            self._held_back.pop(partition, None)
             for timer_id in self._pins.pop(partition, {}):
                 self.in_memory.pop(timer_id, None)
 
@@ -187,8 +207,12 @@ class TimerStore:
         while self._due and self._due[0][0] <= now and len(due) < limit:
             fire_at, timer_id = heapq.heappop(self._due)
             timer = self.in_memory.get(timer_id)
-            if timer is not None and timer.fire_at_ms == fire_at and timer.partition in self.owned:
+            if timer is None or timer.fire_at_ms != fire_at or timer.partition not in self.owned:
+                continue
+            if timer.partition in self.caught_up:
                 due.append(timer)
+            else:
+                self._held_back[timer.partition].append((fire_at, timer_id))
         return due
 
     def fired(self, timers: list[Timer]) -> None:
@@ -207,7 +231,7 @@ class TimerStore:
 
     async def take_due_stored(self, pool: AsyncConnectionPool, now: int, limit: int) -> list[Timer]:
         """Stored timers due at `now`; learns the next stored fire time when none are due."""
-        owned = list(self.owned)
+        owned = list(self.owned & self.caught_up)
         version = self._stored_version
         async with pool.connection() as conn:
             rows = await (await conn.execute(

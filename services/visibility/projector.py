@@ -163,6 +163,9 @@ class VisibilityProjector:
     def on_assign(self, partitions: set[int]) -> None:
         pass
 
+    def on_caught_up(self, partition: int) -> None:
+        pass
+
     def on_revoke(self, partitions: set[int]) -> None:
         pass
 
