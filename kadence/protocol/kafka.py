@@ -213,13 +213,18 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
     ]
     if not missing:
         return
-    for name, future in admin.create_topics(missing, operation_timeout=timeout).items():
+    for name, future in admin.create_topics(missing, operation_timeout=timeout, request_timeout=timeout).items():
         try:
-            future.result()
+            future.result(timeout=timeout)
             log.info("event=topic_created topic=%s", name)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+        except TimeoutError:  # concurrent.futures.TimeoutError is this one since Python 3.11
+            raise TimeoutError(
+                f"the broker at {settings.bootstrap_servers} did not create topic {name} within {timeout:.0f} s; "
+                "is it up and does it have a controller?"
+            ) from None
     _wait_until_listed(admin, {topic.topic: topic.num_partitions for topic in missing}, timeout)
 
 
