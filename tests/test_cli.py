@@ -64,6 +64,7 @@ def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalSta
     assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
 
 
+@pytest.mark.also_on_tansu  # whose fetch past the end neither fails nor reaches an end by itself
 def test_the_cli_answers_at_once_at_its_edges(stack: LocalStack) -> None:
     """Each of these used to hang or print a traceback."""
     unknown = kadence(stack, "workflow", "result", "-w", f"nobody-{uuid.uuid4()}")

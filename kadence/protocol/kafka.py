@@ -485,6 +485,8 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
         if remaining:
             consumer.assign([TopicPartition(topic, p, start_offsets[p]) for p in remaining])
         while remaining:
+            if ends is None:
+                remaining -= _past_the_fetched_end(consumer, topic, remaining, start_offsets)
             for msg in poll_batch(consumer, 1000, 0.05):
                 partition, error = msg.partition(), msg.error()
                 if partition not in remaining:
@@ -501,6 +503,17 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
                     raise KafkaException(error)
     finally:
         consumer.close()
+
+
+def _past_the_fetched_end(consumer: Consumer, topic: str, partitions: set[int], start_offsets: dict[int, int]) -> set[int]:
+    """The partitions whose start offset lies beyond the end their last fetch reported. Tansu
+    answers a fetch there with no records and no error, so no partition EOF would ever end them."""
+    past = set()
+    for partition in partitions:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        if 0 <= high < start_offsets[partition]:
+            past.add(partition)
+    return past
 
 
 def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
