@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import uvloop
 from kadence.brokers import ApacheKafka, choose_broker
 from kadence.client import Client
 from kadence.local_stack import SERVICES, LocalStack
+from kadence.protocol.kafka import partition_for_key
 
 
 def _main_broker() -> tuple[str, str]:
@@ -113,6 +115,14 @@ async def client(stack: LocalStack) -> AsyncIterator[Client]:
 def task_queue(request: pytest.FixtureRequest) -> str:
     """A queue of the test's own, so tests never take each other's tasks."""
     return f"tq-{request.node.name}".replace("[", "-").replace("]", "")
+
+
+def workflow_id_on(partition: int, partitions: int, prefix: str) -> str:
+    """A new workflow id whose commands and history land on `partition` (murmur2, as the SDK keys them)."""
+    return next(
+        candidate for candidate in (f"{prefix}-{uuid.uuid4()}" for _ in range(1000))
+        if partition_for_key(candidate.encode(), partitions) == partition
+    )
 
 
 async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:

@@ -26,12 +26,12 @@ from kadence.exceptions import CommandRejectedError
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
-from kadence.protocol.kafka import partition_for_key, read_to_end
+from kadence.protocol.kafka import read_to_end
 from kadence.protocol.limits import text_problem
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.read_model import VISIBILITY_DDL
 from kadence.worker import Worker
-from tests.conftest import local_stack
+from tests.conftest import local_stack, workflow_id_on
 from tests.test_cli import kadence
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 
@@ -178,14 +178,11 @@ def _services_alive(stack: LocalStack) -> dict[str, int | None]:
     return {name: process.poll() for name, process in stack.services.items() if process.poll() is not None}
 
 
-def _id_on(partition: int, prefix: str) -> str:
-    return next(c for c in (f"{prefix}-{uuid.uuid4()}" for _ in range(1000)) if partition_for_key(c.encode(), PARTITIONS) == partition)
-
-
 async def _every_partition_moves(stack: LocalStack, client: Client, prefix: str) -> None:
     async with Worker(client, task_queue=GOOD_QUEUE, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         results = await asyncio.wait_for(asyncio.gather(*(
-            client.execute_workflow(EchoWorkflow.run, f"p{p}", id=_id_on(p, prefix), task_queue=GOOD_QUEUE) for p in range(PARTITIONS)
+            client.execute_workflow(EchoWorkflow.run, f"p{p}", id=workflow_id_on(p, PARTITIONS, prefix), task_queue=GOOD_QUEUE)
+            for p in range(PARTITIONS)
         )), 60)
     assert results == [f"p{p}" for p in range(PARTITIONS)]
 
@@ -268,7 +265,7 @@ async def test_history_records_a_reader_cannot_apply_are_dead_lettered_and_their
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
     # The batch stands for a command of its own, one the history service refuses without writing
     # a batch (a signal with no request id to no workflow), so no reader skips it as a repeat.
-    unknown = _id_on(0, "no-such-workflow")
+    unknown = workflow_id_on(0, PARTITIONS, "no-such-workflow")
     command = command_codec()
     offsets: list[int] = []
     signal = {"workflow_id": unknown, "command": ("SignalWorkflowExecution", {"signal_name": "s"})}

@@ -17,8 +17,9 @@ from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec, history_batch_codec
-from kadence.protocol.kafka import partition_for_key, read_to_end
+from kadence.protocol.kafka import read_to_end
 from kadence.worker import Worker
+from tests.conftest import workflow_id_on
 from tests.test_cli import kadence
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 
@@ -46,10 +47,7 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     producer.produce(topics.COMMANDS, garbage, b"garbage", partition=partition, headers=[("kadence-trace", b"kept")])
     producer.flush(10)
 
-    workflow_id = next(
-        candidate for candidate in (f"after-garbage-{uuid.uuid4()}" for _ in range(1000))
-        if partition_for_key(candidate.encode(), stack.partitions) == partition
-    )
+    workflow_id = workflow_id_on(partition, stack.partitions, "after-garbage")
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         assert await client.execute_workflow(EchoWorkflow.run, "still moving", id=workflow_id, task_queue=task_queue) == "still moving"
 
@@ -80,13 +78,6 @@ async def test_garbage_on_the_commands_topic_goes_to_the_dlq_and_the_partition_k
     assert dict(again[1].headers())["kadence-trace"] == b"kept"
 
 
-def workflow_id_on(partition: int, stack: LocalStack, prefix: str) -> str:
-    return next(
-        candidate for candidate in (f"{prefix}-{uuid.uuid4()}" for _ in range(1000))
-        if partition_for_key(candidate.encode(), stack.partitions) == partition
-    )
-
-
 async def restart_history_and_pass_through(stack: LocalStack, client: Client, task_queue: str, partitions: list[int]) -> None:
     """Kill -9 the history service, start it again, and see a workflow through each partition, so
     whatever the restarted service reads again there has been dealt with."""
@@ -94,7 +85,7 @@ async def restart_history_and_pass_through(stack: LocalStack, client: Client, ta
     stack.start_service("history")
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         for partition in partitions:
-            workflow_id = workflow_id_on(partition, stack, "after-restart")
+            workflow_id = workflow_id_on(partition, stack.partitions, "after-restart")
             assert await client.execute_workflow(EchoWorkflow.run, "on", id=workflow_id, task_queue=task_queue) == "on"
 
 
@@ -105,7 +96,7 @@ async def test_a_start_on_the_wrong_partition_is_forwarded_once_across_a_history
     producer without a request id: history forwards the start to its owner. A restart of history
     must not forward it again (a second run of the workflow)."""
     owner = 0
-    workflow_id = workflow_id_on(owner, stack, "misrouted")
+    workflow_id = workflow_id_on(owner, stack.partitions, "misrouted")
     wrong = owner + 1
     commands = command_codec()
     start = {"workflow_id": workflow_id, "identity": "kcat", "command": ("StartWorkflowExecution", {

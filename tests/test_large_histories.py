@@ -4,7 +4,6 @@ Kadence writes passes the topics' limit (a run that would write one ends with th
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import uuid
 from datetime import timedelta
@@ -18,6 +17,7 @@ from kadence.local_stack import LocalStack
 from kadence.protocol.kafka import partition_for_key
 from kadence.protocol.limits import MAX_PAYLOAD_BYTES, MAX_RECORD_VALUE_BYTES
 from kadence.worker import Worker
+from tests.conftest import workflow_id_on
 
 BLOB_BYTES = MAX_PAYLOAD_BYTES * 85 // 100  # under the payload limit, with room for the payload's own fields
 
@@ -62,11 +62,7 @@ def ids_on_one_partition(prefix: str, partitions: int) -> tuple[str, str]:
     """Two workflow ids whose commands and history share a partition."""
     first = f"{prefix}-{uuid.uuid4()}"
     partition = partition_for_key(first.encode(), partitions)
-    second = next(
-        candidate for n in itertools.count()
-        if partition_for_key((candidate := f"{prefix}-neighbour-{n}-{uuid.uuid4()}").encode(), partitions) == partition
-    )
-    return first, second
+    return first, workflow_id_on(partition, partitions, f"{prefix}-neighbour")
 
 
 async def test_a_history_larger_than_a_record_completes_and_its_partition_keeps_moving(
