@@ -16,6 +16,7 @@ import inspect
 import logging
 import time
 import typing
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -444,8 +445,10 @@ class Worker:
                     await slots.acquire()
                     await self._activity_rate.wait()
                     # The attempt runs only once the history service accepted its start: not for a
-                    # closed run, a stale attempt or one whose schedule-to-start timeout fired.
-                    request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{self.identity}"
+                    # closed run, a stale attempt or one whose schedule-to-start timeout fired. Each
+                    # delivery asks with its own request id (as each Temporal poll does): matching may
+                    # route a task again, and the copy's refusal must not read as the first's acceptance.
+                    request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
                     answer = await self.client.expect_outcome(request_id)
                     started.append(self._send(task["workflow_id"], "RecordActivityTaskStarted", {
                         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],

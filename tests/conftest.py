@@ -79,11 +79,17 @@ def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROK
     # user, which must reach the data directory.
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-stack-"))
     local = LocalStack(data_dir, partitions=4, broker_kind=broker_kind, **options)
+    failed = True
     try:
         local.start(services)
         yield local
+        failed = False
     finally:
         local.stop()
+        if failed:  # the services' logs are what explains a failure
+            kept = Path(tempfile.mkdtemp(prefix="kadence-test-logs-"))
+            shutil.copytree(data_dir / "logs", kept, dirs_exist_ok=True)
+            logging.getLogger(__name__).error("the stack's service logs are kept in %s", kept)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

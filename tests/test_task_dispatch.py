@@ -10,10 +10,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException, Message
 
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
+from kadence.protocol import topics
+from kadence.protocol.kafka import make_producer, read_to_end, topic_partitions
 from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
@@ -61,6 +64,49 @@ async def test_an_activity_task_past_its_schedule_to_start_deadline_is_not_dispa
     async with Worker(client, task_queue=activity_queue, activities=[touch]):
         await until_logged(caplog, "event=activity_task_expired")
     assert not ran.exists()
+
+
+async def test_an_activity_task_delivered_twice_to_one_worker_runs_once(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Matching routes a task again when it re-reads history after a rebalance, and both copies
+    may reach the same worker, even in one poll: the second start must be refused."""
+    caplog.set_level(logging.INFO, logger="kadence.worker")
+    ran = tmp_path / "ran"
+    activity_queue = f"{task_queue}-activities"
+    workflow_id = f"twice-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS):
+        handle = await client.start_workflow(ElsewhereWorkflow.run, args=[activity_queue, str(ran)], id=workflow_id, task_queue=task_queue)
+        activity_topic = topics.task_queue_topic(activity_queue, "activity")
+        routed = await until_routed(stack, activity_topic, workflow_id)
+        producer = make_producer(stack.settings)
+        producer.produce(activity_topic, routed.value(), routed.key(), partition=routed.partition(), headers=routed.headers())
+        assert producer.flush(30) == 0
+        async with Worker(client, task_queue=activity_queue, activities=[touch]):
+            assert await handle.result() == "touched"
+
+            async def copy_handled() -> bool:  # refused, or run a second time
+                return any("event=activity_task_dropped" in r.getMessage() for r in caplog.records) or len(ran.read_text().splitlines()) > 1
+
+            await until(copy_handled)
+    assert ran.read_text().splitlines() == ["ran"]
+
+
+async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout: float = 30) -> Message:
+    """The task matching routed for the workflow to `topic`, once it is there."""
+    def find() -> Message | None:
+        try:
+            ends = {p: 0 for p in range(topic_partitions(stack.settings, topic))}
+        except KafkaException:  # matching creates the topic as it routes the first task
+            return None
+        return next((msg for msg in read_to_end(stack.settings, topic, ends) if workflow_id.encode() in (msg.value() or b"")), None)
+
+    async def poll() -> Message:
+        while (found := await asyncio.to_thread(find)) is None:
+            await asyncio.sleep(0.1)
+        return found
+
+    return await asyncio.wait_for(poll(), timeout)
 
 
 async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
