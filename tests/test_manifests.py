@@ -243,8 +243,8 @@ def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
 def test_alerts_watch_what_the_code_counts_and_each_has_a_runbook() -> None:
     [rules] = of_kind(rendered("prod"), "PrometheusRule")
     alerts = {rule["alert"]: rule for group in rules["spec"]["groups"] for rule in group["rules"]}
-    assert {"KadenceAuditFailed", "KadenceWorkflowTasksRedispatched"} <= set(alerts)
-    assert f"{REDISPATCHED._name}_total" in alerts["KadenceWorkflowTasksRedispatched"]["expr"]
+    assert {"KadenceAuditFailed", "KadenceTasksRedispatched"} <= set(alerts)
+    assert f"{REDISPATCHED._name}_total" in alerts["KadenceTasksRedispatched"]["expr"]
     headings = {line.lstrip("#").strip().lower().replace(" ", "-").replace("`", "")
                 for line in (DEPLOY.parent / "docs" / "operations.md").read_text().splitlines() if line.startswith("#")}
     for name, rule in alerts.items():

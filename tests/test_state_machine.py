@@ -13,8 +13,9 @@ from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
 from services.history.service import _continues
 from services.history.state_machine import (
-    WORKFLOW_TASK_REDISPATCH_MS,
+    TASK_REDISPATCH_MS,
     ActivityState,
+    Redispatch,
     Rejected,
     Transition,
     activity_retry_state,
@@ -80,17 +81,61 @@ def test_a_workflow_task_no_worker_starts_is_dispatched_again_until_one_does() -
     for offset, delay in enumerate((10_000, 10_000, 20_000, 40_000), start=1):
         waited += delay
         redispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited)
-        assert redispatch.redispatched_after_ms == waited - NOW  # counted by the history service
+        assert redispatch.redispatch == Redispatch("workflow", 2, waited - NOW)  # counted by the history service
         again = apply(state, redispatch, offset)
         assert again["events"] == []
         # The timer that fired is dropped, and set again under its id (after the drop, so it stands).
         assert [(k, e["timer_id"] if k == "DropTimer" else e["scheduled_event_id"]) for k, e in again["effects"]] == [
             ("DropTimer", "t"), ("WorkflowTask", 2), ("Timer", 2)]
-        assert again["effects"][2][1]["fire_at_ms"] == waited + max(WORKFLOW_TASK_REDISPATCH_MS, waited - NOW)
+        assert again["effects"][2][1]["fire_at_ms"] == waited + max(TASK_REDISPATCH_MS, waited - NOW)
     started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 9)
     assert ("DropTimer", {"timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/2/1"}) in started["effects"]
     with pytest.raises(Rejected, match="stale workflow task retry timer"):
         decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited + 80_000)
+
+
+def test_an_activity_task_no_worker_starts_is_dispatched_again_within_its_schedule_to_start_deadline() -> None:
+    """As a workflow task: its retry timer dispatches it again after 10 s, then after as long again
+    as it has waited; the start drops the timer. A re-dispatch does not move the deadline."""
+    state, run_id = started_workflow()
+    scheduled = schedule_activities(state, run_id, schedule_to_start_timeout_ms=60_000)
+    assert [(k, e.get("kind"), e.get("fire_at_ms")) for k, e in scheduled["effects"] if k != "DropTimer"] == [
+        ("ActivityTask", None, None), ("Timer", "ACTIVITY_RETRY", NOW + TASK_REDISPATCH_MS),
+        ("Timer", "ACTIVITY_SCHEDULE_TO_START", NOW + 60_000),
+    ]
+    fire = {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/5/1", "kind": "ACTIVITY_RETRY", "scheduled_event_id": 5, "attempt": 1}
+    at = NOW
+    for offset, delay in enumerate((10_000, 10_000, 20_000), start=3):
+        at += delay
+        redispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", at)
+        assert redispatch.redispatch == Redispatch("activity", 5, at - NOW)  # counted by the history service
+        again = apply(state, redispatch, offset)
+        assert [(k, e.get("kind")) for k, e in again["effects"]] == [
+            ("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
+        assert again["effects"][1][1]["schedule_to_start_deadline_ms"] == NOW + 60_000
+        assert again["effects"][2][1]["fire_at_ms"] == at + max(TASK_REDISPATCH_MS, at - NOW)
+    started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 9)
+    assert ("DropTimer", {"timer_id": f"{run_id}/ACTIVITY_RETRY/5/1"}) in started["effects"]
+    with pytest.raises(Rejected, match="already started"):
+        decide(state.executions["order-1"], "TimeoutFired", fire, "timer", at + 40_000)
+
+
+def test_the_dispatch_of_an_activity_retry_is_not_counted_as_a_redispatch_and_its_deadline_counts_from_the_backoff() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, schedule_to_start_timeout_ms=60_000)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    failure = {"message": "boom", "type": "", "source": "", "stack_trace": "", "non_retryable": False, "timeout_type": None,
+               "details": [], "activity_failure_info": None, "cause": None}
+    failed = command(state, "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "failure": failure}, 4)
+    backoff = retry_backoff_ms(None, 1)
+    assert [(e["kind"], e["fire_at_ms"]) for k, e in failed["effects"] if k == "Timer"] == [
+        ("ACTIVITY_RETRY", NOW + backoff), ("ACTIVITY_SCHEDULE_TO_START", NOW + backoff + 60_000),
+    ]
+    fire = {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/5/2", "kind": "ACTIVITY_RETRY", "scheduled_event_id": 5, "attempt": 2}
+    dispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + backoff + 300)
+    assert dispatch.redispatch is None
+    assert [(k, e.get("kind")) for k, e in dispatch.effects] == [("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
+    assert dispatch.effects[1][1]["schedule_to_start_deadline_ms"] == NOW + backoff + 60_000
 
 
 def test_the_first_dispatch_of_a_delayed_workflow_task_is_not_counted_as_a_redispatch() -> None:
@@ -98,9 +143,9 @@ def test_the_first_dispatch_of_a_delayed_workflow_task_is_not_counted_as_a_redis
     run_id = apply(state, decide_start(None, "order-1", {**START, "start_delay_ms": 30_000}, "client", NOW, 0, 0), 0)["run_id"]
     fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1}
     first = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 30_500)
-    assert [k for k, _ in first.effects] == ["DropTimer", "WorkflowTask", "Timer"] and first.redispatched_after_ms is None
+    assert [k for k, _ in first.effects] == ["DropTimer", "WorkflowTask", "Timer"] and first.redispatch is None
     apply(state, first, 1)
-    assert decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 40_500).redispatched_after_ms == 40_500
+    assert decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 40_500).redispatch == Redispatch("workflow", 2, 40_500)
 
 
 def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
@@ -197,8 +242,8 @@ def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
     state, run_id = started_workflow()
     schedule_activities(state, run_id, schedule_to_close_timeout_ms=30_000, start_to_close_timeout_ms=0)
     batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
-    assert [(kind, effect["kind"], effect["fire_at_ms"]) for kind, effect in batch["effects"]] == [
-        ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
+    assert [(kind, effect["timer_id"].split("/")[1], effect.get("fire_at_ms")) for kind, effect in batch["effects"]] == [
+        ("DropTimer", "ACTIVITY_RETRY", None), ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
     ]
 
 
@@ -293,7 +338,7 @@ def test_run_timeout_closes_the_run_and_drops_its_pending_work() -> None:
     state = PartitionState(0)
     start = apply(state, decide_start(None, "order-1", {**START, "run_timeout_ms": 5000}, "client", NOW, 0, 0), 0)
     assert [(k, e["kind"], e["fire_at_ms"]) for k, e in start["effects"] if k == "Timer"] == [
-        ("Timer", "WORKFLOW_RUN_TIMEOUT", NOW + 5000), ("Timer", "WORKFLOW_TASK_RETRY", NOW + WORKFLOW_TASK_REDISPATCH_MS),
+        ("Timer", "WORKFLOW_RUN_TIMEOUT", NOW + 5000), ("Timer", "WORKFLOW_TASK_RETRY", NOW + TASK_REDISPATCH_MS),
     ]
     run_id = start["run_id"]
     schedule_activities(state, run_id)

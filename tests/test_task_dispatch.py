@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
-from kadence.protocol.kafka import make_producer, read_to_end, topic_partitions
+from kadence.protocol.kafka import make_consumer, make_producer, read_to_end, topic_partitions
 from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
@@ -83,13 +83,35 @@ async def test_an_activity_task_delivered_twice_to_one_worker_runs_once(
         producer.produce(activity_topic, routed.value(), routed.key(), partition=routed.partition(), headers=routed.headers())
         assert producer.flush(30) == 0
         async with Worker(client, task_queue=activity_queue, activities=[touch]):
-            assert await handle.result() == "touched"
+            assert await asyncio.wait_for(handle.result(), 60) == "touched"
 
             async def copy_handled() -> bool:  # refused, or run a second time
                 return any("event=activity_task_dropped" in r.getMessage() for r in caplog.records) or len(ran.read_text().splitlines()) > 1
 
             await until(copy_handled)
     assert ran.read_text().splitlines() == ["ran"]
+
+
+async def test_an_activity_task_lost_on_its_way_to_the_workers_is_dispatched_again(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    """The workers' group moves past the task record (as a worker that stored its offset and died
+    before asking to start it): history dispatches the attempt again 10 s later."""
+    ran = tmp_path / "ran"
+    activity_queue = f"{task_queue}-activities"
+    workflow_id = f"lost-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS):
+        handle = await client.start_workflow(ElsewhereWorkflow.run, args=[activity_queue, str(ran)], id=workflow_id, task_queue=task_queue)
+        activity_topic = topics.task_queue_topic(activity_queue, "activity")
+        routed = await until_routed(stack, activity_topic, workflow_id)
+        workers = make_consumer(stack.settings, topics.worker_group(activity_queue, "activity"))
+        workers.commit(offsets=[TopicPartition(activity_topic, routed.partition(), routed.offset() + 1)], asynchronous=False)
+        workers.close()
+        async with Worker(client, task_queue=activity_queue, activities=[touch]):
+            assert await asyncio.wait_for(handle.result(), 60) == "touched"
+    assert ran.read_text().splitlines() == ["ran"]
+    history_log = (stack.data_dir / "logs" / "history.log").read_text()
+    assert f"event=task_redispatched task=activity workflow_id={workflow_id}" in history_log
 
 
 async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout: float = 30) -> Message:

@@ -60,8 +60,9 @@ COMMANDS = Counter("kadence_history_commands_total", "Commands processed, by kin
 REJECTED = Counter("kadence_history_commands_rejected_total", "Commands that did not apply, by cause", ["cause"])
 BATCHES = Counter("kadence_history_batches_written_total", "HistoryBatch records produced")
 REDISPATCHED = Counter(
-    "kadence_history_workflow_tasks_redispatched_total",
-    "Workflow tasks dispatched again because no worker started them (a task record lost, or no worker polling)",
+    "kadence_history_tasks_redispatched_total",
+    "Workflow and activity tasks dispatched again because no worker started them (a task record lost, or no worker polling)",
+    ["task"],
 )
 RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery of assigned partitions took")
 
@@ -366,10 +367,11 @@ class HistoryService:
             if request_id and text_problem("request_id", request_id) is None:
                 self._write_rejection(state, workflow_id, kind, body, request_id, reason, partition, offset)
             return
-        if transition.redispatched_after_ms is not None:
-            REDISPATCHED.inc()
-            log.info("event=workflow_task_redispatched workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
-                     workflow_id, body["run_id"], body["scheduled_event_id"], transition.redispatched_after_ms)
+        if transition.redispatch is not None:
+            REDISPATCHED.labels(transition.redispatch.task).inc()
+            log.info("event=task_redispatched task=%s workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
+                     transition.redispatch.task, workflow_id, body["run_id"], transition.redispatch.scheduled_event_id,
+                     transition.redispatch.waited_ms)
         self._write(state, transition, partition, offset, request_id)
 
     def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:

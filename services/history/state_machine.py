@@ -51,11 +51,11 @@ HISTORY_IDENTITY = "kadence-history"
 
 DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
-# A workflow task scheduled and not started is dispatched again after this long, then after as
-# long again as it has waited (at most the cap), until a worker starts it: a task record lost on
-# its way to a worker must not leave the workflow waiting for ever.
-WORKFLOW_TASK_REDISPATCH_MS = 10_000
-MAX_WORKFLOW_TASK_REDISPATCH_MS = 300_000
+# A workflow or activity task dispatched and not started is dispatched again after this long, then
+# after as long again as it has waited (at most the cap), until a worker starts it: a task record
+# lost on its way to a worker must not leave the workflow waiting for ever.
+TASK_REDISPATCH_MS = 10_000
+MAX_TASK_REDISPATCH_MS = 300_000
 
 
 class Rejected(Exception):
@@ -82,6 +82,7 @@ class ActivityState:
     schedule_to_start_timeout_ms: int = 0
     attempt: int = 1
     started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
+    dispatch_due_ms: int = 0  # when the current attempt went, or goes, to a worker: its scheduling or its backoff's end
     started_identity: str = ""
     heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
     last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
@@ -162,6 +163,15 @@ class Pending:
         return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children))
 
 
+@dataclass(frozen=True)
+class Redispatch:
+    """A task dispatched again because no worker started it (its record lost, or no worker polling)."""
+
+    task: str  # "workflow" or "activity"
+    scheduled_event_id: int
+    waited_ms: int  # since the workflow task was scheduled, or the activity attempt was due
+
+
 @dataclass
 class Transition:
     """What one command does to one execution: the content of one HistoryBatch."""
@@ -173,8 +183,7 @@ class Transition:
     effects: list[tuple[str, Record]] = field(default_factory=list)
     heartbeats: list[Record] = field(default_factory=list)
     next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
-    # A workflow task dispatched again because no worker started it: how long it had waited (ms).
-    redispatched_after_ms: int | None = None
+    redispatch: "Redispatch | None" = None
 
     @property
     def next_event_id(self) -> int:
@@ -325,6 +334,7 @@ def _apply(ex: Execution, event: Record) -> None:
             schedule_to_start_timeout_ms=attrs["schedule_to_start_timeout_ms"],
             retry_policy=attrs["retry_policy"],
             scheduled_time_ms=event["event_time_ms"],
+            dispatch_due_ms=event["event_time_ms"],
         )
     elif kind == "ActivityTaskStarted":
         activity = ex.activities[attrs["scheduled_event_id"]]
@@ -336,6 +346,7 @@ def _apply(ex: Execution, event: Record) -> None:
         activity = ex.activities[attrs["scheduled_event_id"]]
         activity.attempt += 1
         activity.started_event_id = 0
+        activity.dispatch_due_ms = event["event_time_ms"] + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
     elif kind == "ActivityTaskCancelRequested":
         ex.activities[attrs["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
     elif kind in ACTIVITY_RESULTS:
@@ -937,19 +948,18 @@ def _fire(ex: Execution, cmd: Record, now_ms: int) -> Transition:
         if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
             raise Rejected("stale workflow task retry timer")
         t.effects.extend(_dispatch_workflow_task(ex, wt, now_ms))
-        if _waited_ms(ex, wt, now_ms) >= _first_dispatch_delay_ms(ex, wt) + WORKFLOW_TASK_REDISPATCH_MS:
-            t.redispatched_after_ms = _waited_ms(ex, wt, now_ms)
+        if _waited_ms(ex, wt, now_ms) >= _first_dispatch_delay_ms(ex, wt) + TASK_REDISPATCH_MS:
+            t.redispatch = Redispatch("workflow", wt.scheduled_event_id, _waited_ms(ex, wt, now_ms))
         return t
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or (kind != "ACTIVITY_SCHEDULE_TO_CLOSE" and activity.attempt != cmd["attempt"]):
         raise Rejected(f"stale {kind} timer")
-    if kind == "ACTIVITY_RETRY":
+    if kind == "ACTIVITY_RETRY":  # the backoff before this attempt ended, or no worker started it yet
         if activity.started_event_id:
             raise Rejected("activity attempt already started")
-        t.effects.append(("ActivityTask", activity_task_effect(ex, activity, now_ms)))
-        if activity.schedule_to_start_timeout_ms:
-            fire_at = now_ms + activity.schedule_to_start_timeout_ms
-            t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt))
+        t.effects.extend(_dispatch_activity_task(ex, activity, now_ms))
+        if now_ms - activity.dispatch_due_ms >= TASK_REDISPATCH_MS:
+            t.redispatch = Redispatch("activity", activity.scheduled_event_id, now_ms - activity.dispatch_due_ms)
         return t
     if kind == "ACTIVITY_SCHEDULE_TO_START":
         if activity.started_event_id:
@@ -1188,9 +1198,22 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
 def _dispatch_workflow_task(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[tuple[str, Record]]:
     """The task for a worker, and the timer that dispatches it again if no worker starts it (the
     retry timer: when it fires, a task still not started is dispatched again)."""
-    delay = min(max(WORKFLOW_TASK_REDISPATCH_MS, _waited_ms(ex, wt, now_ms)), MAX_WORKFLOW_TASK_REDISPATCH_MS)
     return [("WorkflowTask", workflow_task_effect(ex, wt)),
-            _timer(ex, "WORKFLOW_TASK_RETRY", now_ms + delay, wt.scheduled_event_id, wt.attempt)]
+            _timer(ex, "WORKFLOW_TASK_RETRY", now_ms + _redispatch_delay_ms(_waited_ms(ex, wt, now_ms)), wt.scheduled_event_id, wt.attempt)]
+
+
+def _dispatch_activity_task(ex: Execution, activity: ActivityState, now_ms: int) -> list[tuple[str, Record]]:
+    """The attempt's task for a worker, and its retry timer, which dispatches it again if no worker
+    starts it (as a workflow task's)."""
+    delay = _redispatch_delay_ms(now_ms - activity.dispatch_due_ms)
+    return [("ActivityTask", activity_task_effect(ex, activity)),
+            _timer(ex, "ACTIVITY_RETRY", now_ms + delay, activity.scheduled_event_id, activity.attempt)]
+
+
+def _redispatch_delay_ms(waited_ms: int) -> int:
+    """A task no worker started goes out again 10 s after its dispatch, then after as long again as
+    it has waited, at most every 5 minutes."""
+    return min(max(TASK_REDISPATCH_MS, waited_ms), MAX_TASK_REDISPATCH_MS)
 
 
 def _waited_ms(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> int:
@@ -1210,7 +1233,7 @@ def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
     return 0
 
 
-def activity_task_effect(ex: Execution, activity: ActivityState, now_ms: int) -> Record:
+def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
     timeout = activity.schedule_to_start_timeout_ms
     return {
         "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
@@ -1220,7 +1243,7 @@ def activity_task_effect(ex: Execution, activity: ActivityState, now_ms: int) ->
         "scheduled_time_ms": activity.scheduled_time_ms,
         "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
         "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
-        "schedule_to_start_deadline_ms": now_ms + timeout if timeout else 0,
+        "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout if timeout else 0,
     }
 
 
@@ -1233,6 +1256,15 @@ def _timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, a
         "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
         "fire_at_ms": fire_at_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
     })
+
+
+def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[tuple[str, Record]]:
+    """The attempt's schedule-to-start deadline, counted from when it is due to a worker (so set
+    with the backoff before it, and not moved by a re-dispatch)."""
+    if not activity.schedule_to_start_timeout_ms:
+        return []
+    fire_at = activity.dispatch_due_ms + activity.schedule_to_start_timeout_ms
+    return [_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt)]
 
 
 def _drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tuple[str, Record]:
@@ -1277,17 +1309,17 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
                 t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
         elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
             activity = ex.activities[event["event_id"]]
-            t.effects.append(("ActivityTask", activity_task_effect(ex, activity, t.now_ms)))
+            t.effects.extend(_dispatch_activity_task(ex, activity, t.now_ms))
             if activity.schedule_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
                 t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
-            if activity.schedule_to_start_timeout_ms:
-                fire_at = t.now_ms + activity.schedule_to_start_timeout_ms
-                t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, 1))
+            t.effects.extend(_schedule_to_start_timer(ex, activity))
         elif kind == "ActivityTaskCancelRequested" and attrs["scheduled_event_id"] in ex.activities:
             t.effects.append(("ActivityCancellation", activity_cancellation_effect(ex.activities[attrs["scheduled_event_id"]])))
         elif kind == "ActivityTaskStarted":
             activity = ex.activities.get(attrs["scheduled_event_id"])
+            if activity:  # its re-dispatch
+                t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
             if activity and activity.schedule_to_start_timeout_ms:
                 t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
             if activity and activity.start_to_close_timeout_ms:
@@ -1301,8 +1333,8 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
             t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
             if activity.heartbeat_timeout_ms:
                 t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
-            fire_at = t.now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
-            t.effects.append(_timer(ex, "ACTIVITY_RETRY", fire_at, activity.scheduled_event_id, activity.attempt))
+            t.effects.append(_timer(ex, "ACTIVITY_RETRY", activity.dispatch_due_ms, activity.scheduled_event_id, activity.attempt))
+            t.effects.extend(_schedule_to_start_timer(ex, activity))
     finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in ACTIVITY_RESULTS}
     removed = [activity for sid, activity in before.activities.items() if sid not in ex.activities]
     for activity in removed:
@@ -1315,8 +1347,10 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
             t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
             if activity.heartbeat_timeout_ms:
                 t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt))
-        elif activity.attempt > 1:
+        else:
             t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
+            if activity.schedule_to_start_timeout_ms:
+                t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
     for started_event_id in sorted(before.timers - set(ex.timers.values())):
         t.effects.append(_drop(ex, "USER_TIMER", started_event_id, 1))
     if ex.status != RUNNING:
