@@ -13,6 +13,7 @@ import typing
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
+from enum import IntEnum
 from typing import Any
 
 import psycopg
@@ -39,7 +40,14 @@ from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem, text_problem
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
+from kadence.protocol.read_model import (
+    CLOSED_CHANNEL,
+    OUTCOME_CHANNEL,
+    VISIBILITY_DDL,
+    CommandOutcome,
+    update_accepted_request_id,
+    update_request_id,
+)
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.visibility import (
     WorkflowExecution,
@@ -52,7 +60,8 @@ from kadence.visibility import (
 )
 
 __all__ = [
-    "Client", "WorkflowHandle", "WorkflowExecution", "WorkflowExecutionStatus", "WorkflowExecutionCount", "WorkflowHistory",
+    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus",
+    "WorkflowExecutionCount", "WorkflowHistory",
 ]
 
 log = logging.getLogger("kadence.client")
@@ -392,6 +401,38 @@ class WorkflowHandle:
             raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
         return converter.payload_converter.from_payload(answered["result"], result_type)
 
+    async def start_update(
+        self, update: Callable[..., Any] | str, arg: Any = _UNSET, *, wait_for_stage: "WorkflowUpdateStage",
+        args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> "WorkflowUpdateHandle":
+        """Send an update and return its handle once it reached `wait_for_stage`: ACCEPTED (its
+        validator passed, or it was rejected: result() then raises) or COMPLETED. ADMITTED is refused,
+        as temporalio refuses it. Raises CommandRejectedError if the workflow is closed or unknown,
+        WorkflowUpdateFailedError if it closes before the update reached the stage. An update sent
+        again with the same `id` runs once."""
+        if wait_for_stage == WorkflowUpdateStage.ADMITTED:
+            raise ValueError("ADMITTED wait stage not supported")
+        if wait_for_stage not in (WorkflowUpdateStage.ACCEPTED, WorkflowUpdateStage.COMPLETED):
+            raise ValueError(f"wait_for_stage must be a WorkflowUpdateStage, ACCEPTED or COMPLETED, not {wait_for_stage!r}")
+        name = workflow_module.update_name(update)
+        if result_type is None and not isinstance(update, str):
+            result_type = typing.get_type_hints(update).get("return")
+        update_id = id or str(uuid.uuid4())
+        read_model = await self.client._read_model()
+        # Asked for before the send, so neither answer can be missed.
+        reached = [read_model.expect_outcome(update_request_id(self.id, update_id))]
+        if wait_for_stage == WorkflowUpdateStage.ACCEPTED:
+            reached.append(read_model.expect_outcome(update_accepted_request_id(self.id, update_id)))
+        run_id = await self.client._request(self.id, "UpdateWorkflowExecution", {
+            "run_id": self.run_id or "", "update_id": update_id, "name": name, "request_id": f"admit/{self.id}/{update_id}",
+            "args": self.client.data_converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
+        }, f"admit/{self.id}/{update_id}")
+        handle = WorkflowUpdateHandle(self.client, update_id, self.id, workflow_run_id=run_id, result_type=result_type)
+        await handle._wait_for(reached, [update_request_id(self.id, update_id)] + (
+            [update_accepted_request_id(self.id, update_id)] if wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
+        ))
+        return handle
+
     async def execute_update(
         self, update: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (), id: str | None = None,
         result_type: type | None = None,
@@ -399,34 +440,21 @@ class WorkflowHandle:
         """Run an update handler in the workflow and wait for its result. Raises
         WorkflowUpdateFailedError if its validator rejected it or it failed, CommandRejectedError if
         the workflow is closed or unknown. An update sent again with the same `id` runs once."""
-        name = workflow_module.update_name(update)
-        if result_type is None and not isinstance(update, str):
-            result_type = typing.get_type_hints(update).get("return")
-        update_id = id or str(uuid.uuid4())
-        converter = self.client.data_converter
-        read_model = await self.client._read_model()
-        finished = read_model.expect_outcome(update_request_id(self.id, update_id))
-        run_id = await self.client._request(self.id, "UpdateWorkflowExecution", {
-            "run_id": self.run_id or "", "update_id": update_id, "name": name, "request_id": f"admit/{self.id}/{update_id}",
-            "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
-        }, f"admit/{self.id}/{update_id}")
-        outcome = await read_model.update_outcome(update_request_id(self.id, update_id))  # finished by an earlier send?
-        if outcome is None:
-            closed = asyncio.ensure_future(self.client._closed_execution(self.id, run_id))
-            await asyncio.wait([finished, closed], return_when=asyncio.FIRST_COMPLETED)
-            closed.cancel()
-            if not finished.done():
-                raise WorkflowUpdateFailedError(f"workflow {self.id} closed before update {name!r} ({update_id}) completed")
-            outcome = await read_model.update_outcome(update_request_id(self.id, update_id))
-            assert outcome is not None
-        result, failure = outcome
-        if failure is not None:
-            recorded = codec("Failure").decode(failure)
-            await converter.decode_payloads(recorded)
-            raise WorkflowUpdateFailedError(f"update {name!r} failed: {recorded['message']}") from converter.from_failure(recorded)
-        payload = codec("Payload").decode(result) if result else None
-        await converter.decode_payloads(payload)
-        return converter.payload_converter.from_payload(payload, result_type)
+        handle = await self.start_update(
+            update, arg, args=args, id=id, result_type=result_type, wait_for_stage=WorkflowUpdateStage.COMPLETED,
+        )
+        return await handle.result()
+
+    def get_update_handle(self, id: str, *, workflow_run_id: str | None = None, result_type: type | None = None) -> "WorkflowUpdateHandle":
+        """A handle to an update sent earlier (by any client), to wait for its result."""
+        return WorkflowUpdateHandle(self.client, id, self.id, workflow_run_id=workflow_run_id or self.run_id, result_type=result_type)
+
+    def get_update_handle_for(
+        self, update: Callable[..., Any], id: str, *, workflow_run_id: str | None = None,
+    ) -> "WorkflowUpdateHandle":
+        """get_update_handle with the result type of the update handler `update`."""
+        workflow_module.update_name(update)  # an update handler, or TypeError
+        return self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=typing.get_type_hints(update).get("return"))
 
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""
@@ -468,6 +496,73 @@ class WorkflowHandle:
             "run_id": self.run_id or "", "reason": reason or "",
             "details": self.client.data_converter.payload_converter.to_payloads(args), "request_id": request_id,
         }, request_id)
+
+
+class WorkflowUpdateStage(IntEnum):
+    """The stage start_update waits for the update to reach (as temporalio.client.WorkflowUpdateStage)."""
+
+    ADMITTED = 1
+    ACCEPTED = 2
+    COMPLETED = 3
+
+
+class WorkflowUpdateHandle:
+    """An update sent to a workflow: result() waits for it to complete (as temporalio.client.WorkflowUpdateHandle)."""
+
+    def __init__(
+        self, client: Client, id: str, workflow_id: str, *, workflow_run_id: str | None = None, result_type: type | None = None,
+    ) -> None:
+        self._client = client
+        self._id = id
+        self._workflow_id = workflow_id
+        self._workflow_run_id = workflow_run_id
+        self._result_type = result_type
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    @property
+    def workflow_run_id(self) -> str | None:
+        return self._workflow_run_id
+
+    async def result(self) -> Any:
+        """The update's result once it completed; WorkflowUpdateFailedError if its validator rejected
+        it, its handler failed, or the run closed before it completed."""
+        read_model = await self._client._read_model()
+        request_id = update_request_id(self._workflow_id, self._id)
+        await self._wait_for([read_model.expect_outcome(request_id)], [request_id])
+        outcome = await read_model.update_outcome(request_id)
+        assert outcome is not None
+        result, failure = outcome
+        converter = self._client.data_converter
+        if failure is not None:
+            recorded = codec("Failure").decode(failure)
+            await converter.decode_payloads(recorded)
+            raise WorkflowUpdateFailedError(f"update {self._id} failed: {recorded['message']}") from converter.from_failure(recorded)
+        payload = codec("Payload").decode(result) if result else None
+        await converter.decode_payloads(payload)
+        return converter.payload_converter.from_payload(payload, self._result_type)
+
+    async def _wait_for(self, answers: list[asyncio.Future[CommandOutcome]], request_ids: list[str]) -> None:
+        """Until one of the outcome rows `request_ids` is written (`answers` are their
+        notifications, asked for earlier); WorkflowUpdateFailedError if the run closes first."""
+        read_model = await self._client._read_model()
+        if await read_model.any_outcome(request_ids):  # written before the answers were asked for
+            return
+        closed = asyncio.ensure_future(self._client._closed_execution(self._workflow_id, self._workflow_run_id))
+        try:
+            await asyncio.wait([*answers, closed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+        if not any(answer.done() for answer in answers) and not await read_model.any_outcome(request_ids):
+            raise WorkflowUpdateFailedError(
+                f"workflow {self._workflow_id} closed before update {self._id} reached the stage awaited"
+            )
 
 
 class _ReadModel:
@@ -603,6 +698,17 @@ class _ReadModel:
         self.closed_waiters.setdefault(key, []).append(future)
         self._spawn(self._recheck_closed(key))  # not awaited: a LISTEN connection restored may answer first
         return await future
+
+    async def any_outcome(self, request_ids: list[str]) -> bool:
+        """Whether any of these commands' outcomes is recorded."""
+
+        async def lookup() -> Any:
+            async with self.pool.connection() as conn:
+                return await (await conn.execute(
+                    "SELECT 1 FROM kadence_command_outcomes WHERE request_id = ANY(%s) LIMIT 1", (request_ids,),
+                )).fetchone()
+
+        return await until_answered("client_update_outcome", lookup) is not None
 
     async def update_outcome(self, request_id: str) -> tuple[bytes | None, bytes | None] | None:
         """An update's recorded result and failure (Avro Payload, Failure); None before it finished."""

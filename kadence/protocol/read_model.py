@@ -86,3 +86,9 @@ def update_request_id(workflow_id: str, update_id: str) -> str:
     """The outcome row of an update: written when the workflow completed or rejected it. Update ids
     are unique per workflow id, as in Temporal, so the row names both."""
     return f"update/{workflow_id}/{update_id}"
+
+
+def update_accepted_request_id(workflow_id: str, update_id: str) -> str:
+    """The outcome row written when the workflow accepted an update (its validator passed): what
+    start_update(wait_for_stage=ACCEPTED) waits for."""
+    return f"update-accepted/{workflow_id}/{update_id}"

@@ -13,7 +13,14 @@ from psycopg.types.json import Jsonb
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
 from kadence.protocol.projection import LogRecord
-from kadence.protocol.read_model import CLOSED_CHANNEL, OUTCOME_CHANNEL, VISIBILITY_DDL, CommandOutcome, update_request_id
+from kadence.protocol.read_model import (
+    CLOSED_CHANNEL,
+    OUTCOME_CHANNEL,
+    VISIBILITY_DDL,
+    CommandOutcome,
+    update_accepted_request_id,
+    update_request_id,
+)
 
 
 def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
@@ -141,6 +148,8 @@ class VisibilityProjector:
                                      _search_attributes(attrs["search_attributes"])))
             elif kind == "UpsertWorkflowSearchAttributes":
                 rows.upserts.append((_search_attributes(attrs["search_attributes"]), *key))
+            elif kind == "WorkflowExecutionUpdateAccepted":  # start_update(wait_for_stage=ACCEPTED) waits for this
+                rows.outcomes.append((update_accepted_request_id(key[0], attrs["update_id"]), *key, True, None, None, None, None))
             elif kind == "WorkflowExecutionUpdateCompleted":  # the caller of execute_update waits for this
                 result = self.payloads.encode(attrs["result"]) if attrs["result"] else None
                 failure = self.failures.encode(attrs["failure"]) if attrs["failure"] else None
