@@ -100,6 +100,15 @@ class WorkflowInfo:
     run_id: str
     workflow_type: str
     task_queue: str
+    namespace: str = "default"  # a Kadence deployment is one namespace
+    attempt: int = 1
+
+    def _logger_details(self) -> dict[str, Any]:
+        """What workflow.logger adds to each record (temporalio's keys)."""
+        return {
+            "attempt": self.attempt, "namespace": self.namespace, "run_id": self.run_id, "task_queue": self.task_queue,
+            "workflow_id": self.workflow_id, "workflow_type": self.workflow_type,
+        }
 
 
 class DurableTimerHandle(asyncio.TimerHandle):
@@ -153,6 +162,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._initiated: dict[int, PendingCommand] = {}  # children and external requests by initiated event id
         self._replaying = False
+        self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
         self._upcoming: list[Record] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
         self._local_activities: list[LocalActivity] = []
@@ -527,6 +537,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         """Past the history service's warning thresholds: a long-running workflow should continue as new."""
         return self.history_length >= WARN_HISTORY_EVENTS or self.history_bytes >= WARN_HISTORY_BYTES
 
+    def is_replaying(self) -> bool:
+        """Whether the code runs again for history already recorded (its commands were sent before)."""
+        return self._replaying or self.replay_only
+
     def now(self) -> datetime:
         return datetime.fromtimestamp(self._time_ms / 1000, UTC)
 
@@ -592,6 +606,7 @@ def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataCo
     where the workflow code issues other commands than the history recorded. The commands of a
     workflow task not recorded yet are dropped."""
     instance = WorkflowInstance(definition, info, converter)
+    instance.replay_only = True
     last = history[-1]
     instance.activate(history, last["event_id"], last["event_time_ms"])
     return instance

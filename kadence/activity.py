@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload
@@ -34,6 +35,15 @@ class Info:
     """What the last heartbeat of an earlier attempt carried, to resume from."""
     is_local: bool = False
     """A local activity: run by the workflow's worker within its workflow task (heartbeats are ignored)."""
+    namespace: str = "default"
+
+    def _logger_details(self) -> dict[str, Any]:
+        """What activity.logger adds to each record (temporalio's keys)."""
+        return {
+            "activity_id": self.activity_id, "activity_type": self.activity_type, "attempt": self.attempt,
+            "namespace": self.namespace, "task_queue": self.task_queue, "workflow_id": self.workflow_id,
+            "workflow_run_id": self.workflow_run_id, "workflow_type": self.workflow_type,
+        }
 
 
 class HeartbeatSender(Protocol):
@@ -87,3 +97,40 @@ def info() -> Info:
         return _current_info.get()
     except LookupError:
         raise RuntimeError("activity.info() called outside an activity") from None
+
+
+class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger for activity code (as temporalio's): in an activity, each record gets the attempt's
+    details appended to its message (`activity_info_on_message`) and as
+    `extra["temporal_activity"]` (`activity_info_on_extra`), the whole Info as
+    `extra["activity_info"]` if `full_activity_info_on_extra`."""
+
+    def __init__(self, logger: logging.Logger, extra: Mapping[str, Any] | None) -> None:
+        super().__init__(logger, extra or {})
+        self.activity_info_on_message = True
+        self.activity_info_on_extra = True
+        self.full_activity_info_on_extra = False
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        current = _current_info.get(None)
+        if current is None:
+            return msg, kwargs
+        details = current._logger_details()
+        extra = dict(kwargs.get("extra") or {})  # a copy: the caller's dict stays as it was
+        if self.activity_info_on_extra:
+            extra["temporal_activity"] = details
+        if self.full_activity_info_on_extra:
+            extra["activity_info"] = current
+        kwargs["extra"] = extra
+        if self.activity_info_on_message:
+            msg = f"{msg} ({details})"
+        return msg, kwargs
+
+    @property
+    def base_logger(self) -> logging.Logger:
+        """The logger underneath, to add handlers or formatters to."""
+        return self.logger
+
+
+logger = LoggerAdapter(logging.getLogger("kadence.activity"), None)
+"""Logger for activity code: the attempt's details on every record."""

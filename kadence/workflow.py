@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import random as _random
 import typing
 import uuid as _uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
@@ -27,6 +28,7 @@ __all__ = [
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
     "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
+    "logger", "LoggerAdapter",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -191,18 +193,71 @@ def _owner_class(fn: Callable[..., Any]) -> type | None:
     return getattr(module, qualname.rsplit(".", 1)[0], None)
 
 
-def _instance() -> WorkflowInstance:
+def _current_instance() -> WorkflowInstance | None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        loop = None
-    if not isinstance(loop, WorkflowInstance):
+        return None
+    return loop if isinstance(loop, WorkflowInstance) else None
+
+
+def _instance() -> WorkflowInstance:
+    instance = _current_instance()
+    if instance is None:
         raise RuntimeError("not in a workflow: this call is only valid in workflow code run by a Worker")
-    return loop
+    return instance
 
 
 def info() -> WorkflowInfo:
     return _instance().info
+
+
+class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger for workflow code (as temporalio's): each record gets the run's details appended to
+    its message (`workflow_info_on_message`) and as `extra["temporal_workflow"]`
+    (`workflow_info_on_extra`), the whole Info as `extra["workflow_info"]` if
+    `full_workflow_info_on_extra`; nothing is logged while the run replays history unless
+    `log_during_replay`, so a message appears once however often the run is rebuilt."""
+
+    def __init__(self, logger: logging.Logger, extra: typing.Mapping[str, Any] | None) -> None:
+        super().__init__(logger, extra or {})
+        self.workflow_info_on_message = True
+        self.workflow_info_on_extra = True
+        self.full_workflow_info_on_extra = False
+        self.log_during_replay = False
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        instance = _current_instance()
+        if instance is None:
+            return msg, kwargs
+        details = instance.info._logger_details()
+        extra: dict[str, Any] = {}
+        if self.workflow_info_on_extra:
+            extra["temporal_workflow"] = details
+        if self.full_workflow_info_on_extra:
+            extra["workflow_info"] = instance.info
+        kwargs["extra"] = {**extra, **(kwargs.get("extra") or {})}  # the caller's extra wins, as temporalio
+        if self.workflow_info_on_message:
+            msg = f"{msg} ({details})"
+        return msg, kwargs
+
+    def isEnabledFor(self, level: int) -> bool:
+        instance = _current_instance()
+        if instance is not None and instance.is_replaying() and not self.log_during_replay:
+            return False
+        return super().isEnabledFor(level)
+
+    @property
+    def base_logger(self) -> logging.Logger:
+        """The logger underneath, to add handlers or formatters to."""
+        return self.logger
+
+    def unsafe_disable_sandbox(self, value: bool = True) -> None:
+        """Nothing to disable: Kadence runs workflow code without a sandbox."""
+
+
+logger = LoggerAdapter(logging.getLogger("kadence.workflow"), None)
+"""Logger for workflow code: the run's details on every record, quiet during replay."""
 
 
 def now() -> datetime:

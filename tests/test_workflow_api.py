@@ -1,0 +1,60 @@
+"""The workflow-side API a ported temporalio program meets first, used as temporalio's docs show it."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.worker import Worker
+
+
+@activity.defn
+async def say_hello(name: str) -> str:
+    activity.logger.info("greeting %s", name)
+    return f"Hello, {name}!"
+
+
+@workflow.defn
+class LoggingWorkflow:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        workflow.logger.info("starting for %s", name)
+        greeting = await workflow.execute_activity(say_hello, name, start_to_close_timeout=timedelta(seconds=10))
+        await workflow.sleep(0.01)
+        workflow.logger.info("done: %s", greeting)
+        return greeting
+
+
+async def test_workflow_and_activity_loggers_add_details_and_stay_quiet_on_replay(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    workflow_id = f"logging-{uuid.uuid4()}"
+    caplog.set_level(logging.INFO, logger="kadence.workflow")
+    caplog.set_level(logging.INFO, logger="kadence.activity")
+    # No cache: every workflow task replays the run from its history, the first log line included.
+    async with Worker(client, task_queue=task_queue, workflows=[LoggingWorkflow], activities=[say_hello], max_cached_workflows=0):
+        handle = await client.start_workflow(LoggingWorkflow.run, "Ada", id=workflow_id, task_queue=task_queue)
+        assert await handle.result() == "Hello, Ada!"
+
+    workflow_records = [r for r in caplog.records if r.name == "kadence.workflow"]
+    assert [r.getMessage().split(" (")[0] for r in workflow_records] == ["starting for Ada", "done: Hello, Ada!"]
+    for record in workflow_records:
+        details = record.temporal_workflow  # type: ignore[attr-defined]
+        assert details == {
+            "attempt": 1, "namespace": "default", "run_id": handle.run_id, "task_queue": task_queue,
+            "workflow_id": workflow_id, "workflow_type": "LoggingWorkflow",
+        }
+        assert record.getMessage().endswith(f"({details})")
+
+    (activity_record,) = [r for r in caplog.records if r.name == "kadence.activity"]
+    details = activity_record.temporal_activity  # type: ignore[attr-defined]
+    assert details == {
+        "activity_id": "1", "activity_type": "say_hello", "attempt": 1, "namespace": "default", "task_queue": task_queue,
+        "workflow_id": workflow_id, "workflow_run_id": handle.run_id, "workflow_type": "LoggingWorkflow",
+    }
+    assert activity_record.getMessage() == f"greeting Ada ({details})"
