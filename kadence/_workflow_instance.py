@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import inspect
 import random
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -162,6 +163,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._initiated: dict[int, PendingCommand] = {}  # children and external requests by initiated event id
         self._replaying = False
+        self.read_only = False  # in a query handler or update validator
         self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
         self._upcoming: list[Record] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
@@ -392,7 +394,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 )
             args = self.converter.payload_converter.from_payloads(attrs["args"], method_arg_types(handler))
             if validator is not None:
-                validator(self._object, *args)
+                self.read_only = True
+                try:
+                    validator(self._object, *args)
+                finally:
+                    self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
             self._issue(("RejectWorkflowUpdate", {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
             return
@@ -423,14 +429,23 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         return pending
 
     def _run_ready(self) -> None:
-        previous = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(self)
-        try:
+        with self._running():
             while self._ready or self._resolve_conditions():
                 handle = self._ready.popleft()
                 if not handle._cancelled:
                     handle._run()
+
+    @contextlib.contextmanager
+    def _running(self, read_only: bool = False) -> Iterator[None]:
+        """Workflow code runs with this run as the running loop (what the workflow API looks up);
+        a query handler or update validator runs read-only."""
+        previous = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(self)
+        self.read_only = read_only
+        try:
+            yield
         finally:
+            self.read_only = False
             asyncio.events._set_running_loop(previous)
 
     # ---- the workflow API's view of the run --------------------------------------------------
@@ -531,7 +546,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 type="QueryNotRegistered", non_retryable=True,
             )
         args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
-        return self.converter.payload_converter.to_payload(handler(self._object, *args))
+        with self._running(read_only=True):
+            result = handler(self._object, *args)
+        return self.converter.payload_converter.to_payload(result)
 
     def continue_as_new_suggested(self) -> bool:
         """Past the history service's warning thresholds: a long-running workflow should continue as new."""

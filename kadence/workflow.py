@@ -7,12 +7,15 @@ randomness, the network or files except through this module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import enum
 import inspect
 import logging
 import random as _random
 import typing
 import uuid as _uuid
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
@@ -28,7 +31,7 @@ __all__ = [
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
     "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
-    "logger", "LoggerAdapter",
+    "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -208,8 +211,98 @@ def _instance() -> WorkflowInstance:
     return instance
 
 
+def in_workflow() -> bool:
+    """Whether the code is running in a workflow."""
+    return _current_instance() is not None
+
+
 def info() -> WorkflowInfo:
     return _instance().info
+
+
+class SandboxImportNotificationPolicy(enum.Flag):
+    """temporalio's sandbox import policies: accepted and ignored, there being no sandbox."""
+
+    SILENT = enum.auto()
+    WARN_ON_DYNAMIC_IMPORT = enum.auto()
+    WARN_ON_UNINTENTIONAL_PASSTHROUGH = enum.auto()
+    RAISE_ON_UNINTENTIONAL_PASSTHROUGH = enum.auto()
+
+
+_sandbox_unrestricted: contextvars.ContextVar[bool] = contextvars.ContextVar("kadence_sandbox_unrestricted", default=False)
+_imports_passed_through: contextvars.ContextVar[bool] = contextvars.ContextVar("kadence_imports_passed_through", default=False)
+_import_policy: contextvars.ContextVar[SandboxImportNotificationPolicy | None] = contextvars.ContextVar(
+    "kadence_import_notification_policy", default=None,
+)
+
+
+@contextlib.contextmanager
+def _flag_set(flag: contextvars.ContextVar[Any], value: Any) -> Iterator[None]:
+    token = flag.set(value)
+    try:
+        yield
+    finally:
+        flag.reset(token)
+
+
+class unsafe:  # noqa: N801 (temporalio's name)
+    """temporalio's escape hatches for workflow code. Kadence runs workflow code without a sandbox
+    (determinism is the code's own duty, checked on replay), so the sandbox's context managers
+    only mark their block, as under temporalio's UnsandboxedWorkflowRunner."""
+
+    def __init__(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def in_sandbox() -> bool:
+        """Always False: there is no sandbox."""
+        return False
+
+    @staticmethod
+    def is_replaying() -> bool:
+        """Whether the workflow runs again over history already recorded (a query or update
+        validator during a replay included)."""
+        return _instance().is_replaying()
+
+    @staticmethod
+    def is_replaying_history_events() -> bool:
+        """Whether the workflow replays history events (queries and update validators, being live, excluded)."""
+        instance = _instance()
+        return instance.is_replaying() and not instance.read_only
+
+    @staticmethod
+    def is_read_only() -> bool:
+        """Whether the code runs in a query handler or update validator, which must not change state."""
+        return _instance().read_only
+
+    @staticmethod
+    def is_sandbox_unrestricted() -> bool:
+        """Whether the code runs inside sandbox_unrestricted()."""
+        return _sandbox_unrestricted.get()
+
+    @staticmethod
+    def sandbox_unrestricted() -> contextlib.AbstractContextManager[None]:
+        """Run a block without sandbox restrictions (a no-op: there are none)."""
+        return _flag_set(_sandbox_unrestricted, True)
+
+    @staticmethod
+    def is_imports_passed_through() -> bool:
+        """Whether the code runs inside imports_passed_through()."""
+        return _imports_passed_through.get()
+
+    @staticmethod
+    def imports_passed_through() -> contextlib.AbstractContextManager[None]:
+        """Import modules as they are, not reloaded per run (a no-op: every import is)."""
+        return _flag_set(_imports_passed_through, True)
+
+    @staticmethod
+    def current_import_notification_policy_override() -> SandboxImportNotificationPolicy | None:
+        return _import_policy.get()
+
+    @staticmethod
+    def sandbox_import_notification_policy(policy: SandboxImportNotificationPolicy) -> contextlib.AbstractContextManager[None]:
+        """Set the sandbox's import notification policy for a block (recorded, nothing to notify)."""
+        return _flag_set(_import_policy, policy)
 
 
 class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -243,7 +336,7 @@ class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def isEnabledFor(self, level: int) -> bool:
         instance = _current_instance()
-        if instance is not None and instance.is_replaying() and not self.log_during_replay:
+        if instance is not None and instance.is_replaying() and not instance.read_only and not self.log_during_replay:
             return False
         return super().isEnabledFor(level)
 

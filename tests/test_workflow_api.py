@@ -12,6 +12,9 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.worker import Worker
 
+with workflow.unsafe.imports_passed_through():
+    from tests.workflows import echo
+
 
 @activity.defn
 async def say_hello(name: str) -> str:
@@ -58,3 +61,40 @@ async def test_workflow_and_activity_loggers_add_details_and_stay_quiet_on_repla
         "workflow_id": workflow_id, "workflow_run_id": handle.run_id, "workflow_type": "LoggingWorkflow",
     }
     assert activity_record.getMessage() == f"greeting Ada ({details})"
+
+
+@workflow.defn
+class ReplayAwareWorkflow:
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    @workflow.run
+    async def run(self) -> list[bool]:
+        with workflow.unsafe.sandbox_unrestricted():
+            assert workflow.unsafe.is_sandbox_unrestricted() and not workflow.unsafe.in_sandbox()
+        self.seen.append(workflow.unsafe.is_replaying())
+        await workflow.execute_activity(echo, "step", start_to_close_timeout=timedelta(seconds=10))
+        self.seen.append(workflow.unsafe.is_replaying())
+        return self.seen
+
+    @workflow.query
+    def modes(self) -> dict[str, bool]:
+        return {
+            "in_workflow": workflow.in_workflow(), "replaying": workflow.unsafe.is_replaying(),
+            "replaying_history_events": workflow.unsafe.is_replaying_history_events(), "read_only": workflow.unsafe.is_read_only(),
+        }
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_unsafe_reports_replay_and_read_only_without_a_sandbox(client: Client, task_queue: str, cache: int) -> None:
+    assert not workflow.in_workflow() and not workflow.unsafe.is_imports_passed_through()
+    with workflow.unsafe.imports_passed_through():
+        assert workflow.unsafe.is_imports_passed_through()
+    async with Worker(client, task_queue=task_queue, workflows=[ReplayAwareWorkflow], activities=[echo], max_cached_workflows=cache):
+        handle = await client.start_workflow(ReplayAwareWorkflow.run, id=f"replay-aware-{uuid.uuid4()}", task_queue=task_queue)
+        # The second task replays the first when the run is not cached: its first step then says so.
+        assert await handle.result() == [cache == 0, False]
+        # The closed run is rebuilt from history to answer: a replay, and a query is read-only.
+        assert await handle.query(ReplayAwareWorkflow.modes) == {
+            "in_workflow": True, "replaying": True, "replaying_history_events": False, "read_only": True,
+        }
