@@ -1,11 +1,16 @@
-"""Converting user values to Payloads and exceptions to Failures (as temporalio.converter)."""
+"""Converting user values to Payloads and exceptions to Failures, as temporalio.converter: a
+DataConverter holds a payload converter (by default a composite of encoding converters, tried in
+order), a failure converter and an optional payload codec."""
 
 from __future__ import annotations
 
 import abc
+import collections
+import collections.abc
 import dataclasses
 import datetime
 import enum
+import inspect
 import json
 import traceback
 import types
@@ -13,8 +18,9 @@ import typing
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
+from kadence.api.common.v1 import Payload
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
@@ -28,92 +34,356 @@ from kadence.exceptions import (
 )
 from kadence.protocol.limits import iter_payloads
 
-Payload = dict[str, Any]
+try:  # the protobuf converters work where protobuf is installed, as in temporalio
+    import google.protobuf.json_format as _proto_json
+    import google.protobuf.message as _proto_message
+    import google.protobuf.symbol_database as _proto_symbols
+except ImportError:
+    _proto_json = _proto_message = _proto_symbols = None  # type: ignore[assignment]
+
 Failure = dict[str, Any]
 
-ENCODING_NULL = b"binary/null"
-ENCODING_BYTES = b"binary/plain"
-ENCODING_JSON = b"json/plain"
 
+class PayloadConverter(abc.ABC):
+    """Values to payloads and back (temporalio.converter.PayloadConverter)."""
 
-class JSONPayloadConverter:
-    """None, bytes, and anything JSON can carry, with dataclasses rebuilt from type hints."""
+    @abc.abstractmethod
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]: ...
+
+    @abc.abstractmethod
+    def from_payloads(self, payloads: Sequence[Any], type_hints: Sequence[Any] | None = None) -> list[Any]: ...
 
     def to_payload(self, value: Any) -> Payload:
-        if value is None:
-            return {"metadata": {"encoding": ENCODING_NULL}, "data": b""}
-        if isinstance(value, bytes):
-            return {"metadata": {"encoding": ENCODING_BYTES}, "data": value}
-        data = json.dumps(value, default=_json_default, separators=(",", ":"), sort_keys=True).encode()
-        return {"metadata": {"encoding": ENCODING_JSON}, "data": data}
+        return self.to_payloads([value])[0]
 
-    def from_payload(self, payload: Payload | None, type_hint: Any = None) -> Any:
-        if payload is None:
+    def from_payload(self, payload: Any, type_hint: Any = None) -> Any:
+        """One value; a missing payload (a record's null, say a void result) is None."""
+        return None if payload is None else self.from_payloads([payload], [type_hint])[0]
+
+
+class EncodingPayloadConverter(abc.ABC):
+    """One encoding of a CompositePayloadConverter: `to_payload` returns None for a value it does not take."""
+
+    @property
+    @abc.abstractmethod
+    def encoding(self) -> str: ...
+
+    @abc.abstractmethod
+    def to_payload(self, value: Any) -> Payload | None: ...
+
+    @abc.abstractmethod
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any: ...
+
+
+class CompositePayloadConverter(PayloadConverter):
+    """Encodes with the first converter that takes the value; decodes with the one the payload's
+    `encoding` names."""
+
+    def __init__(self, *converters: EncodingPayloadConverter) -> None:
+        self.converters: dict[bytes, EncodingPayloadConverter] = {c.encoding.encode(): c for c in converters}
+
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
+        payloads = []
+        for index, value in enumerate(values):
+            payload = next((p for p in (c.to_payload(value) for c in self.converters.values()) if p is not None), None)
+            if payload is None:
+                raise RuntimeError(f"Value at index {index} of type {type(value)} has no known converter")
+            payloads.append(payload)
+        return payloads
+
+    def from_payloads(self, payloads: Sequence[Any], type_hints: Sequence[Any] | None = None) -> list[Any]:
+        values = []
+        for index, record in enumerate(payloads):
+            payload = Payload.of(record)
+            encoding = payload.metadata.get("encoding", b"<unknown>")
+            converter = self.converters.get(encoding)
+            if converter is None:
+                raise KeyError(f"Unknown payload encoding {encoding.decode(errors='replace')}: register an EncodingPayloadConverter for it")
+            hint = type_hints[index] if type_hints is not None and index < len(type_hints) else None
+            try:
+                values.append(converter.from_payload(payload, hint))
+            except RuntimeError as err:
+                name = encoding.decode(errors="replace")
+                raise RuntimeError(f"Payload at index {index} with encoding {name} could not be converted") from err
+        return values
+
+
+class BinaryNullPayloadConverter(EncodingPayloadConverter):
+    encoding = "binary/null"  # type: ignore[assignment]
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return Payload(metadata={"encoding": b"binary/null"}) if value is None else None
+
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
+        if payload.data:
+            raise RuntimeError("Expected empty data set for binary/null")
+        return None
+
+
+class BinaryPlainPayloadConverter(EncodingPayloadConverter):
+    encoding = "binary/plain"  # type: ignore[assignment]
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return Payload(metadata={"encoding": b"binary/plain"}, data=value) if isinstance(value, bytes) else None
+
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
+        return payload.data
+
+
+def _is_proto_message(value: Any) -> bool:
+    return _proto_message is not None and isinstance(value, _proto_message.Message) and value.DESCRIPTOR is not None
+
+
+def _proto_instance(payload: Payload) -> Any:
+    message_type = payload.metadata.get("messageType", b"<unknown>").decode()
+    if _proto_symbols is None:
+        raise RuntimeError(f"A {message_type} protobuf payload needs the protobuf package: pip install protobuf")
+    try:
+        return _proto_symbols.Default().GetSymbol(message_type)()
+    except KeyError as err:
+        raise RuntimeError(f"Unknown Protobuf type {message_type}: import its generated module in this process") from err
+
+
+class JSONProtoPayloadConverter(EncodingPayloadConverter):
+    encoding = "json/protobuf"  # type: ignore[assignment]
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if not _is_proto_message(value):
             return None
-        encoding = payload["metadata"].get("encoding")
-        if encoding == ENCODING_NULL:
+        data = json.dumps(_proto_json.MessageToDict(value), separators=(",", ":"), sort_keys=True).encode()
+        return Payload(metadata={"encoding": b"json/protobuf", "messageType": value.DESCRIPTOR.full_name.encode()}, data=data)
+
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
+        message = _proto_instance(payload)
+        try:
+            return _proto_json.Parse(payload.data, message)
+        except _proto_json.ParseError as err:
+            raise RuntimeError("Failed parsing") from err
+
+
+class BinaryProtoPayloadConverter(EncodingPayloadConverter):
+    encoding = "binary/protobuf"  # type: ignore[assignment]
+
+    def to_payload(self, value: Any) -> Payload | None:
+        if not _is_proto_message(value):
             return None
-        if encoding == ENCODING_BYTES:
-            return payload["data"]
-        if encoding != ENCODING_JSON:
-            raise ValueError(f"unknown payload encoding {encoding!r}; register a payload converter for it")
-        return _to_type(json.loads(payload["data"]), type_hint)
+        return Payload(metadata={"encoding": b"binary/protobuf", "messageType": value.DESCRIPTOR.full_name.encode()},
+                       data=value.SerializeToString())
 
-    def to_payloads(self, values: typing.Sequence[Any]) -> list[Payload]:
-        return [self.to_payload(v) for v in values]
-
-    def from_payloads(self, payloads: list[Payload], type_hints: typing.Sequence[Any] | None = None) -> list[Any]:
-        hints = list(type_hints or [])
-        return [self.from_payload(p, hints[i] if i < len(hints) else None) for i, p in enumerate(payloads)]
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
+        message = _proto_instance(payload)
+        try:
+            message.ParseFromString(payload.data)
+        except _proto_message.DecodeError as err:
+            raise RuntimeError("Failed parsing") from err
+        return message
 
 
-def _json_default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (datetime.datetime, datetime.date)):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if hasattr(value, "model_dump"):  # a pydantic model
-        return value.model_dump(mode="json")
-    raise TypeError(
-        f"{type(value).__name__} is not JSON serializable; use JSON types, a dataclass, a pydantic model, datetime, UUID or an Enum"
+class AdvancedJSONEncoder(json.JSONEncoder):
+    """JSON for dataclasses, pydantic models, datetimes, UUIDs, enums and any iterable."""
+
+    def default(self, o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return dataclasses.asdict(o)
+        if isinstance(o, (datetime.datetime, datetime.date, datetime.time)):
+            return o.isoformat()
+        if isinstance(o, uuid.UUID):
+            return str(o)
+        if isinstance(o, enum.Enum):
+            return o.value
+        if callable(getattr(o, "model_dump", None)):  # pydantic 2
+            return o.model_dump(mode="json")
+        if callable(getattr(o, "dict", None)):  # pydantic 1 and the like
+            return o.dict()
+        if isinstance(o, (set, frozenset)):  # in a replayable order: a set's order changes between processes
+            try:
+                return sorted(o)
+            except TypeError:
+                return list(o)
+        if isinstance(o, collections.abc.Iterable):
+            return list(o)
+        return super().default(o)
+
+
+class JSONTypeConverter(abc.ABC):
+    """Rebuilds a type from decoded JSON where the defaults cannot (temporalio's custom_type_converters)."""
+
+    Unhandled: ClassVar[Any] = object()
+
+    @abc.abstractmethod
+    def to_typed_value(self, hint: Any, value: Any) -> Any:
+        """The value as `hint`, or `JSONTypeConverter.Unhandled`."""
+
+
+class JSONPlainPayloadConverter(EncodingPayloadConverter):
+    """Anything JSON carries, plus what `encoder` adds; decoded values are rebuilt from the type hint."""
+
+    def __init__(
+        self, *, encoder: type[json.JSONEncoder] | None = AdvancedJSONEncoder, decoder: type[json.JSONDecoder] | None = None,
+        encoding: str = "json/plain", custom_type_converters: Sequence[JSONTypeConverter] = (),
+    ) -> None:
+        self._encoder = encoder
+        self._decoder = decoder
+        self._encoding = encoding
+        self._custom_type_converters = list(custom_type_converters)
+
+    @property
+    def encoding(self) -> str:
+        return self._encoding
+
+    def to_payload(self, value: Any) -> Payload | None:
+        try:
+            data = json.dumps(value, cls=self._encoder, separators=(",", ":"), sort_keys=True).encode()
+        except TypeError as err:
+            raise TypeError(
+                f"{err}; use JSON types, a dataclass, a pydantic model, datetime, UUID, an Enum, or a converter of your own"
+            ) from err
+        return Payload(metadata={"encoding": self._encoding.encode()}, data=data)
+
+    def from_payload(self, payload: Payload, type_hint: Any = None) -> Any:
+        try:
+            value = json.loads(payload.data, cls=self._decoder)
+        except json.JSONDecodeError as err:
+            raise RuntimeError("Failed parsing") from err
+        return value_to_type(type_hint, value, self._custom_type_converters) if type_hint is not None else value
+
+
+class DefaultPayloadConverter(CompositePayloadConverter):
+    """None, bytes, protobuf messages and JSON, as every Temporal SDK encodes them."""
+
+    default_encoding_payload_converters: ClassVar[tuple[EncodingPayloadConverter, ...]] = (
+        BinaryNullPayloadConverter(), BinaryPlainPayloadConverter(), JSONProtoPayloadConverter(), BinaryProtoPayloadConverter(),
+        JSONPlainPayloadConverter(),
     )
 
+    def __init__(self) -> None:
+        super().__init__(*self.default_encoding_payload_converters)
 
-def _to_type(value: Any, hint: Any) -> Any:
-    """`value` (decoded JSON) as the type `hint` asks for, where JSON lost it."""
-    if hint is None or value is None or hint is Any:
+
+def value_to_type(hint: Any, value: Any, custom_converters: Sequence[JSONTypeConverter] = ()) -> Any:
+    """`value` (decoded JSON) as the type `hint` asks for, or TypeError saying why it is not one."""
+    for converter in custom_converters:
+        converted = converter.to_typed_value(hint, value)
+        if converted is not JSONTypeConverter.Unhandled:
+            return converted
+    if hint is None or hint is Any or isinstance(hint, typing.TypeVar):
         return value
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):  # Optional[X], X | None: the first type that is not None
-        return _to_type(value, next((a for a in args if a is not type(None)), None))
-    if origin is list and isinstance(value, list):
-        return [_to_type(v, args[0] if args else None) for v in value]
-    if origin is dict and isinstance(value, dict):
-        return {k: _to_type(v, args[1] if len(args) == 2 else None) for k, v in value.items()}
-    if not isinstance(hint, type):
+    if hint is type(None):
+        if value is not None:
+            raise TypeError(f"Expected None, got {type(value).__name__}")
+        return None
+    supertype = getattr(hint, "__supertype__", None)  # a NewType
+    if supertype is not None:
+        return value_to_type(supertype, value, custom_converters)
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if origin is Literal:
+        if value not in args:
+            raise TypeError(f"Value {value!r} not in literal values {args}")
         return value
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        hints = typing.get_type_hints(hint)
-        return hint(**{f.name: _to_type(value[f.name], hints.get(f.name)) for f in dataclasses.fields(hint) if f.name in value})
-    if hasattr(hint, "model_validate"):  # a pydantic model
-        return hint.model_validate(value)
-    if issubclass(hint, datetime.datetime) and isinstance(value, str):
-        return datetime.datetime.fromisoformat(value)
-    if issubclass(hint, datetime.date) and isinstance(value, str):
-        return datetime.date.fromisoformat(value)
-    if issubclass(hint, uuid.UUID) and isinstance(value, str):
-        return uuid.UUID(value)
-    if issubclass(hint, enum.Enum):
-        return hint(value)
+    if origin in (typing.Union, types.UnionType):
+        return _to_union_member(hint, args, value, custom_converters)
+    if not inspect.isclass(origin):
+        return value
+    return _to_class(hint, origin, args, value, custom_converters)
+
+
+def _to_union_member(hint: Any, members: tuple[Any, ...], value: Any, custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    """The first member the value converts to (None first, so Optional[X] keeps a None)."""
+    errors = []
+    for member in sorted(members, key=lambda m: m is not type(None)):
+        try:
+            return value_to_type(member, value, custom_converters)
+        except (TypeError, ValueError, KeyError) as err:
+            errors.append(f"{getattr(member, '__name__', member)}: {err}")
+    raise TypeError(f"Failed converting to {hint} from {value!r} ({'; '.join(errors)})")
+
+
+_SCALARS: dict[type, tuple[type, ...]] = {bool: (bool,), int: (int, float), float: (int, float), str: (str,)}
+
+
+def _to_class(hint: Any, origin: type, args: tuple[Any, ...], value: Any, custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    if origin in _SCALARS:
+        if not isinstance(value, _SCALARS[origin]):
+            raise TypeError(f"Expected {origin.__name__}, was {type(value).__name__}")
+        return origin(value)
+    if origin is bytes:
+        if not isinstance(value, (str, bytes, list)):
+            raise TypeError(f"Expected bytes, was {type(value).__name__}")
+        return value.encode() if isinstance(value, str) else bytes(value)
+    if issubclass(origin, enum.Enum):
+        return origin(value)
+    if issubclass(origin, (datetime.date, datetime.time)):
+        return origin.fromisoformat(_expect(str, value, hint))
+    if issubclass(origin, uuid.UUID):
+        return origin(_expect(str, value, hint))
+    if dataclasses.is_dataclass(origin):
+        fields = _expect(dict, value, hint)
+        hints = typing.get_type_hints(origin)
+        return origin(**{f.name: _field_value(hint, f.name, hints.get(f.name), fields[f.name], custom_converters)
+                         for f in dataclasses.fields(origin) if f.name in fields})
+    if callable(getattr(origin, "model_validate", None)):  # pydantic 2
+        return origin.model_validate(value)
+    if isinstance(inspect.getattr_static(origin, "parse_obj", None), (classmethod, staticmethod)):  # pydantic 1
+        return origin.parse_obj(value)  # type: ignore[attr-defined]
+    if issubclass(origin, collections.abc.Mapping):
+        return _to_mapping(hint, origin, args, _expect(dict, value, hint), custom_converters)
+    if issubclass(origin, collections.abc.Iterable) and not isinstance(value, (str, bytes, dict)):
+        return _to_collection(hint, origin, args, _expect(list, value, hint), custom_converters)
+    if isinstance(value, origin):
+        return value
+    raise TypeError(f"Cannot convert {type(value).__name__} to {hint}")
+
+
+def _expect(kind: type, value: Any, hint: Any) -> Any:
+    if not isinstance(value, kind):
+        raise TypeError(f"Cannot convert {type(value).__name__} to {hint}: expected a JSON {kind.__name__}")
     return value
 
 
+def _field_value(owner: Any, name: str, hint: Any, value: Any, custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    try:
+        return value_to_type(hint, value, custom_converters)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"Failed converting field {name} of {getattr(owner, '__name__', owner)}: {err}") from err
+
+
+def _to_mapping(hint: Any, origin: type, args: tuple[Any, ...], value: dict[Any, Any],
+                custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    if typing.is_typeddict(origin):
+        hints = typing.get_type_hints(origin)
+        return {key: _field_value(hint, key, hints.get(key), item, custom_converters) for key, item in value.items()}
+    key_hint, value_hint = (args + (None, None))[:2]
+    converted = {_to_key(key_hint, key, custom_converters): value_to_type(value_hint, item, custom_converters)
+                 for key, item in value.items()}
+    return converted if origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping) else origin(converted)
+
+
+def _to_key(hint: Any, key: str, custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    """A JSON object's key (always a string) as the mapping's key type."""
+    if hint in (int, float) and isinstance(key, str):
+        return hint(key)
+    return value_to_type(hint, key, custom_converters)
+
+
+def _to_collection(hint: Any, origin: type, args: tuple[Any, ...], value: list[Any],
+                   custom_converters: Sequence[JSONTypeConverter]) -> Any:
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(args) != len(value):
+            raise TypeError(f"Expected {len(args)} values for {hint}, got {len(value)}")
+        items = [value_to_type(arg, item, custom_converters) for arg, item in zip(args, value, strict=True)]
+    else:
+        item_hint = args[0] if args else None
+        items = [value_to_type(item_hint, item, custom_converters) for item in value]
+    if origin in (list, collections.abc.Sequence, collections.abc.MutableSequence, collections.abc.Iterable,
+                  collections.abc.Collection):
+        return items
+    if origin in (collections.abc.Set, collections.abc.MutableSet):
+        return set(items)
+    return origin(items)
+
+
 class FailureConverter:
-    def to_failure(self, exc: BaseException, payloads: JSONPayloadConverter) -> Failure:
+    def to_failure(self, exc: BaseException, payloads: PayloadConverter) -> Failure:
         failure: Failure = {
             "message": str(exc) if not isinstance(exc, FailureError) else exc.message,
             "type": type(exc).__name__, "source": "kadence-python-sdk",
@@ -136,7 +406,7 @@ class FailureConverter:
             failure["cause"] = self.to_failure(exc.__cause__, payloads)
         return failure
 
-    def from_failure(self, failure: Failure, payloads: JSONPayloadConverter) -> FailureError:
+    def from_failure(self, failure: Failure, payloads: PayloadConverter) -> FailureError:
         exc: FailureError
         info = failure.get("activity_failure_info")
         if info:
@@ -156,7 +426,7 @@ class FailureConverter:
         return exc
 
     def activity_error(
-        self, event_type: str, scheduled: dict[str, Any], attrs: dict[str, Any], payloads: JSONPayloadConverter,
+        self, event_type: str, scheduled: dict[str, Any], attrs: dict[str, Any], payloads: PayloadConverter,
     ) -> ActivityError:
         """The ActivityError a workflow sees when an activity fails for good, caused by its last failure."""
         error = ActivityError(
@@ -168,7 +438,7 @@ class FailureConverter:
         error.__cause__ = self.from_failure(attrs["failure"], payloads)
         return error
 
-    def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: JSONPayloadConverter) -> ChildWorkflowError:
+    def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
         """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
         error = ChildWorkflowError(
             "Child workflow execution failed", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
@@ -190,8 +460,9 @@ class FailureConverter:
 
 class PayloadCodec(abc.ABC):
     """Transforms payloads on their way out of and into the client and workers, say to compress or
-    encrypt them (as temporalio.converter.PayloadCodec). Workflow code and the services see only
-    what it produces; search attributes are left alone (the read model indexes them)."""
+    encrypt them (as temporalio.converter.PayloadCodec: it gets and returns `Payload`s). Workflow
+    code and the services see only what it produces; search attributes are left alone (the read
+    model indexes them)."""
 
     @abc.abstractmethod
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
@@ -205,9 +476,31 @@ _NOT_ENCODED = frozenset({"search_attributes"})
 
 @dataclass(frozen=True)
 class DataConverter:
-    payload_converter: JSONPayloadConverter = field(default_factory=JSONPayloadConverter)
-    failure_converter: FailureConverter = field(default_factory=FailureConverter)
+    """As temporalio's: `dataclasses.replace(DataConverter.default, payload_codec=...)` or
+    `DataConverter(payload_converter_class=...)`."""
+
+    payload_converter_class: type[PayloadConverter] = DefaultPayloadConverter
     payload_codec: PayloadCodec | None = None
+    failure_converter_class: type[FailureConverter] = FailureConverter
+    payload_converter: PayloadConverter = field(init=False)
+    failure_converter: FailureConverter = field(init=False)
+
+    default: ClassVar[DataConverter]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "payload_converter", self.payload_converter_class())
+        object.__setattr__(self, "failure_converter", self.failure_converter_class())
+
+    async def encode(self, values: Sequence[Any]) -> list[Payload]:
+        """The values as payloads, through the codec."""
+        payloads = self.payload_converter.to_payloads(values)
+        return await self.payload_codec.encode(payloads) if self.payload_codec is not None else payloads
+
+    async def decode(self, payloads: Sequence[Any], type_hints: Sequence[Any] | None = None) -> list[Any]:
+        """Payloads as values, through the codec."""
+        found = [Payload.of(p) for p in payloads]
+        decoded = await self.payload_codec.decode(found) if self.payload_codec is not None else found
+        return self.payload_converter.from_payloads(decoded, type_hints)
 
     def to_failure(self, exc: BaseException) -> Failure:
         return self.failure_converter.to_failure(exc, self.payload_converter)
@@ -219,21 +512,27 @@ class DataConverter:
         """Run the codec's encode over every payload in `record` (a command, an answer), in place."""
         if self.payload_codec is not None:
             found = list(iter_payloads(record, _NOT_ENCODED))
-            _replace_all(found, await self.payload_codec.encode(found))
+            _replace_all(found, await self.payload_codec.encode([Payload.of(p) for p in found]))
 
     async def decode_payloads(self, record: Any) -> None:
         """Run the codec's decode over every payload in `record` (a task, a history, a result), in place."""
         if self.payload_codec is not None:
             found = list(iter_payloads(record, _NOT_ENCODED))
-            _replace_all(found, await self.payload_codec.decode(found))
+            _replace_all(found, await self.payload_codec.decode([Payload.of(p) for p in found]))
 
 
-def _replace_all(targets: list[Payload], replacements: list[Payload]) -> None:
+DataConverter.default = DataConverter()
+
+
+def default() -> DataConverter:
+    """The default data converter (temporalio.converter.default())."""
+    return DataConverter.default
+
+
+def _replace_all(targets: list[dict[str, Any]], replacements: Sequence[Any]) -> None:
     if len(targets) != len(replacements):
         raise ValueError(f"the payload codec returned {len(replacements)} payloads for {len(targets)}")
     for target, replacement in zip(targets, replacements, strict=True):
+        payload = Payload.of(replacement)
         target.clear()
-        target.update(replacement)
-
-
-default = DataConverter
+        target.update(metadata=dict(payload.metadata), data=payload.data)

@@ -3,20 +3,35 @@ encryption) applied by client and worker, so payloads are unreadable in Kafka an
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import enum
 import os
+import typing
 import uuid
 import zlib
 from collections.abc import Sequence
+from typing import Literal, Optional
 
 import psycopg
 import pydantic
+import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf import timestamp_pb2
 
+from kadence.api.common.v1 import Payload
 from kadence.client import Client
-from kadence.converter import DataConverter, JSONPayloadConverter, Payload, PayloadCodec
+from kadence.converter import (
+    BinaryProtoPayloadConverter,
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    EncodingPayloadConverter,
+    JSONPlainPayloadConverter,
+    JSONTypeConverter,
+    PayloadCodec,
+)
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import read_to_end
@@ -27,11 +42,13 @@ SECRET = "top-secret-order-note"
 
 
 class ZlibCodec(PayloadCodec):
+    """As temporalio's documentation writes a codec: Payload objects and their protobuf bytes."""
+
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [{"metadata": {"encoding": b"binary/zlib"}, "data": zlib.compress(_serialize(p))} for p in payloads]
+        return [Payload(metadata={"encoding": b"binary/zlib"}, data=zlib.compress(p.SerializeToString())) for p in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [_deserialize(zlib.decompress(p["data"])) if p["metadata"].get("encoding") == b"binary/zlib" else p for p in payloads]
+        return [Payload.FromString(zlib.decompress(p.data)) if p.metadata.get("encoding") == b"binary/zlib" else p for p in payloads]
 
 
 class AesGcmCodec(PayloadCodec):
@@ -42,13 +59,13 @@ class AesGcmCodec(PayloadCodec):
         encrypted = []
         for payload in payloads:
             nonce = os.urandom(12)
-            sealed = nonce + self.aead.encrypt(nonce, _serialize(payload), None)
-            encrypted.append({"metadata": {"encoding": b"binary/encrypted"}, "data": sealed})
+            sealed = nonce + self.aead.encrypt(nonce, payload.SerializeToString(), None)
+            encrypted.append(Payload(metadata={"encoding": b"binary/encrypted"}, data=sealed))
         return encrypted
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [_deserialize(self.aead.decrypt(p["data"][:12], p["data"][12:], None))
-                if p["metadata"].get("encoding") == b"binary/encrypted" else p for p in payloads]
+        return [Payload.FromString(self.aead.decrypt(p.data[:12], p.data[12:], None))
+                if p.metadata.get("encoding") == b"binary/encrypted" else p for p in payloads]
 
 
 class ChainCodec(PayloadCodec):
@@ -66,20 +83,9 @@ class ChainCodec(PayloadCodec):
         return list(payloads)
 
 
-def _serialize(payload: Payload) -> bytes:
-    """A payload as bytes: its metadata as `key=value` lines, a blank line, its data."""
-    header = b"".join(key.encode() + b"=" + value.hex().encode() + b"\n" for key, value in payload["metadata"].items())
-    return header + b"\n" + payload["data"]
-
-
-def _deserialize(data: bytes) -> Payload:
-    header, _, body = data.partition(b"\n\n")
-    metadata = {key.decode(): bytes.fromhex(value.decode()) for key, _, value in (line.partition(b"=") for line in header.splitlines())}
-    return {"metadata": metadata, "data": body}
-
-
 async def test_encrypted_payloads_round_trip_and_are_unreadable_in_kafka_and_postgres(stack: LocalStack, task_queue: str) -> None:
-    converter = DataConverter(payload_codec=ChainCodec(ZlibCodec(), AesGcmCodec(AESGCM.generate_key(bit_length=256))))
+    codec = ChainCodec(ZlibCodec(), AesGcmCodec(AESGCM.generate_key(bit_length=256)))
+    converter = dataclasses.replace(DataConverter.default, payload_codec=codec)
     client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, data_converter=converter)
     workflow_id = f"encrypted-{uuid.uuid4()}"
     try:
@@ -122,7 +128,7 @@ class Customer(pydantic.BaseModel):
 
 
 def test_the_json_converter_keeps_dates_uuids_enums_dataclasses_and_pydantic_models() -> None:
-    converter = JSONPayloadConverter()
+    converter = DefaultPayloadConverter()
     shipment = Shipment(uuid.uuid4(), datetime.datetime(2026, 11, 30, 8, 0, tzinfo=datetime.UTC), datetime.date(2026, 12, 1), Color.RED)
     assert converter.from_payload(converter.to_payload(shipment), Shipment) == shipment
     assert converter.from_payload(converter.to_payload([shipment]), list[Shipment]) == [shipment]
@@ -130,3 +136,129 @@ def test_the_json_converter_keeps_dates_uuids_enums_dataclasses_and_pydantic_mod
     customer = Customer(name="Ada", since=datetime.date(2020, 1, 2))
     assert converter.from_payload(converter.to_payload(customer), Customer) == customer
     assert converter.from_payload(converter.to_payload(b"\x00raw"), bytes) == b"\x00raw"
+
+
+@dataclasses.dataclass
+class Card:
+    number: str
+
+
+@dataclasses.dataclass
+class Transfer:
+    iban: str
+    reference: str = ""
+
+
+class Size(enum.IntEnum):
+    SMALL = 1
+
+
+class Address(typing.TypedDict):
+    street: str
+    since: datetime.date
+
+
+def round_trip(value: object, hint: object) -> object:
+    converter = DataConverter.default.payload_converter
+    return converter.from_payloads(converter.to_payloads([value]), [hint])[0]
+
+
+@pytest.mark.parametrize(("value", "hint"), [
+    ({3, 1, 2}, set[int]),
+    (frozenset({"b", "a"}), frozenset[str]),
+    (Transfer("DE89"), Card | Transfer),  # a union of dataclasses: each member tried in order
+    (Card("4111"), Card | Transfer),
+    (None, Optional[Card]),
+    (Card("4111"), Optional[Card]),
+    ("express", Literal["standard", "express"]),
+    (Size.SMALL, Size),
+    (Color.RED, Color),
+    ({"street": "Main St", "since": datetime.date(2020, 1, 2)}, Address),
+    ({"a": [(1, Card("1"))], "b": []}, dict[str, list[tuple[int, Card]]]),
+    ({1: "one", 2: "two"}, dict[int, str]),
+    ((1, "x", 2.5), tuple[int, str, float]),
+    (collections.deque([1, 2]), collections.deque[int]),
+    (datetime.time(8, 30), datetime.time),
+])
+def test_the_default_converter_rebuilds_the_value_types_temporalio_does(value: object, hint: object) -> None:
+    assert round_trip(value, hint) == value
+    assert type(round_trip(value, hint)) is type(value)
+
+
+def test_a_value_that_is_not_its_hint_fails_with_the_reason() -> None:
+    with pytest.raises(TypeError, match="not in literal values"):
+        round_trip("overnight", Literal["standard", "express"])
+    with pytest.raises(TypeError, match="Failed converting to"):
+        round_trip({"amount": 3}, Card | Transfer)
+    with pytest.raises(TypeError, match="Expected int, was str"):
+        round_trip("3", int)
+
+
+def test_a_set_encodes_in_the_same_order_in_every_process() -> None:
+    """A workflow's command payloads must be the same when it is replayed in another process,
+    where strings hash differently."""
+    payload = DataConverter.default.payload_converter.to_payload({"pear", "apple", "fig"})
+    assert payload.data == b'["apple","fig","pear"]'
+
+
+class Money:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Money) and other.cents == self.cents
+
+
+class MoneyConverter(EncodingPayloadConverter):
+    """An encoding of its own, as temporalio's documentation shows a custom converter."""
+
+    @property
+    def encoding(self) -> str:
+        return "text/money"
+
+    def to_payload(self, value: object) -> Payload | None:
+        return Payload(metadata={"encoding": self.encoding.encode()}, data=str(value.cents).encode()) if isinstance(value, Money) else None
+
+    def from_payload(self, payload: Payload, type_hint: object = None) -> Money:
+        return Money(int(payload.data))
+
+
+class MoneyPayloadConverter(CompositePayloadConverter):
+    def __init__(self) -> None:
+        # before the defaults: JSON, the last of them, takes any value
+        super().__init__(MoneyConverter(), *DefaultPayloadConverter.default_encoding_payload_converters)
+
+
+class CentsTypeConverter(JSONTypeConverter):
+    def to_typed_value(self, hint: object, value: object) -> object:
+        return Money(value) if hint is Money else JSONTypeConverter.Unhandled  # type: ignore[arg-type]
+
+
+async def test_a_custom_payload_converter_class_and_json_type_converter_take_their_types() -> None:
+    converter = dataclasses.replace(DataConverter.default, payload_converter_class=MoneyPayloadConverter)
+    payloads = await converter.encode([Money(250), "note", None])
+    assert [p.metadata["encoding"] for p in payloads] == [b"text/money", b"json/plain", b"binary/null"]
+    assert await converter.decode(payloads, [Money, str, None]) == [Money(250), "note", None]
+    with pytest.raises(KeyError, match="Unknown payload encoding text/money"):
+        DataConverter.default.payload_converter.from_payloads(payloads[:1])
+    typed = JSONPlainPayloadConverter(custom_type_converters=[CentsTypeConverter()])
+    assert typed.from_payload(typed.to_payload(120), Money) == Money(120)
+
+
+def test_protobuf_messages_travel_as_json_or_binary_protobuf() -> None:
+    stamp = timestamp_pb2.Timestamp(seconds=1_700_000_000, nanos=5)
+    json_payload = DataConverter.default.payload_converter.to_payload(stamp)
+    assert json_payload.metadata == {"encoding": b"json/protobuf", "messageType": b"google.protobuf.Timestamp"}
+    assert DataConverter.default.payload_converter.from_payload(json_payload) == stamp
+    binary = BinaryProtoPayloadConverter().to_payload(stamp)
+    assert binary is not None and binary.metadata["encoding"] == b"binary/protobuf"
+    assert DataConverter.default.payload_converter.from_payload(binary) == stamp
+
+
+def test_a_payload_is_the_protobuf_message_temporal_codecs_expect() -> None:
+    payload = Payload(metadata={"encoding": b"json/plain", "z": b""}, data=b'{"a":1}')
+    # the bytes protobuf writes for temporal.api.common.v1.Payload (checked against temporalio 1.35)
+    assert payload.SerializeToString(deterministic=True) == (
+        b'\n\x16\n\x08encoding\x12\njson/plain\n\x05\n\x01z\x12\x00\x12\x07{"a":1}')
+    assert Payload.FromString(payload.SerializeToString()) == payload
+    assert payload == {"metadata": {"encoding": b"json/plain", "z": b""}, "data": b'{"a":1}'}  # the record field itself
