@@ -96,7 +96,7 @@ def start(workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[s
           execution_timeout: float | None, run_timeout: float | None, request_id: str, as_json: bool) -> None:
     """Start a workflow; prints its run id."""
     handle = _run(lambda c: _start(c, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id))
-    _echo({"workflow_id": handle.id, "run_id": handle.run_id}, as_json, f"started {handle.id} run {handle.run_id}")
+    _echo({"workflow_id": handle.id, "run_id": handle.result_run_id}, as_json, f"started {handle.id} run {handle.result_run_id}")
 
 
 @workflow_group.command("execute")

@@ -69,6 +69,7 @@ log = logging.getLogger("kadence.client")
 # a start produced to the topic by another process is recorded within milliseconds.
 NOT_FOUND_AFTER_S = 5.0
 QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
+CHAIN_MOVES_MAX = 20  # continue-as-news a cancel, terminate or update of a chain follows before giving up
 
 _UNSET: Any = object()
 
@@ -156,7 +157,13 @@ class Client:
                 "signal_input": self.data_converter.payload_converter.to_payloads(start_signal_args),
             }, request_id)
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
-        handle = WorkflowHandle(self, id, run_id=run_id, result_type=result_type)
+        # As temporalio: the handle targets the workflow id's current run (run_id None), so signals,
+        # queries, updates and cancellation reach the run a continue-as-new started; result() starts
+        # from this run and follows the chain; cancel, terminate and update stay within its chain.
+        handle = WorkflowHandle(
+            self, id, result_run_id=run_id, first_execution_run_id=run_id if start_signal is None else None,
+            result_type=result_type,
+        )
         handle._recorded = True  # the answer came from the read model
         return handle
 
@@ -187,8 +194,16 @@ class Client:
         """How many executions match a list filter."""
         return WorkflowExecutionCount(await count_executions((await self._read_model()).pool, query))
 
-    def get_workflow_handle(self, workflow_id: str, *, run_id: str | None = None, result_type: type | None = None) -> "WorkflowHandle":
-        return WorkflowHandle(self, workflow_id, run_id=run_id, result_type=result_type)
+    def get_workflow_handle(
+        self, workflow_id: str, *, run_id: str | None = None, first_execution_run_id: str | None = None,
+        result_type: type | None = None,
+    ) -> "WorkflowHandle":
+        """A handle on `run_id` (the current run without one); `first_execution_run_id` keeps
+        cancel, terminate and updates to the runs of the chain that run started (as temporalio)."""
+        return WorkflowHandle(
+            self, workflow_id, run_id=run_id, result_run_id=run_id, first_execution_run_id=first_execution_run_id,
+            result_type=result_type,
+        )
 
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
@@ -308,15 +323,100 @@ class WorkflowExecutionCount:
 
 
 class WorkflowHandle:
-    def __init__(self, client: Client, id: str, *, run_id: str | None, result_type: type | None) -> None:
-        problem = text_problem("workflow_id", id) or (text_problem("run_id", run_id) if run_id else None)
-        if problem:
-            raise CommandRejectedError(id, "INVALID_ARGUMENT", problem)
+    """As temporalio.client.WorkflowHandle: `run_id` pins signals, queries, updates, describe,
+    cancel and terminate to one run (None: the current run); `result_run_id` is the run result()
+    starts from; `first_execution_run_id` keeps cancel, terminate and updates to the current run
+    of the chain (continue-as-new) that run started."""
+
+    def __init__(
+        self, client: Client, id: str, *, run_id: str | None = None, result_run_id: str | None = None,
+        first_execution_run_id: str | None = None, result_type: type | None = None,
+    ) -> None:
+        for name, value in (("run_id", run_id), ("result_run_id", result_run_id), ("first_execution_run_id", first_execution_run_id)):
+            problem = text_problem("workflow_id", id) or (text_problem(name, value) if value else None)
+            if problem:
+                raise CommandRejectedError(id, "INVALID_ARGUMENT", problem)
         self.client = client
-        self.id = id
-        self.run_id = run_id
+        self._id = id
+        self._run_id = run_id
+        self._result_run_id = result_run_id
+        self._first_execution_run_id = first_execution_run_id
         self.result_type = result_type
         self._recorded = False  # whether the read model is known to hold the run
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def run_id(self) -> str | None:
+        """The run every call applies to; None (a handle from start_workflow) for the current run."""
+        return self._run_id
+
+    @property
+    def result_run_id(self) -> str | None:
+        """The run result() starts from: the started run for a handle from start_workflow."""
+        return self._result_run_id
+
+    @property
+    def first_execution_run_id(self) -> str | None:
+        """The first run of the chain cancel, terminate and updates must apply within."""
+        return self._first_execution_run_id
+
+    async def _chain_run_id(self) -> str:
+        """The run id a cancel, terminate or update names: `run_id`, else the current run of the
+        chain `first_execution_run_id` started (followed through the read model), else "" (the
+        workflow id's current run, whichever chain it belongs to)."""
+        if self._first_execution_run_id is None:
+            return self._run_id or ""
+        pool = (await self.client._read_model()).pool
+        run_id, chain = self._first_execution_run_id, [self._first_execution_run_id]
+        while True:
+            row = await until_answered("client_chain_lookup", lambda run_id=run_id: _run_row(pool, self._id, run_id))
+            if row is None:
+                raise WorkflowNotFoundError(f"workflow {self._id} run {run_id} not found")
+            status, next_run_id = row
+            if status != "ContinuedAsNew" or not next_run_id:
+                break
+            run_id = next_run_id
+            chain.append(run_id)
+        if self._run_id is None:
+            return run_id
+        if self._run_id not in chain:
+            raise CommandRejectedError(self._id, "WORKFLOW_NOT_FOUND", (
+                f"run {self._run_id} is not of the chain started by run {self._first_execution_run_id}"
+            ))
+        return self._run_id
+
+    async def _request_in_chain(self, kind: str, body: dict[str, Any], request_id: str) -> str:
+        """Send a cancel, terminate or update to the run `_chain_run_id` names; the run it applied to.
+        Rejected as not current because that run continued as new before the read model said so,
+        it goes to the chain's next run (with a request id of its own: the first has its answer)."""
+        for attempt in range(CHAIN_MOVES_MAX):
+            run_id = await self._chain_run_id()
+            sent_id = request_id if attempt == 0 else f"{request_id}/{attempt}"
+            try:
+                return await self.client._request(self._id, kind, {**body, "run_id": run_id, "request_id": sent_id}, sent_id)
+            except CommandRejectedError as exc:
+                if self._run_id is not None or self._first_execution_run_id is None or "is not the current run" not in exc.reason:
+                    raise
+                if not await self._continued_as_new(run_id):
+                    raise CommandRejectedError(self._id, exc.cause, (
+                        f"the current run of workflow {self._id} is not of the chain started by run "
+                        f"{self._first_execution_run_id}: {exc.reason}"
+                    )) from exc
+        raise CommandRejectedError(self._id, "WORKFLOW_NOT_FOUND", (
+            f"the chain started by run {self._first_execution_run_id} continued as new {CHAIN_MOVES_MAX} times while "
+            f"{kind} was sent: send it again"
+        ))
+
+    async def _continued_as_new(self, run_id: str) -> bool:
+        """Whether the run continued as new, once the read model records its close (within NOT_FOUND_AFTER_S)."""
+        try:
+            status, *_ = await asyncio.wait_for(self.client._closed_execution(self._id, run_id), NOT_FOUND_AFTER_S)
+        except TimeoutError:
+            return False
+        return status == "ContinuedAsNew"
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal this run (or the current run when the handle has no run_id); returns once the signal
@@ -335,7 +435,7 @@ class WorkflowHandle:
         grace, for a start another process just produced to the topic)."""
         if not self._recorded:
             await self._until_recorded()
-        run_id = self.run_id
+        run_id = self._result_run_id
         while True:
             status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
             if status != "ContinuedAsNew" or not follow_runs or not next_run_id:
@@ -423,8 +523,8 @@ class WorkflowHandle:
         reached = [read_model.expect_outcome(update_request_id(self.id, update_id))]
         if wait_for_stage == WorkflowUpdateStage.ACCEPTED:
             reached.append(read_model.expect_outcome(update_accepted_request_id(self.id, update_id)))
-        run_id = await self.client._request(self.id, "UpdateWorkflowExecution", {
-            "run_id": self.run_id or "", "update_id": update_id, "name": name, "request_id": f"admit/{self.id}/{update_id}",
+        run_id = await self._request_in_chain("UpdateWorkflowExecution", {
+            "update_id": update_id, "name": name,
             "args": self.client.data_converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
         }, f"admit/{self.id}/{update_id}")
         handle = WorkflowUpdateHandle(self.client, update_id, self.id, workflow_run_id=run_id, result_type=result_type)
@@ -458,16 +558,19 @@ class WorkflowHandle:
 
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""
-        found = await find_execution((await self.client._read_model()).pool, self.id, self.run_id)
+        return await self._execution(self.run_id)
+
+    async def _execution(self, run_id: str | None) -> WorkflowExecution:
+        found = await find_execution((await self.client._read_model()).pool, self.id, run_id)
         if found is None:
-            raise WorkflowNotFoundError(f"workflow {self.id}" + (f" run {self.run_id}" if self.run_id else "") + " not found")
+            raise WorkflowNotFoundError(f"workflow {self.id}" + (f" run {run_id}" if run_id else "") + " not found")
         return found
 
     async def _until_recorded(self) -> None:
         deadline = asyncio.get_running_loop().time() + NOT_FOUND_AFTER_S
         while True:
             try:
-                await until_answered("client_result_lookup", self.describe)  # an outage is not "not found"
+                await until_answered("client_result_lookup", lambda: self._execution(self._result_run_id))  # an outage is not "not found"
             except WorkflowNotFoundError:
                 if asyncio.get_running_loop().time() >= deadline:
                     raise
@@ -484,18 +587,13 @@ class WorkflowHandle:
 
     async def cancel(self) -> None:
         """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""
-        request_id = str(uuid.uuid4())
-        await self.client._request(self.id, "RequestCancelWorkflowExecution", {
-            "run_id": self.run_id or "", "reason": "", "request_id": request_id,
-        }, request_id)
+        await self._request_in_chain("RequestCancelWorkflowExecution", {"reason": ""}, str(uuid.uuid4()))
 
     async def terminate(self, *args: Any, reason: str | None = None) -> None:
         """End the run now: no workflow code runs, pending activities and timers are dropped."""
-        request_id = str(uuid.uuid4())
-        await self.client._request(self.id, "TerminateWorkflowExecution", {
-            "run_id": self.run_id or "", "reason": reason or "",
-            "details": self.client.data_converter.payload_converter.to_payloads(args), "request_id": request_id,
-        }, request_id)
+        await self._request_in_chain("TerminateWorkflowExecution", {
+            "reason": reason or "", "details": self.client.data_converter.payload_converter.to_payloads(args),
+        }, str(uuid.uuid4()))
 
 
 class WorkflowUpdateStage(IntEnum):
@@ -761,6 +859,14 @@ class _ReadModel:
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
+
+
+async def _run_row(pool: Any, workflow_id: str, run_id: str) -> tuple[str, str | None] | None:
+    """A run's status and the run it continued as (None when the read model does not hold it)."""
+    async with pool.connection() as conn:
+        return await (await conn.execute(
+            "SELECT status, next_run_id FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, run_id),
+        )).fetchone()
 
 
 def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:

@@ -192,7 +192,7 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
             await handle.signal(SignalOrTimerWorkflow.proceed, f"s{i}")
         result = await handle.result()
         completed_at[workflow_id] = time.monotonic()
-        return workflow_id, handle.run_id or "", result
+        return workflow_id, handle.result_run_id or "", result
 
     worker = Worker(client, task_queue=task_queue, workflows=[SignalOrTimerWorkflow], activities=[echo], max_concurrent_activities=200)
     working = asyncio.create_task(worker.run())
@@ -363,7 +363,7 @@ async def test_a_history_service_whose_producer_hits_a_fatal_error_recovers_its_
         report = await asyncio.to_thread(audit_history, stack.settings)
         assert report.violations == []
         for handle in handles:
-            assert [key for key in report.runs if key[0] == handle.id] == [(handle.id, handle.run_id)]
-            kinds = report.event_types(handle.id, handle.run_id or "")
+            assert [key for key in report.runs if key[0] == handle.id] == [(handle.id, handle.result_run_id)]
+            kinds = report.event_types(handle.id, handle.result_run_id or "")
             assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("TimerFired") == 1, kinds
         assert "event=history_recovered_in_place" in (tmp_path / "logs" / "test-process.log").read_text()

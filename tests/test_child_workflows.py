@@ -47,7 +47,7 @@ async def test_children_complete_continue_fail_take_signals_and_time_out(stack: 
         ]
 
     report = audited(stack)
-    family = [kind for kind in report.event_types(prefix, handle.run_id) if "Child" in kind or "External" in kind]
+    family = [kind for kind in report.event_types(prefix, handle.result_run_id) if "Child" in kind or "External" in kind]
     child = ["StartChildWorkflowExecutionInitiated", "ChildWorkflowExecutionStarted"]
     assert family == [
         *child, "ChildWorkflowExecutionCompleted",
@@ -63,7 +63,7 @@ async def test_children_complete_continue_fail_take_signals_and_time_out(stack: 
     assert len(countdown) == 3
     for events in [*countdown, *runs_of(report, f"{prefix}-echo")]:
         kind, started = events[0]["attributes"]
-        assert (kind, started["parent_workflow_id"], started["parent_run_id"]) == ("WorkflowExecutionStarted", prefix, handle.run_id)
+        assert (kind, started["parent_workflow_id"], started["parent_run_id"]) == ("WorkflowExecutionStarted", prefix, handle.result_run_id)
 
 
 async def test_the_parent_close_policy_terminates_abandons_or_cancels_a_running_child(
@@ -100,7 +100,7 @@ async def test_a_parent_hears_its_child_was_terminated(stack: LocalStack, client
         await wait_for_event(stack, child_id, "WorkflowExecutionStarted", timeout=30)
         await client.get_workflow_handle(child_id).terminate(reason="operator says no")
         assert await parent.result() == "TerminatedError: Workflow terminated"
-    kinds = audited(stack).event_types(workflow_id, parent.run_id)
+    kinds = audited(stack).event_types(workflow_id, parent.result_run_id)
     assert kinds[-5:] == [
         "ChildWorkflowExecutionTerminated", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
         "WorkflowExecutionCompleted",
@@ -114,7 +114,7 @@ async def test_a_parent_cancels_its_child_and_hears_it_ended_canceled(stack: Loc
         assert await handle.result() == "CancelledError"
 
     report = audited(stack)
-    kinds = report.event_types(workflow_id, handle.run_id)
+    kinds = report.event_types(workflow_id, handle.result_run_id)
     assert "RequestCancelExternalWorkflowExecutionInitiated" in kinds and "ChildWorkflowExecutionCanceled" in kinds
     (child,) = runs_of(report, f"{workflow_id}-child")
     requested = [attrs for kind, attrs in (e["attributes"] for e in child) if kind == "WorkflowExecutionCancelRequested"]
@@ -137,10 +137,10 @@ async def test_a_workflow_signals_and_cancels_other_workflows(stack: LocalStack,
         assert isinstance(cancelled.value.cause, CancelledError)
 
     report = audited(stack)
-    approval_events = [e["attributes"] for e in report.history(approval.id, approval.run_id)]
+    approval_events = [e["attributes"] for e in report.history(approval.id, approval.result_run_id)]
     signaled = [attrs for kind, attrs in approval_events if kind == "WorkflowExecutionSignaled"]
-    assert [(s["external_workflow_id"], s["external_run_id"]) for s in signaled] == [(base, sender.run_id)]
-    assert [kind for kind in report.event_types(base, sender.run_id) if "External" in kind] == [
+    assert [(s["external_workflow_id"], s["external_run_id"]) for s in signaled] == [(base, sender.result_run_id)]
+    assert [kind for kind in report.event_types(base, sender.result_run_id) if "External" in kind] == [
         "SignalExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionSignaled",
         "RequestCancelExternalWorkflowExecutionInitiated", "ExternalWorkflowExecutionCancelRequested",
         "SignalExternalWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionFailed",
@@ -154,6 +154,6 @@ async def test_a_patch_is_recorded_as_a_marker_and_replays_the_same_way(stack: L
         handle = await client.start_workflow(PatchedWorkflow.run, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "v2, then v2"
 
-    kinds = audited(stack).event_types(workflow_id, handle.run_id)
+    kinds = audited(stack).event_types(workflow_id, handle.result_run_id)
     assert kinds.count("MarkerRecorded") == 1
     assert "WorkflowTaskFailed" not in kinds

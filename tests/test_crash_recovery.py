@@ -74,7 +74,7 @@ async def test_worker_killed_mid_activity_gets_the_activity_retried_after_start_
 
     history = audit_history(stack.settings)
     assert history.violations == []
-    events = [e["attributes"] for e in history.history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in history.history(workflow_id, handle.result_run_id)]
     started = [(a["attempt"], a["identity"]) for kind, a in events if kind == "ActivityTaskStarted"]
     timed_out = [(a["retry_state"], a["failure"]["timeout_type"]) for kind, a in events if kind == "ActivityTaskTimedOut"]
     assert started == [(1, "doomed-worker"), (2, "rescuer")]
@@ -99,7 +99,7 @@ async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_t
 
     report = audit_history(stack.settings)
     assert report.violations == []
-    events = [e["attributes"] for e in report.history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in report.history(workflow_id, handle.result_run_id)]
     kinds = [kind for kind, _ in events]
     assert kinds[:4] == ["WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskTimedOut"]
     assert events[3][1]["timeout_type"] == "START_TO_CLOSE"
@@ -130,7 +130,7 @@ async def test_a_service_killed_mid_run_finishes_every_workflow_exactly_once(
     report = audit_history(stack.settings)
     assert report.violations == []
     for handle in handles:
-        event_types = report.event_types(handle.id, handle.run_id)
+        event_types = report.event_types(handle.id, handle.result_run_id)
         assert event_types.count("ActivityTaskScheduled") == 2
         assert event_types.count("ActivityTaskCompleted") == 2
         assert event_types.count("WorkflowExecutionCompleted") == 1
@@ -160,7 +160,7 @@ async def test_matching_and_history_killed_while_parents_run_children_start_and_
     report = audit_history(stack.settings)
     assert report.violations == []
     for handle in handles:
-        kinds = report.event_types(handle.id, handle.run_id)
+        kinds = report.event_types(handle.id, handle.result_run_id)
         assert (kinds.count("ChildWorkflowExecutionStarted"), kinds.count("ChildWorkflowExecutionCompleted")) == (1, 1)
         assert len([key for key in report.runs if key[0] == f"{handle.id}-child"]) == 1
 
@@ -174,7 +174,7 @@ async def test_history_service_killed_at_random_points_under_500_workflows_with_
             workflow_id = f"chaos-{i}-{uuid.uuid4()}"
             handle = await client.start_workflow(MixedWorkflow.run, f"order-{i}", id=workflow_id, task_queue=task_queue)
             await handle.signal(MixedWorkflow.deliver, f"signal-{i}")
-            return workflow_id, handle.run_id or "", await handle.result()
+            return workflow_id, handle.result_run_id or "", await handle.result()
 
         async def kill_history_now_and_then() -> int:
             kills = 0
@@ -300,7 +300,7 @@ async def test_a_closed_run_evicted_from_memory_still_decides_id_reuse_and_retri
                 TwoStepWorkflow.run, "y", id=workflow_id, task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
         retried = await client.start_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue, request_id="first")
-        assert retried.run_id == first.run_id
+        assert retried.result_run_id == first.result_run_id
         second = await client.start_workflow(TwoStepWorkflow.run, "z", id=workflow_id, task_queue=task_queue)
-        assert second.run_id != first.run_id and await second.result() == "z!"
+        assert second.result_run_id != first.result_run_id and await second.result() == "z!"
     assert audit_history(stack.settings).violations == []

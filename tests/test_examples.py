@@ -85,5 +85,5 @@ async def test_upload_heartbeats_and_is_cancelled_midway(stack: LocalStack, clie
         await asyncio.sleep(1)
         await handle.signal(UploadWorkflow.stop_upload)
         assert await asyncio.wait_for(handle.result(), timedelta(seconds=30).total_seconds()) == "upload stopped"
-    kinds = audit_history(stack.settings).event_types(workflow_id, handle.run_id)
+    kinds = audit_history(stack.settings).event_types(workflow_id, handle.result_run_id)
     assert "ActivityTaskCancelRequested" in kinds and kinds[-1] == "WorkflowExecutionCompleted"

@@ -92,8 +92,8 @@ async def _run_through_outages(stack: LocalStack) -> None:
     report = await asyncio.to_thread(audit_history, stack.settings)
     assert report.violations == [], "\n".join(report.violations[:20])
     for handle in handles:
-        assert [key for key in report.runs if key[0] == handle.id] == [(handle.id, handle.run_id)]
-        kinds = report.event_types(handle.id, handle.run_id or "")
+        assert [key for key in report.runs if key[0] == handle.id] == [(handle.id, handle.result_run_id)]
+        kinds = report.event_types(handle.id, handle.result_run_id or "")
         assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("TimerFired") == 1, f"{handle.id}: {kinds}"
         assert kinds.count("WorkflowExecutionCompleted") == 1 and kinds[-1] == "WorkflowExecutionCompleted", f"{handle.id}: {kinds}"
 

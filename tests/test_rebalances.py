@@ -80,7 +80,7 @@ async def test_every_workflow_completes_once_while_each_service_rebalances_under
             handle = await client.start_workflow(
                 StepSleepStepWorkflow.run, args=[str(tmp_path), SLEEP_S], id=f"rebalance-{i}-{uuid.uuid4()}", task_queue=task_queue,
             )
-            return handle.id, handle.run_id or "", await handle.result()
+            return handle.id, handle.result_run_id or "", await handle.result()
 
         began = time.monotonic()
         faults = asyncio.ensure_future(inflict(stack, began))

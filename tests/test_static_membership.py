@@ -131,7 +131,7 @@ async def test_restarting_a_history_instance_moves_the_other_one_partitions_only
         report = audit_history(stack.settings)
         assert report.violations == []
         for handle in handles:
-            assert report.event_types(handle.id, handle.run_id).count("WorkflowExecutionCompleted") == 1
+            assert report.event_types(handle.id, handle.result_run_id).count("WorkflowExecutionCompleted") == 1
 
         if static:
             # confluent-kafka's producers (history, timer, client, worker) and matching's faust one

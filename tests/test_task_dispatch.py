@@ -169,8 +169,8 @@ async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and
             await until(lambda: backlog_is(0))
             description = await described()
 
-    started_by = [a["identity"] for kind, a in (e["attributes"] for e in audit_history(stack.settings).history(workflow_id, handle.run_id))
-                  if kind == "ActivityTaskStarted"]
+    events = audit_history(stack.settings).history(workflow_id, handle.result_run_id)
+    started_by = [a["identity"] for kind, a in (e["attributes"] for e in events) if kind == "ActivityTaskStarted"]
     assert sorted(set(started_by)) == [f"worker-{i}" for i in range(4)], "every worker took tasks"
     pollers = [p for p in description.pollers if p.kind == "activity"]
     assert sorted(p.identity for p in pollers) == [f"worker-{i}" for i in range(4)]
@@ -185,6 +185,6 @@ async def test_the_queue_rate_limit_spaces_activity_starts(stack: LocalStack, cl
                       max_task_queue_activities_per_second=5):
         handle = await client.start_workflow(FanOutWorkflow.run, args=[task_queue, 10], id=workflow_id, task_queue=task_queue)
         assert await handle.result() == 10
-    started = [e["event_time_ms"] for e in audit_history(stack.settings).history(workflow_id, handle.run_id)
+    started = [e["event_time_ms"] for e in audit_history(stack.settings).history(workflow_id, handle.result_run_id)
                if e["attributes"][0] == "ActivityTaskStarted"]
     assert max(started) - min(started) >= 1500, "10 starts at 5 a second take at least 1.8 s"

@@ -67,7 +67,7 @@ async def test_updates_are_validated_run_answered_and_recorded(stack: LocalStack
 
     report = audit_history(stack.settings)
     assert report.violations == []
-    kinds = report.event_types(workflow_id, handle.run_id)
+    kinds = report.event_types(workflow_id, handle.result_run_id)
     assert kinds.count("WorkflowExecutionUpdateAdmitted") == 5
     assert (kinds.count("WorkflowExecutionUpdateAccepted"), kinds.count("WorkflowExecutionUpdateCompleted")) == (3, 3)
     assert kinds.count("WorkflowExecutionUpdateRejected") == 2 and "WorkflowTaskFailed" not in kinds

@@ -62,7 +62,7 @@ async def test_order_workflow_ships_the_order(stack: LocalStack, client: Client,
         handle = await client.start_workflow(OrderWorkflow.run, Order(order_id, 99.99), id=order_id, task_queue=task_queue)
         assert await handle.result() == f"shipped_{order_id}"
 
-    assert audited(stack).event_types(order_id, handle.run_id) == [
+    assert audited(stack).event_types(order_id, handle.result_run_id) == [
         "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
         "ActivityTaskScheduled", "ActivityTaskStarted", "ActivityTaskCompleted",
         "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
@@ -86,7 +86,7 @@ async def test_activity_failing_twice_then_succeeding_records_every_attempt(stac
         handle = await client.start_workflow(FlakyWorkflow.run, "charge", id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "charge on attempt 3"
 
-    history = audited(stack).history(workflow_id, handle.run_id)
+    history = audited(stack).history(workflow_id, handle.result_run_id)
     attempts = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskStarted"]
     failures = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskFailed"]
     assert [a["attempt"] for a in attempts] == [1, 2, 3]
@@ -111,7 +111,7 @@ async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_caus
     assert isinstance(activity_error.cause, ApplicationError)
     assert activity_error.cause.message == "payment declined for order-7"
     assert activity_error.cause.type == "Declined"
-    event_types = audited(stack).event_types(workflow_id, handle.run_id)
+    event_types = audited(stack).event_types(workflow_id, handle.result_run_id)
     assert event_types.count("ActivityTaskStarted") == 3
     assert event_types[-1] == "WorkflowExecutionFailed"
 
@@ -141,7 +141,7 @@ async def test_fifty_workflows_spread_over_two_workers(stack: LocalStack, client
     report = audited(stack)
     identities = {
         e["attributes"][1]["identity"]
-        for h in handles for e in report.history(h.id, h.run_id)
+        for h in handles for e in report.history(h.id, h.result_run_id)
         if e["attributes"][0] in ("ActivityTaskStarted", "WorkflowTaskStarted")
     }
     assert identities == {"worker-1", "worker-2"}
@@ -155,7 +155,7 @@ async def test_durable_timers_fire_and_cancel(stack: LocalStack, client: Client,
     slept = float(result.removeprefix("slept "))
     assert 1.0 <= slept < 5.0
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
     # The short sleep runs first (timer 1): the long one's task starts when the workflow first yields.
     timers = [(kind, a["timer_id"]) for kind, a in events if kind.startswith("Timer")]
     assert timers == [("TimerStarted", "1"), ("TimerStarted", "2"), ("TimerFired", "1"), ("TimerCanceled", "2")]
@@ -172,7 +172,7 @@ async def test_signals_reach_their_handlers_in_order_and_wake_the_workflow(stack
         await handle.signal(ApprovalWorkflow.approve, "alice")
         assert await handle.result() == "order-9 approved by alice with notes ['fragile', 'gift wrap']"
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
     signals = [a["signal_name"] for kind, a in events if kind == "WorkflowExecutionSignaled"]
     assert signals == ["add_note", "add_note", "approve"]
 
@@ -183,9 +183,9 @@ async def test_the_caller_learns_whether_its_start_and_signals_applied(client: C
         handle = await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue, request_id="start-1")
         with pytest.raises(WorkflowAlreadyStartedError) as duplicate:
             await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue)
-        assert duplicate.value.cause == "WORKFLOW_ALREADY_STARTED" and handle.run_id in duplicate.value.reason
+        assert duplicate.value.cause == "WORKFLOW_ALREADY_STARTED" and handle.result_run_id in duplicate.value.reason
         retried = await client.start_workflow(ApprovalWorkflow.run, "order-1", id=workflow_id, task_queue=task_queue, request_id="start-1")
-        assert retried.run_id == handle.run_id
+        assert retried.result_run_id == handle.result_run_id
 
         await handle.signal(ApprovalWorkflow.approve, "bob")
         assert await handle.result() == "order-1 approved by bob with notes []"
@@ -208,7 +208,7 @@ async def test_cancel_reaches_the_workflow_which_cleans_up_and_ends_canceled(sta
             await handle.result()
     assert isinstance(failed.value.cause, CancelledError)
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
     kinds = [kind for kind, _ in events]
     assert kinds.count("WorkflowExecutionCancelRequested") == 1
     assert kinds[-1] == "WorkflowExecutionCanceled"
@@ -227,7 +227,7 @@ async def test_terminate_ends_the_run_at_once_with_the_reason(stack: LocalStack,
         with pytest.raises(CommandRejectedError):
             await handle.signal(ApprovalWorkflow.approve, "too late")
     assert isinstance(failed.value.cause, TerminatedError) and failed.value.cause.message == "stuck order"
-    events = audited(stack).history(workflow_id, handle.run_id)
+    events = audited(stack).history(workflow_id, handle.result_run_id)
     kind, attrs = events[-1]["attributes"]
     assert kind == "WorkflowExecutionTerminated" and attrs["reason"] == "stuck order"
 
@@ -239,7 +239,7 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
         existing = await client.start_workflow(
             ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        assert existing.run_id == first.run_id
+        assert existing.result_run_id == first.result_run_id
         await first.signal(ApprovalWorkflow.approve, "carol")
         await first.result()
         with pytest.raises(WorkflowAlreadyStartedError, match="REJECT_DUPLICATE"):
@@ -247,12 +247,12 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
                 ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
         second = await client.start_workflow(ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue)
-        assert second.run_id != first.run_id
+        assert second.result_run_id != first.result_run_id
         third = await client.start_workflow(
             ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.TERMINATE_EXISTING,
         )
-        assert third.run_id not in (first.run_id, second.run_id)
+        assert third.result_run_id not in (first.result_run_id, second.result_run_id)
         with pytest.raises(WorkflowFailureError) as terminated:
             await second.result()
         assert isinstance(terminated.value.cause, TerminatedError)
@@ -275,7 +275,7 @@ async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, clie
     assert unserved == "SCHEDULE_TO_CLOSE TIMEOUT"
     assert unstarted == "SCHEDULE_TO_START TIMEOUT"
     assert isinstance(timed_out.value.cause, TimeoutError)
-    assert audited(stack).event_types(waiting.id, waiting.run_id)[-1] == "WorkflowExecutionTimedOut"
+    assert audited(stack).event_types(waiting.id, waiting.result_run_id)[-1] == "WorkflowExecutionTimedOut"
 
 
 async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_details(
@@ -285,7 +285,7 @@ async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_d
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(HeartbeatWorkflow.run, 6, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "attempt 2 resumed from 3"
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
     timed_out = [a for kind, a in events if kind == "ActivityTaskTimedOut"]
     assert [(a["retry_state"], a["failure"]["timeout_type"], a["failure"]["details"][0]["data"]) for a in timed_out] == [
         ("IN_PROGRESS", "HEARTBEAT", b"3"),
@@ -311,7 +311,7 @@ async def test_signal_with_start_starts_once_and_signals_the_running_run(client:
         second = await client.start_workflow(
             ApprovalWorkflow.run, "o", id=workflow_id, task_queue=task_queue, start_signal="add_note", start_signal_args=["second"],
         )
-        assert second.run_id == first.run_id
+        assert second.result_run_id == first.result_run_id
         await first.signal(ApprovalWorkflow.approve, "erin")
         assert await first.result() == "o approved by erin with notes ['first', 'second']"
 
@@ -322,7 +322,7 @@ async def test_continue_as_new_chains_runs_and_result_follows_them(stack: LocalS
         handle = await client.start_workflow(CountdownWorkflow.run, 3, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "liftoff"
     report = audited(stack)
-    run_id, runs = handle.run_id, 0
+    run_id, runs = handle.result_run_id, 0
     while True:
         events = [e["attributes"] for e in report.history(workflow_id, run_id)]
         runs += 1
@@ -345,7 +345,7 @@ async def test_a_cancelled_activity_hears_of_it_and_history_records_it(
         handle = await client.start_workflow(CancelActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "activity cancelled"
     assert marker.read_text() == "cancelled"
-    kinds = audited(stack).event_types(workflow_id, handle.run_id)
+    kinds = audited(stack).event_types(workflow_id, handle.result_run_id)
     assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")
 
 
@@ -360,10 +360,10 @@ async def test_search_attributes_from_the_start_and_from_workflow_code_reach_the
         assert await handle.result() == "shipped"
     async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
         row = await (await conn.execute(
-            "SELECT search_attributes FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, handle.run_id),
+            "SELECT search_attributes FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, handle.result_run_id),
         )).fetchone()
     assert row is not None and row[0] == {"CustomerId": "c-42", "OrderStatus": "shipped", "Amount": 12.5}
-    assert audited(stack).event_types(workflow_id, handle.run_id).count("UpsertWorkflowSearchAttributes") == 2
+    assert audited(stack).event_types(workflow_id, handle.result_run_id).count("UpsertWorkflowSearchAttributes") == 2
 
 
 async def test_random_and_uuid4_draw_the_same_on_replay(stack: LocalStack, client: Client, task_queue: str) -> None:
@@ -391,7 +391,7 @@ async def test_a_start_delay_holds_the_first_workflow_task_and_signal_with_start
                                                    signal_args=["frank"], id=signalled_id, task_queue=task_queue)
         assert await signalled.result() == "order-2 approved by frank with notes []"
         assert await delayed.result() == "later"
-    events = audited(stack).history(delayed_id, delayed.run_id)
+    events = audited(stack).history(delayed_id, delayed.result_run_id)
     started, task_started = events[0], next(e for e in events if e["attributes"][0] == "WorkflowTaskStarted")
     assert started["attributes"][1]["first_workflow_task_backoff_ms"] == 1000
     assert task_started["event_time_ms"] - started["event_time_ms"] >= 1000
@@ -428,7 +428,7 @@ async def test_asyncio_queue_lock_and_event_behave_deterministically(
     # the protocol; a replay that differs is not.
     causes = [a["cause"] for kind, a in (e["attributes"] for e in report.history(workflow_id, run_id)) if kind == "WorkflowTaskFailed"]
     assert "NON_DETERMINISTIC_ERROR" not in causes
-    assert report.event_types(retired.id, retired.run_id).count("MarkerRecorded") == 1
+    assert report.event_types(retired.id, retired.result_run_id).count("MarkerRecorded") == 1
 
 
 async def test_changed_workflow_code_fails_the_workflow_task_not_the_workflow(stack: LocalStack, client: Client, task_queue: str) -> None:
@@ -443,6 +443,6 @@ async def test_changed_workflow_code_fails_the_workflow_task_not_the_workflow(st
     # Rolled back, the original code takes the retried task and the workflow goes on.
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         assert await handle.result() == "order-8 approved by ivan with notes []"
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.run_id)]
+    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
     failed = [attrs for kind, attrs in events if kind == "WorkflowTaskFailed"]
     assert failed[0]["cause"] == "NON_DETERMINISTIC_ERROR" and "TimerStarted" not in [kind for kind, _ in events]
