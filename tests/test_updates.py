@@ -81,7 +81,7 @@ async def test_start_update_returns_a_handle_at_the_stage_awaited(client: Client
             await handle.start_update(GateWorkflow.enter, "ann", wait_for_stage=WorkflowUpdateStage.ADMITTED)
 
         ann = await handle.start_update(GateWorkflow.enter, "ann", id="ann", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
-        assert (ann.id, ann.workflow_id, ann.workflow_run_id) == ("ann", workflow_id, handle.run_id)
+        assert (ann.id, ann.workflow_id, ann.workflow_run_id) == ("ann", workflow_id, handle.result_run_id)
         waiting = asyncio.ensure_future(ann.result())
         await asyncio.sleep(0.5)
         assert not waiting.done()  # accepted, not completed: the gate is shut

@@ -49,7 +49,7 @@ async def test_workflow_and_activity_loggers_add_details_and_stay_quiet_on_repla
     for record in workflow_records:
         details = record.temporal_workflow  # type: ignore[attr-defined]
         assert details == {
-            "attempt": 1, "namespace": "default", "run_id": handle.run_id, "task_queue": task_queue,
+            "attempt": 1, "namespace": "default", "run_id": handle.result_run_id, "task_queue": task_queue,
             "workflow_id": workflow_id, "workflow_type": "LoggingWorkflow",
         }
         assert record.getMessage().endswith(f"({details})")
@@ -58,7 +58,7 @@ async def test_workflow_and_activity_loggers_add_details_and_stay_quiet_on_repla
     details = activity_record.temporal_activity  # type: ignore[attr-defined]
     assert details == {
         "activity_id": "1", "activity_type": "say_hello", "attempt": 1, "namespace": "default", "task_queue": task_queue,
-        "workflow_id": workflow_id, "workflow_run_id": handle.run_id, "workflow_type": "LoggingWorkflow",
+        "workflow_id": workflow_id, "workflow_run_id": handle.result_run_id, "workflow_type": "LoggingWorkflow",
     }
     assert activity_record.getMessage() == f"greeting Ada ({details})"
 
