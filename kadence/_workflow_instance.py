@@ -172,6 +172,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.random = random.Random(info.run_id)  # the same sequence on every replay of the run
         self.history_bytes = 0
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
+        self._close_issued = False  # the command that ends the run is issued: no second one
+        self._handler_failure: FailureError | None = None  # raised by a signal handler: fails the run
+        self._task_error: WorkflowTaskError | None = None  # raised by a signal handler: fails the workflow task
 
     # ---- driving the run ---------------------------------------------------------------------
 
@@ -307,8 +310,18 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                     )
                 self._record_local_outcome(local, recorded[local.seq])
             self._run_ready()
-        if self._main is not None and self._main.done() and not self.closed:
-            self._issue(self._close_command(self._main), None)
+        if self._task_error is not None:
+            error, self._task_error = self._task_error, None
+            raise error
+        if self.closed or self._close_issued:
+            return
+        if self._handler_failure is not None:
+            self._close_issued = True
+            self._issue(("FailWorkflowExecution", {"failure": self.converter.to_failure(self._handler_failure)}), None)
+        elif self._main is not None and self._main.done():
+            command = self._close_command(self._main)
+            self._close_issued = True
+            self._issue(command, None)
 
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
@@ -377,10 +390,22 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._unhandled_signals.append((name, payloads))  # as temporalio: kept, not dropped
             return
         args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
-        if inspect.iscoroutinefunction(handler):
-            self.create_task(handler(self._object, *args), name=f"signal:{name}")
-        else:
-            self.call_soon(handler, self._object, *args)
+        self.create_task(self._run_signal(name, handler, args), name=f"signal:{name}")
+
+    async def _run_signal(self, name: str, handler: Callable[..., Any], args: list[Any]) -> None:
+        """Run a signal handler as a task of the workflow (as temporalio): a FailureError it raises
+        fails the workflow, any other exception fails the workflow task."""
+        try:
+            result = handler(self._object, *args)
+            if inspect.isawaitable(result):
+                await result
+        except FailureError as exc:
+            if self._handler_failure is None:
+                self._handler_failure = exc
+        except Exception as exc:
+            if self._task_error is None:
+                self._task_error = WorkflowTaskError(f"signal handler {name!r} failed: {type(exc).__name__}: {exc}")
+                self._task_error.__cause__ = exc
 
     def _admit_update(self, attrs: Record) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
@@ -410,12 +435,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             result = handler(self._object, *args)
             if inspect.isawaitable(result):
                 result = await result
-        except Exception as exc:  # the update failed; the workflow goes on
+            encoded = self.converter.payload_converter.to_payload(result)
+        except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
             self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": None,
                                                     "failure": self.converter.to_failure(exc)}), None)
             return
-        self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": self.converter.payload_converter.to_payload(result),
-                                                "failure": None}), None)
+        self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
 
     def _start(self, input_payloads: list[Record]) -> None:
         args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
