@@ -247,7 +247,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             _resolve(self._initiated[attrs["initiated_event_id"]].started, attrs["run_id"])
         elif kind == "StartChildWorkflowExecutionFailed":
             pending = self._initiated.pop(attrs["initiated_event_id"])
-            _fail(pending.started, WorkflowAlreadyStartedError(attrs["workflow_id"], attrs["cause"], "child workflow already started"))
+            _fail(pending.started, WorkflowAlreadyStartedError(
+                attrs["workflow_id"], attrs["workflow_type"], reason="child workflow already started", cause=attrs["cause"],
+            ))
         elif kind in CHILD_RESULTS:
             pending = self._initiated.pop(attrs["initiated_event_id"])
             if kind == "ChildWorkflowExecutionCompleted":
@@ -343,7 +345,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return
         failed = self.converter.payload_converter.from_payload(details["failure"][0])
         error = ActivityError(
-            "Local activity failed", scheduled_event_id=0, started_event_id=0, activity_type=local.attributes["activity_type"],
+            "Local activity failed", scheduled_event_id=0, started_event_id=0, identity="", activity_type=local.attributes["activity_type"],
             activity_id=str(local.seq), retry_state=RetryState(failed["retry_state"]),
         )
         error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])

@@ -24,6 +24,7 @@ from kadence._replies import ReplyListener
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import (
+    ApplicationError,
     CancelledError,
     CommandRejectedError,
     CommandTooLargeError,
@@ -262,8 +263,10 @@ class Client:
         outcome = await self.send_and_wait(workflow_id, kind, body, request_id)
         if outcome.accepted:
             return outcome.run_id
-        error = WorkflowAlreadyStartedError if outcome.cause == "WORKFLOW_ALREADY_STARTED" else CommandRejectedError
-        raise error(workflow_id, outcome.cause or "", outcome.reason or "")
+        if outcome.cause == "WORKFLOW_ALREADY_STARTED":
+            workflow_type = body.get("workflow_type") or body.get("start", {}).get("workflow_type", "")
+            raise WorkflowAlreadyStartedError(workflow_id, workflow_type, run_id=outcome.run_id or None, reason=outcome.reason or "")
+        raise CommandRejectedError(workflow_id, outcome.cause or "", outcome.reason or "")
 
     async def send_and_wait(
         self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str, *, identity: str | None = None,
@@ -641,7 +644,7 @@ class WorkflowUpdateHandle:
         if failure is not None:
             recorded = codec("Failure").decode(failure)
             await converter.decode_payloads(recorded)
-            raise WorkflowUpdateFailedError(f"update {self._id} failed: {recorded['message']}") from converter.from_failure(recorded)
+            raise WorkflowUpdateFailedError(converter.from_failure(recorded))
         payload = codec("Payload").decode(result) if result else None
         await converter.decode_payloads(payload)
         return converter.payload_converter.from_payload(payload, self._result_type)
@@ -658,9 +661,10 @@ class WorkflowUpdateHandle:
         finally:
             closed.cancel()
         if not any(answer.done() for answer in answers) and not await read_model.any_outcome(request_ids):
-            raise WorkflowUpdateFailedError(
-                f"workflow {self._workflow_id} closed before update {self._id} reached the stage awaited"
-            )
+            raise WorkflowUpdateFailedError(ApplicationError(  # Temporal's failure for an update its workflow outlived
+                f"workflow {self._workflow_id} closed before update {self._id} reached the stage awaited",
+                type="AcceptedUpdateCompletedWorkflow", non_retryable=True,
+            ))
 
 
 class _ReadModel:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from kadence.api.common.v1 import Payload
+from kadence.common import to_ms
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
+    ApplicationErrorCategory,
     CancelledError,
     ChildWorkflowError,
     FailureError,
@@ -389,10 +391,11 @@ class FailureConverter:
             "type": type(exc).__name__, "source": "kadence-python-sdk",
             "stack_trace": "".join(traceback.format_exception(exc)),
             "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
+            "category": ApplicationErrorCategory.UNSPECIFIED.name, "next_retry_delay_ms": None,
         }
         if isinstance(exc, ActivityError):
             failure["activity_failure_info"] = {
-                "scheduled_event_id": exc.scheduled_event_id, "started_event_id": exc.started_event_id,
+                "scheduled_event_id": exc.scheduled_event_id, "started_event_id": exc.started_event_id, "identity": exc.identity,
                 "activity_type": exc.activity_type, "activity_id": exc.activity_id,
                 "retry_state": exc.retry_state.value if exc.retry_state else "RETRY_POLICY_NOT_SET",
             }
@@ -400,8 +403,14 @@ class FailureConverter:
             failure["type"] = exc.type or ""
             failure["non_retryable"] = exc.non_retryable
             failure["details"] = payloads.to_payloads(exc.details)
+            failure["category"] = ApplicationErrorCategory(exc.category).name
+            if exc.next_retry_delay is not None:
+                failure["next_retry_delay_ms"] = to_ms(exc.next_retry_delay)
         elif isinstance(exc, TimeoutError):
             failure["timeout_type"] = exc.type.value if exc.type else None
+            failure["details"] = payloads.to_payloads(exc.last_heartbeat_details)
+        elif isinstance(exc, (CancelledError, TerminatedError)):
+            failure["details"] = payloads.to_payloads(exc.details)
         if exc.__cause__ is not None:
             failure["cause"] = self.to_failure(exc.__cause__, payloads)
         return failure
@@ -412,15 +421,23 @@ class FailureConverter:
         if info:
             exc = ActivityError(
                 failure["message"], scheduled_event_id=info["scheduled_event_id"], started_event_id=info["started_event_id"],
-                activity_type=info["activity_type"], activity_id=info["activity_id"], retry_state=RetryState(info["retry_state"]),
+                identity=info.get("identity", ""), activity_type=info["activity_type"], activity_id=info["activity_id"],
+                retry_state=RetryState(info["retry_state"]),
             )
         elif failure.get("timeout_type"):
-            exc = TimeoutError(failure["message"], type=TimeoutType(failure["timeout_type"]))
+            exc = TimeoutError(
+                failure["message"], type=TimeoutType(failure["timeout_type"]),
+                last_heartbeat_details=payloads.from_payloads(failure["details"]),
+            )
         else:
+            delay_ms = failure.get("next_retry_delay_ms")
             exc = ApplicationError(
                 failure["message"], *payloads.from_payloads(failure["details"]),
                 type=failure["type"] or None, non_retryable=failure["non_retryable"],
+                next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
+                category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"],
             )
+        exc.failure = failure
         if failure.get("cause"):
             exc.__cause__ = self.from_failure(failure["cause"], payloads)
         return exc
@@ -432,7 +449,7 @@ class FailureConverter:
         error = ActivityError(
             "Activity task timed out" if event_type == "ActivityTaskTimedOut" else "Activity task failed",
             scheduled_event_id=attrs["scheduled_event_id"], started_event_id=attrs["started_event_id"],
-            activity_type=scheduled["activity_type"], activity_id=scheduled["activity_id"],
+            identity=attrs.get("identity", ""), activity_type=scheduled["activity_type"], activity_id=scheduled["activity_id"],
             retry_state=RetryState(attrs["retry_state"]),
         )
         error.__cause__ = self.from_failure(attrs["failure"], payloads)
@@ -441,7 +458,7 @@ class FailureConverter:
     def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
         """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
         error = ChildWorkflowError(
-            "Child workflow execution failed", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
+            "Child workflow execution failed", namespace="default", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
             workflow_type=attrs["workflow_type"], initiated_event_id=attrs["initiated_event_id"],
             started_event_id=attrs["started_event_id"], retry_state=RetryState(attrs["retry_state"]) if "retry_state" in attrs else None,
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from collections.abc import Sequence
+from datetime import timedelta
+from enum import Enum, IntEnum
 from typing import Any
 
 
@@ -29,54 +31,86 @@ class CommandTooLargeError(KadenceError):
     """The command's record would pass the Kafka record limit: it was not sent."""
 
 
+TemporalError = KadenceError  # temporalio's name for the base of its errors
+
+
 class FailureError(KadenceError):
     """An error that is recorded as a Failure in history. Raising one from a workflow fails the
-    workflow; any other exception fails only the workflow task, which is retried."""
+    workflow; any other exception fails only the workflow task, which is retried. `failure` is the
+    Failure record (schemas/Failure.avsc, a dict) it was made from, None for one raised in this
+    process (as temporalio.exceptions.FailureError, whose failure is the protobuf)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, failure: dict[str, Any] | None = None, exc_args: tuple[Any, ...] | None = None) -> None:
+        super().__init__(*(exc_args if exc_args is not None else (message,)))
         self.message = message
+        self.failure = failure
+
+    @property
+    def cause(self) -> BaseException | None:
+        return self.__cause__
+
+
+class ApplicationErrorCategory(IntEnum):
+    """How an application error is reported (as temporalio's): a BENIGN one is logged at DEBUG, not as a failure."""
+
+    UNSPECIFIED = 0
+    BENIGN = 1
 
 
 class ApplicationError(FailureError):
-    def __init__(self, message: str, *details: Any, type: str | None = None, non_retryable: bool = False) -> None:
-        super().__init__(message)
+    """An error of the application. Raised in an activity, `next_retry_delay` is the backoff before
+    the next attempt, instead of the retry policy's (its maximum attempts and schedule-to-close
+    timeout still apply)."""
+
+    def __init__(
+        self, message: str, *details: Any, type: str | None = None, non_retryable: bool = False,
+        next_retry_delay: timedelta | None = None, category: ApplicationErrorCategory = ApplicationErrorCategory.UNSPECIFIED,
+    ) -> None:
+        super().__init__(message, exc_args=(f"{type}: {message}" if type else message,))
         self.details = details
         self.type = type
         self.non_retryable = non_retryable
+        self.next_retry_delay = next_retry_delay
+        self.category = category
 
 
 class TimeoutError(FailureError):
-    def __init__(self, message: str, *, type: TimeoutType | None) -> None:
+    def __init__(self, message: str, *, type: TimeoutType | None, last_heartbeat_details: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.type = type
+        self.last_heartbeat_details = last_heartbeat_details
 
 
 class CancelledError(FailureError):
     """The workflow (or activity) was cancelled."""
 
+    def __init__(self, message: str = "Cancelled", *details: Any) -> None:
+        super().__init__(message)
+        self.details = details
+
 
 class TerminatedError(FailureError):
     """The workflow was terminated; the message is the reason."""
+
+    def __init__(self, message: str, *details: Any) -> None:
+        super().__init__(message)
+        self.details = details
 
 
 class ActivityError(FailureError):
     """An activity failed for good; the reason is `__cause__` (ApplicationError, TimeoutError...)."""
 
     def __init__(
-        self, message: str, *, scheduled_event_id: int, started_event_id: int, activity_type: str,
+        self, message: str, *, scheduled_event_id: int, started_event_id: int, identity: str, activity_type: str,
         activity_id: str, retry_state: RetryState | None,
     ) -> None:
         super().__init__(message)
         self.scheduled_event_id = scheduled_event_id
         self.started_event_id = started_event_id
+        self.identity = identity
         self.activity_type = activity_type
         self.activity_id = activity_id
         self.retry_state = retry_state
-
-    @property
-    def cause(self) -> BaseException | None:
-        return self.__cause__
 
 
 class ChildWorkflowError(FailureError):
@@ -84,20 +118,17 @@ class ChildWorkflowError(FailureError):
     CancelledError, TerminatedError, TimeoutError)."""
 
     def __init__(
-        self, message: str, *, workflow_id: str, run_id: str, workflow_type: str, initiated_event_id: int,
+        self, message: str, *, namespace: str, workflow_id: str, run_id: str, workflow_type: str, initiated_event_id: int,
         started_event_id: int, retry_state: RetryState | None,
     ) -> None:
         super().__init__(message)
+        self.namespace = namespace
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.workflow_type = workflow_type
         self.initiated_event_id = initiated_event_id
         self.started_event_id = started_event_id
         self.retry_state = retry_state
-
-    @property
-    def cause(self) -> BaseException | None:
-        return self.__cause__
 
 
 class WorkflowFailureError(KadenceError):
@@ -125,12 +156,31 @@ class CommandRejectedError(KadenceError):
 
 
 class WorkflowAlreadyStartedError(CommandRejectedError):
-    """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError)."""
+    """A run with this workflow id is already running (as temporalio.exceptions.WorkflowAlreadyStartedError):
+    `workflow_type` is the type asked for, `run_id` the running run's when the client raised it.
+    `reason` says which policy refused the start; `cause` is history's word for it."""
+
+    def __init__(
+        self, workflow_id: str, workflow_type: str, *, run_id: str | None = None, reason: str = "Workflow execution already started",
+        cause: str = "WORKFLOW_ALREADY_STARTED",
+    ) -> None:
+        super().__init__(workflow_id, cause, reason)
+        self.workflow_type = workflow_type
+        self.run_id = run_id
 
 
 class WorkflowUpdateFailedError(KadenceError):
-    """The update was rejected by its validator or its handler failed; the reason is `__cause__`
-    (as temporalio.client.WorkflowUpdateFailedError)."""
+    """The update was rejected by its validator, its handler failed, or the run closed before it
+    completed; the reason is `cause` (as temporalio.client.WorkflowUpdateFailedError)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__("Workflow update failed")
+        self.__cause__ = cause
+
+    @property
+    def cause(self) -> BaseException:
+        assert self.__cause__ is not None
+        return self.__cause__
 
 
 class WorkflowQueryFailedError(KadenceError):

@@ -37,7 +37,7 @@ from kadence._workflow_instance import (
 )
 from kadence.client import Client
 from kadence.common import retry_backoff_ms
-from kadence.exceptions import ApplicationError, CancelledError, CommandTooLargeError, NondeterminismError
+from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError, CommandTooLargeError, NondeterminismError
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, codec, task_codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
@@ -354,7 +354,8 @@ class Worker:
             except Exception as exc:  # an attempt failed: retry, or record the failure
                 failure = self.client.data_converter.to_failure(exc)
                 maximum = policy.get("maximum_attempts") or 0
-                backoff_s = retry_backoff_ms(policy, attempt) / 1000
+                asked_ms = failure["next_retry_delay_ms"]  # ApplicationError(next_retry_delay=...) overrides the policy
+                backoff_s = (asked_ms if asked_ms is not None else retry_backoff_ms(policy, attempt)) / 1000
                 if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
                     retry_state = "NON_RETRYABLE_FAILURE"
                 elif maximum and attempt >= maximum:
@@ -365,8 +366,9 @@ class Worker:
                     attempt += 1
                     await asyncio.sleep(backoff_s)
                     continue
-                log.info("event=local_activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d retry_state=%s error=%r",
-                         task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, retry_state, str(exc))
+                log.log(_failure_log_level(exc),
+                        "event=local_activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d retry_state=%s error=%r",
+                        task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, retry_state, str(exc))
                 recorded = {"message": failure["message"], "type": failure["type"], "non_retryable": failure["non_retryable"],
                             "retry_state": retry_state}
                 return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
@@ -519,8 +521,8 @@ class Worker:
             await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(shutdown)})
             return
         except Exception as exc:  # an activity's failure is data: it goes back to history
-            log.info("event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
-                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
+            log.log(_failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
+                    workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
             await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
             return
         finally:
@@ -656,3 +658,9 @@ class _Heartbeater:
 def _log_failed_heartbeat(sent: asyncio.Future[Message]) -> None:
     if not sent.cancelled() and sent.exception() is not None:
         log.warning("event=heartbeat_not_sent error=%r", str(sent.exception()))
+
+
+def _failure_log_level(exc: BaseException) -> int:
+    """An ApplicationError of category BENIGN is expected by the application: logged at DEBUG (as temporalio)."""
+    benign = isinstance(exc, ApplicationError) and exc.category == ApplicationErrorCategory.BENIGN
+    return logging.DEBUG if benign else logging.INFO

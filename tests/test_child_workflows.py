@@ -42,7 +42,7 @@ async def test_children_complete_continue_fail_take_signals_and_time_out(stack: 
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(FamilyWorkflow.run, prefix, id=prefix, task_queue=task_queue)
         assert await handle.result() == [
-            "hello", "liftoff", "ActivityError: payment declined for card", "WORKFLOW_ALREADY_EXISTS",
+            "hello", "liftoff", "ActivityError: Declined: payment declined for card", "WORKFLOW_ALREADY_EXISTS",
             "order approved by the parent with notes []", "TimeoutError",
         ]
 

@@ -43,9 +43,11 @@ def test_start_command_round_trips(workflow_id: str, inputs: list[dict]) -> None
 def test_a_failure_with_a_cause_chain_round_trips() -> None:
     failures = codec("Failure")
     cause = {"message": "declined", "type": "Declined", "source": "", "stack_trace": "", "non_retryable": True,
-             "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None}
+             "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
+             "category": "BENIGN", "next_retry_delay_ms": 1500}
     failure = {**cause, "message": "activity failed", "type": "", "non_retryable": False, "cause": cause,
-               "activity_failure_info": {"scheduled_event_id": 5, "started_event_id": 6, "activity_type": "charge",
+               "category": "UNSPECIFIED", "next_retry_delay_ms": None,
+               "activity_failure_info": {"scheduled_event_id": 5, "started_event_id": 6, "identity": "1@host", "activity_type": "charge",
                                          "activity_id": "1", "retry_state": "MAXIMUM_ATTEMPTS_REACHED"}}
     assert failures.decode(failures.encode(failure)) == failure
 

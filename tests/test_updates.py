@@ -55,9 +55,10 @@ async def test_updates_are_validated_run_answered_and_recorded(stack: LocalStack
         assert await handle.execute_update("add_item", "pear") == 2
         with pytest.raises(WorkflowUpdateFailedError) as empty:
             await handle.execute_update(CartWorkflow.add_item, "")
-        assert isinstance(empty.value.__cause__, ApplicationError) and empty.value.__cause__.type == "EmptyItem"
-        with pytest.raises(WorkflowUpdateFailedError, match="no update 'remove_item'"):
+        assert isinstance(empty.value.cause, ApplicationError) and empty.value.cause.type == "EmptyItem"
+        with pytest.raises(WorkflowUpdateFailedError) as unknown:
             await handle.execute_update("remove_item", "apple")
+        assert "no update 'remove_item'" in str(unknown.value.cause)
         assert await handle.query(CartWorkflow.size) == 2
         assert await handle.execute_update(CartWorkflow.check_out) == ["apple", "pear"]
         assert await handle.result() == ["apple", "pear"]
@@ -101,5 +102,6 @@ async def test_start_update_returns_a_handle_at_the_stage_awaited(client: Client
         bob = await handle.start_update(GateWorkflow.enter, "bob", id="bob", wait_for_stage=WorkflowUpdateStage.COMPLETED)
         assert await bob.result() == "welcome bob"
         assert await handle.result() == ["ann", "bob"]
-        with pytest.raises(WorkflowUpdateFailedError, match="closed before update never-sent"):
+        with pytest.raises(WorkflowUpdateFailedError) as outlived:
             await handle.get_update_handle("never-sent").result()
+        assert "closed before update never-sent" in str(outlived.value.cause)

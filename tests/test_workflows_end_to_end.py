@@ -405,7 +405,7 @@ async def test_local_activities_run_in_the_workflow_task_and_are_recorded_as_mar
     runs = tmp_path / "runs"
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=cache):
         result = await client.execute_workflow(LocalStepsWorkflow.run, str(runs), id=workflow_id, task_queue=task_queue)
-    assert result == [1, "local on attempt 3", "MAXIMUM_ATTEMPTS_REACHED: payment declined for card"]
+    assert result == [1, "local on attempt 3", "MAXIMUM_ATTEMPTS_REACHED: Declined: payment declined for card"]
     assert runs.read_text() == "ran\n"  # replays read the marker, they do not run it again
     kinds = audited(stack).event_types(workflow_id, next(r for w, r in audited(stack).runs if w == workflow_id))
     assert kinds.count("MarkerRecorded") == 3

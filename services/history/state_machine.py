@@ -344,9 +344,10 @@ def _apply(ex: Execution, event: Record) -> None:
         activity.last_heartbeat_ms = event["event_time_ms"]
     elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
         activity = ex.activities[attrs["scheduled_event_id"]]
+        backoff_ms = next_attempt_backoff_ms(activity, attrs["failure"])
         activity.attempt += 1
         activity.started_event_id = 0
-        activity.dispatch_due_ms = event["event_time_ms"] + retry_backoff_ms(activity.retry_policy, activity.attempt - 1)
+        activity.dispatch_due_ms = event["event_time_ms"] + backoff_ms
     elif kind == "ActivityTaskCancelRequested":
         ex.activities[attrs["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
     elif kind in ACTIVITY_RESULTS:
@@ -1159,10 +1160,17 @@ def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) 
     if maximum_attempts and activity.attempt >= maximum_attempts:
         return "MAXIMUM_ATTEMPTS_REACHED"
     if activity.schedule_to_close_timeout_ms:
-        next_start = now_ms + retry_backoff_ms(activity.retry_policy, activity.attempt)
+        next_start = now_ms + next_attempt_backoff_ms(activity, failure)
         if next_start >= activity.scheduled_time_ms + activity.schedule_to_close_timeout_ms:
             return "TIMEOUT"
     return "IN_PROGRESS"
+
+
+def next_attempt_backoff_ms(activity: ActivityState, failure: Record) -> int:
+    """The wait before the attempt after the current one failed with `failure`: the delay its
+    ApplicationError(next_retry_delay=...) asked for, else the retry policy's backoff."""
+    asked = failure.get("next_retry_delay_ms")
+    return max(0, asked) if asked is not None else retry_backoff_ms(activity.retry_policy, activity.attempt)
 
 
 # ---- effects: derived from the transition once it is applied -----------------------------------
