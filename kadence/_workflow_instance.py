@@ -445,7 +445,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
 
     def _start(self, input_payloads: list[Record]) -> None:
-        args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
+        try:
+            args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
+        except FailureError:
+            raise
+        except Exception as exc:  # fails the workflow task (as temporalio's "Failed decoding arguments")
+            raise WorkflowTaskError(
+                f"failed decoding the arguments of workflow {self.definition.name}: {type(exc).__name__}: {exc}"
+            ) from exc
         self._object = self.definition.cls()
         self._main = self.create_task(self.definition.run_fn(self._object, *args), name=f"workflow:{self.info.workflow_id}")
 

@@ -179,14 +179,39 @@ class Worker:
         await self._subscribe(consumer, "workflow")
         try:
             async for messages in consume_batches(consumer, self._stop):
-                tasks = [task for msg in messages if (task := await self._decode(msg)) is not None]
-                earlier = await self._earlier_events([task for task in tasks if self._lacks(task) is not None])
-                deliveries = [d for task in tasks for d in await self._handle_workflow_task(task, earlier)]
-                await asyncio.gather(*deliveries)
+                try:
+                    await self._handle_workflow_tasks(messages)
+                except Exception as exc:  # a bug must not stop the poller: history dispatches the tasks again
+                    log.exception("event=workflow_task_batch_failed task_queue=%s tasks=%d error=%r",
+                                  self.task_queue, len(messages), str(exc))
                 for msg in messages:
                     consumer.store_offsets(msg)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
+        """One batch: each task is answered, and a task whose payloads cannot be decoded fails."""
+        tasks: list[Record] = []
+        deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
+        for msg in messages:
+            decoded = await self._decode(msg)
+            if decoded is None:
+                continue
+            task, problem = decoded
+            if problem is None:
+                tasks.append(task)
+            elif task["task"][0] == "QueryTask":
+                deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
+            else:
+                deliveries.append((task, self._fail_workflow_task(task, problem)))
+        earlier = await self._earlier_events([task for task in tasks if self._lacks(task) is not None])
+        for task in tasks:
+            deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier)]
+        outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
+        for (task, _), outcome in zip(deliveries, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
+                          task["workflow_id"], task["run_id"], str(outcome))
 
     async def _handle_workflow_task(
         self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
@@ -210,7 +235,7 @@ class Worker:
                 log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", workflow_id, run_id, str(reason))
                 self._cache.pop(run_id, None)
                 instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
-        except (NondeterminismError, WorkflowTaskError) as exc:
+        except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
             return [started, self._fail_workflow_task(task, exc)]
         if instance.local_activities_to_run():
             return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
@@ -323,7 +348,7 @@ class Worker:
             while pending := instance.local_activities_to_run():
                 outcomes = await asyncio.gather(*(self._run_local_activity(task, local) for local in pending))
                 commands += instance.resolve_local_activities(dict(outcomes))
-        except (NondeterminismError, WorkflowTaskError) as exc:
+        except Exception as exc:
             await self._fail_workflow_task(task, exc)
             return
         await self._complete_workflow_task(task, instance, commands)
@@ -373,19 +398,24 @@ class Worker:
                             "retry_state": retry_state}
                 return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
 
-    async def _answer_query(self, task: Record) -> None:
-        """Answer from the cached run, or from a replay of its recorded history (a closed run too)."""
+    async def _answer_query(self, task: Record, problem: Exception | None = None) -> None:
+        """Answer from the cached run, or from a replay of its recorded history (a closed run too);
+        a query whose arguments or answer the payload codec cannot handle is answered with the error."""
         query = task["task"][1]
         answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
         try:
+            if problem is not None:
+                raise problem
             instance = self._cache.get(task["run_id"]) or await self._replay(task)
             answer["result"] = instance.query(query["query_type"], query["args"])
+            await self.client.data_converter.encode_payloads(answer)
         except Exception as exc:  # the query failed: the caller hears why
             log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
                      task["workflow_id"], task["run_id"], query["query_type"], str(exc))
-            answer["error"] = self.client.data_converter.to_failure(exc)
+            answer = {"query_id": query["query_id"], "result": None, "error": self.client.data_converter.to_failure(exc)}
+            with contextlib.suppress(Exception):  # the codec that failed: the error goes as it is
+                await self.client.data_converter.encode_payloads(answer)
         answers = codec("QueryAnswer")
-        await self.client.data_converter.encode_payloads(answer)
         try:
             await self.client.produce(
                 topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
@@ -433,38 +463,57 @@ class Worker:
             async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
                 started = []
                 for msg in messages:
-                    task = await self._decode(msg)
-                    if task is None:
-                        continue
-                    if task["task"][0] == "ActivityCancellation":
-                        self._cancel_attempt(task)
-                        continue
-                    at = task["task"][1]
-                    if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
-                        log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
-                                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
-                        continue  # its schedule-to-start timeout fires instead
-                    await slots.acquire()
-                    await self._activity_rate.wait()
-                    # The attempt runs only once the history service accepted its start: not for a
-                    # closed run, a stale attempt or one whose schedule-to-start timeout fired. Each
-                    # delivery asks with its own request id (as each Temporal poll does): matching may
-                    # route a task again, and the copy's refusal must not read as the first's acceptance.
-                    request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
-                    answer = await self.client.expect_outcome(request_id)
-                    started.append(self._send(task["workflow_id"], "RecordActivityTaskStarted", {
-                        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-                        "request_id": request_id,
-                    }))
-                    job = asyncio.create_task(self._run_activity_once_started(task, answer))
-                    running.add(job)
-                    job.add_done_callback(lambda j: (running.discard(j), slots.release()))
-                await asyncio.gather(*started)
+                    try:
+                        started += await self._start_activity_task(msg, slots, running)
+                    except Exception as exc:  # a bug must not stop the poller: history dispatches the attempt again
+                        log.exception("event=activity_task_not_started topic=%s partition=%d offset=%d error=%r",
+                                      msg.topic(), msg.partition(), msg.offset(), str(exc))
+                for outcome in await asyncio.gather(*started, return_exceptions=True):
+                    if isinstance(outcome, Exception):
+                        log.error("event=activity_start_not_sent task_queue=%s error=%r", self.task_queue, str(outcome))
                 for msg in messages:
                     consumer.store_offsets(msg)
             await self._drain_activities(running)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _start_activity_task(
+        self, msg: Message, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
+    ) -> list[asyncio.Future[Message]]:
+        """Ask history to start the attempt the record holds, and run it once accepted (a record
+        whose payloads cannot be decoded runs as an attempt that fails with the reason)."""
+        decoded = await self._decode(msg)
+        if decoded is None:
+            return []
+        task, problem = decoded
+        if task["task"][0] == "ActivityCancellation":
+            self._cancel_attempt(task)
+            return []
+        at = task["task"][1]
+        if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
+            log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+            return []  # its schedule-to-start timeout fires instead
+        await slots.acquire()
+        try:
+            await self._activity_rate.wait()
+            # The attempt runs only once the history service accepted its start: not for a
+            # closed run, a stale attempt or one whose schedule-to-start timeout fired. Each
+            # delivery asks with its own request id (as each Temporal poll does): matching may
+            # route a task again, and the copy's refusal must not read as the first's acceptance.
+            request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
+            answer = await self.client.expect_outcome(request_id)
+            started = self._send(task["workflow_id"], "RecordActivityTaskStarted", {
+                "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+                "request_id": request_id,
+            })
+        except BaseException:
+            slots.release()
+            raise
+        job = asyncio.create_task(self._run_activity_once_started(task, answer, problem))
+        running.add(job)
+        job.add_done_callback(lambda j: (running.discard(j), slots.release(), _log_lost_activity(j, task)))
+        return [started]
 
     async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:
         """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
@@ -487,16 +536,18 @@ class Worker:
         if is_async:
             job.cancel()
 
-    async def _run_activity_once_started(self, task: Record, answer: asyncio.Future[CommandOutcome]) -> None:
+    async def _run_activity_once_started(
+        self, task: Record, answer: asyncio.Future[CommandOutcome], problem: Exception | None = None,
+    ) -> None:
         outcome = await answer
         if outcome.accepted:
-            await self._run_activity(task)
+            await self._run_activity(task, problem)
             return
         at = task["task"][1]
         log.info("event=activity_task_dropped workflow_id=%s run_id=%s activity_type=%s attempt=%d cause=%s reason=%r",
                  task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], outcome.cause, outcome.reason)
 
-    async def _run_activity(self, task: Record) -> None:
+    async def _run_activity(self, task: Record, problem: Exception | None = None) -> None:
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
@@ -508,7 +559,9 @@ class Worker:
         assert current is not None
         self._attempts[key] = (current, heartbeater, definition is None or definition.is_async)
         try:
-            result = await self._execute_activity(task, heartbeater)
+            if problem is not None:
+                raise problem
+            result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
         except (asyncio.CancelledError, CancelledError) as exc:
             if heartbeater.cancel_requested:
                 await self._send(workflow_id, "RespondActivityTaskCanceled", {**reply, "details": []})
@@ -528,9 +581,7 @@ class Worker:
         finally:
             self._attempts.pop(key, None)
             heartbeater.close()
-        await self._send(workflow_id, "RespondActivityTaskCompleted", {
-            **reply, "result": converter.payload_converter.to_payload(result),
-        })
+        await self._send(workflow_id, "RespondActivityTaskCompleted", {**reply, "result": result})
 
     async def _execute_activity(self, task: Record, heartbeater: "_Heartbeater") -> Any:
         at = task["task"][1]
@@ -568,15 +619,20 @@ class Worker:
         the task to its timeout, or for ever when it has none)."""
         return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered)
 
-    async def _decode(self, msg: Message) -> Record | None:
-        """The task, its payloads through the payload codec; None (logged) for bytes that are no task."""
+    async def _decode(self, msg: Message) -> tuple[Record, Exception | None] | None:
+        """The task, its payloads through the payload codec, and why the codec could not decode
+        them (the task then fails with that reason); None (logged) for bytes that are no task."""
         try:
             task = self._tasks.decode(msg.value(), msg.headers())
         except UndecodableRecord as exc:
             log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
             return None
-        await self.client.data_converter.decode_payloads(task)
-        return task
+        try:
+            await self.client.data_converter.decode_payloads(task)
+        except Exception as exc:
+            log.error("event=task_payloads_undecodable workflow_id=%s run_id=%s error=%r", task["workflow_id"], task["run_id"], str(exc))
+            return task, exc
+        return task, None
 
 
 class _QueueShareRate:
@@ -653,6 +709,13 @@ class _Heartbeater:
     def close(self) -> None:
         if self._scheduled is not None:
             self._scheduled.cancel()
+
+
+def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:
+    """An attempt whose outcome could not be sent (its reply too large, say) is left to its timeout: say so."""
+    if not job.cancelled() and job.exception() is not None:
+        log.error("event=activity_outcome_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
+                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(job.exception()))
 
 
 def _log_failed_heartbeat(sent: asyncio.Future[Message]) -> None:
