@@ -19,6 +19,7 @@ from typing import Any
 
 from kadence.common import DEFAULT_INITIAL_INTERVAL_MS, retry_backoff_ms
 from kadence.protocol.codec import command_codec
+from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import (
     ACTIVITY_RESULTS,
     CHILD_RESULT_FOR_STATUS,
@@ -430,10 +431,31 @@ def decide_start(
             )
     if not start["workflow_type"] or not start["task_queue"]:
         raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
-    problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input")
+    problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
     if problem:
         raise Rejected(problem)
     return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+
+
+def _cron_problem(start: Record) -> str | None:
+    if not start.get("cron_schedule"):
+        return None
+    if start.get("start_delay_ms"):
+        return "a start delay and a cron schedule may not be used together (the schedule says when each run starts)"
+    try:
+        parse_cron(start["cron_schedule"])
+    except CronError as err:
+        return str(err)
+    return None
+
+
+def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) -> int:
+    """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
+    if signal is not None:
+        return 0  # a signal starts it at once
+    if start.get("cron_schedule"):
+        return parse_cron(start["cron_schedule"]).next_after_ms(now_ms) - now_ms
+    return start.get("start_delay_ms", 0)
 
 
 def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
@@ -446,7 +468,8 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
-        "first_workflow_task_backoff_ms": start.get("start_delay_ms", 0) if signal is None else 0,  # a signal starts it at once
+        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
+        "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {
@@ -677,7 +700,7 @@ def _workflow_task_completed(ex: Execution, cmd: Record, identity: str, now_ms: 
             _continue_as_new(t, attrs, completed_id, identity)
             return t
         elif kind in CLOSE_COMMANDS:
-            t.add(CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
+            _close(t, CLOSE_COMMANDS[kind], {**attrs, "workflow_task_completed_event_id": completed_id})
             return t
     if ex.buffered:
         t.flush_buffered()
@@ -748,8 +771,40 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
         "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
         "continued_execution_run_id": ex.run_id, "search_attributes": {}, **_parent_attributes(ex.parent),
+        "first_workflow_task_backoff_ms": 0, "cron_schedule": _started(ex).get("cron_schedule", ""), "initiator": "WORKFLOW",
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+# A cron run that ends so is followed by the next; one canceled or terminated ends the schedule.
+_CRON_CONTINUES = {"WorkflowExecutionCompleted", "WorkflowExecutionFailed", "WorkflowExecutionTimedOut"}
+
+
+def _close(t: Transition, kind: str, attrs: Record) -> None:
+    """Close the run; a run of a cron schedule that completed, failed or timed out starts the next
+    run in the same record, its first workflow task at the schedule's next time (as Temporal)."""
+    ex = t.execution
+    started = _started(ex)
+    cron_schedule = started.get("cron_schedule", "")
+    if not cron_schedule or kind not in _CRON_CONTINUES:
+        t.add(kind, {**attrs, "new_execution_run_id": ""})
+        return
+    following = Execution(
+        workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, t.next_event_id), workflow_type=ex.workflow_type,
+        task_queue=ex.task_queue,
+    )
+    t.add(kind, {**attrs, "new_execution_run_id": following.run_id})
+    t.next_run = Transition(following, t.now_ms)
+    t.next_run.add("WorkflowExecutionStarted", {
+        **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE",
+        "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
+    })
+    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+def _started(ex: Execution) -> Record:
+    """The run's WorkflowExecutionStarted attributes (a running run holds its whole history)."""
+    return attributes(ex.history[0]) if ex.history else {}
 
 
 def _invalid_commands(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
@@ -927,7 +982,7 @@ def _fire(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     if kind == "WORKFLOW_RUN_TIMEOUT":
         t.flush_buffered()
-        t.add("WorkflowExecutionTimedOut", {"retry_state": "TIMEOUT"})
+        _close(t, "WorkflowExecutionTimedOut", {"retry_state": "TIMEOUT"})
         return t
     if kind == "WORKFLOW_TASK_START_TO_CLOSE":
         wt = ex.workflow_task
@@ -1284,7 +1339,7 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
     transition applied; `before` is what it had pending: the timers of what it no longer has go."""
     for event in t.events:
         kind, attrs = event["attributes"]
-        if kind in CLOSE_STATUS and kind != "WorkflowExecutionContinuedAsNew" and ex.parent is not None:
+        if kind in CLOSE_STATUS and not attrs.get("new_execution_run_id") and ex.parent is not None:  # the chain goes on
             t.effects.append(_close_report(ex, kind, attrs))
         if kind in _OUTBOUND_FOR_INITIATED:
             t.effects.append(_initiated_command(ex, event))
