@@ -38,6 +38,7 @@ from kadence.exceptions import (
 )
 from kadence.protocol import topics
 from kadence.protocol.codec import codec, command_codec
+from kadence.protocol.cron import parse_cron
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem, text_problem
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
@@ -128,12 +129,18 @@ class Client:
         start_signal_args: Sequence[Any] = (),
         search_attributes: dict[str, Any] | None = None,
         start_delay: timedelta | None = None,
+        cron_schedule: str = "",
     ) -> "WorkflowHandle":
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
         With `start_signal`, this is signal-with-start: the running run gets the signal, or a new
         run starts with the signal delivered before its first workflow task. With `start_delay`, the
-        run's first workflow task waits that long (a signal-with-start does not wait)."""
+        run's first workflow task waits that long (a signal-with-start does not wait). With
+        `cron_schedule` (`*/5 * * * *`, `@hourly`, `@every 90s`, `CRON_TZ=Europe/Paris 0 9 * * 1-5`),
+        each run starts at the schedule's next time and one that completes, fails or times out is
+        followed by the next, until the workflow is canceled or terminated (as Temporal)."""
+        if cron_schedule:
+            parse_cron(cron_schedule)  # a clear CronError here, not a rejection from history
         definition = workflow_module.definition(workflow)
         workflow_type = definition if isinstance(definition, str) else definition.name
         if result_type is None and not isinstance(definition, str):
@@ -144,7 +151,7 @@ class Client:
             "workflow_type": workflow_type, "task_queue": task_queue,
             "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
             "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-            "workflow_task_timeout_ms": to_ms(task_timeout), "start_delay_ms": to_ms(start_delay),
+            "workflow_task_timeout_ms": to_ms(task_timeout), "start_delay_ms": to_ms(start_delay), "cron_schedule": cron_schedule,
             "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
             "search_attributes": {
                 name: self.data_converter.payload_converter.to_payload(value) for name, value in (search_attributes or {}).items()
@@ -433,7 +440,8 @@ class WorkflowHandle:
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause. With
-        `follow_runs`, a run that continued as new is followed to the run that ends the chain.
+        `follow_runs`, a run that continued as new, or a cron run followed by the next, is followed
+        to the run that ends the chain.
         Raises WorkflowNotFoundError when the read model does not hold the run (after a moment's
         grace, for a start another process just produced to the topic)."""
         if not self._recorded:
@@ -441,7 +449,7 @@ class WorkflowHandle:
         run_id = self._result_run_id
         while True:
             status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
-            if status != "ContinuedAsNew" or not follow_runs or not next_run_id:
+            if not follow_runs or not next_run_id:
                 break
             run_id = next_run_id
         converter = self.client.data_converter
