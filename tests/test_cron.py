@@ -113,7 +113,7 @@ async def test_a_cron_workflow_runs_on_its_schedule_until_terminated(client: Cli
         await client.get_workflow_handle(workflow_id).terminate(reason="enough")
         with pytest.raises(WorkflowFailureError):  # result() follows the chain to its terminated run
             await asyncio.wait_for(handle.result(), 30)
-    first = (await client.get_workflow_handle(workflow_id, run_id=handle.run_id).fetch_history()).events
+    first = (await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).fetch_history()).events
     assert first[-1]["attributes"][0] == "WorkflowExecutionCompleted" and first[-1]["attributes"][1]["new_execution_run_id"]
     assert first[0]["attributes"][1]["first_workflow_task_backoff_ms"] > 0  # the first run waited for its time too
     with pytest.raises(CronError, match="has 2 fields"):
