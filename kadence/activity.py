@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -75,10 +76,12 @@ def defn(fn: CallableType | None = None, *, name: str | None = None) -> Any:
 
 
 def definition(fn: Callable[..., Any]) -> ActivityDefinition:
+    """The activity `fn` is, called as given: a method of an instance (`activities=[obj.method]`)
+    keeps its `self`, and is named as the method (as temporalio names it)."""
     found = getattr(fn, _DEFINITION_ATTR, None)
     if found is None:
         raise TypeError(f"{getattr(fn, '__name__', fn)!r} is not an activity; decorate it with @activity.defn")
-    return found
+    return dataclasses.replace(found, fn=fn)
 
 
 def heartbeat(*details: Any) -> None:
