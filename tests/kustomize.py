@@ -1,10 +1,11 @@
 """Rendering deploy/'s kustomizations for the manifest tests, as `kubectl kustomize` would.
 
 There is no kustomize binary on PyPI, so this renders the subset of kustomize that deploy/ uses:
-`resources` (files and directories), `namespace`, `images`, and `patches` (a file holding one
+`resources` (files and directories), `namespace`, `images`, `patches` (a file holding one
 strategic-merge patch, found by kind and name, or a JSON 6902 patch applied to every resource its
-`target` selects). Any other field is refused, so a kustomization that outgrows this renderer fails its
-test instead of rendering wrong.
+`target` selects), and `configMapGenerator` entries from `files` with `disableNameSuffixHash`.
+Any other field is refused, so a kustomization that outgrows this renderer fails its test instead
+of rendering wrong.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import yaml
 
 Resource = dict[str, Any]
 
-SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "images", "patches"}
+SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "images", "patches", "configMapGenerator"}
 CLUSTER_SCOPED = {"Namespace"}
 
 
@@ -30,6 +31,7 @@ def render(directory: Path) -> list[Resource]:
     for entry in kustomization.get("resources", []):
         path = directory / entry
         resources += render(path) if path.is_dir() else load_documents(path)
+    resources += [generated_config_map(directory, generator) for generator in kustomization.get("configMapGenerator", [])]
     for patch in kustomization.get("patches", []):
         apply_patch(resources, directory / patch["path"], patch.get("target"))
     for image in kustomization.get("images", []):
@@ -39,6 +41,17 @@ def render(directory: Path) -> list[Resource]:
             if resource["kind"] not in CLUSTER_SCOPED:
                 resource["metadata"]["namespace"] = kustomization["namespace"]
     return resources
+
+
+def generated_config_map(directory: Path, generator: dict[str, Any]) -> Resource:
+    """A ConfigMap holding `files` (kustomize would append a content hash to its name unless told not to)."""
+    options = generator.get("options", {})
+    unsupported = set(generator) - {"name", "files", "options"} or set(options) - {"labels", "annotations", "disableNameSuffixHash"}
+    if unsupported or not options.get("disableNameSuffixHash"):
+        raise ValueError(f"configMapGenerator {generator.get('name')}: only files with disableNameSuffixHash are rendered here")
+    metadata = {"name": generator["name"], **{key: options[key] for key in ("labels", "annotations") if key in options}}
+    data = {Path(file).name: (directory / file).read_text() for file in generator["files"]}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
 
 
 def load_documents(path: Path) -> list[Resource]:

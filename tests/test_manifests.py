@@ -4,6 +4,9 @@ fields, and the pieces agree with each other and with the code (topics, ports, s
 
 from __future__ import annotations
 
+import importlib
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +16,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from prometheus_client import REGISTRY
 
 from kadence.local_stack import SERVICES
 from kadence.protocol import topics
@@ -250,6 +254,35 @@ def test_alerts_watch_what_the_code_counts_and_each_has_a_runbook() -> None:
     for name, rule in alerts.items():
         page, anchor = rule["annotations"]["runbook"].split("#")
         assert page == "docs/operations.md" and anchor in headings, f"{name}: no heading for its runbook {anchor!r}"
+
+
+def exported_metrics() -> set[str]:
+    """Every series name the services' code can export (importing a service registers its metrics)."""
+    for module in ("services.history.service", "services.matching.router", "services.timer.firing", "services.visibility.retention",
+                   "kadence.protocol.projection", "kadence.protocol.observability"):
+        importlib.import_module(module)
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    return {metric.name + suffix for metric in REGISTRY.collect() for suffix in suffixes.get(metric.type, ("",))}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_grafana_dashboard_shows_what_the_code_exports_and_the_alerts_link_it(overlay: str) -> None:
+    resources = rendered(overlay)
+    [config_map] = [r for r in of_kind(resources, "ConfigMap") if r["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+    dashboard = json.loads(config_map["data"]["kadence.json"])
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    shown = set(re.findall(r"\bkadence_[a-z_]+", " ".join(exprs)))
+    exported = exported_metrics()
+    assert shown <= exported, f"the dashboard queries series no service exports: {sorted(shown - exported)}"
+    families = {name.removesuffix("_total").removesuffix("_bucket") for name in shown}
+    kadence_series = {m for m in exported if m.startswith("kadence_") and m.endswith(("_total", "_seconds", "_lag", "_memory"))}
+    missing = {m.removesuffix("_total") for m in kadence_series} - families
+    assert not missing, f"exported metrics the dashboard does not show: {sorted(missing)}"
+    assert all('namespace="$namespace"' in expr for expr in exprs)
+    [rules] = of_kind(resources, "PrometheusRule")
+    for group in rules["spec"]["groups"]:
+        for rule in group["rules"]:
+            assert rule["annotations"]["dashboard"] == f"/d/{dashboard['uid']}/kadence", rule["alert"]
 
 
 def test_the_kafka_user_may_use_every_topic_and_group_kadence_does() -> None:
