@@ -1,4 +1,4 @@
-"""The one rule every reader of kadence.history folds with (DESIGN.md, 'Fencing without transactions').
+"""The one rule every reader of kadence.history folds with (docs/architecture.md, "The fencing rule").
 
 A history instance that just lost a partition may still write for a moment; its batches repeat the
 owner's. A batch applies only if its source offset is new on its partition and it continues its run.

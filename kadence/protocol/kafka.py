@@ -35,7 +35,7 @@ CONSUMER_LAG = Gauge(
     "kadence_consumer_lag", "Records between a consumer's position and its partition's end (ListOffsets)", ["group", "topic", "partition"],
 )
 
-# The Tansu broker (the zero-Java local broker: DESIGN.md, "Local and test infrastructure") names its
+# The Tansu broker (the zero-Java local broker: docs/architecture.md, "Brokers") names its
 # cluster so unless told otherwise, and kadence.brokers.tansu does not tell it; an Apache Kafka
 # cluster id is a random UUID.
 TANSU_CLUSTER_ID = "tansu_cluster"

@@ -1,1 +1,1 @@
-"""History service: the only writer of kadence.history (DESIGN.md, 'The loop')."""
+"""History service: the only writer of kadence.history (docs/architecture.md, "The history service")."""
