@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kadence.code_audit import WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, run_sections
@@ -90,6 +91,7 @@ class RunAudit:
     first_workflow_task_backoff_ms: int = 0
     activities: dict[int, ActivityTimeouts] = field(default_factory=dict)  # by scheduled id, while not finished
     closed: bool = False
+    code_replay: bool = False  # its events are kept until it closes, for the code replay
 
     @property
     def next_event_id(self) -> int:
@@ -131,12 +133,14 @@ class AuditReport:
 
 def audit_history(
     settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int], None] | None = None,
-    *, keep_events: bool = True, stuck_after_ms: int | None = DEFAULT_STUCK_AFTER_MS,
+    *, keep_events: bool = True, stuck_after_ms: int | None = DEFAULT_STUCK_AFTER_MS, code: WorkflowCodeAudit | None = None,
 ) -> AuditReport:
     """Audit kadence.history from `start_offsets` (default: every partition from 0). With
     `keep_events`, the report holds every run's events (for tests and tools); without, the audit's
     memory grows with open runs, not events (the nightly audit). Open runs' work overdue by more
-    than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for)."""
+    than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for). With
+    `code`, each run is also replayed against the workflow code once it closes (or, still open,
+    when the read ends): `code.report` says which diverge."""
     from_start = start_offsets is None
     offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
     report = AuditReport()
@@ -161,7 +165,11 @@ def audit_history(
             if not section.events:
                 continue
             key = (batch["workflow_id"], section.run_id)
-            run = report.runs.setdefault(key, RunAudit(first_event_id=section.first_event_id, events=[] if keep_events else None))
+            run = report.runs.get(key)
+            if run is None:
+                run = report.runs[key] = RunAudit(first_event_id=section.first_event_id, events=[] if keep_events else None)
+                if code is not None:
+                    _choose_for_code_replay(run, section.events[0], code)
             for event in section.events:
                 problem = _check_event(run, event, from_start)
                 if problem:
@@ -169,8 +177,15 @@ def audit_history(
                 run.event_count += 1
                 if run.events is not None:
                     run.events.append(event)
+            if run.closed and run.code_replay:
+                code.replay(*key, run.events)  # type: ignore[union-attr, arg-type]
+                run.code_replay = False
             if run.closed and not keep_events:
+                run.events = None
                 run.release()
+    for key, run in report.runs.items():
+        if run.code_replay:  # still open: replayed as far as it went
+            code.replay(*key, run.events)  # type: ignore[union-attr, arg-type]
     if stuck_after_ms is not None:
         due_before_ms = int(time.time() * 1000) - stuck_after_ms
         for (workflow_id, run_id), run in report.runs.items():
@@ -179,6 +194,23 @@ def audit_history(
                     line = f"workflow_id={workflow_id} run_id={run_id}: {due.what} was due {_utc(due.at_ms)}"
                     (report.waiting if due.needs_worker else report.stuck).append(line)
     return report
+
+
+# What the code replay counts a run under whose start the read did not see (read from an offset or a time).
+BEGUN_BEFORE_THE_READ = "(begun before the read)"
+
+
+def _choose_for_code_replay(run: RunAudit, first: Record, code: WorkflowCodeAudit) -> None:
+    if first["attributes"][0] != "WorkflowExecutionStarted":
+        code.skip(BEGUN_BEFORE_THE_READ)
+        return
+    workflow_type = first["attributes"][1]["workflow_type"]
+    if not code.wants(workflow_type):
+        code.skip(workflow_type)
+        return
+    run.code_replay = True
+    if run.events is None:
+        run.events = []
 
 
 def _utc(ms: int) -> str:

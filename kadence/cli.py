@@ -244,8 +244,12 @@ def audit() -> None:
 @click.option("--stuck-after", type=click.FloatRange(min=0), default=900, show_default=True,
               help="Report Kadence's work for open runs overdue by more than this many seconds as stuck, and tasks that "
                    "have waited as long for a worker as waiting; 0: do not look.")
+@click.option("--worker-module", "worker_modules", multiple=True,
+              help="Also replay every run against the @workflow.defn classes of this module (say, myapp.workflows; repeatable).")
+@click.option("--workflow-type", "workflow_types", multiple=True, help="With --worker-module: replay only runs of this type (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_after: float, as_json: bool) -> None:
+def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_after: float, worker_modules: tuple[str, ...],
+                 workflow_types: tuple[str, ...], as_json: bool) -> None:
     """Re-read kadence.history and check every invariant; exit 1 on any violation or stuck work.
 
     Checked: event ids gap-free and in order per run, runs start with WorkflowExecutionStarted,
@@ -254,12 +258,27 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     counted and skipped. Stuck: in an open run, a timer past its fire time, a started task past
     its timeout, an activity past its schedule-to-start timeout, by more than --stuck-after.
     Waiting (listed, not a failure): a task no worker has started for longer than that.
+
+    With --worker-module, every run is also re-executed against that workflow code, with the
+    Replayer's non-determinism check; exit 1 if any diverges (the check to run before deploying
+    new workflow code). Runs whose type the modules lack, or whose start lies before the read,
+    are counted as skipped.
     """
+    import importlib
+
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from kadence.audit import audit_history
+    from kadence.code_audit import WorkflowCodeAudit
+    from kadence.testing import workflows_in
 
+    if workflow_types and not worker_modules:
+        raise click.UsageError("--workflow-type chooses among the workflows of --worker-module: give that too")
+    code = None
+    if worker_modules:
+        workflows = [w for module in worker_modules for w in workflows_in(importlib.import_module(module))]
+        code = WorkflowCodeAudit(workflows, workflow_types=workflow_types)
     settings = KafkaSettings.from_env()
     start_offsets = _audit_start(settings, from_offset, from_time)
     console = Console(stderr=True)
@@ -267,8 +286,14 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
                   console=console, disable=as_json or not console.is_terminal) as progress:
         reading = progress.add_task("reading kadence.history", total=None)
         report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"),
-                               keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None)
+                               keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None, code=code)
     summary = report.summary()
+    diverged = []
+    if code is not None:
+        code.close()
+        diverged = code.report.divergences
+        summary["code_replay"] = code.report.by_type()
+        summary["divergences"] = [str(d) for d in diverged]
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -283,7 +308,11 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
             click.echo(f"STUCK {stuck}")
         for waiting in report.waiting:
             click.echo(f"WAITING {waiting}")
-    sys.exit(1 if report.violations or report.stuck else 0)
+        for workflow_type, counts in summary.get("code_replay", {}).items():
+            click.echo(f"{workflow_type}: {counts['replayed']} replayed, {counts['diverged']} diverged, {counts['skipped']} skipped")
+        for divergence in diverged:
+            click.echo(f"DIVERGED {divergence}")
+    sys.exit(1 if report.violations or report.stuck or diverged else 0)
 
 
 def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: datetime | None) -> dict[int, int] | None:
