@@ -28,7 +28,7 @@ POM = Path(__file__).with_name("pom.xml")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 KAFKA_VERSION = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_text()).group(1)  # type: ignore[union-attr]
 MIN_JAVA = 17  # Apache Kafka 4's brokers need Java 17
-# A bounded heap: plenty for one node serving tests and benchmarks (docs/operations.md, "The local broker").
+# A bounded heap: plenty for one node serving tests and benchmarks (docs/architecture.md, "Brokers").
 JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 
 

