@@ -14,10 +14,12 @@ import contextlib
 import contextvars
 import inspect
 import logging
+import pickle
+import threading
 import time
 import typing
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,6 +45,7 @@ from kadence.protocol.codec import UndecodableRecord, codec, task_codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
+from kadence.shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
 from kadence.visibility import fetch_event_ranges
 
 log = logging.getLogger("kadence.worker")
@@ -70,6 +73,7 @@ class Worker:
         graceful_shutdown_timeout: timedelta = timedelta(),
         max_task_queue_activities_per_second: float | None = None,
         identity: str | None = None,
+        shared_state_manager: SharedStateManager | None = None,
     ) -> None:
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
@@ -82,9 +86,11 @@ class Worker:
             assert isinstance(definition, WorkflowDefinition)
             self._workflows[definition.name] = definition
         self._activities = {d.name: d for d in map(activity_module.definition, activities)}
+        _check_sync_activities(self._activities.values(), activity_executor, shared_state_manager)
         if activity_executor is None and any(not d.is_async for d in self._activities.values()):
             activity_executor = concurrent.futures.ThreadPoolExecutor(max_concurrent_activities, thread_name_prefix="kadence-activity")
         self._executor = activity_executor
+        self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
         self._max_cached = max_cached_workflows
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
@@ -532,7 +538,7 @@ class Worker:
         if attempt is None:
             return  # finished already, or running elsewhere
         job, heartbeater, is_async = attempt
-        heartbeater.cancel_requested = True
+        heartbeater.request_cancel()
         if is_async:
             job.cancel()
 
@@ -611,7 +617,33 @@ class Worker:
         context = context or contextvars.copy_context()
         if definition.is_async:
             return await asyncio.create_task(definition.fn(*args), context=context)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+        if isinstance(self._executor, concurrent.futures.ThreadPoolExecutor):
+            return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+        return await self._call_in_process(definition.fn, args, context)
+
+    async def _call_in_process(self, fn: Callable[..., Any], args: list[Any], context: contextvars.Context) -> Any:
+        """A sync activity on an executor of other processes: the context cannot cross to them, so
+        its info goes as an argument, its heartbeats come back over the shared state manager's queue
+        and its cancellation goes there as a shared event."""
+        manager = self._shared_state_manager
+        assert manager is not None  # checked when the worker was made
+        loop = asyncio.get_running_loop()
+        info = context[activity_module._current_info]
+        heartbeat = context[activity_module._current_heartbeat]
+        task_token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}/{uuid.uuid4()}".encode()
+        cancelled = await loop.run_in_executor(None, manager.new_event)
+        if isinstance(heartbeat, _Heartbeater):
+            relay = heartbeat.relay_from_thread
+            await loop.run_in_executor(None, heartbeat.share_cancellation, cancelled)
+        else:  # a local activity: heartbeats are ignored
+            relay = _ignore_heartbeat
+        sender = await manager.register_heartbeater(task_token, relay)
+        try:
+            return await loop.run_in_executor(
+                self._executor, run_sync_activity, info, ProcessHeartbeat(task_token, sender, cancelled), fn, *args,
+            )
+        finally:
+            await manager.unregister_heartbeater(task_token)
 
     def _send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
         """A task's result (or start) goes to history however long the broker is away: a failed
@@ -671,7 +703,24 @@ class _Heartbeater:
         self._last_sent = -self._interval
         self._pending: tuple[Any, ...] | None = None
         self._scheduled: asyncio.TimerHandle | None = None
+        self._shared_cancel: threading.Event | None = None  # the attempt runs in another process
         self.cancel_requested = False
+
+    def request_cancel(self) -> None:
+        """The workflow asked to cancel the attempt: its next heartbeat raises CancelledError."""
+        self.cancel_requested = True
+        if self._shared_cancel is not None:
+            self._shared_cancel.set()
+
+    def share_cancellation(self, cancelled: threading.Event) -> None:
+        """Set `cancelled` (an event of the attempt's process) when the attempt is cancelled."""
+        self._shared_cancel = cancelled
+        if self.cancel_requested:
+            cancelled.set()
+
+    def relay_from_thread(self, *details: Any) -> None:
+        """A heartbeat the shared state manager's reader received from the attempt's process."""
+        self._loop.call_soon_threadsafe(self._heartbeat, details)
 
     def __call__(self, *details: Any) -> None:
         if self.cancel_requested:
@@ -709,6 +758,31 @@ class _Heartbeater:
     def close(self) -> None:
         if self._scheduled is not None:
             self._scheduled.cancel()
+
+
+def _check_sync_activities(
+    activities: Iterable[activity_module.ActivityDefinition], executor: concurrent.futures.Executor | None,
+    shared_state_manager: SharedStateManager | None,
+) -> None:
+    """temporalio's checks, with its messages: a sync activity on an executor of other processes
+    needs a shared_state_manager, and on a process pool it must be picklable."""
+    for definition in activities:
+        if definition.is_async or executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            continue
+        if shared_state_manager is None:
+            raise ValueError(
+                f"Activity {definition.name} is not async and executor is not thread-pool executor, "
+                "so a shared_state_manager must be present"
+            )
+        if isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+            try:
+                pickle.dumps(definition.fn)
+            except Exception as err:
+                raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
+
+
+def _ignore_heartbeat(*details: Any) -> None:
+    """Heartbeats of a local activity are ignored (as temporalio)."""
 
 
 def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:
