@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import logging
 import pickle
@@ -85,7 +86,10 @@ class Worker:
             definition = workflow_module.definition(cls)
             assert isinstance(definition, WorkflowDefinition)
             self._workflows[definition.name] = definition
-        self._activities = {d.name: d for d in map(activity_module.definition, activities)}
+        # The callable registered is the one called: a bound method keeps its object (as temporalio).
+        self._activities = {
+            d.name: dataclasses.replace(d, fn=fn) for d, fn in ((activity_module.definition(fn), fn) for fn in activities)
+        }
         _check_sync_activities(self._activities.values(), activity_executor, shared_state_manager)
         if activity_executor is None and any(not d.is_async for d in self._activities.values()):
             activity_executor = concurrent.futures.ThreadPoolExecutor(max_concurrent_activities, thread_name_prefix="kadence-activity")

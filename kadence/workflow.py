@@ -32,6 +32,8 @@ __all__ = [
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
     "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
+    "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
+    "wait", "as_completed",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -517,6 +519,117 @@ async def execute_local_activity(
     )
 
 
+def start_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> asyncio.Task[Any]:
+    """start_activity for an activity defined as a method (`MyActivities.fetch`, registered on the
+    worker as `activities=[my_activities.fetch]`): its type name is the method's name or its
+    @activity.defn name, as temporalio."""
+    return start_activity(activity, *positional, **options)
+
+
+async def execute_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> Any:
+    """execute_activity for an activity defined as a method."""
+    return await start_activity(activity, *positional, **options)
+
+
+def start_local_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> asyncio.Task[Any]:
+    """start_local_activity for an activity defined as a method."""
+    return start_local_activity(activity, *positional, **options)
+
+
+async def execute_local_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> Any:
+    """execute_local_activity for an activity defined as a method."""
+    return await start_local_activity(activity, *positional, **options)
+
+
+_ReturnWhen = typing.Literal["FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED"]
+FutureType = TypeVar("FutureType", bound=asyncio.Future[Any])
+
+
+async def wait(
+    fs: typing.Iterable[FutureType], *, timeout: float | None = None, return_when: _ReturnWhen = asyncio.ALL_COMPLETED,
+) -> tuple[list[FutureType], list[FutureType]]:
+    """asyncio.wait for workflow code (as temporalio's): `done` and `pending` are lists in the order
+    of `fs`, not sets, so iterating them is the same on every replay; `timeout` is a durable timer."""
+    if asyncio.isfuture(fs) or asyncio.iscoroutine(fs):
+        raise TypeError(f"workflow.wait takes an iterable of tasks or futures, not a {type(fs).__name__}")
+    futures = list(fs)
+    if not futures:
+        raise ValueError("workflow.wait needs at least one task or future")
+    if return_when not in (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED):
+        raise ValueError(f"workflow.wait: return_when must be FIRST_COMPLETED, FIRST_EXCEPTION or ALL_COMPLETED, not {return_when!r}")
+    if any(asyncio.iscoroutine(f) for f in futures):
+        raise TypeError("workflow.wait takes tasks, not coroutines: wrap each in asyncio.create_task")
+
+    def enough() -> bool:
+        done = [f for f in futures if f.done()]
+        if return_when == asyncio.FIRST_COMPLETED and done:
+            return True
+        if return_when == asyncio.FIRST_EXCEPTION and any(not f.cancelled() and f.exception() is not None for f in done):
+            return True
+        return len(done) == len(futures)
+
+    if not enough():
+        instance = _instance()
+        waiter = instance.create_future()
+
+        def release() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        def settled(_: asyncio.Future[Any]) -> None:
+            if enough():
+                release()
+
+        timer = instance.call_later(timeout, release) if timeout is not None else None
+        for future in futures:
+            future.add_done_callback(settled)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for future in futures:
+                future.remove_done_callback(settled)
+    return [f for f in futures if f.done()], [f for f in futures if not f.done()]
+
+
+def as_completed(fs: typing.Iterable[typing.Awaitable[Any]], *, timeout: float | None = None) -> Iterator[typing.Awaitable[Any]]:
+    """asyncio.as_completed for workflow code (as temporalio's): awaitables that give the results
+    in the order they complete, the same on every replay; after `timeout` (a durable timer) the
+    rest raise asyncio.TimeoutError."""
+    if asyncio.isfuture(fs) or asyncio.iscoroutine(fs):
+        raise TypeError(f"workflow.as_completed takes an iterable of awaitables, not a {type(fs).__name__}")
+    instance = _instance()
+    todo = [asyncio.ensure_future(f, loop=instance) for f in fs]
+    finished: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
+    outstanding = list(todo)
+
+    def completed(future: asyncio.Future[Any]) -> None:
+        if future in outstanding:
+            outstanding.remove(future)
+            finished.put_nowait(future)
+            if not outstanding and timer is not None:
+                timer.cancel()
+
+    def timed_out() -> None:
+        for future in outstanding:
+            future.remove_done_callback(completed)
+            finished.put_nowait(None)
+        outstanding.clear()
+
+    async def next_result() -> Any:
+        future = await finished.get()
+        if future is None:
+            raise asyncio.TimeoutError()
+        return future.result()
+
+    timer = instance.call_later(timeout, timed_out) if todo and timeout is not None else None
+    for future in todo:
+        future.add_done_callback(completed)
+    for _ in todo:
+        yield next_result()
+
+
 async def execute_activity(
     activity: Callable[..., Any] | str,
     *positional: Any,
@@ -571,7 +684,7 @@ async def start_child_workflow(
     arg: Any = _UNSET,
     *,
     args: Sequence[Any] = (),
-    id: str,
+    id: str | None = None,
     task_queue: str | None = None,
     execution_timeout: timedelta | None = None,
     run_timeout: timedelta | None = None,
@@ -582,8 +695,10 @@ async def start_child_workflow(
     result_type: type | None = None,
 ) -> ChildWorkflowHandle:
     """Start a child workflow and wait until it started (raises WorkflowAlreadyStartedError if its
-    id is taken). The child runs on `task_queue` (default: this workflow's)."""
+    id is taken). The child runs on `task_queue` (default: this workflow's); its id is `id`, else
+    workflow.uuid4() (the same on every replay), as temporalio."""
     instance = _instance()
+    id = id or str(uuid4())
     found = definition(workflow)
     workflow_type = found if isinstance(found, str) else found.name
     if result_type is None and not isinstance(found, str):
@@ -632,7 +747,7 @@ async def execute_child_workflow(
     arg: Any = _UNSET,
     *,
     args: Sequence[Any] = (),
-    id: str,
+    id: str | None = None,
     task_queue: str | None = None,
     execution_timeout: timedelta | None = None,
     run_timeout: timedelta | None = None,

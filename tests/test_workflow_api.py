@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from datetime import timedelta
@@ -10,6 +11,7 @@ import pytest
 
 from kadence import activity, workflow
 from kadence.client import Client
+from kadence.common import RetryPolicy
 from kadence.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -98,3 +100,68 @@ async def test_unsafe_reports_replay_and_read_only_without_a_sandbox(client: Cli
         assert await handle.query(ReplayAwareWorkflow.modes) == {
             "in_workflow": True, "replaying": True, "replaying_history_events": False, "read_only": True,
         }
+
+
+class GreetingActivities:
+    """Activities as methods of an object holding what they share (temporalio's documented pattern)."""
+
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+
+    @activity.defn
+    async def greet(self, name: str) -> str:
+        return f"{self.greeting}, {name}"
+
+    @activity.defn(name="shout")
+    def shout_greeting(self, name: str) -> str:
+        return f"{self.greeting.upper()}, {name.upper()}!"
+
+
+@workflow.defn
+class NamedChildWorkflow:
+    @workflow.run
+    async def run(self, delay: float) -> str:
+        await workflow.sleep(delay)
+        return workflow.info().workflow_id
+
+
+@workflow.defn
+class ComposingWorkflow:
+    @workflow.run
+    async def run(self) -> dict[str, object]:
+        options = {"start_to_close_timeout": timedelta(seconds=10), "retry_policy": RetryPolicy(maximum_attempts=1)}
+        greeted = await workflow.execute_activity_method(GreetingActivities.greet, "Ada", **options)
+        shouted = await workflow.execute_local_activity_method(GreetingActivities.shout_greeting, "Ada", **options)
+        started = workflow.start_activity_method(GreetingActivities.greet, args=["Grace"], **options)
+        # Children without ids: each gets workflow.uuid4(), the same on every replay.
+        slow = asyncio.create_task(workflow.execute_child_workflow(NamedChildWorkflow.run, 0.6))
+        fast = asyncio.create_task(workflow.execute_child_workflow(NamedChildWorkflow.run, 0.05))
+        done, pending = await workflow.wait([slow, fast], return_when=asyncio.FIRST_COMPLETED)
+        first = [task is fast for task in done] + [task is slow for task in pending]
+        order = [await next_done for next_done in workflow.as_completed([slow, fast])]
+        never = asyncio.create_task(workflow.wait_condition(lambda: False))
+        timed_out, still_pending = await workflow.wait([never], timeout=0.05)
+        never.cancel()
+        return {
+            "greeted": greeted, "shouted": shouted, "started": await started, "fast_first": first,
+            "children": order, "timed_out": (len(timed_out), len(still_pending)),
+        }
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_activity_methods_children_without_ids_and_deterministic_wait(client: Client, task_queue: str, cache: int) -> None:
+    activities = GreetingActivities("Hello")
+    workflow_id = f"composing-{uuid.uuid4()}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=[ComposingWorkflow, NamedChildWorkflow],
+        activities=[activities.greet, activities.shout_greeting], max_cached_workflows=cache,
+    ):
+        handle = await client.start_workflow(ComposingWorkflow.run, id=workflow_id, task_queue=task_queue)
+        result = await handle.result()
+    fast_id, slow_id = result.pop("children")  # as they completed
+    assert result == {
+        "greeted": "Hello, Ada", "shouted": "HELLO, ADA!", "started": "Hello, Grace", "fast_first": [True, True], "timed_out": [0, 1],
+    }
+    assert uuid.UUID(fast_id).version == 4 and uuid.UUID(slow_id).version == 4 and fast_id != slow_id
+    for child_id in (fast_id, slow_id):  # the ids the children ran under
+        assert (await client.get_workflow_handle(child_id).describe()).workflow_type == "NamedChildWorkflow"
