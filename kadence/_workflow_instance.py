@@ -15,6 +15,7 @@ import collections
 import contextlib
 import contextvars
 import inspect
+import logging
 import random
 import typing
 from collections.abc import Callable, Iterator
@@ -33,6 +34,8 @@ from kadence.exceptions import (
 )
 from kadence.protocol.events import CHILD_RESULTS, CLOSE_COMMANDS, EVENT_FOR_COMMAND
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
+
+log = logging.getLogger("kadence.worker")
 
 Record = dict[str, Any]
 Command = tuple[str, Record]
@@ -391,7 +394,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         if handler is None:
             self._unhandled_signals.append((name, payloads))  # as temporalio: kept, not dropped
             return
-        args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+        try:
+            args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+        except Exception as exc:  # as temporalio: logged and dropped, the run goes on
+            log.exception("event=signal_dropped workflow_id=%s run_id=%s signal_name=%s reason=undecodable_input error=%r",
+                          self.info.workflow_id, self.info.run_id, name, str(exc))
+            return
         self.create_task(self._run_signal(name, handler, args), name=f"signal:{name}")
 
     async def _run_signal(self, name: str, handler: Callable[..., Any], args: list[Any]) -> None:

@@ -22,6 +22,7 @@ class Unencodable:
 class FaultyHandlersWorkflow:
     def __init__(self) -> None:
         self.done = False
+        self.total = 0
 
     @workflow.run
     async def run(self) -> str:
@@ -48,14 +49,28 @@ class FaultyHandlersWorkflow:
     def finish(self) -> None:
         self.done = True
 
+    @workflow.signal
+    def add(self, amount: int) -> None:
+        self.total += amount
 
-async def test_an_update_whose_result_cannot_be_encoded_fails_and_the_workflow_goes_on(client: Client, task_queue: str) -> None:
+    @workflow.query
+    def sum(self) -> int:
+        return self.total
+
+
+async def test_an_update_whose_result_cannot_be_encoded_fails_and_the_workflow_goes_on(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture,
+) -> None:
     async with Worker(client, task_queue=task_queue, workflows=[FaultyHandlersWorkflow]):
         handle = await client.start_workflow(FaultyHandlersWorkflow.run, id=f"faulty-{uuid.uuid4()}", task_queue=task_queue)
         with pytest.raises(WorkflowUpdateFailedError) as failed:
             await handle.execute_update(FaultyHandlersWorkflow.unencodable)
         assert "Unencodable" in str(failed.value.__cause__)
         assert await handle.execute_update(FaultyHandlersWorkflow.count) == 1
+        await handle.signal(FaultyHandlersWorkflow.add, "not a number")  # as temporalio: logged and dropped
+        await handle.signal(FaultyHandlersWorkflow.add, 2)
+        assert await handle.query(FaultyHandlersWorkflow.sum) == 2
+        assert any("event=signal_dropped" in r.getMessage() and handle.id in r.getMessage() for r in caplog.records)
         await handle.signal(FaultyHandlersWorkflow.finish)
         assert await handle.result() == "done"
 
