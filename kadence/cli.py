@@ -19,7 +19,7 @@ from kadence.local_stack import ENV_FILE, SERVICES
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
-from kadence.protocol.settings import KafkaSettings
+from kadence.protocol.settings import KafkaSettings, postgres_dsn
 
 
 @click.group()
@@ -313,6 +313,31 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
     sys.exit(1 if report.violations or report.stuck or diverged else 0)
+
+
+@audit.command("read-model")
+@click.option("--repair", is_flag=True, help="Replace the live rows that differ with the log's.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def audit_read_model_command(repair: bool, as_json: bool) -> None:
+    """Fold kadence.history into a scratch schema with the visibility projector's code and compare
+    it row by row with the live read model (executions, events, search attributes, command
+    outcomes); exit 1 on any difference (0 once --repair replaced them). Runs the live projector
+    writes while the audit runs are left out of the comparison."""
+    import uvloop
+
+    from kadence.read_model_audit import audit_read_model
+
+    report = uvloop.run(audit_read_model(KafkaSettings.from_env(), postgres_dsn(), repair=repair))
+    summary = report.summary()
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        compared = ", ".join(f"{count} {table}" for table, count in report.compared.items())
+        click.echo(f"{report.records} records folded; compared {compared}; {len(report.differences)} differences, "
+                   f"{report.changed_during_audit} workflows changed during the audit, {report.repaired} rows repaired")
+        for difference in report.differences:
+            click.echo(f"DIFFERENCE {difference}")
+    sys.exit(1 if report.differences and not repair else 0)
 
 
 def _audit_start(settings: KafkaSettings, from_offset: int | None, from_time: datetime | None) -> dict[int, int] | None:

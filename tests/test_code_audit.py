@@ -1,6 +1,8 @@
-"""`kadence audit replay --worker-module`: every run in the log re-executed against workflow code.
-A change that would break recorded runs diverges (exit 1, with the event and the command the code
-issued instead); the same change behind a patch does not; types the module lacks are skipped."""
+"""The audits that prove the log on a stack of their own: `kadence audit replay --worker-module`
+re-executes every run against workflow code (a change that would break recorded runs diverges,
+exit 1, with the event and the command the code issued instead; the same change behind a patch
+does not; types the module lacks are skipped), and `kadence audit read-model` rebuilds the read
+model from the log and finds each row that differs (and repairs it)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import psycopg
+
 from kadence.client import Client
 from kadence.worker import Worker
 from tests.conftest import local_stack
@@ -18,8 +22,8 @@ from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow, TwoStep
 REPO = Path(__file__).resolve().parents[1]
 
 
-def audit(env: dict[str, str], *args: str) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", "replay", "--json", *args], env=env, cwd=REPO,
+def audit(env: dict[str, str], *args: str, command: str = "replay") -> tuple[int, dict]:
+    done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", command, "--json", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -30,11 +34,12 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
         try:
             async with Worker(client, task_queue="audited", workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
-                runs = []
+                runs, workflow_ids = [], []
                 for value in ("a", "b"):
                     handle = await client.start_workflow(TwoStepWorkflow.run, value, id=f"two-{uuid.uuid4()}", task_queue="audited")
                     await handle.result()
                     runs.append(handle.result_run_id)
+                    workflow_ids.append(handle.id)
                 await client.execute_workflow(EchoWorkflow.run, "hi", id=f"echo-{uuid.uuid4()}", task_queue="audited")
         finally:
             await client.close()
@@ -54,3 +59,23 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
 
         code, patched = audit(stack.env, "--worker-module", "tests.patched_workflows", "--workflow-type", "TwoStepWorkflow")
         assert code == 0 and patched["code_replay"] == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
+
+        code, clean = audit(stack.env, command="read-model")
+        assert code == 0 and clean["differences"] == [], clean
+        assert clean["compared"]["kadence_executions"] == 3 and clean["compared"]["kadence_events"] > 20
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE kadence_executions SET status = 'Failed', search_attributes = '{\"x\": 1}' WHERE run_id = %s", (runs[0],))
+            conn.execute("DELETE FROM kadence_events WHERE run_id = %s AND event_id = 3", (runs[1],))
+            conn.execute("INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted) "
+                         "VALUES ('forged', 'w', 'r', true)")
+        code, corrupted = audit(stack.env, command="read-model")
+        assert code == 1
+        assert sorted(corrupted["differences"]) == sorted([
+            f"kadence_executions {workflow_ids[0]}/{runs[0]}: differs in status, search_attributes",
+            f"kadence_events {workflow_ids[1]}/{runs[1]}/3: missing in the live read model",
+            "kadence_command_outcomes forged: not in the log",
+        ])
+        code, repaired = audit(stack.env, "--repair", command="read-model")
+        assert code == 0 and repaired["repaired"] == 3
+        code, again = audit(stack.env, command="read-model")
+        assert code == 0 and again["differences"] == []

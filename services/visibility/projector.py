@@ -71,7 +71,10 @@ class VisibilityProjector:
     name = "visibility"
     ddl = VISIBILITY_DDL
 
-    def __init__(self) -> None:
+    def __init__(self, *, notify: bool = True) -> None:
+        """`notify`: announce closed runs and outcomes to waiting clients and workers (not when the
+        read-model audit folds the log into a scratch schema)."""
+        self.notify = notify
         self.events = codec("HistoryEvent")
         self.payloads = codec("Payload")
         self.failures = codec("Failure")
@@ -106,13 +109,14 @@ class VisibilityProjector:
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
                     [(length, *key) for key, length in rows.lengths.items()],
                 )
-            await _write_outcomes(cur, rows.outcomes)
+            await _write_outcomes(cur, rows.outcomes, self.notify)
             if rows.closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
                     "WHERE workflow_id = %s AND run_id = %s",
                     rows.closed,
                 )
+            if rows.closed and self.notify:
                 await cur.executemany(
                     "SELECT pg_notify(%s, %s)",
                     [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in rows.closed],
@@ -124,7 +128,7 @@ class VisibilityProjector:
         rows = _Rows()
         self._answers(record.batch, rows)
         async with conn.cursor() as cur:
-            await _write_outcomes(cur, rows.outcomes)
+            await _write_outcomes(cur, rows.outcomes, self.notify)
 
     @staticmethod
     def _answers(batch: dict[str, Any], rows: _Rows) -> None:
@@ -179,7 +183,7 @@ class VisibilityProjector:
         pass
 
 
-async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]]) -> None:
+async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]], notify: bool) -> None:
     if not outcomes:
         return
     stored = [(*(_text(value) for value in row[:3]), row[3], _text(row[4]), _text(row[5]), *row[6:]) for row in outcomes]
@@ -188,6 +192,8 @@ async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[An
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
         stored,
     )
+    if not notify:
+        return
     # The outcome rides in the notification, so a waiting client or worker needs no query.
     await cur.executemany("SELECT pg_notify(%s, %s)", [
         (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
