@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
+
 from kadence.code_audit import WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, run_sections
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RunSection, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.settings import KafkaSettings
@@ -105,6 +107,18 @@ class RunAudit:
             remembered.clear()
 
 
+@dataclass(frozen=True)
+class PendingTimer:
+    """A timer the log set and has not dropped: the timer service owes it a firing."""
+
+    workflow_id: str
+    run_id: str
+    kind: str
+    fire_at_ms: int
+    partition: int
+    set_at_offset: int  # the record that set it
+
+
 @dataclass
 class AuditReport:
     records: int = 0
@@ -113,6 +127,8 @@ class AuditReport:
     violations: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)  # Kadence's work for open runs, overdue by more than stuck_after_ms
     waiting: list[str] = field(default_factory=list)  # tasks that have waited for a worker longer than that
+    pending_timers: dict[str, PendingTimer] = field(default_factory=dict)  # by timer id, as the log leaves them
+    missing_timers: list[str] = field(default_factory=list)  # pending per the log, and neither stored nor held
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
         events = self.runs[(workflow_id, run_id)].events
@@ -127,7 +143,7 @@ class AuditReport:
         return {
             "records": self.records, "runs": len(self.runs), "events": sum(r.event_count for r in self.runs.values()),
             "zombie_batches_skipped": self.zombie_batches, "violations": self.violations, "stuck": self.stuck,
-            "waiting_for_worker": self.waiting,
+            "waiting_for_worker": self.waiting, "missing_timers": self.missing_timers,
         }
 
 
@@ -162,6 +178,7 @@ def audit_history(
             report.zombie_batches += 1
             continue
         for section in run_sections(batch):
+            _track_timers(report.pending_timers, batch["workflow_id"], section, msg.partition(), msg.offset())
             if not section.events:
                 continue
             key = (batch["workflow_id"], section.run_id)
@@ -194,6 +211,39 @@ def audit_history(
                     line = f"workflow_id={workflow_id} run_id={run_id}: {due.what} was due {_utc(due.at_ms)}"
                     (report.waiting if due.needs_worker else report.stuck).append(line)
     return report
+
+
+def _track_timers(pending: dict[str, PendingTimer], workflow_id: str, section: RunSection, partition: int, offset: int) -> None:
+    for effect_type, effect in section.effects:
+        if effect_type == "Timer":
+            pending[effect["timer_id"]] = PendingTimer(
+                workflow_id, section.run_id, effect["kind"], effect["fire_at_ms"], partition, offset)
+        elif effect_type == "DropTimer":
+            pending.pop(effect["timer_id"], None)
+
+
+def check_timer_store(report: AuditReport, dsn: str, memory_horizon_ms: int) -> None:
+    """Compare the timers the log leaves pending with the timer service's store and positions
+    (report.missing_timers)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        positions = dict(conn.execute(
+            "SELECT partition, next_offset FROM kadence_consumer_offsets WHERE consumer = 'timer'").fetchall())
+        stored = {row[0] for row in conn.execute(
+            "SELECT timer_id FROM kadence_timers WHERE timer_id = ANY(%s)", (list(report.pending_timers),)).fetchall()}
+    report.missing_timers = missing_timers(report, stored, positions, int(time.time() * 1000), memory_horizon_ms)
+
+
+def missing_timers(report: AuditReport, stored_ids: set[str], positions: dict[int, int], now_ms: int, memory_horizon_ms: int) -> list[str]:
+    """Timers the log says are pending that the timer service neither stores nor can hold: set by a
+    record it has applied (before its stored position), due after its memory horizon (so never held
+    in memory only, and not fired yet), and not in kadence_timers. Timers due sooner are covered by
+    the stuck check once overdue."""
+    return [
+        f"workflow_id={t.workflow_id} run_id={t.run_id}: {t.kind} timer {timer_id} due {_utc(t.fire_at_ms)} is not in the "
+        f"timer service's store (set at partition {t.partition} offset {t.set_at_offset})"
+        for timer_id, t in report.pending_timers.items()
+        if t.set_at_offset < positions.get(t.partition, 0) and t.fire_at_ms > now_ms + memory_horizon_ms and timer_id not in stored_ids
+    ]
 
 
 # What the code replay counts a run under whose start the read did not see (read from an offset or a time).

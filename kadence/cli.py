@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 import signal
 import subprocess
@@ -259,6 +260,10 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     its timeout, an activity past its schedule-to-start timeout, by more than --stuck-after.
     Waiting (listed, not a failure): a task no worker has started for longer than that.
 
+    With KADENCE_POSTGRES_DSN set, the timers the log leaves pending are also looked for in the
+    timer service's store: one it has applied, due after its memory horizon and not stored is
+    missing (exit 1).
+
     With --worker-module, every run is also re-executed against that workflow code, with the
     Replayer's non-determinism check; exit 1 if any diverges (the check to run before deploying
     new workflow code). Runs whose type the modules lack, or whose start lies before the read,
@@ -287,6 +292,11 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         reading = progress.add_task("reading kadence.history", total=None)
         report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"),
                                keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None, code=code)
+    if os.environ.get("KADENCE_POSTGRES_DSN"):
+        from kadence.audit import check_timer_store
+        from services.timer.store import DEFAULT_MEMORY_HORIZON_MS
+
+        check_timer_store(report, postgres_dsn(), int(os.environ.get("KADENCE_TIMER_MEMORY_HORIZON_MS", DEFAULT_MEMORY_HORIZON_MS)))
     summary = report.summary()
     diverged = []
     if code is not None:
@@ -300,7 +310,7 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         click.echo(
             f"{summary['records']} records, {summary['runs']} runs, {summary['events']} events, "
             f"{summary['zombie_batches_skipped']} zombie batches skipped, {len(report.violations)} violations, "
-            f"{len(report.stuck)} stuck, {len(report.waiting)} waiting for a worker"
+            f"{len(report.stuck)} stuck, {len(report.waiting)} waiting for a worker, {len(report.missing_timers)} timers missing"
         )
         for violation in report.violations:
             click.echo(f"VIOLATION {violation}")
@@ -308,11 +318,13 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
             click.echo(f"STUCK {stuck}")
         for waiting in report.waiting:
             click.echo(f"WAITING {waiting}")
+        for missing in report.missing_timers:
+            click.echo(f"MISSING {missing}")
         for workflow_type, counts in summary.get("code_replay", {}).items():
             click.echo(f"{workflow_type}: {counts['replayed']} replayed, {counts['diverged']} diverged, {counts['skipped']} skipped")
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
-    sys.exit(1 if report.violations or report.stuck or diverged else 0)
+    sys.exit(1 if report.violations or report.stuck or report.missing_timers or diverged else 0)
 
 
 @audit.command("read-model")

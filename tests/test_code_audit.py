@@ -6,18 +6,21 @@ model from the log and finds each row that differs (and repairs it)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import psycopg
 
 from kadence.client import Client
+from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.conftest import local_stack
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow, TwoStepWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow, SleepyWorkflow, TwoStepWorkflow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,3 +82,29 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         assert code == 0 and repaired["repaired"] == 3
         code, again = audit(stack.env, command="read-model")
         assert code == 0 and again["differences"] == []
+
+        await a_timer_gone_from_the_store_is_found(stack)
+
+
+async def a_timer_gone_from_the_store_is_found(stack: LocalStack) -> None:
+    """A pending timer removed from the timer service's store: the audit names it, exit 1."""
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    try:
+        async with Worker(client, task_queue="audited", workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+            handle = await client.start_workflow(SleepyWorkflow.run, 600, id=f"sleepy-{uuid.uuid4()}", task_queue="audited")
+            with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+                deadline = time.monotonic() + 30
+                while len(stored := conn.execute("SELECT timer_id FROM kadence_timers WHERE workflow_id = %s ORDER BY fire_at_ms",
+                                                 (handle.id,)).fetchall()) < 2:  # its 10-minute sleep and the hour-long one
+                    assert time.monotonic() < deadline, "the timer service stored no timers"
+                    await asyncio.sleep(0.1)
+                code, clean = audit(stack.env)
+                assert code == 0 and clean["missing_timers"] == [], clean
+                conn.execute("DELETE FROM kadence_timers WHERE timer_id = %s", (stored[1][0],))
+            code, missing = audit(stack.env)
+            assert code == 1
+            [line] = missing["missing_timers"]
+            assert stored[1][0] in line and f"workflow_id={handle.id}" in line
+            await handle.terminate(reason="audited")
+    finally:
+        await client.close()
