@@ -14,7 +14,7 @@ import uvloop
 
 from kadence import activity, workflow
 from kadence.client import Client
-from kadence.exceptions import ApplicationError, ChildWorkflowError
+from kadence.exceptions import ApplicationError, ChildWorkflowError, FailureError
 from kadence.worker import Worker
 
 TASK_QUEUE = "batches"
@@ -46,7 +46,8 @@ class BatchWorkflow:
                 try:
                     return name, await workflow.execute_child_workflow(ImageWorkflow.run, name, id=child_id)
                 except ChildWorkflowError as err:
-                    return name, f"failed: {err.cause.cause if err.cause else err}"
+                    reason = err.cause.cause if err.cause else err
+                    return name, f"failed: {reason.message if isinstance(reason, FailureError) else reason}"
 
         return dict(await asyncio.gather(*(one(name) for name in names)))
 

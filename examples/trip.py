@@ -17,7 +17,7 @@ import uvloop
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import RetryPolicy
-from kadence.exceptions import ActivityError, ApplicationError
+from kadence.exceptions import ActivityError, ApplicationError, FailureError
 from kadence.worker import Worker
 
 TASK_QUEUE = "trips"
@@ -63,7 +63,8 @@ class TripWorkflow:
                 booked.append(await workflow.execute_activity(step, trip, **options))
         except ActivityError as failure:
             undone = [await workflow.execute_activity(cancel_booking, booking, **options) for booking in reversed(booked)]
-            return [f"failed: {failure.cause}", *undone]
+            reason = failure.cause
+            return [f"failed: {reason.message if isinstance(reason, FailureError) else reason}", *undone]
         return booked
 
 
