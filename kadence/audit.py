@@ -129,6 +129,7 @@ class AuditReport:
     waiting: list[str] = field(default_factory=list)  # tasks that have waited for a worker longer than that
     pending_timers: dict[str, PendingTimer] = field(default_factory=dict)  # by timer id, as the log leaves them
     missing_timers: list[str] = field(default_factory=list)  # pending per the log, and neither stored nor held
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # per partition, the first and last offset read
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
         events = self.runs[(workflow_id, run_id)].events
@@ -164,6 +165,7 @@ def audit_history(
     codec = history_batch_codec()
     for msg in read_to_end(settings, topics.HISTORY, offsets):
         report.records += 1
+        report.offsets[msg.partition()] = (report.offsets.get(msg.partition(), (msg.offset(), 0))[0], msg.offset())
         if on_record is not None:
             on_record(report.records)
         where = f"partition {msg.partition()} offset {msg.offset()}"

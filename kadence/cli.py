@@ -248,9 +248,13 @@ def audit() -> None:
 @click.option("--worker-module", "worker_modules", multiple=True,
               help="Also replay every run against the @workflow.defn classes of this module (say, myapp.workflows; repeatable).")
 @click.option("--workflow-type", "workflow_types", multiple=True, help="With --worker-module: replay only runs of this type (repeatable).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write what was checked and found (topic, offsets read, code and module hashes, counts, findings) as JSON.")
+@click.option("--report-signing-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Sign the report: an Ed25519 private key (PEM), or a file holding an HMAC-SHA256 secret.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_after: float, worker_modules: tuple[str, ...],
-                 workflow_types: tuple[str, ...], as_json: bool) -> None:
+                 workflow_types: tuple[str, ...], report_path: Path | None, report_signing_key: Path | None, as_json: bool) -> None:
     """Re-read kadence.history and check every invariant; exit 1 on any violation or stuck work.
 
     Checked: event ids gap-free and in order per run, runs start with WorkflowExecutionStarted,
@@ -280,9 +284,12 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
 
     if workflow_types and not worker_modules:
         raise click.UsageError("--workflow-type chooses among the workflows of --worker-module: give that too")
+    if report_signing_key and not report_path:
+        raise click.UsageError("--report-signing-key signs the --report: give that too")
     code = None
-    if worker_modules:
-        workflows = [w for module in worker_modules for w in workflows_in(importlib.import_module(module))]
+    modules = [importlib.import_module(module) for module in worker_modules]
+    if modules:
+        workflows = [w for module in modules for w in workflows_in(module)]
         code = WorkflowCodeAudit(workflows, workflow_types=workflow_types)
     settings = KafkaSettings.from_env()
     start_offsets = _audit_start(settings, from_offset, from_time)
@@ -304,6 +311,8 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         diverged = code.report.divergences
         summary["code_replay"] = code.report.by_type()
         summary["divergences"] = [str(d) for d in diverged]
+    if report_path is not None:
+        _write_audit_report(report_path, summary, report.offsets, modules, report_signing_key)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -325,6 +334,31 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
     sys.exit(1 if report.violations or report.stuck or report.missing_timers or diverged else 0)
+
+
+def _write_audit_report(path: Path, summary: dict, offsets: dict[int, tuple[int, int]], modules: list, key: Path | None) -> None:
+    from kadence.audit_report import build_report, sign
+
+    report = build_report(summary, topic=topics.HISTORY, offsets=offsets, modules=modules)
+    if key is not None:
+        report = sign(report, key.read_bytes())
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+@audit.command("verify-report")
+@click.argument("report_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--key", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The signer's Ed25519 public key (PEM), or the HMAC-SHA256 secret it was signed with.")
+def audit_verify_report(report_path: Path, key: Path) -> None:
+    """Check an audit report's signature: exit 0 if it is intact, 1 (saying why) if not."""
+    from kadence.audit_report import ReportError, verify
+
+    try:
+        verify(json.loads(report_path.read_text()), key.read_bytes())
+    except (ReportError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        click.echo(f"NOT VERIFIED {report_path}: {err}", err=True)
+        sys.exit(1)
+    click.echo(f"verified {report_path}")
 
 
 @audit.command("read-model")

@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 import psycopg
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from kadence.client import Client
 from kadence.local_stack import LocalStack
@@ -32,7 +34,7 @@ def audit(env: dict[str, str], *args: str, command: str = "replay") -> tuple[int
     return done.returncode, json.loads(done.stdout)
 
 
-async def test_the_audit_replays_every_run_against_the_code_and_reports_each_divergence() -> None:
+async def test_the_audit_replays_every_run_against_the_code_and_reports_each_divergence(tmp_path: Path) -> None:
     with local_stack() as stack:
         client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
         try:
@@ -63,6 +65,8 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         code, patched = audit(stack.env, "--worker-module", "tests.patched_workflows", "--workflow-type", "TwoStepWorkflow")
         assert code == 0 and patched["code_replay"] == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
 
+        a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
+
         code, clean = audit(stack.env, command="read-model")
         assert code == 0 and clean["differences"] == [], clean
         assert clean["compared"]["kadence_executions"] == 3 and clean["compared"]["kadence_events"] > 20
@@ -84,6 +88,31 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         assert code == 0 and again["differences"] == []
 
         await a_timer_gone_from_the_store_is_found(stack)
+
+
+def a_signed_report_verifies_until_one_byte_changes(env: dict[str, str], tmp_path: Path) -> None:
+    private = Ed25519PrivateKey.generate()
+    (tmp_path / "signing.pem").write_bytes(private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
+    (tmp_path / "public.pem").write_bytes(private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    (tmp_path / "secret").write_bytes(b"an HMAC secret the auditor keeps")
+    for signing, verifying in (("signing.pem", "public.pem"), ("secret", "secret")):
+        report = tmp_path / f"{signing}.json"
+        code, _ = audit(env, "--worker-module", "tests.changed_workflows", "--report", str(report),
+                        "--report-signing-key", str(tmp_path / signing))
+        assert code == 1
+        kept = json.loads(report.read_text())
+        assert kept["topic"] == "kadence.history" and kept["code_replay"]["TwoStepWorkflow"]["diverged"] == 2
+        assert kept["worker_modules"]["tests.changed_workflows"].startswith("sha256:") and kept["partitions"]
+        assert verify_report(env, report, tmp_path / verifying).returncode == 0
+        text = report.read_text()
+        report.write_text(text.replace('"diverged": 2', '"diverged": 0', 1))  # one byte
+        refused = verify_report(env, report, tmp_path / verifying)
+        assert refused.returncode == 1 and "does not match the report" in refused.stderr
+
+
+def verify_report(env: dict[str, str], report: Path, key: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kadence.cli", "audit", "verify-report", str(report), "--key", str(key)],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 async def a_timer_gone_from_the_store_is_found(stack: LocalStack) -> None:
