@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import functools
 import inspect
 import logging
 import random
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kadence.common import RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import (
     ActivityError,
@@ -78,8 +80,27 @@ class CacheInvalid(Exception):
 
 def method_arg_types(fn: Callable[..., Any]) -> list[Any]:
     """Type hints of a method's parameters after self, for decoding payloads."""
+    return callable_arg_types(fn)[1:]
+
+
+def callable_arg_types(fn: Callable[..., Any]) -> list[Any]:
+    """Type hints of a callable's parameters (a bound method's without self)."""
     hints = typing.get_type_hints(fn)
-    return [hints.get(p.name) for p in list(inspect.signature(fn).parameters.values())[1:]]
+    return [hints.get(p.name) for p in inspect.signature(fn).parameters.values()]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A signal, query or update handler: a method of the workflow class (called with the workflow
+    object) or a callable set at run time with workflow.set_*_handler (called as it is)."""
+
+    fn: Callable[..., Any]
+    is_method: bool = True
+    validator: Callable[..., Any] | None = None  # an update's
+    dynamic: bool = False  # called for the names no other handler takes, with the name and the raw payloads
+
+    def arg_types(self) -> list[Any]:
+        return method_arg_types(self.fn) if self.is_method else callable_arg_types(self.fn)
 
 
 @dataclass(frozen=True)
@@ -87,9 +108,11 @@ class WorkflowDefinition:
     name: str
     cls: type
     run_fn: Callable[..., Any]
-    signals: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    queries: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = field(default_factory=dict)  # handler, validator
+    # By name; the dynamic handler (for the names no other handles) under None.
+    signals: dict[str | None, Callable[..., Any]] = field(default_factory=dict)
+    queries: dict[str | None, Callable[..., Any]] = field(default_factory=dict)
+    updates: dict[str | None, tuple[Callable[..., Any], Callable[..., Any] | None]] = field(default_factory=dict)  # handler, validator
+    init_takes_args: bool = False  # @workflow.init: the constructor gets the run's arguments
 
     def arg_types(self) -> list[Any]:
         return method_arg_types(self.run_fn)
@@ -162,7 +185,13 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._timer_seq = 0
         self._main: asyncio.Task[Any] | None = None
         self._object: Any = None
-        self._unhandled_signals: list[tuple[str, list[Record]]] = []
+        self._unhandled_signals: list[tuple[str, list[Record]]] = []  # no handler yet: kept until one is set
+        self.signals = {name: Handler(fn, dynamic=name is None) for name, fn in definition.signals.items()}
+        self.queries = {name: Handler(fn, dynamic=name is None) for name, fn in definition.queries.items()}
+        self.updates = {
+            name: Handler(fn, validator=validator, dynamic=name is None) for name, (fn, validator) in definition.updates.items()
+        }
+        self.handlers_running = 0  # signal and update handlers not finished
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._initiated: dict[int, PendingCommand] = {}  # children and external requests by initiated event id
         self._replaying = False
@@ -390,23 +419,57 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
     def _deliver_signal(self, name: str, payloads: list[Record]) -> None:
-        handler = self.definition.signals.get(name)
+        handler = _lookup(self.signals, name)
         if handler is None:
-            self._unhandled_signals.append((name, payloads))  # as temporalio: kept, not dropped
+            self._unhandled_signals.append((name, payloads))  # as temporalio: kept until a handler is set
             return
         try:
-            args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+            call, args = self._bind(handler, name, payloads)
         except Exception as exc:  # as temporalio: logged and dropped, the run goes on
             log.exception("event=signal_dropped workflow_id=%s run_id=%s signal_name=%s reason=undecodable_input error=%r",
                           self.info.workflow_id, self.info.run_id, name, str(exc))
             return
-        self.create_task(self._run_signal(name, handler, args), name=f"signal:{name}")
+        self.handlers_running += 1
+        self.create_task(self._run_signal(name, call, args), name=f"signal:{name}")
+
+    def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
+        """The handler to call for `name` and its arguments: a dynamic one gets the name and the
+        payloads unconverted (as temporalio)."""
+        call = functools.partial(handler.fn, self._object) if handler.is_method else handler.fn
+        if handler.dynamic:
+            return call, [name, [RawValue(payload) for payload in payloads]]
+        return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())
+
+    def set_signal_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
+        """Set (or with None remove) a signal handler; the signals kept for want of one reach it now."""
+        if fn is None:
+            self.signals.pop(name, None)
+            return
+        self.signals[name] = Handler(fn, is_method=False, dynamic=name is None)
+        kept, self._unhandled_signals = self._unhandled_signals, []
+        for signal_name, payloads in kept:
+            if name is None or signal_name == name:
+                self._deliver_signal(signal_name, payloads)
+            else:
+                self._unhandled_signals.append((signal_name, payloads))
+
+    def set_query_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
+        if fn is None:
+            self.queries.pop(name, None)
+        else:
+            self.queries[name] = Handler(fn, is_method=False, dynamic=name is None)
+
+    def set_update_handler(self, name: str | None, fn: Callable[..., Any] | None, validator: Callable[..., Any] | None) -> None:
+        if fn is None:
+            self.updates.pop(name, None)
+        else:
+            self.updates[name] = Handler(fn, is_method=False, validator=validator, dynamic=name is None)
 
     async def _run_signal(self, name: str, handler: Callable[..., Any], args: list[Any]) -> None:
         """Run a signal handler as a task of the workflow (as temporalio): a FailureError it raises
         fails the workflow, any other exception fails the workflow task."""
         try:
-            result = handler(self._object, *args)
+            result = handler(*args)
             if inspect.isawaitable(result):
                 await result
         except FailureError as exc:
@@ -416,33 +479,37 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             if self._task_error is None:
                 self._task_error = WorkflowTaskError(f"signal handler {name!r} failed: {type(exc).__name__}: {exc}")
                 self._task_error.__cause__ = exc
+        finally:
+            self.handlers_running -= 1
 
     def _admit_update(self, attrs: Record) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
         update_id = attrs["update_id"]
-        handler, validator = self.definition.updates.get(attrs["name"], (None, None))
+        handler = _lookup(self.updates, attrs["name"])
         try:
             if handler is None:
                 raise ApplicationError(
-                    f"workflow {self.definition.name} has no update {attrs['name']!r} (known updates: {sorted(self.definition.updates)})",
+                    f"workflow {self.definition.name} has no update {attrs['name']!r} (known updates: {_names(self.updates)})",
                     type="UpdateNotRegistered", non_retryable=True,
                 )
-            args = self.converter.payload_converter.from_payloads(attrs["args"], method_arg_types(handler))
-            if validator is not None:
+            call, args = self._bind(handler, attrs["name"], attrs["args"])
+            if handler.validator is not None:
+                validator = functools.partial(handler.validator, self._object) if handler.is_method else handler.validator
                 self.read_only = True
                 try:
-                    validator(self._object, *args)
+                    validator(*args)
                 finally:
                     self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
             self._issue(("RejectWorkflowUpdate", {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
             return
         self._issue(("AcceptWorkflowUpdate", {"update_id": update_id}), None)
-        self.create_task(self._run_update(update_id, handler, args), name=f"update:{attrs['name']}")
+        self.handlers_running += 1
+        self.create_task(self._run_update(update_id, call, args), name=f"update:{attrs['name']}")
 
     async def _run_update(self, update_id: str, handler: Callable[..., Any], args: list[Any]) -> None:
         try:
-            result = handler(self._object, *args)
+            result = handler(*args)
             if inspect.isawaitable(result):
                 result = await result
             encoded = self.converter.payload_converter.to_payload(result)
@@ -450,6 +517,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": None,
                                                     "failure": self.converter.to_failure(exc)}), None)
             return
+        finally:
+            self.handlers_running -= 1
         self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
 
     def _start(self, input_payloads: list[Record]) -> None:
@@ -461,8 +530,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             raise WorkflowTaskError(
                 f"failed decoding the arguments of workflow {self.definition.name}: {type(exc).__name__}: {exc}"
             ) from exc
-        self._object = self.definition.cls()
-        self._main = self.create_task(self.definition.run_fn(self._object, *args), name=f"workflow:{self.info.workflow_id}")
+        name = f"workflow:{self.info.workflow_id}"
+        with self._running():  # the constructor may use the workflow API (set handlers, read info)
+            try:
+                self._object = self.definition.cls(*args) if self.definition.init_takes_args else self.definition.cls()
+            except Exception as exc:  # ends the run (or fails the task) as if the run method raised it
+                self._main = self.create_task(_raise(exc), name=name)
+                return
+        self._main = self.create_task(self.definition.run_fn(self._object, *args), name=name)
 
     def _issue(self, command: Command, future: asyncio.Future[Any] | None) -> PendingCommand:
         pending = PendingCommand(command, future)
@@ -581,15 +656,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def query(self, name: str, payloads: list[Record]) -> Record:
         """Run the query handler `name` on the current state; its result as a payload."""
-        handler = self.definition.queries.get(name)
+        handler = _lookup(self.queries, name)
         if handler is None:
             raise ApplicationError(
-                f"workflow {self.definition.name} has no query {name!r} (known queries: {sorted(self.definition.queries)})",
+                f"workflow {self.definition.name} has no query {name!r} (known queries: {_names(self.queries)})",
                 type="QueryNotRegistered", non_retryable=True,
             )
-        args = self.converter.payload_converter.from_payloads(payloads, method_arg_types(handler))
+        call, args = self._bind(handler, name, payloads)
         with self._running(read_only=True):
-            result = handler(self._object, *args)
+            result = call(*args)
         return self.converter.payload_converter.to_payload(result)
 
     def continue_as_new_suggested(self) -> bool:
@@ -669,6 +744,19 @@ def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataCo
     last = history[-1]
     instance.activate(history, last["event_id"], last["event_time_ms"])
     return instance
+
+
+def _lookup(handlers: dict[str | None, Handler], name: str) -> Handler | None:
+    """The handler of `name`, else the dynamic one."""
+    return handlers.get(name) or handlers.get(None)
+
+
+def _names(handlers: dict[str | None, Handler]) -> list[str]:
+    return sorted(name for name in handlers if name is not None)
+
+
+async def _raise(error: Exception) -> None:
+    raise error
 
 
 def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:

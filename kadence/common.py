@@ -9,6 +9,14 @@ from enum import Enum
 from typing import Any
 
 
+@dataclass(frozen=True)
+class RawValue:
+    """A payload not converted (as temporalio.common.RawValue): what a dynamic handler gets for its
+    arguments; `workflow.payload_converter().from_payload(value.payload, SomeType)` converts one."""
+
+    payload: dict[str, Any]
+
+
 class WorkflowIDReusePolicy(str, Enum):
     """Whether a start may reuse the id of a closed run (as temporalio.common)."""
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import enum
+import functools
 import inspect
 import logging
 import random as _random
@@ -20,8 +21,16 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
 from kadence import activity as activity_module
-from kadence._workflow_instance import ContinueAsNewError, PendingCommand, WorkflowDefinition, WorkflowInfo, WorkflowInstance
-from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy, to_ms
+from kadence._workflow_instance import (
+    ContinueAsNewError,
+    Handler,
+    PendingCommand,
+    WorkflowDefinition,
+    WorkflowInfo,
+    WorkflowInstance,
+)
+from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy, to_ms
+from kadence.converter import PayloadConverter
 from kadence.exceptions import NondeterminismError
 
 __all__ = [
@@ -34,6 +43,10 @@ __all__ = [
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
     "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
     "wait", "as_completed",
+    "init", "all_handlers_finished", "payload_converter", "RawValue",
+    "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
+    "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
+    "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
@@ -48,6 +61,7 @@ _SIGNAL_ATTR = "__kadence_workflow_signal"
 _QUERY_ATTR = "__kadence_workflow_query"
 _UPDATE_ATTR = "__kadence_workflow_update"
 _VALIDATOR_ATTR = "__kadence_workflow_update_validator"
+_INIT_ATTR = "__kadence_workflow_init"
 
 
 @overload
@@ -72,7 +86,12 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
         updates = {
             getattr(m, _UPDATE_ATTR): (m, getattr(m, _VALIDATOR_ATTR, None)) for m in vars(c).values() if hasattr(m, _UPDATE_ATTR)
         }
-        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(name or c.__name__, c, runs[0], signals, queries, updates))
+        init_takes_args = getattr(vars(c).get("__init__"), _INIT_ATTR, False)
+        if init_takes_args:
+            _check_init_matches_run(c, runs[0])
+        setattr(c, _DEFINITION_ATTR, WorkflowDefinition(
+            name or c.__name__, c, runs[0], signals, queries, updates, init_takes_args=init_takes_args,
+        ))
         return c
 
     return register(cls) if cls is not None else register
@@ -84,19 +103,52 @@ def run(fn: RunFn) -> RunFn:
     return fn
 
 
+def init(init_fn: RunFn) -> RunFn:
+    """Mark a workflow's __init__ as taking the run's arguments (as temporalio): its parameters
+    must be those of the @workflow.run method. Without it, __init__ takes none."""
+    if init_fn.__name__ != "__init__":
+        raise ValueError(f"@workflow.init may only decorate __init__, not {init_fn.__qualname__}")
+    setattr(init_fn, _INIT_ATTR, True)
+    return init_fn
+
+
+def _check_init_matches_run(cls: type, run_fn: Callable[..., Any]) -> None:
+    def shape(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
+        return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+
+    if shape(vars(cls)["__init__"]) != shape(run_fn):
+        raise ValueError(
+            f"workflow {cls.__name__}: the @workflow.init __init__ must take the same parameters as the @workflow.run "
+            f"method {run_fn.__name__}{inspect.signature(run_fn)}"
+        )
+
+
+def _check_dynamic(fn: Callable[..., Any], kind: str, is_method: bool = True) -> None:
+    """A dynamic handler takes the name and the raw arguments: (self, name: str, args: Sequence[RawValue])."""
+    expected = 3 if is_method else 2
+    if len(inspect.signature(fn).parameters) != expected:
+        self_part = "self, " if is_method else ""
+        raise TypeError(
+            f"dynamic {kind} handler {getattr(fn, '__qualname__', fn)!r} must take ({self_part}name: str, args: Sequence[RawValue])"
+        )
+
+
 @overload
 def signal(fn: RunFn) -> RunFn: ...
 
 
 @overload
-def signal(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+def signal(
+    *, name: str | None = None, dynamic: bool = False, description: str | None = None,
+) -> Callable[[RunFn], RunFn]: ...
 
 
-def signal(fn: RunFn | None = None, *, name: str | None = None) -> Any:
-    """Mark a method as the handler of the signal `name` (default: the method's name)."""
+def signal(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
+    """Mark a method as the handler of the signal `name` (default: the method's name); with
+    `dynamic=True`, of every signal no other handler takes: it gets (name, args: Sequence[RawValue])."""
 
     def register(f: RunFn) -> RunFn:
-        setattr(f, _SIGNAL_ATTR, name or f.__name__)
+        setattr(f, _SIGNAL_ATTR, _handler_key(f, "signal", name, dynamic))
         return f
 
     return register(fn) if fn is not None else register
@@ -107,17 +159,19 @@ def query(fn: RunFn) -> RunFn: ...
 
 
 @overload
-def query(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+def query(
+    *, name: str | None = None, dynamic: bool = False, description: str | None = None,
+) -> Callable[[RunFn], RunFn]: ...
 
 
-def query(fn: RunFn | None = None, *, name: str | None = None) -> Any:
+def query(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
     """Mark a method as the handler of the query `name` (default: the method's name). A query reads
     the workflow's state and returns it: it must not change state or await (so not `async def`)."""
 
     def register(f: RunFn) -> RunFn:
         if inspect.iscoroutinefunction(f):
             raise TypeError(f"query {f.__qualname__}: a query handler must be a plain `def`, not `async def`")
-        setattr(f, _QUERY_ATTR, name or f.__name__)
+        setattr(f, _QUERY_ATTR, _handler_key(f, "query", name, dynamic))
         return f
 
     return register(fn) if fn is not None else register
@@ -128,16 +182,18 @@ def update(fn: RunFn) -> RunFn: ...
 
 
 @overload
-def update(*, name: str | None = None) -> Callable[[RunFn], RunFn]: ...
+def update(
+    *, name: str | None = None, dynamic: bool = False, description: str | None = None,
+) -> Callable[[RunFn], RunFn]: ...
 
 
-def update(fn: RunFn | None = None, *, name: str | None = None) -> Any:
+def update(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
     """Mark a method as the handler of the update `name` (default: the method's name): it may change
     state and await (activities, timers); its return value is the caller's result. A validator,
     registered with `@handler.validator`, runs first and rejects the update by raising."""
 
     def register(f: RunFn) -> RunFn:
-        setattr(f, _UPDATE_ATTR, name or f.__name__)
+        setattr(f, _UPDATE_ATTR, _handler_key(f, "update", name, dynamic))
 
         def validator(check: Callable[..., None]) -> Callable[..., None]:
             setattr(f, _VALIDATOR_ATTR, check)
@@ -149,31 +205,37 @@ def update(fn: RunFn | None = None, *, name: str | None = None) -> Any:
     return register(fn) if fn is not None else register
 
 
-def update_name(handler: Callable[..., Any] | str) -> str:
+def _handler_key(fn: Callable[..., Any], kind: str, name: str | None, dynamic: bool) -> str | None:
+    """The name a handler is registered under; None for the dynamic one."""
+    if not dynamic:
+        return name or fn.__name__
+    if name is not None:
+        raise ValueError(f"{kind} {fn.__qualname__}: a dynamic handler takes no name")
+    _check_dynamic(fn, kind)
+    return None
+
+
+def _name_of(handler: Callable[..., Any] | str, attr: str, kind: str) -> str:
     if isinstance(handler, str):
         return handler
-    found = getattr(handler, _UPDATE_ATTR, None)
+    if not hasattr(handler, attr):
+        raise TypeError(f"{handler!r} is not a {kind} handler; decorate it with @workflow.{kind} or pass the {kind}'s name")
+    found = getattr(handler, attr)
     if found is None:
-        raise TypeError(f"{handler!r} is not an update handler; decorate it with @workflow.update or pass the update's name")
+        raise TypeError(f"{handler!r} is the dynamic {kind} handler: pass the {kind}'s name instead")
     return found
+
+
+def update_name(handler: Callable[..., Any] | str) -> str:
+    return _name_of(handler, _UPDATE_ATTR, "update")
 
 
 def query_name(query: Callable[..., Any] | str) -> str:
-    if isinstance(query, str):
-        return query
-    found = getattr(query, _QUERY_ATTR, None)
-    if found is None:
-        raise TypeError(f"{query!r} is not a query handler; decorate it with @workflow.query or pass the query's name")
-    return found
+    return _name_of(query, _QUERY_ATTR, "query")
 
 
 def signal_name(signal: Callable[..., Any] | str) -> str:
-    if isinstance(signal, str):
-        return signal
-    found = getattr(signal, _SIGNAL_ATTR, None)
-    if found is None:
-        raise TypeError(f"{signal!r} is not a signal handler; decorate it with @workflow.signal or pass the signal's name")
-    return found
+    return _name_of(signal, _SIGNAL_ATTR, "signal")
 
 
 def definition(workflow: type | Callable[..., Any] | str) -> WorkflowDefinition | str:
@@ -220,6 +282,87 @@ def in_workflow() -> bool:
 
 def info() -> WorkflowInfo:
     return _instance().info
+
+
+def payload_converter() -> PayloadConverter:
+    """The run's payload converter: to convert a dynamic handler's RawValue arguments."""
+    return _instance().converter.payload_converter
+
+
+def all_handlers_finished() -> bool:
+    """Whether no signal or update handler is still running: wait for it before the run returns
+    (`await workflow.wait_condition(workflow.all_handlers_finished)`) so none is cut off."""
+    return _instance().handlers_running == 0
+
+
+def get_signal_handler(name: str) -> Callable[..., Any] | None:
+    """The handler of signal `name` (None if there is none)."""
+    return _handler_fn(_instance().signals, name)
+
+
+def set_signal_handler(name: str, handler: Callable[..., Any] | None) -> None:
+    """Handle signal `name` with `handler` (None removes it); signals of that name that arrived
+    before it was set reach it now, in order (as temporalio)."""
+    _instance().set_signal_handler(name, handler)
+
+
+def get_dynamic_signal_handler() -> Callable[..., Any] | None:
+    return _handler_fn(_instance().signals, None)
+
+
+def set_dynamic_signal_handler(handler: Callable[..., Any] | None) -> None:
+    """Handle every signal no other handler takes with `handler(name, args: Sequence[RawValue])`;
+    the signals kept for want of a handler reach it now."""
+    if handler is not None:
+        _check_dynamic(handler, "signal", is_method=False)
+    _instance().set_signal_handler(None, handler)
+
+
+def get_query_handler(name: str) -> Callable[..., Any] | None:
+    return _handler_fn(_instance().queries, name)
+
+
+def set_query_handler(name: str, handler: Callable[..., Any] | None) -> None:
+    """Answer query `name` with `handler` (None removes it)."""
+    _instance().set_query_handler(name, handler)
+
+
+def get_dynamic_query_handler() -> Callable[..., Any] | None:
+    return _handler_fn(_instance().queries, None)
+
+
+def set_dynamic_query_handler(handler: Callable[..., Any] | None) -> None:
+    """Answer every query no other handler takes with `handler(name, args: Sequence[RawValue])`."""
+    if handler is not None:
+        _check_dynamic(handler, "query", is_method=False)
+    _instance().set_query_handler(None, handler)
+
+
+def get_update_handler(name: str) -> Callable[..., Any] | None:
+    return _handler_fn(_instance().updates, name)
+
+
+def set_update_handler(name: str, handler: Callable[..., Any] | None, *, validator: Callable[..., Any] | None = None) -> None:
+    """Run `handler` for update `name` (None removes it), after `validator` if given."""
+    _instance().set_update_handler(name, handler, validator)
+
+
+def get_dynamic_update_handler() -> Callable[..., Any] | None:
+    return _handler_fn(_instance().updates, None)
+
+
+def set_dynamic_update_handler(handler: Callable[..., Any] | None, *, validator: Callable[..., Any] | None = None) -> None:
+    """Run `handler(name, args: Sequence[RawValue])` for every update no other handler takes."""
+    if handler is not None:
+        _check_dynamic(handler, "update", is_method=False)
+    _instance().set_update_handler(None, handler, validator)
+
+
+def _handler_fn(handlers: dict[str | None, Handler], name: str | None) -> Callable[..., Any] | None:
+    handler = handlers.get(name)
+    if handler is None:
+        return None
+    return functools.partial(handler.fn, _instance()._object) if handler.is_method else handler.fn
 
 
 class SandboxImportNotificationPolicy(enum.Flag):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
 from kadence import activity, workflow
-from kadence.client import Client
-from kadence.common import RetryPolicy
+from kadence.client import Client, WorkflowUpdateStage
+from kadence.common import RawValue, RetryPolicy
 from kadence.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -165,3 +166,76 @@ async def test_activity_methods_children_without_ids_and_deterministic_wait(clie
     assert uuid.UUID(fast_id).version == 4 and uuid.UUID(slow_id).version == 4 and fast_id != slow_id
     for child_id in (fast_id, slow_id):  # the ids the children ran under
         assert (await client.get_workflow_handle(child_id).describe()).workflow_type == "NamedChildWorkflow"
+
+
+@workflow.defn
+class HandlersWorkflow:
+    @workflow.init
+    def __init__(self, owner: str) -> None:
+        self.owner = owner  # handlers may run before the run method starts: the state is ready here
+        self.events: list[str] = []
+        self.finished = False
+
+    @workflow.run
+    async def run(self, owner: str) -> list[str]:
+        await workflow.wait_condition(lambda: self.finished)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self.events
+
+    @workflow.update
+    def open(self) -> None:
+        workflow.set_signal_handler("late", self.on_late)
+        workflow.set_query_handler("owner", lambda: self.owner)
+        workflow.set_update_handler("rename", self.rename, validator=self.validate_rename)
+        workflow.set_dynamic_signal_handler(self.on_any_signal)
+
+    def on_late(self, value: str) -> None:
+        self.events.append(f"late:{value}")
+
+    def on_any_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        self.events.append(f"{name}:{workflow.payload_converter().from_payload(args[0].payload, str)}")
+
+    def rename(self, owner: str) -> str:
+        self.owner = owner
+        return owner
+
+    def validate_rename(self, owner: str) -> None:
+        if not owner:
+            raise ValueError("an owner needs a name")
+
+    @workflow.update
+    async def slow(self) -> None:
+        await workflow.sleep(0.3)
+        self.events.append("slow done")
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.finished = True
+
+    @workflow.query(dynamic=True)
+    def any_query(self, name: str, args: Sequence[RawValue]) -> str:
+        return f"{name} of {self.owner} with {len(args)} args"
+
+    @workflow.update(dynamic=True)
+    def any_update(self, name: str, args: Sequence[RawValue]) -> str:
+        return f"{name}({workflow.payload_converter().from_payload(args[0].payload, int)})"
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_init_handlers_set_at_run_time_dynamic_handlers_and_buffered_signals(
+    client: Client, task_queue: str, cache: int,
+) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=[HandlersWorkflow], max_cached_workflows=cache):
+        handle = await client.start_workflow(HandlersWorkflow.run, "ada", id=f"handlers-{uuid.uuid4()}", task_queue=task_queue)
+        await handle.signal("late", "early bird")  # no handler for either yet: kept for one
+        await handle.signal("other", "kept")
+        await handle.execute_update(HandlersWorkflow.open)
+        assert await handle.query("owner") == "ada"  # @workflow.init gave the constructor the run's argument
+        assert await handle.execute_update("rename", "grace") == "grace"
+        assert await handle.query("anything", args=[1, 2]) == "anything of grace with 2 args"
+        assert await handle.execute_update("resize", 3) == "resize(3)"
+        slow = await handle.start_update(HandlersWorkflow.slow, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        await handle.signal(HandlersWorkflow.finish)
+        # The run waited for the slow update's handler before returning.
+        assert await handle.result() == ["late:early bird", "other:kept", "slow done"]
+        await slow.result()
