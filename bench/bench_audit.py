@@ -1,0 +1,79 @@
+"""The audit's speed and memory over a log of real histories.
+
+    python -m bench.bench_audit --events 1000000 [--broker kafka|tansu]
+
+Writes histories with the history state machine, as the service does (bench.bench_recovery's
+HistoryWriter: start, workflow tasks, one activity, completion; a tenth of the runs left open), to
+a one-partition kadence.history, then runs `kadence audit replay` over it twice, as the nightly Job
+does (its own process): the invariants only, and with the code replay of every run. For each it
+prints events/s, the audit process's CPU-seconds and its peak memory, beside the broker's own
+produce-to-consume round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.bench_recovery import HistoryWriter
+from bench.bench_workflows import broker_round_trip, percentile
+from bench.local import add_broker_option, describe_broker
+from kadence.local_stack import LocalStack
+from kadence.protocol.kafka import core_topics, ensure_topics
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def audit(stack: LocalStack, *args: str) -> tuple[dict, float, float, float]:
+    """The audit's summary, wall seconds, CPU-seconds and peak resident MB, from a process of its own."""
+    env = {key: value for key, value in stack.env.items() if key != "KADENCE_POSTGRES_DSN"}  # the log only
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", "replay", "--json", "--stuck-after", "0", *args],
+                          env=env, cwd=REPO, capture_output=True, text=True, check=False)
+    elapsed = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if not done.stdout:
+        raise RuntimeError(f"the audit printed nothing: {done.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads(done.stdout), elapsed, cpu, after.ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200_000)
+    add_broker_option(parser)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kadence-bench-audit-") as data_dir:
+        stack = LocalStack(Path(data_dir), partitions=1, broker_kind=args.broker)
+        stack.start_broker()
+        print(describe_broker(stack))
+        try:
+            ensure_topics(stack.settings, core_topics(stack.settings))
+            writer = HistoryWriter(stack)
+            i = 0
+            while writer.events < args.events:
+                writer.run(f"order-{i}", finish=i % 10 != 0)
+                i += 1
+            writer.producer.flush(60)
+            print(f"log:                  {writer.batches:,} records, {writer.events:,} events, {i:,} runs (a tenth open)")
+            pings = broker_round_trip(stack.settings, 200)
+            print(f"broker round trip:    p50 {percentile(pings, 50):.2f} ms, p99 {percentile(pings, 99):.2f} ms (200 pings)")
+            for label, extra in (("invariants only", ()), ("with code replay", ("--worker-module", "bench.audit_workflows"))):
+                summary, elapsed, cpu, peak_mb = audit(stack, *extra)
+                events = summary["events"]
+                problems = len(summary["violations"]) + len(summary.get("divergences", []))
+                print(f"{label + ':':22}{events / elapsed:,.0f} events/s ({events:,} events in {elapsed:.1f} s), "
+                      f"CPU-s {cpu:.1f}, peak memory {peak_mb:.0f} MB, {problems} problems")
+        finally:
+            stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
