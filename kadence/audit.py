@@ -149,13 +149,14 @@ class AuditReport:
 
 
 def audit_history(
-    settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int], None] | None = None,
+    settings: KafkaSettings, start_offsets: dict[int, int] | None = None, on_record: Callable[[int, int], None] | None = None,
     *, keep_events: bool = True, stuck_after_ms: int | None = DEFAULT_STUCK_AFTER_MS, code: WorkflowCodeAudit | None = None,
 ) -> AuditReport:
     """Audit kadence.history from `start_offsets` (default: every partition from 0). With
     `keep_events`, the report holds every run's events (for tests and tools); without, the audit's
     memory grows with open runs, not events (the nightly audit). Open runs' work overdue by more
-    than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for). With
+    than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for);
+    `on_record(partition, offset)` hears of each record read. With
     `code`, each run is also replayed against the workflow code once it closes (or, still open,
     when the read ends): `code.report` says which diverge."""
     from_start = start_offsets is None
@@ -167,7 +168,7 @@ def audit_history(
         report.records += 1
         report.offsets[msg.partition()] = (report.offsets.get(msg.partition(), (msg.offset(), 0))[0], msg.offset())
         if on_record is not None:
-            on_record(report.records)
+            on_record(msg.partition(), msg.offset())
         where = f"partition {msg.partition()} offset {msg.offset()}"
         try:
             batch = codec.decode(msg.value(), msg.headers())

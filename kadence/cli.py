@@ -9,8 +9,10 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,7 +20,7 @@ from kadence.brokers import CHOICES, BrokerUnavailable
 from kadence.cli_workflow import workflow_group
 from kadence.local_stack import ENV_FILE, SERVICES
 from kadence.protocol import topics
-from kadence.protocol.kafka import core_topics, ensure_topics, offsets_for_time, topic_partitions
+from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 
@@ -276,7 +278,7 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     import importlib
 
     from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from kadence.audit import audit_history
     from kadence.code_audit import WorkflowCodeAudit
@@ -294,10 +296,12 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     settings = KafkaSettings.from_env()
     start_offsets = _audit_start(settings, from_offset, from_time)
     console = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, disable=as_json or not console.is_terminal) as progress:
-        reading = progress.add_task("reading kadence.history", total=None)
-        report = audit_history(settings, start_offsets, lambda n: progress.update(reading, description=f"{n} records read"),
+    shown = not as_json and console.is_terminal
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=console, disable=not shown) as progress:
+        tracker = _AuditProgress(progress, settings, start_offsets) if shown else None
+        report = audit_history(settings, start_offsets, tracker.record if tracker else None,
                                keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None, code=code)
     if os.environ.get("KADENCE_POSTGRES_DSN"):
         from kadence.audit import check_timer_store
@@ -334,6 +338,37 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
     sys.exit(1 if report.violations or report.stuck or report.missing_timers or diverged else 0)
+
+
+class _AuditProgress:
+    """The audit's progress on a terminal: records read of those to read (the log's end when the
+    read began; unknown on Tansu), partitions done, records per second, time left."""
+
+    EVERY = 500  # records between redraws
+
+    def __init__(self, progress: Any, settings: KafkaSettings, start_offsets: dict[int, int] | None) -> None:
+        partitions = range(topic_partitions(settings, topics.HISTORY))
+        starts = start_offsets if start_offsets is not None else {p: 0 for p in partitions}
+        self.ends = log_ends(settings, topics.HISTORY, partitions)
+        total = sum(max(0, end - starts.get(p, 0)) for p, end in self.ends.items()) if self.ends is not None else None
+        self.progress = progress
+        self.done: set[int] = {p for p, end in (self.ends or {}).items() if starts.get(p, 0) >= end}
+        self.partitions = len(partitions)
+        self.task = progress.add_task(self._description(), total=total, rate="")
+        self.read = 0
+        self.began = time.monotonic()
+
+    def record(self, partition: int, offset: int) -> None:
+        self.read += 1
+        finished = self.ends is not None and partition not in self.done and offset + 1 >= self.ends.get(partition, 0)
+        if finished:
+            self.done.add(partition)
+        if finished or self.read % self.EVERY == 0:
+            rate = self.read / max(time.monotonic() - self.began, 1e-3)
+            self.progress.update(self.task, completed=self.read, description=self._description(), rate=f"{rate:,.0f} records/s")
+
+    def _description(self) -> str:
+        return f"kadence.history: {len(self.done)}/{self.partitions} partitions done"
 
 
 def _write_audit_report(path: Path, summary: dict, offsets: dict[int, tuple[int, int]], modules: list, key: Path | None) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
 import subprocess
 import sys
 import time
@@ -66,6 +68,7 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         assert code == 0 and patched["code_replay"] == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
 
         a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
+        on_a_terminal_the_audit_shows_its_progress(stack.env)
 
         code, clean = audit(stack.env, command="read-model")
         assert code == 0 and clean["differences"] == [], clean
@@ -108,6 +111,32 @@ def a_signed_report_verifies_until_one_byte_changes(env: dict[str, str], tmp_pat
         report.write_text(text.replace('"diverged": 2', '"diverged": 0', 1))  # one byte
         refused = verify_report(env, report, tmp_path / verifying)
         assert refused.returncode == 1 and "does not match the report" in refused.stderr
+
+
+def on_a_terminal_the_audit_shows_its_progress(env: dict[str, str]) -> None:
+    """Records read of those to read, partitions done, rate, time left, on stderr; none with --json."""
+    def on_a_terminal(*args: str) -> str:
+        controller, terminal = pty.openpty()
+        with subprocess.Popen([sys.executable, "-m", "kadence.cli", "audit", "replay", *args], env={**env, "COLUMNS": "200"},
+                              cwd=REPO, stdin=terminal, stdout=terminal, stderr=terminal) as process:
+            os.close(terminal)
+            shown = b""
+            while chunk := _read(controller):
+                shown += chunk
+            assert process.wait(60) == 0
+        os.close(controller)
+        return shown.decode(errors="replace")
+
+    shown = on_a_terminal()
+    assert "4/4 partitions done" in shown and "records/s" in shown, shown
+    assert "partitions done" not in on_a_terminal("--json")
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # the terminal closed with the process
+        return b""
 
 
 def verify_report(env: dict[str, str], report: Path, key: Path) -> subprocess.CompletedProcess[str]:

@@ -279,6 +279,17 @@ def watermarks(consumer: Consumer, topic: str, partitions: Iterable[int], timeou
     return found
 
 
+def log_ends(settings: KafkaSettings, topic: str, partitions: Iterable[int]) -> dict[int, int] | None:
+    """Each partition's end now (ListOffsets), or None on Tansu, whose ListOffsets is wrong."""
+    consumer = Consumer({**base_config(settings), "group.id": "kadence-reader", "enable.auto.commit": False})
+    try:
+        if is_tansu(consumer.list_topics(topic, timeout=30).cluster_id):
+            return None
+        return {p: high for p, (_, high) in watermarks(consumer, topic, partitions).items()}
+    finally:
+        consumer.close()
+
+
 def offsets_for_time(settings: KafkaSettings, topic: str, partitions: list[int], timestamp_ms: int) -> dict[int, int]:
     """Per partition, the first offset at or after `timestamp_ms`."""
     consumer = Consumer({**base_config(settings), "group.id": "kadence-reader", "enable.auto.commit": False})
