@@ -1,0 +1,76 @@
+"""Recorded histories: what the history state machine wrote for a set of scenarios, kept as JSON so
+a change to the machine that changes a history fails tests/test_recorded_histories.py.
+
+Each file holds the commands of one scenario (as the history service reads them from
+kadence.commands, with the time it decided each at) and, for each, the HistoryBatch the machine
+wrote or the rejection it answered. `python -m tests.recorded_histories.record` writes them again:
+run it only when a change is meant to change histories, and review the diff.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from kadence.protocol.codec import command_codec
+from services.history.recovery import PartitionState
+from services.history.service import _STARTS, within_record_limit
+from services.history.state_machine import Rejected, decide
+
+HERE = Path(__file__).resolve().parent
+Record = dict[str, Any]
+
+
+def step(state: PartitionState, command: Record, now_ms: int, offset: int) -> Record:
+    """One command through the machine as the history service takes it: its batch, or its rejection."""
+    wire = command_codec()
+    command = wire.decode(wire.encode(command), wire.headers())  # every field as a record read from the topic has it
+    workflow_id, (kind, body) = command["workflow_id"], command["command"]
+    try:
+        if kind in _STARTS:
+            transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, 0, offset)
+        else:
+            execution = state.executions.get(workflow_id)
+            if execution is None:
+                raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
+            transition = decide(execution, kind, body, command["identity"], now_ms)
+        transition = within_record_limit(transition, kind)
+    except Rejected as reason:
+        return {"rejected": {"cause": reason.cause, "reason": str(reason)}}
+    batch, _ = state.apply_transition(transition, 0, offset)
+    return {"batch": to_json(batch)}
+
+
+def to_json(value: Any) -> Any:
+    """JSON of a record: bytes as {"base64": ...}, a union's (name, value) as [name, value]."""
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """A record from `to_json`'s JSON: [name, value] pairs whose name is a record's are unions again."""
+    if isinstance(value, dict):
+        if set(value) == {"base64"}:
+            return base64.b64decode(value["base64"])
+        return {k: from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [from_json(v) for v in value]
+        if len(items) == 2 and isinstance(items[0], str) and items[0][:1].isupper() and isinstance(items[1], dict):
+            return (items[0], items[1])
+        return items
+    return value
+
+
+def scenario_files() -> list[Path]:
+    return sorted(HERE.glob("*.json"))
+
+
+def load(path: Path) -> Record:
+    return json.loads(path.read_text())

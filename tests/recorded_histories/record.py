@@ -1,0 +1,206 @@
+"""Writes tests/recorded_histories/*.json from the scenarios below, with today's state machine.
+
+    .venv/bin/python -m tests.recorded_histories.record
+
+Run it only when a change is meant to change what the machine writes, and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from services.history.recovery import PartitionState
+from tests.recorded_histories import HERE, Record, step, to_json
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def payload(text: str) -> Record:
+    return {"metadata": {"encoding": b"json/plain"}, "data": json.dumps(text).encode()}
+
+
+def failure(message: str, **fields: Any) -> Record:
+    return {"message": message, "type": "Boom", **fields}
+
+
+class Scenario:
+    def __init__(self, name: str, description: str) -> None:
+        self.name, self.description = name, description
+        self.state = PartitionState(0)
+        self.steps: list[Record] = []
+        self.now = T0
+
+    def send(self, workflow_id: str, kind: str, body: Record, *, identity: str = "worker-1", after_ms: int = 100) -> Record:
+        self.now += after_ms
+        command = {"workflow_id": workflow_id, "identity": identity, "command": (kind, body)}
+        offset = len(self.steps)
+        result = step(self.state, command, self.now, offset)
+        self.steps.append({"offset": offset, "now_ms": self.now, "command": to_json(command), **result})
+        return result
+
+    def run_id(self, workflow_id: str) -> str:
+        return self.state.executions[workflow_id].run_id
+
+    def task(self, workflow_id: str, scheduled_event_id: int, *commands: tuple[str, Record], after_ms: int = 100) -> None:
+        """A worker starts the workflow task and completes it with `commands`."""
+        run_id = self.run_id(workflow_id)
+        self.send(workflow_id, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled_event_id,
+                                                            "started_time_ms": self.now + after_ms}, after_ms=after_ms)
+        self.send(workflow_id, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": scheduled_event_id,
+                                                               "commands": list(commands)}, after_ms=20)
+
+    def write(self) -> None:
+        (HERE / f"{self.name}.json").write_text(json.dumps({"description": self.description, "steps": self.steps}, indent=1) + "\n")
+
+
+def activity(activity_id: str, **fields: Any) -> tuple[str, Record]:
+    return ("ScheduleActivityTask", {"activity_id": activity_id, "activity_type": "charge", "task_queue": "",
+                                     "input": [payload("order-1")], "start_to_close_timeout_ms": 10_000, **fields})
+
+
+def complete(text: str) -> tuple[str, Record]:
+    return ("CompleteWorkflowExecution", {"result": payload(text)})
+
+
+def one_activity() -> Scenario:
+    s = Scenario("one_activity", "A start, an activity that completes, the workflow's completion; a late stale completion is refused.")
+    s.send("order-1", "StartWorkflowExecution", {"workflow_type": "Order", "task_queue": "orders", "input": [payload("order-1")],
+                                                 "request_id": "start-1"}, identity="client")
+    s.task("order-1", 2, activity("1"))
+    run_id = s.run_id("order-1")
+    s.send("order-1", "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "request_id": "a-1"})
+    s.send("order-1", "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1,
+                                                      "result": payload("charged")})
+    s.task("order-1", 8, complete("shipped"))
+    s.send("order-1", "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None})
+    return s
+
+
+def activity_retries() -> Scenario:
+    s = Scenario("activity_retries", "An activity that fails, backs off through its retry timer, and completes on attempt 2; "
+                 "a heartbeat timeout; a workflow task that times out and is retried.")
+    s.send("order-2", "StartWorkflowExecution", {"workflow_type": "Order", "task_queue": "orders", "request_id": "start-2"},
+           identity="client")
+    run_id = s.run_id("order-2")
+    s.send("order-2", "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2})
+    s.send("order-2", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/2/1",
+                                       "kind": "WORKFLOW_TASK_START_TO_CLOSE", "scheduled_event_id": 2, "attempt": 1},
+           identity="timer", after_ms=10_000)
+    s.send("order-2", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/5/2",
+                                       "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 5, "attempt": 2},
+           identity="timer", after_ms=1_000)
+    s.task("order-2", 5, activity("1", heartbeat_timeout_ms=2_000,
+                                  retry_policy={"initial_interval_ms": 500, "backoff_coefficient": 2.0, "maximum_attempts": 3}))
+    s.send("order-2", "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 1, "request_id": "a-1"})
+    s.send("order-2", "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 1,
+                                                   "failure": failure("card declined")})
+    s.send("order-2", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/8/2", "kind": "ACTIVITY_RETRY",
+                                       "scheduled_event_id": 8, "attempt": 2}, identity="timer", after_ms=500)
+    s.send("order-2", "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 2, "request_id": "a-2"})
+    s.send("order-2", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_HEARTBEAT/8/2", "kind": "ACTIVITY_HEARTBEAT",
+                                       "scheduled_event_id": 8, "attempt": 2}, identity="timer", after_ms=2_000)
+    s.send("order-2", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/8/3", "kind": "ACTIVITY_RETRY",
+                                       "scheduled_event_id": 8, "attempt": 3}, identity="timer", after_ms=1_000)
+    s.send("order-2", "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 3, "request_id": "a-3"})
+    s.send("order-2", "RecordActivityTaskHeartbeat", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 3,
+                                                     "details": [payload("half")]})
+    s.send("order-2", "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 8, "attempt": 3,
+                                                      "result": payload("charged")})
+    last = s.state.executions["order-2"].workflow_task
+    assert last is not None
+    s.task("order-2", last.scheduled_event_id, complete("shipped"))
+    return s
+
+
+def timers_signals_and_cancel() -> Scenario:
+    s = Scenario("timers_signals_and_cancel", "A timer, a signal buffered during a workflow task, a second timer canceled, "
+                 "an update admitted, accepted and completed, then a cancel request the workflow honours.")
+    s.send("order-3", "StartWorkflowExecution", {"workflow_type": "Approval", "task_queue": "orders", "request_id": "start-3"},
+           identity="client")
+    run_id = s.run_id("order-3")
+    s.send("order-3", "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2})
+    s.send("order-3", "SignalWorkflowExecution", {"signal_name": "approve", "input": [payload("erin")], "request_id": "sig-1"},
+           identity="client")
+    s.send("order-3", "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("StartTimer", {"timer_id": "reminder", "start_to_fire_timeout_ms": 60_000}),
+        ("StartTimer", {"timer_id": "deadline", "start_to_fire_timeout_ms": 3_600_000})]})
+    scheduled = s.state.executions["order-3"].workflow_task
+    assert scheduled is not None
+    s.task("order-3", scheduled.scheduled_event_id, ("CancelTimer", {"timer_id": "deadline"}))
+    started = s.state.executions["order-3"].timers["reminder"]
+    s.send("order-3", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/USER_TIMER/{started}/1", "kind": "USER_TIMER",
+                                       "scheduled_event_id": started, "attempt": 1}, identity="timer", after_ms=60_000)
+    scheduled = s.state.executions["order-3"].workflow_task
+    assert scheduled is not None
+    s.task("order-3", scheduled.scheduled_event_id)
+    s.send("order-3", "UpdateWorkflowExecution", {"update_id": "u-1", "name": "add_note", "args": [payload("fragile")],
+                                                  "request_id": "upd-1"}, identity="client")
+    scheduled = s.state.executions["order-3"].workflow_task
+    assert scheduled is not None
+    s.task("order-3", scheduled.scheduled_event_id, ("AcceptWorkflowUpdate", {"update_id": "u-1"}),
+           ("CompleteWorkflowUpdate", {"update_id": "u-1", "result": payload("noted")}))
+    s.send("order-3", "RequestCancelWorkflowExecution", {"reason": "customer left", "request_id": "cancel-1"}, identity="client")
+    scheduled = s.state.executions["order-3"].workflow_task
+    assert scheduled is not None
+    s.task("order-3", scheduled.scheduled_event_id, ("CancelWorkflowExecution", {"details": []}))
+    s.send("order-3", "SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-2"}, identity="client")
+    return s
+
+
+def children_and_continue_as_new() -> Scenario:
+    s = Scenario("children_and_continue_as_new", "A parent starts a child (the child's start relayed to its own history), hears it "
+                 "started and completed, then continues as new; a terminate ends the new run.")
+    s.send("parent", "StartWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders", "request_id": "start-p"},
+           identity="client")
+    parent_run = s.run_id("parent")
+    s.task("parent", 2, ("StartChildWorkflowExecution", {"workflow_id": "child", "workflow_type": "Child", "input": [payload("x")]}))
+    s.send("child", "StartWorkflowExecution", {"workflow_type": "Child", "task_queue": "orders", "input": [payload("x")],
+                                               "initiated_by": {"workflow_id": "parent", "run_id": parent_run, "initiated_event_id": 5}},
+           identity="kadence-history")
+    child_run = s.run_id("child")
+    s.send("parent", "RecordChildExecutionStarted", {"run_id": parent_run, "initiated_event_id": 5, "child_run_id": child_run},
+           identity="kadence-history")
+    scheduled = s.state.executions["parent"].workflow_task
+    assert scheduled is not None
+    s.task("parent", scheduled.scheduled_event_id)
+    s.task("child", 2, complete("child done"))
+    s.send("parent", "RecordChildExecutionClosed", {"run_id": parent_run, "initiated_event_id": 5, "child_run_id": child_run,
+                                                    "status": "Completed", "result": payload("child done")}, identity="kadence-history")
+    scheduled = s.state.executions["parent"].workflow_task
+    assert scheduled is not None
+    s.task("parent", scheduled.scheduled_event_id, ("ContinueAsNewWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders",
+                                                                                        "input": [payload("round 2")]}))
+    s.send("parent", "TerminateWorkflowExecution", {"reason": "enough", "request_id": "term-1"}, identity="client")
+    return s
+
+
+def cron() -> Scenario:
+    s = Scenario("cron", "A cron workflow: the first run waits for its time, each completed or failed run starts the next.")
+    s.send("report", "StartWorkflowExecution", {"workflow_type": "Report", "task_queue": "reports", "request_id": "start-r",
+                                                "cron_schedule": "*/15 * * * *"}, identity="client")
+    first = s.run_id("report")
+    s.send("report", "TimeoutFired", {"run_id": first, "timer_id": f"{first}/WORKFLOW_TASK_RETRY/2/1", "kind": "WORKFLOW_TASK_RETRY",
+                                      "scheduled_event_id": 2, "attempt": 1}, identity="timer", after_ms=15 * 60_000)
+    s.task("report", 2, ("FailWorkflowExecution", {"failure": failure("no data yet")}))
+    second = s.run_id("report")
+    s.send("report", "TimeoutFired", {"run_id": second, "timer_id": f"{second}/WORKFLOW_TASK_RETRY/2/1",
+                                      "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1},
+           identity="timer", after_ms=15 * 60_000)
+    s.task("report", 2, complete("report sent"))
+    return s
+
+
+SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron]
+
+
+def main() -> None:
+    for build in SCENARIOS:
+        scenario = build()
+        scenario.write()
+        rejected = sum("rejected" in s for s in scenario.steps)
+        print(f"{scenario.name}: {len(scenario.steps)} commands, {rejected} rejected")
+
+
+if __name__ == "__main__":
+    main()
