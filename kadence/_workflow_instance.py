@@ -14,14 +14,15 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import logging
 import random
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kadence.common import RawValue
@@ -122,13 +123,69 @@ class WorkflowDefinition:
 
 
 @dataclass(frozen=True)
+class ParentInfo:
+    """The workflow that started this one as its child (as temporalio.workflow.ParentInfo)."""
+
+    namespace: str
+    run_id: str
+    workflow_id: str
+
+
+@dataclass(frozen=True)
+class RootInfo:
+    """The top of the chain of parents (as temporalio.workflow.RootInfo)."""
+
+    run_id: str
+    workflow_id: str
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+@dataclass(frozen=True)
 class WorkflowInfo:
+    """The running workflow's info (as temporalio.workflow.Info): from its WorkflowExecutionStarted
+    event, so the same on every replay. Immutable but for search_attributes, which upserts update."""
+
     workflow_id: str
     run_id: str
     workflow_type: str
     task_queue: str
     namespace: str = "default"  # a Kadence deployment is one namespace
-    attempt: int = 1
+    attempt: int = 1  # runs are not retried: always the first attempt
+    continued_run_id: str | None = None
+    cron_schedule: str | None = None
+    execution_timeout: timedelta | None = None
+    first_execution_run_id: str = ""
+    headers: Mapping[str, Any] = field(default_factory=dict)  # Kadence has no headers
+    parent: ParentInfo | None = None
+    root: RootInfo | None = None
+    raw_memo: Mapping[str, Any] = field(default_factory=dict)  # Kadence has no memo
+    retry_policy: Any = None  # runs are not retried
+    run_timeout: timedelta | None = None
+    search_attributes: dict[str, list[Any]] = field(default_factory=dict)
+    start_time: datetime = _EPOCH  # when the run's first workflow task started
+    task_timeout: timedelta = timedelta(seconds=10)
+    workflow_start_time: datetime = _EPOCH  # when the run was started (its WorkflowExecutionStarted)
+
+    @property
+    def typed_search_attributes(self) -> Any:
+        raise NotImplementedError(
+            "Kadence has no typed search attributes (TypedSearchAttributes) yet: read workflow.info().search_attributes, "
+            "a dict of name to list of values"
+        )
+
+    def get_current_history_length(self) -> int:
+        """Events in this run's history as of the current workflow task."""
+        return _running_instance().history_length
+
+    def get_current_history_size(self) -> int:
+        """Payload bytes in this run's history as of the current workflow task."""
+        return _running_instance().history_bytes
+
+    def is_continue_as_new_suggested(self) -> bool:
+        """Whether the history is past the history service's warning thresholds."""
+        return _running_instance().continue_as_new_suggested()
 
     def _logger_details(self) -> dict[str, Any]:
         """What workflow.logger adds to each record (temporalio's keys)."""
@@ -204,6 +261,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.random = random.Random(info.run_id)  # the same sequence on every replay of the run
         self.history_bytes = 0
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
+        self._task_started_ms = 0  # when the workflow task being run started
         self._close_issued = False  # the command that ends the run is issued: no second one
         self._handler_failure: FailureError | None = None  # raised by a signal handler: fails the run
         self._task_error: WorkflowTaskError | None = None  # raised by a signal handler: fails the workflow task
@@ -214,6 +272,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         """Apply the events not seen yet, run the activation for task `scheduled_event_id`
         started at `started_time_ms` (its WorkflowTaskStarted time, not in `history` yet),
         and return the commands to send with its completion."""
+        self._task_started_ms = started_time_ms
         for index, event in enumerate(history):
             if event["event_id"] > self.processed_event_id:
                 self._upcoming = history[index + 1:]
@@ -231,6 +290,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.history_bytes += payload_bytes(attrs)
         if kind == "WorkflowExecutionStarted":
             self._time_ms = event["event_time_ms"]
+            self.info = self._started_info(attrs, event["event_time_ms"])
             self._start(attrs["input"])
         elif kind == "WorkflowTaskStarted":
             self._time_ms = event["event_time_ms"]
@@ -521,6 +581,34 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self.handlers_running -= 1
         self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
 
+    def _started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:
+        """The info the WorkflowExecutionStarted event gives; the first workflow task's start is the
+        next WorkflowTaskStarted recorded, else the task being run now."""
+        first_task_ms = next(
+            (e["event_time_ms"] for e in self._upcoming if e["attributes"][0] == "WorkflowTaskStarted"), self._task_started_ms,
+        )
+        parent = None
+        if attrs["parent_workflow_id"]:
+            parent = ParentInfo(self.info.namespace, attrs["parent_run_id"], attrs["parent_workflow_id"])
+        search_attributes = {
+            name: value if isinstance(value, list) else [value]
+            for name, value in ((name, self.converter.payload_converter.from_payload(p)) for name, p in attrs["search_attributes"].items())
+        }
+        return dataclasses.replace(
+            self.info,
+            continued_run_id=attrs["continued_execution_run_id"] or None,
+            cron_schedule=attrs.get("cron_schedule") or None,
+            execution_timeout=_duration(attrs["workflow_execution_timeout_ms"]),
+            # A run that continued another does not know the chain's first run (see docs/temporal-differences.md).
+            first_execution_run_id="" if attrs["continued_execution_run_id"] else self.info.run_id,
+            parent=parent,
+            run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
+            search_attributes=search_attributes,
+            start_time=datetime.fromtimestamp(first_task_ms / 1000, UTC),
+            task_timeout=timedelta(milliseconds=attrs["workflow_task_timeout_ms"]),
+            workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
+        )
+
     def _start(self, input_payloads: list[Record]) -> None:
         try:
             args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
@@ -652,6 +740,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
+        self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
 
     def query(self, name: str, payloads: list[Record]) -> Record:
@@ -744,6 +833,21 @@ def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataCo
     last = history[-1]
     instance.activate(history, last["event_id"], last["event_time_ms"])
     return instance
+
+
+def _running_instance() -> WorkflowInstance:
+    """The run whose workflow code is running now."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if not isinstance(loop, WorkflowInstance):
+        raise RuntimeError("not in a workflow: this call is only valid in workflow code run by a Worker")
+    return loop
+
+
+def _duration(ms: int) -> timedelta | None:
+    return timedelta(milliseconds=ms) if ms else None
 
 
 def _lookup(handlers: dict[str | None, Handler], name: str) -> Handler | None:

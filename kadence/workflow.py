@@ -24,10 +24,13 @@ from kadence import activity as activity_module
 from kadence._workflow_instance import (
     ContinueAsNewError,
     Handler,
+    ParentInfo,
     PendingCommand,
+    RootInfo,
     WorkflowDefinition,
     WorkflowInfo,
     WorkflowInstance,
+    _running_instance,
 )
 from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import PayloadConverter
@@ -43,7 +46,7 @@ __all__ = [
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
     "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
     "wait", "as_completed",
-    "init", "all_handlers_finished", "payload_converter", "RawValue",
+    "ParentInfo", "RootInfo", "init", "all_handlers_finished", "payload_converter", "RawValue",
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
@@ -268,11 +271,7 @@ def _current_instance() -> WorkflowInstance | None:
     return loop if isinstance(loop, WorkflowInstance) else None
 
 
-def _instance() -> WorkflowInstance:
-    instance = _current_instance()
-    if instance is None:
-        raise RuntimeError("not in a workflow: this call is only valid in workflow code run by a Worker")
-    return instance
+_instance = _running_instance
 
 
 def in_workflow() -> bool:

@@ -239,3 +239,63 @@ async def test_init_handlers_set_at_run_time_dynamic_handlers_and_buffered_signa
         # The run waited for the slow update's handler before returning.
         assert await handle.result() == ["late:early bird", "other:kept", "slow done"]
         await slow.result()
+
+
+@workflow.defn
+class InfoChildWorkflow:
+    @workflow.run
+    async def run(self) -> dict[str, object]:
+        info = workflow.info()
+        assert info.parent is not None
+        return {
+            "parent": [info.parent.namespace, info.parent.workflow_id, info.parent.run_id],
+            "timeouts": [t.total_seconds() if t else None for t in (info.execution_timeout, info.run_timeout, info.task_timeout)],
+            "first_execution_run_id": info.first_execution_run_id == info.run_id,
+            "search_attributes": info.search_attributes,
+        }
+
+
+@workflow.defn
+class InfoWorkflow:
+    @workflow.run
+    async def run(self, runs_left: int) -> dict[str, object]:
+        if runs_left:
+            workflow.continue_as_new(runs_left - 1)
+        workflow.upsert_search_attributes({"Stage": "checked"})
+        info = workflow.info()
+        child = await workflow.execute_child_workflow(
+            InfoChildWorkflow.run, id=f"{info.workflow_id}-child", execution_timeout=timedelta(minutes=9),
+            run_timeout=timedelta(minutes=5), task_timeout=timedelta(seconds=7), search_attributes={"Customer": "c-42"},
+        )
+        return {
+            "ids": [info.workflow_id, info.workflow_type, info.task_queue, info.namespace, info.attempt],
+            "continued_run_id": info.continued_run_id, "cron_schedule": info.cron_schedule, "headers": dict(info.headers),
+            "parent": info.parent, "root": info.root, "retry_policy": info.retry_policy,
+            "task_timeout": info.task_timeout.total_seconds(),
+            "search_attributes": info.search_attributes,
+            "times_in_order": info.workflow_start_time <= info.start_time <= workflow.now(),
+            "history": [info.get_current_history_length() > 3, info.get_current_history_size() > 0, info.is_continue_as_new_suggested()],
+            "child": child,
+        }
+
+
+@pytest.mark.parametrize("cache", [1000, 0], ids=["cached", "replayed-every-task"])
+async def test_workflow_info_has_temporalios_fields(client: Client, task_queue: str, cache: int) -> None:
+    workflow_id = f"info-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=[InfoWorkflow, InfoChildWorkflow], max_cached_workflows=cache):
+        handle = await client.start_workflow(
+            InfoWorkflow.run, 1, id=workflow_id, task_queue=task_queue, task_timeout=timedelta(seconds=20),
+        )
+        result = await handle.result()
+        current = await client.get_workflow_handle(workflow_id).describe()
+    child = result.pop("child")
+    assert result == {
+        "ids": [workflow_id, "InfoWorkflow", task_queue, "default", 1],
+        "continued_run_id": handle.result_run_id, "cron_schedule": None, "headers": {}, "parent": None, "root": None,
+        "retry_policy": None, "task_timeout": 20.0, "search_attributes": {"Stage": ["checked"]}, "times_in_order": True,
+        "history": [True, True, False],
+    }
+    assert child == {
+        "parent": ["default", workflow_id, current.run_id], "timeouts": [540.0, 300.0, 7.0], "first_execution_run_id": True,
+        "search_attributes": {"Customer": ["c-42"]},
+    }
