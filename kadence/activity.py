@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, NoReturn, Protocol, TypeVar, overload
 
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
 
@@ -37,6 +37,8 @@ class Info:
     is_local: bool = False
     """A local activity: run by the workflow's worker within its workflow task (heartbeats are ignored)."""
     namespace: str = "default"
+    task_token: bytes = b""
+    """Names this attempt to client.get_async_activity_handle(task_token=...) (kadence/protocol/task_token.py)."""
 
     def _logger_details(self) -> dict[str, Any]:
         """What activity.logger adds to each record (temporalio's keys)."""
@@ -137,3 +139,20 @@ class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 logger = LoggerAdapter(logging.getLogger("kadence.activity"), None)
 """Logger for activity code: the attempt's details on every record."""
+
+
+class _CompleteAsyncError(BaseException):
+    """Raised by raise_complete_async(): a BaseException, so the activity's own `except Exception` lets it pass."""
+
+
+def raise_complete_async() -> NoReturn:
+    """End the activity function without completing the attempt: something else completes it later
+    through client.get_async_activity_handle(task_token=activity.info().task_token) (as temporalio's).
+    Its start-to-close and heartbeat timeouts still apply."""
+    try:
+        info = _current_info.get()
+    except LookupError:
+        raise RuntimeError("activity.raise_complete_async() called outside an activity") from None
+    if info.is_local:
+        raise RuntimeError("a local activity cannot complete asynchronously: run it as an activity")
+    raise _CompleteAsyncError()

@@ -51,6 +51,7 @@ from kadence.protocol.read_model import (
     update_request_id,
 )
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.protocol.task_token import TaskToken
 from kadence.visibility import (
     WorkflowExecution,
     WorkflowExecutionStatus,
@@ -62,7 +63,8 @@ from kadence.visibility import (
 )
 
 __all__ = [
-    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus",
+    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "AsyncActivityHandle", "AsyncActivityIDReference",
+    "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus",
     "WorkflowExecutionCount", "WorkflowHistory",
 ]
 
@@ -212,6 +214,27 @@ class Client:
             self, workflow_id, run_id=run_id, result_run_id=run_id, first_execution_run_id=first_execution_run_id,
             result_type=result_type,
         )
+
+    def get_async_activity_handle(
+        self, *, workflow_id: str | None = None, run_id: str | None = None, activity_id: str | None = None,
+        task_token: bytes | None = None,
+    ) -> "AsyncActivityHandle":
+        """A handle to complete, fail, heartbeat or cancel an activity attempt from outside its worker
+        (one that called activity.raise_complete_async()): by its `task_token` alone, or by
+        `workflow_id`, `activity_id` and optionally `run_id` (the current run without one), which
+        reach the activity's current started attempt."""
+        if task_token is not None:
+            if workflow_id is not None or run_id is not None or activity_id is not None:
+                raise ValueError("Task token cannot be present with other IDs")
+            return AsyncActivityHandle(self, task_token)
+        if workflow_id is not None:
+            if activity_id is None:
+                raise ValueError("Workflow ID and activity ID must both be present")
+            return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id=workflow_id, run_id=run_id, activity_id=activity_id))
+        if activity_id is not None:
+            raise ValueError("an activity_id without a workflow_id names a standalone activity; Kadence runs activities only "
+                             "from workflows: give the workflow_id too, or the task token")
+        raise ValueError("Task token or workflow/activity ID must be present")
 
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
@@ -605,6 +628,58 @@ class WorkflowHandle:
         await self._request_in_chain("TerminateWorkflowExecution", {
             "reason": reason or "", "details": self.client.data_converter.payload_converter.to_payloads(args),
         }, str(uuid.uuid4()))
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncActivityIDReference:
+    """An activity by its ids (as temporalio.client.AsyncActivityIDReference); run_id None is the current run."""
+
+    workflow_id: str
+    run_id: str | None
+    activity_id: str
+
+
+class AsyncActivityHandle:
+    """Completes, fails, heartbeats or cancels an activity attempt from any process (as
+    temporalio.client.AsyncActivityHandle). Each call returns once the history service applied it,
+    and raises CommandRejectedError (cause ACTIVITY_NOT_FOUND) when the attempt is over: a stale
+    task token, or an activity that completed, failed or timed out."""
+
+    def __init__(self, client: Client, id_or_token: AsyncActivityIDReference | bytes) -> None:
+        self._client = client
+        self._id_or_token = id_or_token
+
+    async def heartbeat(self, *details: Any) -> None:
+        """Record a heartbeat: re-arms the heartbeat timeout; `details` reach the next attempt."""
+        await self._report("RecordActivityTaskHeartbeat", {"details": self._client.data_converter.payload_converter.to_payloads(details)})
+
+    async def complete(self, result: Any = _UNSET) -> None:
+        payloads = self._client.data_converter.payload_converter
+        await self._report("RespondActivityTaskCompleted", {"result": None if result is _UNSET else payloads.to_payload(result)})
+
+    async def fail(self, error: Exception, *, last_heartbeat_details: Sequence[Any] = ()) -> None:
+        """Fail the attempt with `error`, retried by the activity's retry policy; `last_heartbeat_details`
+        reach the next attempt."""
+        if last_heartbeat_details:
+            await self.heartbeat(*last_heartbeat_details)
+        await self._report("RespondActivityTaskFailed", {"failure": self._client.data_converter.to_failure(error)})
+
+    async def report_cancellation(self, *details: Any) -> None:
+        """Report the activity cancelled, as the workflow asked (refused when it did not ask)."""
+        await self._report("RespondActivityTaskCanceled", {"details": self._client.data_converter.payload_converter.to_payloads(details)})
+
+    async def _report(self, kind: str, body: dict[str, Any]) -> None:
+        request_id = str(uuid.uuid4())
+        if isinstance(self._id_or_token, AsyncActivityIDReference):
+            ref = self._id_or_token
+            workflow_id = ref.workflow_id
+            target = {"run_id": ref.run_id or "", "scheduled_event_id": 0, "attempt": 0, "task_token": None, "activity_id": ref.activity_id}
+        else:
+            token = TaskToken.decode(self._id_or_token)  # bytes that are no token: ValueError, before sending
+            workflow_id = token.workflow_id
+            target = {"run_id": token.run_id, "scheduled_event_id": token.scheduled_event_id, "attempt": token.attempt,
+                      "task_token": self._id_or_token, "activity_id": ""}
+        await self._client._request(workflow_id, kind, {**body, **target, "request_id": request_id}, request_id)
 
 
 class WorkflowUpdateStage(IntEnum):

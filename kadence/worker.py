@@ -46,6 +46,7 @@ from kadence.protocol.codec import UndecodableRecord, codec, task_codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, ensure_topics, make_consumer
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.task_token import TaskToken
 from kadence.shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
 from kadence.visibility import fetch_event_ranges
 
@@ -572,6 +573,10 @@ class Worker:
             if problem is not None:
                 raise problem
             result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
+        except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
+            log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     workflow_id, run_id, at["activity_type"], at["attempt"])
+            return
         except (asyncio.CancelledError, CancelledError) as exc:
             if heartbeater.cancel_requested:
                 await self._send(workflow_id, "RespondActivityTaskCanceled", {**reply, "details": []})
@@ -600,6 +605,7 @@ class Worker:
             scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
             workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
             heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
+            task_token=TaskToken(task["workflow_id"], task["run_id"], at["scheduled_event_id"], at["attempt"], at["activity_id"]).encode(),
         )
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)

@@ -8,6 +8,7 @@ import pytest
 
 from kadence.common import retry_backoff_ms
 from kadence.protocol.codec import command_codec
+from kadence.protocol.task_token import TaskToken
 from services.history import state_machine
 from services.history.checkpoint import decode_state, encode_state
 from services.history.recovery import PartitionState
@@ -190,6 +191,34 @@ def test_a_stale_or_foreign_completion_is_rejected() -> None:
         decide(ex, "RecordWorkflowTaskStarted", {"run_id": "other", "scheduled_event_id": 2}, "w", NOW)
     with pytest.raises(Rejected, match="no started workflow task"):
         decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "w", NOW)
+
+
+def test_an_activity_completion_counts_from_its_worker_or_by_task_token_or_activity_id() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, 2)
+    for offset, scheduled in ((3, 5), (4, 6)):
+        command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
+    ex = state.executions["order-1"]
+    report = {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None, "task_token": None, "activity_id": ""}
+    with pytest.raises(Rejected, match="started by 'worker', not 'other-worker'"):  # no token: only the worker that started it
+        decide(ex, "RespondActivityTaskCompleted", report, "other-worker", NOW)
+    token = TaskToken("order-1", run_id, 5, 1, "0").encode()
+    by_token = decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": token}, "a-client", NOW)
+    assert [(kind, attrs["identity"]) for kind, attrs in (e["attributes"] for e in by_token.events) if kind == "ActivityTaskCompleted"] == [
+        ("ActivityTaskCompleted", "a-client")]
+    stale = TaskToken("order-1", run_id, 5, 2, "0").encode()
+    stale_reason = r"stale task token: attempt 2 of activity '0' \(scheduled_event_id=5\) is over \(attempt 1 is current\)"
+    with pytest.raises(Rejected, match=stale_reason) as refused:
+        decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": stale}, "a-client", NOW)
+    assert refused.value.cause == "ACTIVITY_NOT_FOUND"
+    with pytest.raises(Rejected, match="not a Kadence activity task token"):
+        decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": b"forged"}, "a-client", NOW)
+    by_id = {**report, "run_id": "", "scheduled_event_id": 0, "attempt": 0, "activity_id": "1"}
+    completed = decide(ex, "RespondActivityTaskCompleted", by_id, "a-client", NOW)
+    completions = [attrs for kind, attrs in (e["attributes"] for e in completed.events) if kind == "ActivityTaskCompleted"]
+    assert [attrs["scheduled_event_id"] for attrs in completions] == [6]
+    with pytest.raises(Rejected, match="no pending activity 'missing'"):
+        decide(ex, "RespondActivityTaskCompleted", {**by_id, "activity_id": "missing"}, "a-client", NOW)
 
 
 def test_retried_failure_schedules_the_next_attempt_through_a_timer() -> None:

@@ -44,6 +44,7 @@ from kadence.protocol.limits import (
     payload_bytes,
     payload_problem,
 )
+from kadence.protocol.task_token import TaskToken
 
 Record = dict[str, Any]
 
@@ -534,13 +535,18 @@ def decide_signal_with_start(
     return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
 
 
+# A worker's, or a client's async activity handle's, report on an activity attempt.
+_ACTIVITY_REPORTS = {
+    "RecordActivityTaskHeartbeat", "RespondActivityTaskCompleted", "RespondActivityTaskFailed", "RespondActivityTaskCanceled",
+}
 _CURRENT_RUN_COMMANDS = {
     "SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "UpdateWorkflowExecution",
 }
 
 
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
-    if cmd["run_id"] != ex.run_id and not (kind in _CURRENT_RUN_COMMANDS and cmd["run_id"] == ""):
+    by_activity_id = kind in _ACTIVITY_REPORTS and cmd.get("activity_id")  # an async handle without a run id: the current run
+    if cmd["run_id"] != ex.run_id and not ((kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
     if ex.status != RUNNING:
         raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")
@@ -897,11 +903,43 @@ def _activity_task_started(ex: Execution, cmd: Record, identity: str, now_ms: in
 
 
 def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityState:
+    """The started attempt a report is for. A worker's report counts only from the worker that
+    started the attempt; a client's, by task token or activity id, from anyone (async completion)."""
+    if cmd.get("activity_id"):
+        return _started_activity_by_id(ex, cmd["activity_id"])
+    if cmd.get("task_token"):
+        return _started_activity_by_token(ex, cmd["task_token"])
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
         raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
     if activity.started_identity != identity:
         raise Rejected(f"activity attempt was started by {activity.started_identity!r}, not {identity!r}")
+    return activity
+
+
+def _started_activity_by_id(ex: Execution, activity_id: str) -> ActivityState:
+    for activity in ex.activities.values():
+        if activity.activity_id == activity_id:
+            if activity.started_event_id == 0:
+                raise Rejected(f"activity {activity_id!r} of run {ex.run_id} has no started attempt "
+                               f"(attempt {activity.attempt} waits for a worker)", "ACTIVITY_NOT_FOUND")
+            return activity
+    raise Rejected(f"run {ex.run_id} has no pending activity {activity_id!r} (it completed, failed or timed out, "
+                   "or was never scheduled)", "ACTIVITY_NOT_FOUND")
+
+
+def _started_activity_by_token(ex: Execution, token_bytes: bytes) -> ActivityState:
+    try:
+        token = TaskToken.decode(token_bytes)
+    except ValueError as exc:
+        raise Rejected(str(exc)) from None
+    if (token.workflow_id, token.run_id) != (ex.workflow_id, ex.run_id):
+        raise Rejected(f"the task token names run {token.run_id} of {token.workflow_id}, not this one", "ACTIVITY_NOT_FOUND")
+    activity = ex.activities.get(token.scheduled_event_id)
+    if activity is None or activity.attempt != token.attempt or activity.started_event_id == 0:
+        now = "is over" if activity is None else f"is over (attempt {activity.attempt} is current)"
+        raise Rejected(f"stale task token: attempt {token.attempt} of activity {token.activity_id!r} "
+                       f"(scheduled_event_id={token.scheduled_event_id}) {now}", "ACTIVITY_NOT_FOUND")
     return activity
 
 
