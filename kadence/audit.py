@@ -15,19 +15,21 @@ the user's to fix, not a fault of Kadence.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from confluent_kafka import KafkaException
 
 from kadence.code_audit import WorkflowCodeAudit
 from kadence.protocol import topics
-from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RunSection, run_sections
 from kadence.protocol.fence import LogFence
-from kadence.protocol.kafka import read_to_end
+from kadence.protocol.kafka import read_to_end, topic_partitions
 from kadence.protocol.settings import KafkaSettings
 
 Record = dict[str, Any]
@@ -58,6 +60,16 @@ class Due:
     at_ms: int
     what: str
     needs_worker: bool = False  # waits for a worker to take it, with no deadline Kadence keeps
+    task: TaskRef | None = None  # the task record matching routes for it
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """Where matching routes a task, and which one it is."""
+
+    topic: str
+    scheduled_event_id: int
+    attempt: int
 
 
 @dataclass(frozen=True)
@@ -67,13 +79,15 @@ class ActivityTimeouts:
     to_start_ms: int  # its schedule-to-start timeout, else its schedule-to-close one
     to_close_ms: int  # an attempt's start-to-close timeout, else the schedule-to-close one
     max_retry_interval_ms: int
+    topic: str  # its task queue's topic
 
     @classmethod
     def of(cls, scheduled: Record) -> ActivityTimeouts:
         schedule_to_close = scheduled.get("schedule_to_close_timeout_ms") or 0
         return cls(scheduled.get("schedule_to_start_timeout_ms") or schedule_to_close,
                    scheduled.get("start_to_close_timeout_ms") or schedule_to_close,
-                   (scheduled.get("retry_policy") or {}).get("maximum_interval_ms") or 0)
+                   (scheduled.get("retry_policy") or {}).get("maximum_interval_ms") or 0,
+                   topics.task_queue_topic(scheduled.get("task_queue", ""), "activity"))
 
 
 @dataclass
@@ -129,6 +143,8 @@ class AuditReport:
     waiting: list[str] = field(default_factory=list)  # tasks that have waited for a worker longer than that
     pending_timers: dict[str, PendingTimer] = field(default_factory=dict)  # by timer id, as the log leaves them
     missing_timers: list[str] = field(default_factory=list)  # pending per the log, and neither stored nor held
+    waiting_tasks: list[tuple[str, str, TaskRef]] = field(default_factory=list)  # (line, run id, task) of each waiting one
+    unrouted: list[str] = field(default_factory=list)  # waiting tasks no task queue topic holds
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # per partition, the first and last offset read
 
     def history(self, workflow_id: str, run_id: str) -> list[Record]:
@@ -144,7 +160,7 @@ class AuditReport:
         return {
             "records": self.records, "runs": len(self.runs), "events": sum(r.event_count for r in self.runs.values()),
             "zombie_batches_skipped": self.zombie_batches, "violations": self.violations, "stuck": self.stuck,
-            "waiting_for_worker": self.waiting, "missing_timers": self.missing_timers,
+            "waiting_for_worker": self.waiting, "missing_timers": self.missing_timers, "never_routed": self.unrouted,
         }
 
 
@@ -213,6 +229,8 @@ def audit_history(
                 if due.at_ms < due_before_ms:
                     line = f"workflow_id={workflow_id} run_id={run_id}: {due.what} was due {_utc(due.at_ms)}"
                     (report.waiting if due.needs_worker else report.stuck).append(line)
+                    if due.needs_worker and due.task is not None:
+                        report.waiting_tasks.append((line, run_id, due.task))
     return report
 
 
@@ -223,6 +241,34 @@ def _track_timers(pending: dict[str, PendingTimer], workflow_id: str, section: R
                 workflow_id, section.run_id, effect["kind"], effect["fire_at_ms"], partition, offset)
         elif effect_type == "DropTimer":
             pending.pop(effect["timer_id"], None)
+
+
+def check_routing(report: AuditReport, settings: KafkaSettings) -> None:
+    """Look for each waiting task in its task queue topic: one there was routed and waits for a
+    worker (a queue nobody polls); one that is not was never routed (report.unrouted), which
+    history's re-dispatch every few minutes should have made impossible."""
+    wanted: dict[str, set[tuple[str, int, int]]] = collections.defaultdict(set)
+    for _, run_id, task in report.waiting_tasks:
+        wanted[task.topic].add((run_id, task.scheduled_event_id, task.attempt))
+    routed: set[tuple[str, str, int, int]] = set()
+    tasks = task_codec()
+    for topic, looked_for in wanted.items():
+        try:
+            partitions = topic_partitions(settings, topic)
+        except KafkaException:  # no such topic: nothing was ever routed to the queue
+            continue
+        for msg in read_to_end(settings, topic, {p: 0 for p in range(partitions)}):
+            try:
+                record = tasks.decode(msg.value(), msg.headers())
+            except (UndecodableRecord, NewerSchemaVersion):
+                continue
+            body = record["task"][1]
+            key = (record["run_id"], body.get("scheduled_event_id", 0), body.get("attempt", 0))
+            if key in looked_for:
+                routed.add((topic, *key))
+    report.unrouted = [f"{line}, and no record in {task.topic} carries it: never routed"
+                       for line, run_id, task in report.waiting_tasks
+                       if (task.topic, run_id, task.scheduled_event_id, task.attempt) not in routed]
 
 
 def check_timer_store(report: AuditReport, dsn: str, memory_horizon_ms: int) -> None:
@@ -309,7 +355,8 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
             run.pending["run"] = Due(at + attrs["workflow_run_timeout_ms"], "the run's timeout")
     elif kind == "WorkflowTaskScheduled":
         backoff, run.first_workflow_task_backoff_ms = run.first_workflow_task_backoff_ms, 0  # a start delay, first task only
-        run.pending["workflow_task"] = Due(at + backoff, f"the start of workflow task {event_id}", needs_worker=True)
+        task = TaskRef(topics.task_queue_topic(attrs["task_queue"], "workflow"), event_id, attrs["attempt"])
+        run.pending["workflow_task"] = Due(at + backoff, f"the start of workflow task {event_id}", needs_worker=True, task=task)
     elif kind == "WorkflowTaskStarted":
         due = at + run.workflow_task_timeout_ms
         run.pending["workflow_task"] = Due(due, f"the completion of workflow task {attrs['scheduled_event_id']} or its timeout")
@@ -321,8 +368,9 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
         run.pending.pop(f"timer {attrs['started_event_id']}", None)
     elif kind == "ActivityTaskScheduled":
         run.activities[event_id] = timeouts = ActivityTimeouts.of(attrs)
+        task = TaskRef(timeouts.topic, event_id, 1)
         run.pending[f"activity {event_id}"] = Due(at + timeouts.to_start_ms, f"the start of activity {event_id}",
-                                                  needs_worker=not timeouts.to_start_ms)
+                                                  needs_worker=not timeouts.to_start_ms, task=task)
     elif kind == "ActivityTaskStarted" and attrs["scheduled_event_id"] in run.activities:
         scheduled_id = attrs["scheduled_event_id"]
         run.pending[f"activity {scheduled_id}"] = Due(
@@ -332,8 +380,9 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
         if attrs.get("retry_state") == "IN_PROGRESS":  # the next attempt, after its backoff
             timeouts = run.activities[scheduled_id]
             due = at + timeouts.max_retry_interval_ms + timeouts.to_start_ms
+            task = TaskRef(timeouts.topic, scheduled_id, run.activity_attempts.get(scheduled_id, 1) + 1)
             run.pending[f"activity {scheduled_id}"] = Due(due, f"the start of the next attempt of activity {scheduled_id}",
-                                                          needs_worker=not timeouts.to_start_ms)
+                                                          needs_worker=not timeouts.to_start_ms, task=task)
         else:
             del run.activities[scheduled_id]
             run.pending.pop(f"activity {scheduled_id}", None)

@@ -264,7 +264,8 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     no second final result, timers fire at most once; zombie batches (by the fencing rule) are
     counted and skipped. Stuck: in an open run, a timer past its fire time, a started task past
     its timeout, an activity past its schedule-to-start timeout, by more than --stuck-after.
-    Waiting (listed, not a failure): a task no worker has started for longer than that.
+    Waiting (listed, not a failure): a task no worker has started for longer than that; one that
+    no task queue topic holds was never routed (a failure).
 
     With KADENCE_POSTGRES_DSN set, the timers the log leaves pending are also looked for in the
     timer service's store: one it has applied, due after its memory horizon and not stored is
@@ -303,6 +304,10 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         tracker = _AuditProgress(progress, settings, start_offsets) if shown else None
         report = audit_history(settings, start_offsets, tracker.record if tracker else None,
                                keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None, code=code)
+    if report.waiting_tasks:
+        from kadence.audit import check_routing
+
+        check_routing(report, settings)
     if os.environ.get("KADENCE_POSTGRES_DSN"):
         from kadence.audit import check_timer_store
         from services.timer.store import DEFAULT_MEMORY_HORIZON_MS
@@ -333,11 +338,13 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
             click.echo(f"WAITING {waiting}")
         for missing in report.missing_timers:
             click.echo(f"MISSING {missing}")
+        for unrouted in report.unrouted:
+            click.echo(f"NEVER ROUTED {unrouted}")
         for workflow_type, counts in summary.get("code_replay", {}).items():
             click.echo(f"{workflow_type}: {counts['replayed']} replayed, {counts['diverged']} diverged, {counts['skipped']} skipped")
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
-    sys.exit(1 if report.violations or report.stuck or report.missing_timers or diverged else 0)
+    sys.exit(1 if report.violations or report.stuck or report.missing_timers or report.unrouted or diverged else 0)
 
 
 class _AuditProgress:

@@ -19,7 +19,7 @@ from kadence.audit import AuditReport, audit_history
 from kadence.client import Client
 from kadence.local_stack import LocalStack
 from kadence.protocol import topics
-from kadence.protocol.codec import history_batch_codec
+from kadence.protocol.codec import history_batch_codec, task_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.worker import Worker
 from tests.conftest import MAIN_BROKER, wait_for_event
@@ -121,3 +121,26 @@ async def test_a_timer_nothing_fires_is_reported_as_stuck_until_it_fires(stack: 
             stack.start_service("timer")
         assert (await asyncio.wait_for(handle.result(), 60)).startswith("slept")
     assert stuck(audit_history(stack.settings, stuck_after_ms=int(STUCK_AFTER_S * 1000))) == []
+
+
+def test_a_waiting_task_no_task_queue_holds_is_reported_as_never_routed(broker: LocalStack) -> None:
+    """Nothing routes tasks here (no matching): the task waits, never routed, and the audit fails;
+    once its record is in the queue's topic, it only waits for a worker."""
+    run = {"workflow_id": "order-9", "run_id": "run-9"}
+    started = event(1, "WorkflowExecutionStarted", workflow_type="OrderWorkflow", task_queue="unpolled", input=[],
+                    request_id="", identity="", workflow_task_timeout_ms=10_000)
+    write(broker, [{**batch(1, [started, event(2, "WorkflowTaskScheduled", task_queue="unpolled", attempt=1)], 100), **run}])
+    code, summary = audit(broker, "--stuck-after", "1")
+    [waiting] = [line for line in summary["waiting_for_worker"] if "workflow_id=order-9 " in line]
+    assert code == 1 and summary["never_routed"] == [f"{waiting}, and no record in kadence.tq.unpolled.workflow carries it: never routed"]
+
+    tasks = task_codec()
+    topic = topics.task_queue_topic("unpolled", "workflow")
+    ensure_topics(broker.settings, {topic: 2})
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
+    producer.produce(topic, tasks.encode({**run, "task": ("WorkflowTask", {
+        "task_queue": "unpolled", "workflow_type": "OrderWorkflow", "scheduled_event_id": 2, "attempt": 1, "history": []})}),
+        b"order-9", partition=1, headers=tasks.headers())
+    producer.flush(10)
+    code, summary = audit(broker, "--stuck-after", "1")
+    assert summary["never_routed"] == [] and any("workflow_id=order-9 " in line for line in summary["waiting_for_worker"])
