@@ -25,6 +25,7 @@ from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_m
 from kadence.converter import DataConverter
 from kadence.exceptions import (
     ApplicationError,
+    AsyncActivityCancelledError,
     CancelledError,
     CommandRejectedError,
     CommandTooLargeError,
@@ -56,6 +57,7 @@ from kadence.visibility import (
     WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowHistory,
+    activity_cancel_requested,
     count_executions,
     fetch_events,
     find_execution,
@@ -650,8 +652,23 @@ class AsyncActivityHandle:
         self._id_or_token = id_or_token
 
     async def heartbeat(self, *details: Any) -> None:
-        """Record a heartbeat: re-arms the heartbeat timeout; `details` reach the next attempt."""
-        await self._report("RecordActivityTaskHeartbeat", {"details": self._client.data_converter.payload_converter.to_payloads(details)})
+        """Record a heartbeat: re-arms the heartbeat timeout; `details` reach the next attempt. Raises
+        AsyncActivityCancelledError once the workflow asked to cancel the activity (the heartbeat is
+        recorded all the same)."""
+        run_id = await self._report(
+            "RecordActivityTaskHeartbeat", {"details": self._client.data_converter.payload_converter.to_payloads(details)},
+        )
+        if isinstance(self._id_or_token, AsyncActivityIDReference):
+            asked = {"activity_id": self._id_or_token.activity_id}
+            workflow_id = self._id_or_token.workflow_id
+        else:
+            token = TaskToken.decode(self._id_or_token)
+            asked = {"scheduled_event_id": token.scheduled_event_id}
+            workflow_id = token.workflow_id
+        pool = (await self._client._read_model()).pool
+        # The cancel request was recorded before the heartbeat it answers: the read model holds it now.
+        if await until_answered("client_activity_cancel_lookup", lambda: activity_cancel_requested(pool, workflow_id, run_id, **asked)):
+            raise AsyncActivityCancelledError()
 
     async def complete(self, result: Any = _UNSET) -> None:
         payloads = self._client.data_converter.payload_converter
@@ -668,7 +685,8 @@ class AsyncActivityHandle:
         """Report the activity cancelled, as the workflow asked (refused when it did not ask)."""
         await self._report("RespondActivityTaskCanceled", {"details": self._client.data_converter.payload_converter.to_payloads(details)})
 
-    async def _report(self, kind: str, body: dict[str, Any]) -> None:
+    async def _report(self, kind: str, body: dict[str, Any]) -> str:
+        """Send the report and wait for history's answer; the run it applied to."""
         request_id = str(uuid.uuid4())
         if isinstance(self._id_or_token, AsyncActivityIDReference):
             ref = self._id_or_token
@@ -679,7 +697,7 @@ class AsyncActivityHandle:
             workflow_id = token.workflow_id
             target = {"run_id": token.run_id, "scheduled_event_id": token.scheduled_event_id, "attempt": token.attempt,
                       "task_token": self._id_or_token, "activity_id": ""}
-        await self._client._request(workflow_id, kind, {**body, **target, "request_id": request_id}, request_id)
+        return await self._client._request(workflow_id, kind, {**body, **target, "request_id": request_id}, request_id)
 
 
 class WorkflowUpdateStage(IntEnum):

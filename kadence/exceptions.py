@@ -183,6 +183,15 @@ class WorkflowUpdateFailedError(KadenceError):
         return self.__cause__
 
 
+class AsyncActivityCancelledError(KadenceError):
+    """An async activity handle's heartbeat found that the workflow asked to cancel the activity
+    (as temporalio.client.AsyncActivityCancelledError): report_cancellation() ends it."""
+
+    def __init__(self, details: Any = None) -> None:
+        super().__init__("Activity cancelled")
+        self.details = details
+
+
 class WorkflowQueryFailedError(KadenceError):
     """The query reached the workflow and failed (unknown query, the handler raised); the reason
     is `__cause__` (as temporalio.client.WorkflowQueryFailedError)."""

@@ -170,3 +170,26 @@ async def fetch_events(pool: AsyncConnectionPool, workflow_id: str, run_id: str)
             "SELECT event FROM kadence_events WHERE workflow_id = %s AND run_id = %s ORDER BY event_id", (workflow_id, run_id),
         )).fetchall()
     return [events.decode(row[0]) for row in rows]
+
+
+async def activity_cancel_requested(
+    pool: AsyncConnectionPool, workflow_id: str, run_id: str, *, scheduled_event_id: int = 0, activity_id: str = "",
+) -> bool:
+    """Whether the run asked to cancel the activity (by its scheduled event id, or the latest one
+    scheduled under `activity_id`): what an async activity handle's heartbeat tells its caller."""
+    events = codec("HistoryEvent")
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT event FROM kadence_events WHERE workflow_id = %s AND run_id = %s "
+            "AND event_type IN ('ActivityTaskScheduled', 'ActivityTaskCancelRequested') ORDER BY event_id",
+            (workflow_id, run_id),
+        )).fetchall()
+    cancelled: set[int] = set()
+    for row in rows:
+        event = events.decode(row[0])
+        kind, attrs = event["attributes"]
+        if kind == "ActivityTaskScheduled" and activity_id and attrs["activity_id"] == activity_id:
+            scheduled_event_id = event["event_id"]
+        elif kind == "ActivityTaskCancelRequested":
+            cancelled.add(attrs["scheduled_event_id"])
+    return scheduled_event_id in cancelled

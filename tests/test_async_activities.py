@@ -16,7 +16,7 @@ from kadence import activity, workflow
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import RetryPolicy
-from kadence.exceptions import ApplicationError, CommandRejectedError
+from kadence.exceptions import ApplicationError, AsyncActivityCancelledError, CommandRejectedError
 from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 
@@ -39,6 +39,34 @@ class ApprovalByHumanWorkflow:
             ask_approval, request, activity_id="approval", start_to_close_timeout=timedelta(seconds=60),
             heartbeat_timeout=timedelta(seconds=2), retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
         )
+
+
+@workflow.defn
+class WithdrawableApprovalWorkflow:
+    """Cancels its approval activity when the request is withdrawn; ends when told to."""
+
+    def __init__(self) -> None:
+        self.withdrawn = False
+        self.finished = False
+
+    @workflow.signal
+    def withdraw(self) -> None:
+        self.withdrawn = True
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.finished = True
+
+    @workflow.run
+    async def run(self, request: str) -> str:
+        approval = workflow.start_activity(ask_approval, request, activity_id="approval", start_to_close_timeout=timedelta(seconds=60))
+        await workflow.wait_condition(lambda: self.withdrawn)
+        approval.cancel()
+        try:
+            return await approval
+        except asyncio.CancelledError:
+            await workflow.wait_condition(lambda: self.finished)
+            return "withdrawn"
 
 
 @pytest.fixture
@@ -113,3 +141,31 @@ async def test_an_activity_failed_and_completed_by_id_and_timed_out_between(
         ("ActivityTaskCompleted", None, "approval-service"),
     ]
     assert second_token != first_token
+
+
+async def test_a_heartbeat_hears_that_the_workflow_cancelled_the_activity(
+    stack: LocalStack, client: Client, approver: Client, task_queue: str,
+) -> None:
+    request = f"withdrawn-{uuid.uuid4()}"
+    ATTEMPTS[request] = asyncio.Queue()
+    async with Worker(client, task_queue=task_queue, workflows=[WithdrawableApprovalWorkflow], activities=[ask_approval]):
+        handle = await client.start_workflow(WithdrawableApprovalWorkflow.run, request, id=request, task_queue=task_queue)
+        _, token, _ = await next_attempt(request)
+        approval = approver.get_async_activity_handle(task_token=token)
+        await approval.heartbeat("reading")  # nobody asked to cancel yet
+        await handle.signal(WithdrawableApprovalWorkflow.withdraw)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15
+        with pytest.raises(AsyncActivityCancelledError):
+            while loop.time() < deadline:  # the workflow task that cancels it runs a moment after the signal
+                await approval.heartbeat("reading")
+                await asyncio.sleep(0.2)
+        with pytest.raises(AsyncActivityCancelledError):  # by its ids too
+            await approver.get_async_activity_handle(workflow_id=request, run_id=None, activity_id="approval").heartbeat()
+        await approval.report_cancellation("withdrawn by the customer")
+        await handle.signal(WithdrawableApprovalWorkflow.finish)
+        assert await handle.result() == "withdrawn"
+
+    history = audit_history(stack.settings).history(request, (await handle.describe()).run_id)
+    canceled = [attrs for kind, attrs in (e["attributes"] for e in history) if kind == "ActivityTaskCanceled"]
+    assert [attrs["identity"] for attrs in canceled] == ["approval-service"]
