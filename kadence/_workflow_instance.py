@@ -143,6 +143,21 @@ _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 @dataclass(frozen=True)
+class UpdateInfo:
+    """The update whose validator or handler runs (as temporalio.workflow.UpdateInfo)."""
+
+    id: str
+    name: str
+
+    def _logger_details(self) -> dict[str, str]:
+        return {"update_id": self.id, "update_name": self.name}
+
+
+# Set while an update's validator and handler run (and in the tasks they start), as temporalio.
+current_update: contextvars.ContextVar[UpdateInfo | None] = contextvars.ContextVar("kadence_current_update", default=None)
+
+
+@dataclass(frozen=True)
 class WorkflowInfo:
     """The running workflow's info (as temporalio.workflow.Info): from its WorkflowExecutionStarted
     event, so the same on every replay. Immutable but for search_attributes, which upserts update."""
@@ -545,6 +560,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def _admit_update(self, attrs: Record) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
         update_id = attrs["update_id"]
+        current_update.set(UpdateInfo(update_id, attrs["name"]))  # this callback's own context, which its task copies
         handler = _lookup(self.updates, attrs["name"])
         try:
             if handler is None:

@@ -27,10 +27,12 @@ from kadence._workflow_instance import (
     ParentInfo,
     PendingCommand,
     RootInfo,
+    UpdateInfo,
     WorkflowDefinition,
     WorkflowInfo,
     WorkflowInstance,
     _running_instance,
+    current_update,
 )
 from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import PayloadConverter
@@ -46,7 +48,7 @@ __all__ = [
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
     "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
     "wait", "as_completed",
-    "ParentInfo", "RootInfo", "init", "all_handlers_finished", "payload_converter", "RawValue",
+    "ParentInfo", "RootInfo", "UpdateInfo", "current_update_info", "init", "all_handlers_finished", "payload_converter", "RawValue",
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
@@ -283,6 +285,11 @@ def info() -> WorkflowInfo:
     return _instance().info
 
 
+def current_update_info() -> UpdateInfo | None:
+    """The update whose validator or handler is running (or a task it started), else None."""
+    return current_update.get()
+
+
 def payload_converter() -> PayloadConverter:
     """The run's payload converter: to convert a dynamic handler's RawValue arguments."""
     return _instance().converter.payload_converter
@@ -468,6 +475,9 @@ class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         if instance is None:
             return msg, kwargs
         details = instance.info._logger_details()
+        update = current_update.get()
+        if update is not None:
+            details.update(update._logger_details())
         extra: dict[str, Any] = {}
         if self.workflow_info_on_extra:
             extra["temporal_workflow"] = details

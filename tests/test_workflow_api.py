@@ -67,6 +67,38 @@ async def test_workflow_and_activity_loggers_add_details_and_stay_quiet_on_repla
 
 
 @workflow.defn
+class LoggedUpdateWorkflow:
+    def __init__(self) -> None:
+        self.finished = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.finished)
+
+    @workflow.update
+    async def finish(self) -> str:
+        workflow.logger.info("finishing")
+        self.finished = True
+        update = workflow.current_update_info()
+        assert update is not None
+        return f"{update.name}/{update.id}"
+
+
+async def test_workflow_logger_in_an_update_handler_names_the_update(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kadence.workflow")
+    async with Worker(client, task_queue=task_queue, workflows=[LoggedUpdateWorkflow]):
+        handle = await client.start_workflow(LoggedUpdateWorkflow.run, id=f"logged-update-{uuid.uuid4()}", task_queue=task_queue)
+        assert await handle.execute_update(LoggedUpdateWorkflow.finish, id="finish-1") == "finish/finish-1"
+        await handle.result()
+    (record,) = [r for r in caplog.records if r.name == "kadence.workflow"]
+    details = record.temporal_workflow  # type: ignore[attr-defined]
+    assert (details["update_id"], details["update_name"]) == ("finish-1", "finish")
+    assert record.getMessage() == f"finishing ({details})"
+
+
+@workflow.defn
 class ReplayAwareWorkflow:
     def __init__(self) -> None:
         self.seen: list[bool] = []
