@@ -152,10 +152,17 @@ class GreetingActivities:
 
 @workflow.defn
 class NamedChildWorkflow:
+    def __init__(self) -> None:
+        self.released = False
+
     @workflow.run
-    async def run(self, delay: float) -> str:
-        await workflow.sleep(delay)
+    async def run(self, wait_for_release: bool) -> str:
+        await workflow.wait_condition(lambda: self.released or not wait_for_release)
         return workflow.info().workflow_id
+
+    @workflow.signal
+    def release(self) -> None:
+        self.released = True
 
 
 @workflow.defn
@@ -167,10 +174,11 @@ class ComposingWorkflow:
         shouted = await workflow.execute_local_activity_method(GreetingActivities.shout_greeting, "Ada", **options)
         started = workflow.start_activity_method(GreetingActivities.greet, args=["Grace"], **options)
         # Children without ids: each gets workflow.uuid4(), the same on every replay.
-        slow = asyncio.create_task(workflow.execute_child_workflow(NamedChildWorkflow.run, 0.6))
-        fast = asyncio.create_task(workflow.execute_child_workflow(NamedChildWorkflow.run, 0.05))
+        slow = await workflow.start_child_workflow(NamedChildWorkflow.run, True)
+        fast = asyncio.create_task(workflow.execute_child_workflow(NamedChildWorkflow.run, False))
         done, pending = await workflow.wait([slow, fast], return_when=asyncio.FIRST_COMPLETED)
         first = [task is fast for task in done] + [task is slow for task in pending]
+        await slow.signal(NamedChildWorkflow.release)
         order = [await next_done for next_done in workflow.as_completed([slow, fast])]
         never = asyncio.create_task(workflow.wait_condition(lambda: False))
         timed_out, still_pending = await workflow.wait([never], timeout=0.05)
