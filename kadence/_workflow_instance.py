@@ -32,6 +32,7 @@ from kadence.exceptions import (
     ApplicationError,
     FailureError,
     NondeterminismError,
+    ReadOnlyContextError,
     RetryState,
     WorkflowAlreadyStartedError,
 )
@@ -476,6 +477,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         return found
 
     def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
+        self.assert_not_read_only("start local activity")
         self._local_seq += 1
         local = LocalActivity(self._local_seq, attributes, self.create_future())
         self._local_activities.append(local)
@@ -517,6 +519,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def set_signal_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
         """Set (or with None remove) a signal handler; the signals kept for want of one reach it now."""
+        self.assert_not_read_only("set signal handler")
         if fn is None:
             self.signals.pop(name, None)
             return
@@ -529,12 +532,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self._unhandled_signals.append((signal_name, payloads))
 
     def set_query_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
+        self.assert_not_read_only("set query handler")
         if fn is None:
             self.queries.pop(name, None)
         else:
             self.queries[name] = Handler(fn, is_method=False, dynamic=name is None)
 
     def set_update_handler(self, name: str | None, fn: Callable[..., Any] | None, validator: Callable[..., Any] | None) -> None:
+        self.assert_not_read_only("set update handler")
         if fn is None:
             self.updates.pop(name, None)
         else:
@@ -643,7 +648,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 return
         self._main = self.create_task(self.definition.run_fn(self._object, *args), name=name)
 
+    def assert_not_read_only(self, action: str) -> None:
+        if self.read_only:
+            raise ReadOnlyContextError(f"While in read-only function, action attempted: {action}")
+
     def _issue(self, command: Command, future: asyncio.Future[Any] | None) -> PendingCommand:
+        self.assert_not_read_only(command[0])
         pending = PendingCommand(command, future)
         self._unmatched.append(pending)
         self._new_commands.append(command)
@@ -688,6 +698,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._issue(("RequestCancelActivityTask", {"scheduled_event_id": pending.scheduled_event_id}), None)
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
+        self.assert_not_read_only("wait condition")
         future = self.create_future()
         self._conditions.append((condition, future))
         return future

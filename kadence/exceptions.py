@@ -205,5 +205,14 @@ class WorkflowNotFoundError(KadenceError):
     """The read model has no such workflow execution."""
 
 
+class ReadOnlyContextError(KadenceError):
+    """Workflow code in a query handler or update validator tried to change the run (issue a
+    command, wait, set a handler), as temporalio's."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class NondeterminismError(KadenceError):
     """Replaying workflow code produced other commands than its history recorded."""

@@ -36,7 +36,7 @@ from kadence._workflow_instance import (
 )
 from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import PayloadConverter
-from kadence.exceptions import NondeterminismError
+from kadence.exceptions import NondeterminismError, ReadOnlyContextError
 
 __all__ = [
     "defn", "run", "signal", "query", "update", "continue_as_new", "ContinueAsNewError", "execute_activity", "start_activity", "sleep",
@@ -44,7 +44,7 @@ __all__ = [
     "wait_condition", "upsert_search_attributes", "info", "now", "patched", "deprecate_patch", "random", "uuid4",
     "get_current_history_length", "get_current_history_size", "is_continue_as_new_suggested",
     "start_child_workflow", "execute_child_workflow", "ChildWorkflowHandle", "ParentClosePolicy",
-    "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "Info",
+    "get_external_workflow_handle", "ExternalWorkflowHandle", "NondeterminismError", "ReadOnlyContextError", "Info",
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
     "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
     "wait", "as_completed",

@@ -13,6 +13,7 @@ import pytest
 from kadence import activity, workflow
 from kadence.client import Client, WorkflowUpdateStage
 from kadence.common import RawValue, RetryPolicy
+from kadence.exceptions import WorkflowQueryFailedError
 from kadence.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -252,6 +253,10 @@ class HandlersWorkflow:
     def finish(self) -> None:
         self.finished = True
 
+    @workflow.query
+    def sneaky(self) -> None:
+        workflow.upsert_search_attributes({"Changed": "by a query"})
+
     @workflow.query(dynamic=True)
     def any_query(self, name: str, args: Sequence[RawValue]) -> str:
         return f"{name} of {self.owner} with {len(args)} args"
@@ -273,6 +278,8 @@ async def test_init_handlers_set_at_run_time_dynamic_handlers_and_buffered_signa
         assert await handle.query("owner") == "ada"  # @workflow.init gave the constructor the run's argument
         assert await handle.execute_update("rename", "grace") == "grace"
         assert await handle.query("anything", args=[1, 2]) == "anything of grace with 2 args"
+        with pytest.raises(WorkflowQueryFailedError, match="read-only function, action attempted: UpsertWorkflowSearchAttributes"):
+            await handle.query(HandlersWorkflow.sneaky)  # and the run goes on unharmed
         assert await handle.execute_update("resize", 3) == "resize(3)"
         slow = await handle.start_update(HandlersWorkflow.slow, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
         await handle.signal(HandlersWorkflow.finish)
