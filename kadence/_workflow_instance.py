@@ -620,9 +620,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             continued_run_id=attrs["continued_execution_run_id"] or None,
             cron_schedule=attrs.get("cron_schedule") or None,
             execution_timeout=_duration(attrs["workflow_execution_timeout_ms"]),
-            # A run that continued another does not know the chain's first run (see docs/temporal-differences.md).
-            first_execution_run_id="" if attrs["continued_execution_run_id"] else self.info.run_id,
+            # Histories written before the chain's first run was recorded know it only for a first run.
+            first_execution_run_id=attrs["first_execution_run_id"] or ("" if attrs["continued_execution_run_id"] else self.info.run_id),
             parent=parent,
+            root=RootInfo(attrs["root_run_id"], attrs["root_workflow_id"]) if attrs["root_workflow_id"] else None,
             run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
             search_attributes=search_attributes,
             start_time=datetime.fromtimestamp(first_task_ms / 1000, UTC),

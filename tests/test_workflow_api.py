@@ -298,7 +298,7 @@ class InfoChildWorkflow:
             "parent": [info.parent.namespace, info.parent.workflow_id, info.parent.run_id],
             "timeouts": [t.total_seconds() if t else None for t in (info.execution_timeout, info.run_timeout, info.task_timeout)],
             "first_execution_run_id": info.first_execution_run_id == info.run_id,
-            "search_attributes": info.search_attributes,
+            "search_attributes": info.search_attributes, "root": info.root,
         }
 
 
@@ -317,7 +317,8 @@ class InfoWorkflow:
         return {
             "ids": [info.workflow_id, info.workflow_type, info.task_queue, info.namespace, info.attempt],
             "continued_run_id": info.continued_run_id, "cron_schedule": info.cron_schedule, "headers": dict(info.headers),
-            "parent": info.parent, "root": info.root, "retry_policy": info.retry_policy,
+            "first_execution_run_id": info.first_execution_run_id, "parent": info.parent, "root": info.root,
+            "retry_policy": info.retry_policy,
             "task_timeout": info.task_timeout.total_seconds(),
             "search_attributes": info.search_attributes,
             "times_in_order": info.workflow_start_time <= info.start_time <= workflow.now(),
@@ -336,13 +337,15 @@ async def test_workflow_info_has_temporalios_fields(client: Client, task_queue: 
         result = await handle.result()
         current = await client.get_workflow_handle(workflow_id).describe()
     child = result.pop("child")
+    root = {"run_id": handle.result_run_id, "workflow_id": workflow_id}  # the chain's first run, which had no parent
     assert result == {
         "ids": [workflow_id, "InfoWorkflow", task_queue, "default", 1],
-        "continued_run_id": handle.result_run_id, "cron_schedule": None, "headers": {}, "parent": None, "root": None,
+        "continued_run_id": handle.result_run_id, "cron_schedule": None, "headers": {},
+        "first_execution_run_id": handle.result_run_id, "parent": None, "root": root,
         "retry_policy": None, "task_timeout": 20.0, "search_attributes": {"Stage": ["checked"]}, "times_in_order": True,
         "history": [True, True, False],
     }
     assert child == {
         "parent": ["default", workflow_id, current.run_id], "timeouts": [540.0, 300.0, 7.0], "first_execution_run_id": True,
-        "search_attributes": {"Customer": ["c-42"]},
+        "search_attributes": {"Customer": ["c-42"]}, "root": root,
     }

@@ -471,6 +471,7 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
         "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
+        "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {
@@ -482,6 +483,16 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
             "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
         }))
     return t
+
+
+def _root_attributes(parent: Record | None, workflow_id: str, run_id: str) -> Record:
+    """A child's root is its parent's (the parent itself in records sent before roots were); a run
+    without a parent is its own root (as Temporal)."""
+    if parent is None:
+        return {"root_workflow_id": workflow_id, "root_run_id": run_id}
+    if parent.get("root_workflow_id"):
+        return {"root_workflow_id": parent["root_workflow_id"], "root_run_id": parent["root_run_id"]}
+    return {"root_workflow_id": parent["workflow_id"], "root_run_id": parent["run_id"]}
 
 
 def _parent_attributes(parent: Record | None) -> Record:
@@ -778,6 +789,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
         "continued_execution_run_id": ex.run_id, "search_attributes": {}, **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": _started(ex).get("cron_schedule", ""), "initiator": "WORKFLOW",
+        **_chain_attributes(ex),
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
 
@@ -806,6 +818,22 @@ def _close(t: Transition, kind: str, attrs: Record) -> None:
         "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+def _chain_attributes(ex: Execution) -> Record:
+    """What the run that continues `ex` keeps of its chain: the first run and the root."""
+    started = _started(ex)
+    root_workflow_id, root_run_id = _root(ex)
+    return {
+        "first_execution_run_id": started.get("first_execution_run_id") or ex.run_id,
+        "root_workflow_id": root_workflow_id, "root_run_id": root_run_id,
+    }
+
+
+def _root(ex: Execution) -> tuple[str, str]:
+    """The root of a run's chain of parents (the run itself in histories written before roots were)."""
+    started = _started(ex)
+    return started.get("root_workflow_id") or ex.workflow_id, started.get("root_run_id") or ex.run_id
 
 
 def _started(ex: Execution) -> Record:
@@ -1482,6 +1510,8 @@ def _initiated_command(ex: Execution, event: Record) -> tuple[str, Record]:
             "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
             "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
         }
+        root_workflow_id, root_run_id = _root(ex)
+        common["initiated_by"] = {**common["initiated_by"], "root_workflow_id": root_workflow_id, "root_run_id": root_run_id}
     elif kind == "SignalExternalWorkflowExecutionInitiated":
         body = {"run_id": attrs["run_id"], "signal_name": attrs["signal_name"], "input": attrs["input"]}
     else:
