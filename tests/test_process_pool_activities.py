@@ -29,7 +29,7 @@ def count_slowly(target: int) -> list[int]:
     """Longer than its heartbeat timeout: it lives only if its heartbeats reach history."""
     for step in range(target):
         activity.heartbeat(step)
-        time.sleep(0.4)
+        time.sleep(0.5)
     return [os.getpid(), target]
 
 
@@ -51,7 +51,9 @@ class ProcessPoolWorkflow:
     @workflow.run
     async def run(self, marker: str) -> list[object]:
         counted = await workflow.execute_activity(
-            count_slowly, 6, start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=timedelta(seconds=1.5),
+            # Heartbeats go out every 80 % of the timeout: 0.8 s of margin for each to reach history,
+            # which a loaded 2-core machine needed (a 1.5 s timeout left 0.3 s, and the attempt timed out).
+            count_slowly, 10, start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=timedelta(seconds=4),
             retry_policy=ONE_ATTEMPT,
         )
         waiting = workflow.start_activity(
@@ -85,7 +87,7 @@ async def test_sync_activities_run_on_a_process_pool_with_heartbeats_and_cancell
                 ProcessPoolWorkflow.run, str(marker), id=f"process-pool-{uuid.uuid4()}", task_queue=task_queue,
             )
     pid, counted, cancelled = result
-    assert pid != os.getpid() and counted == 6 and cancelled == "cancelled"
+    assert pid != os.getpid() and counted == 10 and cancelled == "cancelled"
     assert int(marker.read_text()) != os.getpid()
 
 
