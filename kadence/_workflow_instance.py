@@ -15,11 +15,14 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import functools
 import inspect
+import json
 import logging
 import random
 import typing
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -91,6 +94,32 @@ def callable_arg_types(fn: Callable[..., Any]) -> list[Any]:
     return [hints.get(p.name) for p in inspect.signature(fn).parameters.values()]
 
 
+class HandlerUnfinishedPolicy(enum.Enum):
+    """What happens to a signal or update handler still running when the run ends (as temporalio)."""
+
+    WARN_AND_ABANDON = 1  # a warning names it (an UnfinishedUpdateHandlersWarning / UnfinishedSignalHandlersWarning)
+    ABANDON = 2
+
+
+class UnfinishedUpdateHandlersWarning(RuntimeWarning):
+    """The run ended before all update handlers had finished."""
+
+
+class UnfinishedSignalHandlersWarning(RuntimeWarning):
+    """The run ended before all signal handlers had finished."""
+
+
+UNFINISHED_POLICY_ATTR = "__kadence_unfinished_policy"
+
+
+@dataclass(frozen=True)
+class RunningHandler:
+    kind: str  # "signal" or "update"
+    name: str
+    update_id: str
+    unfinished_policy: HandlerUnfinishedPolicy
+
+
 @dataclass(frozen=True)
 class Handler:
     """A signal, query or update handler: a method of the workflow class (called with the workflow
@@ -100,6 +129,10 @@ class Handler:
     is_method: bool = True
     validator: Callable[..., Any] | None = None  # an update's
     dynamic: bool = False  # called for the names no other handler takes, with the name and the raw payloads
+
+    @property
+    def unfinished_policy(self) -> HandlerUnfinishedPolicy:
+        return getattr(self.fn, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy.WARN_AND_ABANDON)
 
     def arg_types(self) -> list[Any]:
         return method_arg_types(self.fn) if self.is_method else callable_arg_types(self.fn)
@@ -264,7 +297,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.updates = {
             name: Handler(fn, validator=validator, dynamic=name is None) for name, (fn, validator) in definition.updates.items()
         }
-        self.handlers_running = 0  # signal and update handlers not finished
+        self.running_handlers: list[RunningHandler] = []  # signal and update handlers not finished
         self._conditions: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._initiated: dict[int, PendingCommand] = {}  # children and external requests by initiated event id
         self._replaying = False
@@ -432,6 +465,30 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             command = self._close_command(self._main)
             self._close_issued = True
             self._issue(command, None)
+        else:
+            return
+        if not self.is_replaying():
+            self._warn_of_unfinished_handlers()
+
+    def _warn_of_unfinished_handlers(self) -> None:
+        """The run ends with handlers still running: warn of those whose policy asks (as temporalio)."""
+        warned = [h for h in self.running_handlers if h.unfinished_policy is HandlerUnfinishedPolicy.WARN_AND_ABANDON]
+        updates = [{"name": h.name, "id": h.update_id} for h in warned if h.kind == "update"]
+        if updates:
+            warnings.warn(UnfinishedUpdateHandlersWarning(
+                f"[TMPRL1102] Workflow {self.info.workflow_id} finished while update handlers are still running: their callers "
+                "get no result. Wait for them with `await workflow.wait_condition(workflow.all_handlers_finished)`, or "
+                "declare the handler with @workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON). "
+                f"Unfinished updates: {json.dumps(updates)}"
+            ), stacklevel=1)
+        signals = collections.Counter(h.name for h in warned if h.kind == "signal")
+        if signals:
+            warnings.warn(UnfinishedSignalHandlersWarning(
+                f"[TMPRL1102] Workflow {self.info.workflow_id} finished while signal handlers are still running. Wait for "
+                "them with `await workflow.wait_condition(workflow.all_handlers_finished)`, or declare the handler with "
+                "@workflow.signal(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON). "
+                f"Unfinished signals: {json.dumps([{'name': n, 'count': c} for n, c in signals.most_common()])}"
+            ), stacklevel=1)
 
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
@@ -506,8 +563,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             log.exception("event=signal_dropped workflow_id=%s run_id=%s signal_name=%s reason=undecodable_input error=%r",
                           self.info.workflow_id, self.info.run_id, name, str(exc))
             return
-        self.handlers_running += 1
-        self.create_task(self._run_signal(name, call, args), name=f"signal:{name}")
+        running = RunningHandler("signal", name, "", handler.unfinished_policy)
+        self.running_handlers.append(running)
+        self.create_task(self._run_signal(running, call, args), name=f"signal:{name}")
 
     def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
         """The handler to call for `name` and its arguments: a dynamic one gets the name and the
@@ -545,7 +603,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         else:
             self.updates[name] = Handler(fn, is_method=False, validator=validator, dynamic=name is None)
 
-    async def _run_signal(self, name: str, handler: Callable[..., Any], args: list[Any]) -> None:
+    async def _run_signal(self, running: RunningHandler, handler: Callable[..., Any], args: list[Any]) -> None:
         """Run a signal handler as a task of the workflow (as temporalio): a FailureError it raises
         fails the workflow, any other exception fails the workflow task."""
         try:
@@ -557,10 +615,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 self._handler_failure = exc
         except Exception as exc:
             if self._task_error is None:
-                self._task_error = WorkflowTaskError(f"signal handler {name!r} failed: {type(exc).__name__}: {exc}")
+                self._task_error = WorkflowTaskError(f"signal handler {running.name!r} failed: {type(exc).__name__}: {exc}")
                 self._task_error.__cause__ = exc
         finally:
-            self.handlers_running -= 1
+            self.running_handlers.remove(running)
 
     def _admit_update(self, attrs: Record) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
@@ -585,10 +643,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self._issue(("RejectWorkflowUpdate", {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
             return
         self._issue(("AcceptWorkflowUpdate", {"update_id": update_id}), None)
-        self.handlers_running += 1
-        self.create_task(self._run_update(update_id, call, args), name=f"update:{attrs['name']}")
+        running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
+        self.running_handlers.append(running)
+        self.create_task(self._run_update(running, call, args), name=f"update:{attrs['name']}")
 
-    async def _run_update(self, update_id: str, handler: Callable[..., Any], args: list[Any]) -> None:
+    async def _run_update(self, running: RunningHandler, handler: Callable[..., Any], args: list[Any]) -> None:
+        update_id = running.update_id
         try:
             result = handler(*args)
             if inspect.isawaitable(result):
@@ -599,7 +659,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                                                     "failure": self.converter.to_failure(exc)}), None)
             return
         finally:
-            self.handlers_running -= 1
+            self.running_handlers.remove(running)
         self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
 
     def _started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:

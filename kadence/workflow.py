@@ -22,11 +22,15 @@ from typing import Any, NoReturn, TypeVar, overload
 
 from kadence import activity as activity_module
 from kadence._workflow_instance import (
+    UNFINISHED_POLICY_ATTR,
     ContinueAsNewError,
     Handler,
+    HandlerUnfinishedPolicy,
     ParentInfo,
     PendingCommand,
     RootInfo,
+    UnfinishedSignalHandlersWarning,
+    UnfinishedUpdateHandlersWarning,
     UpdateInfo,
     WorkflowDefinition,
     WorkflowInfo,
@@ -48,7 +52,8 @@ __all__ = [
     "logger", "LoggerAdapter", "unsafe", "in_workflow", "SandboxImportNotificationPolicy",
     "start_activity_method", "execute_activity_method", "start_local_activity_method", "execute_local_activity_method",
     "wait", "as_completed",
-    "ParentInfo", "RootInfo", "UpdateInfo", "current_update_info", "init", "all_handlers_finished", "payload_converter", "RawValue",
+    "ParentInfo", "RootInfo", "UpdateInfo", "current_update_info", "HandlerUnfinishedPolicy",
+    "UnfinishedUpdateHandlersWarning", "UnfinishedSignalHandlersWarning", "init", "all_handlers_finished", "payload_converter", "RawValue",
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
@@ -144,16 +149,21 @@ def signal(fn: RunFn) -> RunFn: ...
 
 @overload
 def signal(
-    *, name: str | None = None, dynamic: bool = False, description: str | None = None,
+    *, name: str | None = None, dynamic: bool = False,
+    unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
 ) -> Callable[[RunFn], RunFn]: ...
 
 
-def signal(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
+def signal(
+    fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False,
+    unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
+) -> Any:
     """Mark a method as the handler of the signal `name` (default: the method's name); with
     `dynamic=True`, of every signal no other handler takes: it gets (name, args: Sequence[RawValue])."""
 
     def register(f: RunFn) -> RunFn:
         setattr(f, _SIGNAL_ATTR, _handler_key(f, "signal", name, dynamic))
+        setattr(f, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy(unfinished_policy))
         return f
 
     return register(fn) if fn is not None else register
@@ -188,17 +198,22 @@ def update(fn: RunFn) -> RunFn: ...
 
 @overload
 def update(
-    *, name: str | None = None, dynamic: bool = False, description: str | None = None,
+    *, name: str | None = None, dynamic: bool = False,
+    unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
 ) -> Callable[[RunFn], RunFn]: ...
 
 
-def update(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
+def update(
+    fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False,
+    unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
+) -> Any:
     """Mark a method as the handler of the update `name` (default: the method's name): it may change
     state and await (activities, timers); its return value is the caller's result. A validator,
     registered with `@handler.validator`, runs first and rejects the update by raising."""
 
     def register(f: RunFn) -> RunFn:
         setattr(f, _UPDATE_ATTR, _handler_key(f, "update", name, dynamic))
+        setattr(f, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy(unfinished_policy))
 
         def validator(check: Callable[..., None]) -> Callable[..., None]:
             setattr(f, _VALIDATOR_ATTR, check)
@@ -298,7 +313,7 @@ def payload_converter() -> PayloadConverter:
 def all_handlers_finished() -> bool:
     """Whether no signal or update handler is still running: wait for it before the run returns
     (`await workflow.wait_condition(workflow.all_handlers_finished)`) so none is cut off."""
-    return _instance().handlers_running == 0
+    return not _instance().running_handlers
 
 
 def get_signal_handler(name: str) -> Callable[..., Any] | None:

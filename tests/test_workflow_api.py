@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+import warnings
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -349,3 +350,45 @@ async def test_workflow_info_has_temporalios_fields(client: Client, task_queue: 
         "parent": ["default", workflow_id, current.run_id], "timeouts": [540.0, 300.0, 7.0], "first_execution_run_id": True,
         "search_attributes": {"Customer": ["c-42"]}, "root": root,
     }
+
+
+@workflow.defn
+class AbandoningWorkflow:
+    def __init__(self) -> None:
+        self.finished = False
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self.finished)  # not for its handlers
+
+    @workflow.update
+    async def watched(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.update(unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def abandoned(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal
+    async def watched_signal(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.finished = True
+
+
+async def test_a_run_that_ends_with_handlers_running_warns_of_those_not_abandoned(client: Client, task_queue: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with Worker(client, task_queue=task_queue, workflows=[AbandoningWorkflow]):
+            handle = await client.start_workflow(AbandoningWorkflow.run, id=f"abandoning-{uuid.uuid4()}", task_queue=task_queue)
+            await handle.start_update(AbandoningWorkflow.watched, id="watched-1", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            await handle.start_update(AbandoningWorkflow.abandoned, id="abandoned-1", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            await handle.signal(AbandoningWorkflow.watched_signal)
+            await handle.signal(AbandoningWorkflow.finish)
+            await handle.result()
+    (update_warning,) = [w.message for w in caught if isinstance(w.message, workflow.UnfinishedUpdateHandlersWarning)]
+    assert '[{"name": "watched", "id": "watched-1"}]' in str(update_warning)
+    (signal_warning,) = [w.message for w in caught if isinstance(w.message, workflow.UnfinishedSignalHandlersWarning)]
+    assert '[{"name": "watched_signal", "count": 1}]' in str(signal_warning)
