@@ -42,12 +42,14 @@ def build_report(summary: dict[str, Any], *, topic: str, offsets: dict[int, tupl
 
 
 def sign(report: dict[str, Any], key: bytes) -> dict[str, Any]:
+    """The report with a signature over its content (a signature it had is replaced)."""
+    content = {k: v for k, v in report.items() if k != "signature"}
     private = _private_key(key)
     if private is not None:
-        signature = {"algorithm": "Ed25519", "value": base64.b64encode(private.sign(canonical(report))).decode()}
+        signature = {"algorithm": "Ed25519", "value": base64.b64encode(private.sign(canonical(content))).decode()}
     else:
-        signature = {"algorithm": "HMAC-SHA256", "value": hmac.new(key, canonical(report), hashlib.sha256).hexdigest()}
-    return {**report, "signature": signature}
+        signature = {"algorithm": "HMAC-SHA256", "value": hmac.new(key, canonical(content), hashlib.sha256).hexdigest()}
+    return {**content, "signature": signature}
 
 
 def verify(signed: dict[str, Any], key: bytes) -> None:

@@ -7,6 +7,7 @@ model from the log and finds each row that differs (and repairs it)."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import pty
@@ -17,19 +18,35 @@ import uuid
 from pathlib import Path
 
 import psycopg
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
+from kadence.audit import audit_history, check_timer_store
+from kadence.audit_report import ReportError, sign, verify
 from kadence.client import Client
+from kadence.code_audit import WorkflowCodeAudit
 from kadence.local_stack import LocalStack
+from kadence.read_model_audit import audit_read_model
+from kadence.testing import workflows_in
 from kadence.worker import Worker
+from services.timer.store import DEFAULT_MEMORY_HORIZON_MS
 from tests.conftest import local_stack
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow, SleepyWorkflow, TwoStepWorkflow
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def code_replay(stack: LocalStack, module: str, *workflow_types: str) -> dict[str, dict[str, int]]:
+    """The audit's code replay, in this process: replayed, diverged and skipped runs by type."""
+    code = WorkflowCodeAudit(workflows_in(importlib.import_module(module)), workflow_types=workflow_types)
+    audit_history(stack.settings, keep_events=False, stuck_after_ms=None, code=code)
+    code.close()
+    return code.report.by_type()
+
+
 def audit(env: dict[str, str], *args: str, command: str = "replay") -> tuple[int, dict]:
+    """The CLI's audit, for its exit code and output (each costs a process start: a few per test)."""
     done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", command, "--json", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout, done.stderr
@@ -51,10 +68,8 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         finally:
             await client.close()
 
-        code, same = audit(stack.env, "--worker-module", "tests.workflows")
-        assert code == 0 and same["divergences"] == []
-        assert same["code_replay"] == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0},
-                                       "EchoWorkflow": {"replayed": 1, "diverged": 0, "skipped": 0}}
+        assert code_replay(stack, "tests.workflows") == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0},
+                                                         "EchoWorkflow": {"replayed": 1, "diverged": 0, "skipped": 0}}
 
         code, changed = audit(stack.env, "--worker-module", "tests.changed_workflows")
         assert code == 1
@@ -64,15 +79,15 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
             [line] = [d for d in changed["divergences"] if f"run_id={run_id}" in d]
             assert "ActivityTaskScheduled" in line and "StartTimer" in line, line  # the event, and what the code issued instead
 
-        code, patched = audit(stack.env, "--worker-module", "tests.patched_workflows", "--workflow-type", "TwoStepWorkflow")
-        assert code == 0 and patched["code_replay"] == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
+        patched = code_replay(stack, "tests.patched_workflows", "TwoStepWorkflow")
+        assert patched == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
 
         a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
         on_a_terminal_the_audit_shows_its_progress(stack.env)
 
-        code, clean = audit(stack.env, command="read-model")
-        assert code == 0 and clean["differences"] == [], clean
-        assert clean["compared"]["kadence_executions"] == 3 and clean["compared"]["kadence_events"] > 20
+        clean = await audit_read_model(stack.settings, stack.postgres_dsn)
+        assert clean.differences == [], clean.summary()
+        assert clean.compared["kadence_executions"] == 3 and clean.compared["kadence_events"] > 20
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
             conn.execute("UPDATE kadence_executions SET status = 'Failed', search_attributes = '{\"x\": 1}' WHERE run_id = %s", (runs[0],))
             conn.execute("DELETE FROM kadence_events WHERE run_id = %s AND event_id = 3", (runs[1],))
@@ -85,10 +100,8 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
             f"kadence_events {workflow_ids[1]}/{runs[1]}/3: missing in the live read model",
             "kadence_command_outcomes forged: not in the log",
         ])
-        code, repaired = audit(stack.env, "--repair", command="read-model")
-        assert code == 0 and repaired["repaired"] == 3
-        code, again = audit(stack.env, command="read-model")
-        assert code == 0 and again["differences"] == []
+        assert (await audit_read_model(stack.settings, stack.postgres_dsn, repair=True)).repaired == 3
+        assert (await audit_read_model(stack.settings, stack.postgres_dsn)).differences == []
 
         await a_timer_gone_from_the_store_is_found(stack)
 
@@ -97,24 +110,26 @@ def a_signed_report_verifies_until_one_byte_changes(env: dict[str, str], tmp_pat
     private = Ed25519PrivateKey.generate()
     (tmp_path / "signing.pem").write_bytes(private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()))
     (tmp_path / "public.pem").write_bytes(private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
-    (tmp_path / "secret").write_bytes(b"an HMAC secret the auditor keeps")
-    for signing, verifying in (("signing.pem", "public.pem"), ("secret", "secret")):
-        report = tmp_path / f"{signing}.json"
-        code, _ = audit(env, "--worker-module", "tests.changed_workflows", "--report", str(report),
-                        "--report-signing-key", str(tmp_path / signing))
-        assert code == 1
-        kept = json.loads(report.read_text())
-        assert kept["topic"] == "kadence.history" and kept["code_replay"]["TwoStepWorkflow"]["diverged"] == 2
-        assert kept["worker_modules"]["tests.changed_workflows"].startswith("sha256:") and kept["partitions"]
-        assert verify_report(env, report, tmp_path / verifying).returncode == 0
-        text = report.read_text()
-        report.write_text(text.replace('"diverged": 2', '"diverged": 0', 1))  # one byte
-        refused = verify_report(env, report, tmp_path / verifying)
-        assert refused.returncode == 1 and "does not match the report" in refused.stderr
+    report = tmp_path / "audit.json"
+    code, _ = audit(env, "--worker-module", "tests.changed_workflows", "--report", str(report),
+                    "--report-signing-key", str(tmp_path / "signing.pem"))
+    assert code == 1
+    kept = json.loads(report.read_text())
+    assert kept["topic"] == "kadence.history" and kept["code_replay"]["TwoStepWorkflow"]["diverged"] == 2
+    assert kept["worker_modules"]["tests.changed_workflows"].startswith("sha256:") and kept["partitions"]
+    assert verify_report(env, report, tmp_path / "public.pem").returncode == 0
+    report.write_text(report.read_text().replace('"diverged": 2', '"diverged": 0', 1))  # one byte
+    refused = verify_report(env, report, tmp_path / "public.pem")
+    assert refused.returncode == 1 and "does not match the report" in refused.stderr
+    secret = b"an HMAC secret the auditor keeps"  # the other kind of key, in this process
+    signed = sign(kept, secret)
+    verify(signed, secret)
+    with pytest.raises(ReportError, match="does not match the report"):
+        verify({**signed, "records": signed["records"] + 1}, secret)
 
 
 def on_a_terminal_the_audit_shows_its_progress(env: dict[str, str]) -> None:
-    """Records read of those to read, partitions done, rate, time left, on stderr; none with --json."""
+    """Records read of those to read, partitions done, rate, time left, on stderr."""
     def on_a_terminal(*args: str) -> str:
         controller, terminal = pty.openpty()
         with subprocess.Popen([sys.executable, "-m", "kadence.cli", "audit", "replay", *args], env={**env, "COLUMNS": "200"},
@@ -129,7 +144,6 @@ def on_a_terminal_the_audit_shows_its_progress(env: dict[str, str]) -> None:
 
     shown = on_a_terminal()
     assert "4/4 partitions done" in shown and "records/s" in shown, shown
-    assert "partitions done" not in on_a_terminal("--json")
 
 
 def _read(fd: int) -> bytes:
@@ -144,6 +158,12 @@ def verify_report(env: dict[str, str], report: Path, key: Path) -> subprocess.Co
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
+def missing_timers(stack: LocalStack) -> list[str]:
+    report = audit_history(stack.settings, keep_events=False, stuck_after_ms=None)
+    check_timer_store(report, stack.postgres_dsn, DEFAULT_MEMORY_HORIZON_MS)
+    return report.missing_timers
+
+
 async def a_timer_gone_from_the_store_is_found(stack: LocalStack) -> None:
     """A pending timer removed from the timer service's store: the audit names it, exit 1."""
     client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
@@ -156,12 +176,9 @@ async def a_timer_gone_from_the_store_is_found(stack: LocalStack) -> None:
                                                  (handle.id,)).fetchall()) < 2:  # its 10-minute sleep and the hour-long one
                     assert time.monotonic() < deadline, "the timer service stored no timers"
                     await asyncio.sleep(0.1)
-                code, clean = audit(stack.env)
-                assert code == 0 and clean["missing_timers"] == [], clean
+                assert missing_timers(stack) == []
                 conn.execute("DELETE FROM kadence_timers WHERE timer_id = %s", (stored[1][0],))
-            code, missing = audit(stack.env)
-            assert code == 1
-            [line] = missing["missing_timers"]
+            [line] = missing_timers(stack)
             assert stored[1][0] in line and f"workflow_id={handle.id}" in line
             await handle.terminate(reason="audited")
     finally:
