@@ -130,6 +130,9 @@ class Handler:
     validator: Callable[..., Any] | None = None  # an update's
     dynamic: bool = False  # called for the names no other handler takes, with the name and the raw payloads
 
+    def takes_varargs(self) -> bool:
+        return list(inspect.signature(self.fn).parameters.values())[-1].kind is inspect.Parameter.VAR_POSITIONAL
+
     @property
     def unfinished_policy(self) -> HandlerUnfinishedPolicy:
         return getattr(self.fn, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy.WARN_AND_ABANDON)
@@ -571,6 +574,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         """The handler to call for `name` and its arguments: a dynamic one gets the name and the
         payloads unconverted (as temporalio)."""
         call = functools.partial(handler.fn, self._object) if handler.is_method else handler.fn
+        if handler.dynamic and handler.takes_varargs():  # temporalio's deprecated form: (name, *args), converted
+            return call, [name, *self.converter.payload_converter.from_payloads(payloads, [handler.arg_types()[-1]] * len(payloads))]
         if handler.dynamic:
             return call, [name, [RawValue(payload) for payload in payloads]]
         return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())

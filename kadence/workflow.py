@@ -16,6 +16,7 @@ import logging
 import random as _random
 import typing
 import uuid as _uuid
+import warnings
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
@@ -134,13 +135,20 @@ def _check_init_matches_run(cls: type, run_fn: Callable[..., Any]) -> None:
 
 
 def _check_dynamic(fn: Callable[..., Any], kind: str, is_method: bool = True) -> None:
-    """A dynamic handler takes the name and the raw arguments: (self, name: str, args: Sequence[RawValue])."""
-    expected = 3 if is_method else 2
-    if len(inspect.signature(fn).parameters) != expected:
-        self_part = "self, " if is_method else ""
-        raise TypeError(
-            f"dynamic {kind} handler {getattr(fn, '__qualname__', fn)!r} must take ({self_part}name: str, args: Sequence[RawValue])"
-        )
+    """A dynamic handler takes the name and the raw arguments: (self, name: str, args: Sequence[RawValue]);
+    a signal or query one may take temporalio's deprecated (self, name: str, *args) instead (warned)."""
+    parameters = list(inspect.signature(fn).parameters.values())
+    self_part = "self, " if is_method else ""
+    if len(parameters) == (3 if is_method else 2):
+        if parameters[-1].kind is not inspect.Parameter.VAR_POSITIONAL:
+            return
+        if kind != "update":
+            message = f"Dynamic {kind}s with vararg third param is deprecated, use Sequence[RawValue]"
+            warnings.warn(message, DeprecationWarning, stacklevel=4)
+            return
+    raise TypeError(
+        f"dynamic {kind} handler {getattr(fn, '__qualname__', fn)!r} must take ({self_part}name: str, args: Sequence[RawValue])"
+    )
 
 
 @overload

@@ -392,3 +392,30 @@ async def test_a_run_that_ends_with_handlers_running_warns_of_those_not_abandone
     assert '[{"name": "watched", "id": "watched-1"}]' in str(update_warning)
     (signal_warning,) = [w.message for w in caught if isinstance(w.message, workflow.UnfinishedSignalHandlersWarning)]
     assert '[{"name": "watched_signal", "count": 1}]' in str(signal_warning)
+
+
+with pytest.warns(DeprecationWarning, match="Dynamic signals with vararg third param is deprecated"):
+
+    @workflow.defn
+    class OldStyleDynamicWorkflow:
+        """temporalio's deprecated dynamic handler form, (self, name, *args), still taken."""
+
+        def __init__(self) -> None:
+            self.received: list[str] = []
+
+        @workflow.run
+        async def run(self) -> list[str]:
+            await workflow.wait_condition(lambda: len(self.received) == 2)
+            return self.received
+
+        @workflow.signal(dynamic=True)
+        def any_signal(self, name: str, *args: int) -> None:
+            self.received.append(f"{name}{list(args)}")
+
+
+async def test_old_style_dynamic_handlers_get_the_name_and_the_arguments(client: Client, task_queue: str) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=[OldStyleDynamicWorkflow]):
+        handle = await client.start_workflow(OldStyleDynamicWorkflow.run, id=f"old-dynamic-{uuid.uuid4()}", task_queue=task_queue)
+        await handle.signal("add", args=[1, 2])
+        await handle.signal("clear")
+        assert await handle.result() == ["add[1, 2]", "clear[]"]
