@@ -522,6 +522,27 @@ def test_continue_as_new_closes_the_run_and_starts_the_next_in_one_record() -> N
     assert replayed.executions["order-1"] == current
 
 
+def test_a_continued_run_keeps_the_run_timeout_search_attributes_and_what_is_left_of_the_execution_timeout() -> None:
+    """As Temporal: what the continue-as-new command leaves unset is the current run's."""
+    state = PartitionState(0)
+    color = {"metadata": {"encoding": b"json/plain"}, "data": b'"red"'}
+    start = {**START, "run_timeout_ms": 60_000, "execution_timeout_ms": 600_000, "search_attributes": {"Color": color}}
+    run_id = apply(state, decide_start(None, "order-1", start, "client", NOW, 0, 0), 0)["run_id"]
+    ex = state.executions["order-1"]
+    apply(state, decide(ex, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, "worker", NOW), 1)
+    size = {"metadata": {"encoding": b"json/plain"}, "data": b'"XL"'}
+    later = NOW + 100_000
+    batch = apply(state, decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("UpsertWorkflowSearchAttributes", {"search_attributes": {"Size": size}}),
+        ("ContinueAsNewWorkflowExecution", {"workflow_type": "", "task_queue": "", "input": [], "workflow_task_timeout_ms": 0,
+                                            "run_timeout_ms": 0}),
+    ]}, "worker", later), 2)
+    started = batch["next_run"]["events"][0]["attributes"][1]
+    assert started["workflow_run_timeout_ms"] == 60_000
+    assert started["workflow_execution_timeout_ms"] == 500_000
+    assert started["search_attributes"] == {"Color": color, "Size": size}
+
+
 def test_terminate_existing_ends_the_running_run_and_starts_the_new_one_in_one_record() -> None:
     state, run_id = started_workflow()
     running = state.executions["order-1"]

@@ -781,17 +781,38 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
         "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id,
     })
+    started = _started(ex)
     t.next_run = Transition(following, t.now_ms)
     t.next_run.add("WorkflowExecutionStarted", {
         "workflow_type": following.workflow_type, "task_queue": following.task_queue, "input": attrs["input"],
         "request_id": "", "identity": identity,
+        # As Temporal: what the command leaves unset is the current run's, and the execution
+        # timeout bounds the whole chain (the new run gets what is left of it).
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
-        "workflow_execution_timeout_ms": 0, "workflow_run_timeout_ms": attrs["run_timeout_ms"],
-        "continued_execution_run_id": ex.run_id, "search_attributes": {}, **_parent_attributes(ex.parent),
+        "workflow_execution_timeout_ms": _execution_time_left_ms(ex, t.now_ms),
+        "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
+        "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": _started(ex).get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex),
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+def _execution_time_left_ms(ex: Execution, now_ms: int) -> int:
+    """What the run's execution timeout leaves for the run it continues as (0: none; at least 1 ms)."""
+    timeout = _started(ex).get("workflow_execution_timeout_ms") or 0
+    if not timeout:
+        return 0
+    return max(1, timeout - (now_ms - ex.history[0]["event_time_ms"]))
+
+
+def _search_attributes_now(ex: Execution, t: Transition) -> Record:
+    """The run's search attributes: those it started with, as its upserts (this transition's too) left them."""
+    values = dict(_started(ex).get("search_attributes") or {})
+    for event in ex.history + t.events:
+        if event_type(event) == "UpsertWorkflowSearchAttributes":
+            values.update(attributes(event)["search_attributes"])
+    return values
 
 
 # A cron run that ends so is followed by the next; one canceled or terminated ends the schedule.
