@@ -343,7 +343,12 @@ async def test_a_cancelled_activity_hears_of_it_and_history_records_it(
     workflow_id = f"cancel-activity-{uuid.uuid4()}"
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(CancelActivityWorkflow.run, str(marker), id=workflow_id, task_queue=task_queue)
-        assert await handle.result() == "activity cancelled"
+        started = Path(f"{marker}.started")
+        async with asyncio.timeout(30):
+            while not started.exists():  # the attempt runs: now its cancellation must reach it, not a task never started
+                await asyncio.sleep(0.05)
+        await handle.signal(CancelActivityWorkflow.cancel_activity)
+        assert await asyncio.wait_for(handle.result(), 60) == "activity cancelled"
     assert marker.read_text() == "cancelled"
     kinds = audited(stack).event_types(workflow_id, handle.result_run_id)
     assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")

@@ -267,6 +267,7 @@ class HugeResultWorkflow:
 
 @activity.defn
 async def wait_for_cancellation(marker: str) -> str:
+    Path(f"{marker}.started").touch()
     try:
         while True:
             activity.heartbeat()
@@ -278,14 +279,22 @@ async def wait_for_cancellation(marker: str) -> str:
 
 @workflow.defn
 class CancelActivityWorkflow:
-    """Starts an activity, cancels it half a second later, and waits a moment before finishing."""
+    """Starts an activity, cancels it when told to (the test tells it once the activity runs), and
+    waits a moment before finishing."""
+
+    def __init__(self) -> None:
+        self.cancelling = False
+
+    @workflow.signal
+    def cancel_activity(self) -> None:
+        self.cancelling = True
 
     @workflow.run
     async def run(self, marker: str) -> str:
         task = workflow.start_activity(
             wait_for_cancellation, marker, start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=timedelta(seconds=5),
         )
-        await workflow.sleep(0.5)
+        await workflow.wait_condition(lambda: self.cancelling)
         task.cancel()
         try:
             await task
