@@ -4,8 +4,9 @@
 
 Writes histories with the history state machine, as the service does (bench.bench_recovery's
 HistoryWriter: start, workflow tasks, one activity, completion; a tenth of the runs left open), to
-a one-partition kadence.history, then runs `kadence audit replay` over it twice, as the nightly Job
-does (its own process): the invariants only, and with the code replay of every run. For each it
+kadence.history of --partitions partitions, then runs `kadence audit replay` over it as the nightly
+Job does (its own process): the invariants only, and with the code replay of every run, in one
+process and with the partitions shared between two. For each it
 prints events/s, the audit process's CPU-seconds and its peak memory, beside the broker's own
 produce-to-consume round trip.
 """
@@ -48,24 +49,32 @@ def audit(stack: LocalStack, *args: str) -> tuple[dict, float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=4)
     add_broker_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kadence-bench-audit-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=1, broker_kind=args.broker)
+        stack = LocalStack(Path(data_dir), partitions=args.partitions, broker_kind=args.broker)
         stack.start_broker()
         print(describe_broker(stack))
         try:
             ensure_topics(stack.settings, core_topics(stack.settings))
-            writer = HistoryWriter(stack)
+            writers = [HistoryWriter(stack, partition) for partition in range(args.partitions)]
             i = 0
-            while writer.events < args.events:
-                writer.run(f"order-{i}", finish=i % 10 != 0)
+            while sum(w.events for w in writers) < args.events:
+                writers[i % args.partitions].run(f"order-{i}", finish=i % 10 != 0)
                 i += 1
-            writer.producer.flush(60)
-            print(f"log:                  {writer.batches:,} records, {writer.events:,} events, {i:,} runs (a tenth open)")
+            for writer in writers:
+                writer.producer.flush(60)
+            records, events = sum(w.batches for w in writers), sum(w.events for w in writers)
+            print(f"log:                  {records:,} records, {events:,} events, {i:,} runs (a tenth open), "
+                  f"{args.partitions} partitions")
             pings = broker_round_trip(stack.settings, 200)
             print(f"broker round trip:    p50 {percentile(pings, 50):.2f} ms, p99 {percentile(pings, 99):.2f} ms (200 pings)")
-            for label, extra in (("invariants only", ()), ("with code replay", ("--worker-module", "bench.audit_workflows"))):
+            for label, extra in (
+                ("invariants only", ()), ("with code replay", ("--worker-module", "bench.audit_workflows")),
+                ("invariants, 2 processes", ("--processes", "2")),
+                ("code replay, 2 processes", ("--processes", "2", "--worker-module", "bench.audit_workflows")),
+            ):
                 summary, elapsed, cpu, peak_mb = audit(stack, *extra)
                 events = summary["events"]
                 problems = len(summary["violations"]) + len(summary.get("divergences", []))

@@ -40,10 +40,11 @@ ACTIVITY = {
 
 
 class HistoryWriter:
-    """Drives the state machine like the live service and produces its batches."""
+    """Drives the state machine like the live service and produces its batches to one partition."""
 
-    def __init__(self, stack: LocalStack) -> None:
-        self.state = PartitionState(0)
+    def __init__(self, stack: LocalStack, partition: int = 0) -> None:
+        self.partition = partition
+        self.state = PartitionState(partition)
         self.offset = 0
         self.batches = 0
         self.events = 0
@@ -51,8 +52,8 @@ class HistoryWriter:
         self.producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "linger.ms": 20, "compression.type": "lz4"})
 
     def write(self, transition: Any) -> dict[str, Any]:
-        batch, _ = self.state.apply_transition(transition, 0, self.offset)
-        self.producer.produce(topics.HISTORY, self.codec.encode(batch), batch["workflow_id"].encode(), partition=0)
+        batch, _ = self.state.apply_transition(transition, self.partition, self.offset)
+        self.producer.produce(topics.HISTORY, self.codec.encode(batch), batch["workflow_id"].encode(), partition=self.partition)
         self.producer.poll(0)
         self.offset += 1
         self.batches += 1
@@ -60,7 +61,7 @@ class HistoryWriter:
         return batch
 
     def run(self, workflow_id: str, finish: bool) -> None:
-        run_id = self.write(decide_start(None, workflow_id, START, "bench", int(time.time() * 1000), 0, self.offset))["run_id"]
+        run_id = self.write(decide_start(None, workflow_id, START, "bench", int(time.time() * 1000), self.partition, self.offset))["run_id"]
         ex = self.state.executions[workflow_id]
         steps: list[tuple[str, dict[str, Any]]] = [
             ("RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}),

@@ -16,15 +16,18 @@ the user's to fix, not a fault of Kadence.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import importlib
+import multiprocessing
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from confluent_kafka import KafkaException
 
-from kadence.code_audit import WorkflowCodeAudit
+from kadence.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RunSection, run_sections
@@ -175,7 +178,8 @@ def audit_history(
     `on_record(partition, offset)` hears of each record read. With
     `code`, each run is also replayed against the workflow code once it closes (or, still open,
     when the read ends): `code.report` says which diverge."""
-    from_start = start_offsets is None
+    # kadence.history is never deleted: offset 0 is every run's start.
+    from_start = start_offsets is None or all(offset == 0 for offset in start_offsets.values())
     offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
     report = AuditReport()
     fence = LogFence(strict=from_start)
@@ -310,6 +314,55 @@ def _choose_for_code_replay(run: RunAudit, first: Record, code: WorkflowCodeAudi
     run.code_replay = True
     if run.events is None:
         run.events = []
+
+
+def audit_history_in_processes(
+    settings: KafkaSettings, start_offsets: dict[int, int] | None, processes: int, *, stuck_after_ms: int | None,
+    worker_modules: Sequence[str] = (), workflow_types: Sequence[str] = (),
+) -> tuple[AuditReport, CodeReplayReport | None]:
+    """The audit of `audit_history` (events not kept), its partitions shared among `processes`
+    processes: a run lives on one partition, so each part is audited whole and the reports add up.
+    With `worker_modules`, each process replays its runs against that workflow code too."""
+    offsets = start_offsets if start_offsets is not None else {p: 0 for p in range(settings.partitions)}
+    ordered = sorted(offsets.items())
+    parts = [dict(ordered[i::processes]) for i in range(processes) if ordered[i::processes]]
+    context = multiprocessing.get_context("spawn")  # no fork of a process running librdkafka's threads
+    with concurrent.futures.ProcessPoolExecutor(len(parts), mp_context=context) as pool:
+        results = list(pool.map(_audit_part, [(settings, part, stuck_after_ms, tuple(worker_modules), tuple(workflow_types))
+                                              for part in parts]))
+    report = AuditReport()
+    code = CodeReplayReport() if worker_modules else None
+    for part, replayed in results:
+        report.records += part.records
+        report.zombie_batches += part.zombie_batches
+        report.runs.update(part.runs)
+        report.violations += part.violations
+        report.stuck += part.stuck
+        report.waiting += part.waiting
+        report.waiting_tasks += part.waiting_tasks
+        report.pending_timers.update(part.pending_timers)
+        report.offsets.update(part.offsets)
+        if code is not None and replayed is not None:
+            code.add(replayed)
+    return report, code
+
+
+_Part = tuple[KafkaSettings, dict[int, int], int | None, tuple[str, ...], tuple[str, ...]]
+
+
+def _audit_part(job: _Part) -> tuple[AuditReport, CodeReplayReport | None]:
+    """One process's share: its partitions audited, and replayed against the code."""
+    settings, offsets, stuck_after_ms, worker_modules, workflow_types = job
+    code = None
+    if worker_modules:
+        from kadence.testing import workflows_in
+
+        workflows = [w for name in worker_modules for w in workflows_in(importlib.import_module(name))]
+        code = WorkflowCodeAudit(workflows, workflow_types=workflow_types)
+    report = audit_history(settings, offsets, keep_events=False, stuck_after_ms=stuck_after_ms, code=code)
+    if code is not None:
+        code.close()
+    return report, code.report if code is not None else None
 
 
 def _utc(ms: int) -> str:

@@ -254,9 +254,12 @@ def audit() -> None:
               help="Write what was checked and found (topic, offsets read, code and module hashes, counts, findings) as JSON.")
 @click.option("--report-signing-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Sign the report: an Ed25519 private key (PEM), or a file holding an HMAC-SHA256 secret.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Share the partitions among this many processes (a run lives on one partition); no progress is drawn.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_after: float, worker_modules: tuple[str, ...],
-                 workflow_types: tuple[str, ...], report_path: Path | None, report_signing_key: Path | None, as_json: bool) -> None:
+                 workflow_types: tuple[str, ...], report_path: Path | None, report_signing_key: Path | None, processes: int,
+                 as_json: bool) -> None:
     """Re-read kadence.history and check every invariant; exit 1 on any violation or stuck work.
 
     Checked: event ids gap-free and in order per run, runs start with WorkflowExecutionStarted,
@@ -281,8 +284,8 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from kadence.audit import audit_history
-    from kadence.code_audit import WorkflowCodeAudit
+    from kadence.audit import audit_history, audit_history_in_processes
+    from kadence.code_audit import CodeReplayReport, WorkflowCodeAudit
     from kadence.testing import workflows_in
 
     if workflow_types and not worker_modules:
@@ -291,19 +294,28 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         raise click.UsageError("--report-signing-key signs the --report: give that too")
     code = None
     modules = [importlib.import_module(module) for module in worker_modules]
-    if modules:
+    if modules and processes == 1:  # else each process replays its own share
         workflows = [w for module in modules for w in workflows_in(module)]
         code = WorkflowCodeAudit(workflows, workflow_types=workflow_types)
     settings = KafkaSettings.from_env()
     start_offsets = _audit_start(settings, from_offset, from_time)
     console = Console(stderr=True)
-    shown = not as_json and console.is_terminal
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=console, disable=not shown) as progress:
-        tracker = _AuditProgress(progress, settings, start_offsets) if shown else None
-        report = audit_history(settings, start_offsets, tracker.record if tracker else None,
-                               keep_events=False, stuck_after_ms=int(stuck_after * 1000) if stuck_after else None, code=code)
+    shown = not as_json and console.is_terminal and processes == 1
+    stuck_after_ms = int(stuck_after * 1000) if stuck_after else None
+    replayed: CodeReplayReport | None = None
+    if processes > 1:
+        report, replayed = audit_history_in_processes(settings, start_offsets, processes, stuck_after_ms=stuck_after_ms,
+                                                      worker_modules=worker_modules, workflow_types=workflow_types)
+    else:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                      console=console, disable=not shown) as progress:
+            tracker = _AuditProgress(progress, settings, start_offsets) if shown else None
+            report = audit_history(settings, start_offsets, tracker.record if tracker else None,
+                                   keep_events=False, stuck_after_ms=stuck_after_ms, code=code)
+        if code is not None:
+            code.close()
+            replayed = code.report
     if report.waiting_tasks:
         from kadence.audit import check_routing
 
@@ -315,10 +327,9 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         check_timer_store(report, postgres_dsn(), int(os.environ.get("KADENCE_TIMER_MEMORY_HORIZON_MS", DEFAULT_MEMORY_HORIZON_MS)))
     summary = report.summary()
     diverged = []
-    if code is not None:
-        code.close()
-        diverged = code.report.divergences
-        summary["code_replay"] = code.report.by_type()
+    if replayed is not None:
+        diverged = replayed.divergences
+        summary["code_replay"] = replayed.by_type()
         summary["divergences"] = [str(d) for d in diverged]
     if report_path is not None:
         _write_audit_report(report_path, summary, report.offsets, modules, report_signing_key)

@@ -42,6 +42,13 @@ class CodeReplayReport:
     skipped: Counter[str] = field(default_factory=Counter)  # not in the modules, or begun before the read
     divergences: list[Divergence] = field(default_factory=list)
 
+    def add(self, other: CodeReplayReport) -> None:
+        """Count in what another process replayed."""
+        self.replayed.update(other.replayed)
+        self.diverged.update(other.diverged)
+        self.skipped.update(other.skipped)
+        self.divergences += other.divergences
+
     def by_type(self) -> dict[str, dict[str, int]]:
         types = sorted(set(self.replayed) | set(self.diverged) | set(self.skipped))
         return {t: {"replayed": self.replayed[t], "diverged": self.diverged[t], "skipped": self.skipped[t]} for t in types}

@@ -22,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from kadence.audit import audit_history, check_timer_store
+from kadence.audit import audit_history, audit_history_in_processes, check_timer_store
 from kadence.audit_report import ReportError, sign, verify
 from kadence.client import Client
 from kadence.code_audit import WorkflowCodeAudit
@@ -81,6 +81,12 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
 
         patched = code_replay(stack, "tests.patched_workflows", "TwoStepWorkflow")
         assert patched == {"TwoStepWorkflow": {"replayed": 2, "diverged": 0, "skipped": 0}}
+
+        in_processes, replayed = audit_history_in_processes(stack.settings, None, 2, stuck_after_ms=None,
+                                                            worker_modules=("tests.changed_workflows",))
+        alone = audit_history(stack.settings, keep_events=False, stuck_after_ms=None)
+        assert in_processes.summary() == alone.summary() and in_processes.offsets == alone.offsets
+        assert replayed is not None and replayed.by_type() == code_replay(stack, "tests.changed_workflows")
 
         a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
         on_a_terminal_the_audit_shows_its_progress(stack.env)
