@@ -73,6 +73,20 @@ CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker t
 _STARTS = {"StartWorkflowExecution": decide_start, "SignalWithStartWorkflowExecution": decide_signal_with_start}
 
 
+def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
+    """What a command (not a query) does to its workflow's current run, within the record limit;
+    raises Rejected with the cause."""
+    workflow_id, (kind, body) = command["workflow_id"], command["command"]
+    if kind in _STARTS:
+        transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
+    else:
+        execution = state.executions.get(workflow_id)
+        if execution is None:
+            raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
+        transition = decide(execution, kind, body, command["identity"], now_ms)
+    return within_record_limit(transition, kind)
+
+
 def _continues(batch: Record, following: Record) -> bool:
     """Whether `following` may join `batch` as one record: the same run, the very next command
     offset (so resuming after the joined record's source offset skips no command), and no events
@@ -347,15 +361,7 @@ class HistoryService:
         try:
             if problem is not None:
                 raise Rejected(problem)
-            if kind in _STARTS:
-                current = state.executions.get(workflow_id)
-                transition = _STARTS[kind](current, workflow_id, body, command["identity"], now_ms, partition, offset)
-            else:
-                execution = state.executions.get(workflow_id)
-                if execution is None:
-                    raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
-                transition = decide(execution, kind, body, command["identity"], now_ms)
-            transition = within_record_limit(transition, kind)
+            transition = decide_command(state, command, now_ms, partition, offset)
         except Rejected as reason:
             REJECTED.labels(reason.cause).inc()
             log.info(

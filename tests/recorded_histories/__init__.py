@@ -16,8 +16,8 @@ from typing import Any
 
 from kadence.protocol.codec import command_codec
 from services.history.recovery import PartitionState
-from services.history.service import _STARTS, within_record_limit
-from services.history.state_machine import Rejected, decide
+from services.history.service import decide_command
+from services.history.state_machine import Rejected
 
 HERE = Path(__file__).resolve().parent
 Record = dict[str, Any]
@@ -27,16 +27,8 @@ def step(state: PartitionState, command: Record, now_ms: int, offset: int) -> Re
     """One command through the machine as the history service takes it: its batch, or its rejection."""
     wire = command_codec()
     command = wire.decode(wire.encode(command), wire.headers())  # every field as a record read from the topic has it
-    workflow_id, (kind, body) = command["workflow_id"], command["command"]
     try:
-        if kind in _STARTS:
-            transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, 0, offset)
-        else:
-            execution = state.executions.get(workflow_id)
-            if execution is None:
-                raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
-            transition = decide(execution, kind, body, command["identity"], now_ms)
-        transition = within_record_limit(transition, kind)
+        transition = decide_command(state, command, now_ms, 0, offset)
     except Rejected as reason:
         return {"rejected": {"cause": reason.cause, "reason": str(reason)}}
     batch, _ = state.apply_transition(transition, 0, offset)
