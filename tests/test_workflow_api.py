@@ -16,6 +16,7 @@ from kadence.client import Client, WorkflowUpdateStage
 from kadence.common import RawValue, RetryPolicy
 from kadence.exceptions import WorkflowQueryFailedError
 from kadence.worker import Worker
+from tests.workflows import GreetingActivities
 
 with workflow.unsafe.imports_passed_through():
     from tests.workflows import echo
@@ -135,21 +136,6 @@ async def test_unsafe_reports_replay_and_read_only_without_a_sandbox(client: Cli
         assert await handle.query(ReplayAwareWorkflow.modes) == {
             "in_workflow": True, "replaying": True, "replaying_history_events": False, "read_only": True,
         }
-
-
-class GreetingActivities:
-    """Activities as methods of an object holding what they share (temporalio's documented pattern)."""
-
-    def __init__(self, greeting: str) -> None:
-        self.greeting = greeting
-
-    @activity.defn
-    async def greet(self, name: str) -> str:
-        return f"{self.greeting}, {name}"
-
-    @activity.defn(name="shout")
-    def shout_greeting(self, name: str) -> str:
-        return f"{self.greeting.upper()}, {name.upper()}!"
 
 
 @workflow.defn

@@ -607,6 +607,21 @@ class PatchedWorkflow:
         return f"{version}, then {'v2' if workflow.patched('greeting-v2') else 'v1'}"
 
 
+class GreetingActivities:
+    """Activities as methods of an object holding what they share (temporalio's documented pattern)."""
+
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+
+    @activity.defn
+    async def greet(self, name: str) -> str:
+        return f"{self.greeting}, {name}"
+
+    @activity.defn(name="shout")
+    def shout_greeting(self, name: str) -> str:
+        return f"{self.greeting.upper()}, {name.upper()}!"
+
+
 ALL_WORKFLOWS = [
     StepSleepStepWorkflow, RetiredPatchWorkflow, PipelineWorkflow, CartWorkflow, LocalStepsWorkflow, DrawingWorkflow, FanOutWorkflow,
     ElsewhereWorkflow, ParentOfTwoStepWorkflow, AwaitChildWorkflow, FamilyWorkflow, LeavingParentWorkflow,
