@@ -21,8 +21,8 @@ from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import read_to_end
-from kadence.protocol.projection import MAX_CHUNK_RECORDS, LogRecord
 from kadence.protocol.settings import KafkaSettings
+from services.projection import MAX_CHUNK_RECORDS, LogRecord
 from services.visibility.projector import VisibilityProjector
 
 # Each table the projector writes: its key, and the columns the log decides.

@@ -6,8 +6,8 @@ import asyncio
 
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.postgres import connection_pool
-from kadence.protocol.projection import ProjectionRunner
 from kadence.protocol.settings import KafkaSettings, env_int, postgres_dsn
+from services.projection import ProjectionRunner
 from services.timer.firing import fire_timers
 from services.timer.store import DEFAULT_MEMORY_HORIZON_MS, TimerStore
 

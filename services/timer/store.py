@@ -29,7 +29,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol.events import run_sections
-from kadence.protocol.projection import LogRecord
+from services.projection import LogRecord
 
 TIMERS_DDL = [
     """

@@ -3,9 +3,9 @@
 import asyncio
 
 from kadence.protocol.postgres import connection_pool
-from kadence.protocol.projection import ProjectionRunner
 from kadence.protocol.runner import run_service
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from services.projection import ProjectionRunner
 from services.visibility.projector import VisibilityProjector
 from services.visibility.retention import expire_outcomes, outcome_retention
 

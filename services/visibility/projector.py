@@ -12,7 +12,6 @@ from psycopg.types.json import Jsonb
 
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
-from kadence.protocol.projection import LogRecord
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
     OUTCOME_CHANNEL,
@@ -21,6 +20,7 @@ from kadence.protocol.read_model import (
     update_accepted_request_id,
     update_request_id,
 )
+from services.projection import LogRecord
 
 
 def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
