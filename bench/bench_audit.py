@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.bench_recovery import HistoryWriter
 from bench.bench_workflows import broker_round_trip, percentile
 from bench.local import add_broker_option, describe_broker
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol.kafka import core_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench.local import add_broker_option, describe_broker
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics

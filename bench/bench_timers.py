@@ -23,7 +23,7 @@ import psycopg
 
 from bench.local import add_broker_option, describe_broker
 from bench.timer_load import FiredTimers, TimerLoad
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from services.timer.store import now_ms
 
 HORIZON_MS = 1000

@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
 from kadence import activity, workflow
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol.kafka import base_config, ensure_topics
 from kadence.protocol.settings import KafkaSettings
 

@@ -7,8 +7,8 @@ import argparse
 import os
 from pathlib import Path
 
-from kadence.brokers import CHOICES
-from kadence.local_stack import LocalStack
+from kadence.dev.brokers import CHOICES
+from kadence.dev.local_stack import LocalStack
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

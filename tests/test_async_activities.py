@@ -16,8 +16,8 @@ from kadence import activity, workflow
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import RetryPolicy
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, AsyncActivityCancelledError, CommandRejectedError
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 
 # What each attempt of ask_approval handed out: (attempt, task token, heartbeat details it resumed from).

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from kadence.audit import AuditReport, audit_history
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec, task_codec
 from kadence.protocol.kafka import core_topics, ensure_topics

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import CommandRejectedError
-from kadence.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
 from kadence.protocol.kafka import read_to_end

@@ -32,7 +32,7 @@ from prometheus_client import REGISTRY
 
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_connections
 from kadence.worker import Worker

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[1]
 

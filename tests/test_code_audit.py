@@ -26,7 +26,7 @@ from kadence.audit import audit_history, audit_history_in_processes, check_timer
 from kadence.audit_report import ReportError, sign, verify
 from kadence.client import Client
 from kadence.code_audit import WorkflowCodeAudit
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.read_model_audit import audit_read_model
 from kadence.testing import workflows_in
 from kadence.worker import Worker

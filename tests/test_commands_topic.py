@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from examples.order import TASK_QUEUE, OrderWorkflow, cancel_order, process_payment, ship_order
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec, history_batch_codec
 from kadence.protocol.kafka import read_to_end

@@ -20,8 +20,8 @@ import pytest
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDReusePolicy
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowAlreadyStartedError
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.recovery import PartitionState

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kadence.local_stack import LocalStack, RestartBackoff
+from kadence.dev.local_stack import LocalStack, RestartBackoff
 from tests.conftest import local_stack
 
 REPO = Path(__file__).resolve().parents[1]

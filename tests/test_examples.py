@@ -18,7 +18,7 @@ from examples.trip import Trip, TripWorkflow, book_car, book_flight, book_hotel,
 from examples.upload import UploadWorkflow, upload
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.worker import Worker
 
 REPO = Path(__file__).resolve().parents[1]

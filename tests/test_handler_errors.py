@@ -8,8 +8,8 @@ import pytest
 
 from kadence import workflow
 from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, WorkflowFailureError, WorkflowUpdateFailedError
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 

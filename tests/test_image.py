@@ -21,7 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from kadence.local_stack import LocalStack, free_port
+from kadence.dev.local_stack import LocalStack, free_port
 from kadence.protocol.codec import KAFKA_RECORDS
 from kadence.protocol.runner import SETTING_ERROR_EXIT_CODE
 from tests.kustomize import render

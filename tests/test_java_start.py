@@ -22,7 +22,7 @@ import pytest
 
 from examples.order import order_worker
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import SCHEMA_HEADER, command_codec
 from kadence.protocol.kafka import partition_for_key

@@ -12,8 +12,8 @@ import pytest
 
 from kadence import activity, workflow
 from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import TerminatedError, WorkflowFailureError
-from kadence.local_stack import LocalStack
 from kadence.protocol.kafka import partition_for_key
 from kadence.protocol.limits import MAX_PAYLOAD_BYTES, MAX_RECORD_VALUE_BYTES
 from kadence.worker import Worker

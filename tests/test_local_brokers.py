@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kadence.brokers import ApacheKafka, BrokerUnavailable, Tansu, apache_kafka, choose_broker, free_port
-from kadence.local_stack import LocalStack
+from kadence.dev.brokers import ApacheKafka, BrokerUnavailable, Tansu, apache_kafka, choose_broker, free_port
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol.kafka import base_config, ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from kadence.local_stack import SERVICES
+from kadence.dev.local_stack import SERVICES
 from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP

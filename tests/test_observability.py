@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from kadence.client import Client
-from kadence.local_stack import SERVICES, LocalStack, free_port
+from kadence.dev.local_stack import SERVICES, LocalStack, free_port
 from kadence.protocol.observability import serve
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow

@@ -32,7 +32,7 @@ from kadence.converter import (
     JSONTypeConverter,
     PayloadCodec,
 )
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import read_to_end
 from kadence.worker import Worker

@@ -11,8 +11,8 @@ import pytest
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import RetryPolicy
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ActivityError, WorkflowFailureError
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 

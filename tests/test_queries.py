@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, WorkflowQueryFailedError, WorkflowQueryTimeoutError
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow
 

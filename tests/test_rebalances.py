@@ -17,7 +17,7 @@ import pytest
 
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.local_stack import SERVICES, LocalStack
+from kadence.dev.local_stack import SERVICES, LocalStack
 from tests.conftest import local_stack
 from tests.workflows import StepSleepStepWorkflow
 

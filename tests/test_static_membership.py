@@ -18,9 +18,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from kadence.audit import audit_history
-from kadence.brokers.apache_kafka import cached_classpath, find_java
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.brokers.apache_kafka import cached_classpath, find_java
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import base_config, ensure_topics
 from kadence.worker import Worker

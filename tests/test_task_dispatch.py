@@ -14,7 +14,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 
 from kadence.audit import audit_history
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import make_consumer, make_producer, read_to_end, topic_partitions
 from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue

@@ -11,7 +11,7 @@ import re
 import uuid
 
 from kadence.client import Client
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, FlakyWorkflow, SleepyWorkflow

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from bench.timer_load import FiredTimers, TimerLoad
-from kadence.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack
 from services.timer.store import now_ms
 from tests.conftest import local_stack
 

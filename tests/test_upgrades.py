@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from kadence.local_stack import SERVICES, LocalStack
+from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import SCHEMA_HEADER
 from kadence.protocol.runner import NEWER_SCHEMA_EXIT_CODE

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from kadence.client import Client, WorkflowExecutionStatus
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowNotFoundError
 from kadence.list_filter import ListFilterError, parse
-from kadence.local_stack import LocalStack
 from kadence.protocol.postgres import connection_pool
 from kadence.worker import Worker
 from services.visibility.retention import expire_outcomes

@@ -14,6 +14,7 @@ from examples.order import Order, OrderWorkflow, cancel_order, process_payment, 
 from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
@@ -24,7 +25,6 @@ from kadence.exceptions import (
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
 )
-from kadence.local_stack import LocalStack
 from kadence.worker import Worker
 from tests.changed_workflows import ApprovalWorkflowThatSleepsFirst
 from tests.conftest import wait_for_event

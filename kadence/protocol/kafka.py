@@ -36,7 +36,7 @@ CONSUMER_LAG = Gauge(
 )
 
 # The Tansu broker (the zero-Java local broker: docs/architecture.md, "Brokers") names its
-# cluster so unless told otherwise, and kadence.brokers.tansu does not tell it; an Apache Kafka
+# cluster so unless told otherwise, and kadence.dev.brokers.tansu does not tell it; an Apache Kafka
 # cluster id is a random UUID.
 TANSU_CLUSTER_ID = "tansu_cluster"
 

@@ -1,4 +1,4 @@
-"""The local stack on this machine: a broker (kadence.brokers: Apache Kafka, or Tansu where there
+"""The local stack on this machine: a broker (kadence.dev.brokers: Apache Kafka, or Tansu where there
 is no Java), an embedded Postgres, and the Kadence services as child processes. `kadence dev`,
 the tests and the benchmarks use it.
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from kadence.brokers import BrokerChoice, LocalBroker, choose_broker, free_port
-from kadence.brokers.process import die_with_parent
+from kadence.dev.brokers import BrokerChoice, LocalBroker, choose_broker, free_port
+from kadence.dev.brokers.process import die_with_parent
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.protocol.settings import KafkaSettings
 

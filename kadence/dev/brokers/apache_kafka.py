@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
-from kadence.brokers.process import BrokerUnavailable, LocalBroker, free_port
+from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_port
 
 log = logging.getLogger("kadence.dev")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from kadence.brokers import apache_kafka
-from kadence.brokers.apache_kafka import ApacheKafka
-from kadence.brokers.process import BrokerUnavailable, LocalBroker, free_port
-from kadence.brokers.tansu import Tansu
+from kadence.dev.brokers import apache_kafka
+from kadence.dev.brokers.apache_kafka import ApacheKafka
+from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_port
+from kadence.dev.brokers.tansu import Tansu
 
 BROKERS: dict[str, type[LocalBroker]] = {"kafka": ApacheKafka, "tansu": Tansu}
 CHOICES = ("auto", *BROKERS)

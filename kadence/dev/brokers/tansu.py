@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kadence.brokers.process import LocalBroker
+from kadence.dev.brokers.process import LocalBroker
 
 
 class Tansu(LocalBroker):
