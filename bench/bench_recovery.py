@@ -25,8 +25,10 @@ from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
 from services.history.checkpoint import decode_state, encode_state
-from services.history.recovery import PartitionState, recover_partitions
+from services.history.partition import PartitionState
+from services.history.recovery import recover_partitions
 from services.history.state_machine import decide, decide_start
+from services.history.step import commit
 
 START = {
     "workflow_type": "OrderWorkflow", "task_queue": "orders", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
@@ -52,7 +54,7 @@ class HistoryWriter:
         self.producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "linger.ms": 20, "compression.type": "lz4"})
 
     def write(self, transition: Any) -> dict[str, Any]:
-        batch, _ = self.state.apply_transition(transition, self.partition, self.offset)
+        batch = commit(self.state, transition, self.partition, self.offset).batch
         self.producer.produce(topics.HISTORY, self.codec.encode(batch), batch["workflow_id"].encode(), partition=self.partition)
         self.producer.poll(0)
         self.offset += 1

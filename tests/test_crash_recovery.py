@@ -24,8 +24,9 @@ from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowAlreadyStartedError
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from services.history.state_machine import closed_execution, decide_start
+from services.history.step import commit
 from tests.conftest import wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
@@ -267,7 +268,7 @@ def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(s
         "workflow_type": "T", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
         "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
     }
-    state.apply_transition(decide_start(None, "open-1", start, "test", 0, partition, 0), partition, 0)
+    commit(state, decide_start(None, "open-1", start, "test", 0, partition, 0), partition, 0)
     state.executions["done-1"] = closed_execution("done-1", "r2", "Completed", "start-7")
     try:
         store.claim([partition])

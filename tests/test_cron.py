@@ -14,8 +14,9 @@ from kadence.client import Client
 from kadence.exceptions import WorkflowFailureError
 from kadence.protocol.cron import CronError, parse_cron
 from kadence.worker import Worker
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from services.history.state_machine import Rejected, decide, decide_start
+from services.history.step import commit
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 
 AT = "2026-12-01T02:30:15+00:00"  # a Tuesday
@@ -71,9 +72,10 @@ def test_a_cron_run_waits_for_its_time_and_each_completed_run_is_followed_by_the
     state = PartitionState(0)
     first = decide_start(None, "report", START, "client", NOW, 0, 0)
     assert first.events[0]["attributes"][1]["first_workflow_task_backoff_ms"] == 14 * 60_000 + 45_000
-    batch, ex = state.apply_transition(first, 0, 0)
+    batch = commit(state, first, 0, 0).batch
+    ex = state.executions["report"]
     run_id = batch["run_id"]
-    state.apply_transition(decide(ex, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, "w", NOW), 0, 1)
+    commit(state, decide(ex, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, "w", NOW), 0, 1)
     done_at = NOW + 15 * 60_000 + 20_000  # 02:45:35
     completed = decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
         ("CompleteWorkflowExecution", {"result": None})]}, "w", done_at)
@@ -83,7 +85,8 @@ def test_a_cron_run_waits_for_its_time_and_each_completed_run_is_followed_by_the
     assert started["initiator"] == "CRON_SCHEDULE" and started["cron_schedule"] == "*/15 * * * *"
     assert started["continued_execution_run_id"] == run_id
     assert started["first_workflow_task_backoff_ms"] == 14 * 60_000 + 25_000  # to 03:00
-    batch, following = state.apply_transition(completed, 0, 2)
+    commit(state, completed, 0, 2)
+    following = state.executions["report"]
     assert following.run_id == attrs["new_execution_run_id"]
     canceled = decide(following, "RequestCancelWorkflowExecution", {"run_id": "", "reason": "", "request_id": "", "initiated_by": None},
                       "client", done_at)

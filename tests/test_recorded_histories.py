@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from tests.recorded_histories import from_json, load, scenario_files, step
 
 

@@ -11,7 +11,7 @@ from kadence.protocol.codec import command_codec
 from kadence.protocol.task_token import TaskToken
 from services.history import state_machine
 from services.history.checkpoint import decode_state, encode_state
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from services.history.service import _continues
 from services.history.state_machine import (
     TASK_REDISPATCH_MS,
@@ -25,6 +25,7 @@ from services.history.state_machine import (
     decide_start,
     rejection_answer,
 )
+from services.history.step import commit
 
 NOW = 1_000_000
 START = {
@@ -35,7 +36,7 @@ START = {
 
 
 def apply(state: PartitionState, t: Transition, offset: int) -> dict[str, Any]:
-    return state.apply_transition(t, 0, offset)[0]
+    return commit(state, t, 0, offset).batch
 
 
 def started_workflow() -> tuple[PartitionState, str]:
@@ -324,7 +325,7 @@ def test_a_repeated_start_request_is_answered_with_the_running_run() -> None:
     assert rejected.value.cause == "WORKFLOW_ALREADY_STARTED"
     ex.start_request_id = "request-1"
     retried = decide_start(ex, "order-1", {**again, "request_id": "request-1"}, "client", NOW, 0, 8)
-    assert retried.events == [] and retried.to_batch(0, 8)["run_id"] == run_id
+    assert retried.events == [] and retried.batch(0, 8)["run_id"] == run_id
 
 
 def complete_first_workflow_task(state: PartitionState, run_id: str) -> None:
@@ -360,7 +361,7 @@ def test_use_existing_answers_a_start_with_the_running_run() -> None:
     state, run_id = started_workflow()
     running = state.executions["order-1"]
     answer = decide_start(running, "order-1", {**START, "id_conflict_policy": "USE_EXISTING"}, "client", NOW, 0, 3)
-    assert answer.events == [] and answer.to_batch(0, 3)["run_id"] == run_id
+    assert answer.events == [] and answer.batch(0, 3)["run_id"] == run_id
 
 
 def test_run_timeout_closes_the_run_and_drops_its_pending_work() -> None:
@@ -631,11 +632,11 @@ def test_a_child_start_relayed_twice_starts_one_run_even_after_it_closed() -> No
     parent, run_id = started_workflow()
     child_id, start = start_child(parent, run_id)
     children = PartitionState(1)
-    first = children.apply_transition(decide_start(None, child_id, start, "kadence-history", NOW, 1, 40), 1, 40)[0]
+    first = commit(children, decide_start(None, child_id, start, "kadence-history", NOW, 1, 40), 1, 40).batch
     (answer,) = [decode_outbound(e) for kind, e in first["effects"] if kind == "OutboundCommand"]
     assert answer[:2] == ("order-1", "RecordChildExecutionStarted")
     child = children.executions[child_id]
-    children.apply_transition(decide(child, "TerminateWorkflowExecution", {"run_id": "", "reason": "", "details": []}, "op", NOW), 1, 41)
+    commit(children, decide(child, "TerminateWorkflowExecution", {"run_id": "", "reason": "", "details": []}, "op", NOW), 1, 41)
     again = decide_start(child, child_id, start, "kadence-history", NOW, 1, 42)
     assert again.events == [] and again.execution.run_id == first["run_id"]
 

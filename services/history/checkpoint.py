@@ -21,7 +21,7 @@ import psycopg
 
 from kadence.protocol.codec import RecordCodec, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from services.history.state_machine import RUNNING, Execution, apply_heartbeat, closed_execution, evolve, execution_from_events
 
 log = logging.getLogger("kadence.history.checkpoint")

@@ -26,14 +26,8 @@ from kadence.protocol.kafka import (
     topic_partitions,
 )
 from kadence.protocol.limits import (
-    MAX_HISTORY_BYTES,
-    MAX_HISTORY_EVENTS,
     MAX_RECORD_VALUE_BYTES,
-    WARN_HISTORY_BYTES,
-    WARN_HISTORY_EVENTS,
     WARN_PAYLOAD_BYTES,
-    command_problem,
-    encoded_bytes_bound,
     text_problem,
 )
 from kadence.protocol.observability import ERRORS, READINESS
@@ -41,18 +35,10 @@ from kadence.protocol.postgres import apply_ddl, describe, until_answered, until
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
-from services.history.recovery import PartitionState, recover_partitions
-from services.history.state_machine import (
-    Execution,
-    Record,
-    Rejected,
-    Transition,
-    decide,
-    decide_signal_with_start,
-    decide_start,
-    rejection_answer,
-    within_record_limit,
-)
+from services.history.partition import PartitionState
+from services.history.recovery import recover_partitions
+from services.history.state_machine import Record
+from services.history.step import Step, eventless, step
 
 log = logging.getLogger("kadence.history")
 
@@ -69,24 +55,6 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
 
-
-_STARTS = {"StartWorkflowExecution": decide_start, "SignalWithStartWorkflowExecution": decide_signal_with_start}
-
-
-def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
-    """What a command (not a query) does to its workflow's current run, within the record limit;
-    raises Rejected with the cause."""
-    workflow_id, (kind, body) = command["workflow_id"], command["command"]
-    if kind in _STARTS:
-        transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
-    else:
-        execution = state.executions.get(workflow_id)
-        if execution is None:
-            raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
-        transition = decide(execution, kind, body, command["identity"], now_ms)
-    return within_record_limit(transition, kind)
-
-
 def _continues(batch: Record, following: Record) -> bool:
     """Whether `following` may join `batch` as one record: the same run, the very next command
     offset (so resuming after the joined record's source offset skips no command), and no events
@@ -100,18 +68,6 @@ def _continues(batch: Record, following: Record) -> bool:
     )
 
 
-EVENTLESS_BATCH_BYTES = 4096  # a batch's ids, offsets and rejection besides its effects
-
-
-def _carry_whole_histories(batch: Record, execution: Execution) -> None:
-    """Workflow tasks of the batch's run with the run's whole history, as releases before
-    first_event_id expect."""
-    for kind, effect in batch["effects"]:
-        if kind == "WorkflowTask":
-            effect["history"] = [e for e in execution.history if e["event_id"] <= effect["scheduled_event_id"]]
-            effect["first_event_id"] = 1
-
-
 def _leave_out_workflow_task_events(batch: Record) -> int:
     """Send the batch's workflow tasks without events: their workers read them from the read model."""
     left_out = 0
@@ -122,11 +78,6 @@ def _leave_out_workflow_task_events(batch: Record) -> int:
                 effect["history"] = []
                 effect["first_event_id"] = effect["scheduled_event_id"] + 1
     return left_out
-
-
-def _drop_query(workflow_id: str, query: Record, reason: str) -> None:
-    log.warning("event=query_dropped workflow_id=%s query_id=%s query_type=%s reason=%r",
-                workflow_id, query["query_id"], query["query_type"], reason)
 
 
 class FatalProduceError(RuntimeError):
@@ -342,128 +293,47 @@ class HistoryService:
 
     def handle(self, msg: Message, command: Record) -> None:
         partition, offset = msg.partition(), msg.offset()
-        state = self.partitions[partition]
         workflow_id = command["workflow_id"]
         owner = partition_for_key(workflow_id.encode(), self.partition_count)
         if owner != partition:
             self._forward(msg, command, owner)
             return
-        kind, body = command["command"]
+        kind, _ = command["command"]
         COMMANDS.labels(kind).inc()
-        problem = command_problem(command)  # refused whatever the state: a bad id, name or search attribute
-        if kind == "QueryWorkflow" and problem is None:
-            self._query(state, workflow_id, body, partition, offset)
-            return
-        request_id = body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
-        now_ms = int(time.time() * 1000)
-        if len(msg.value()) > WARN_PAYLOAD_BYTES:
+        if kind != "QueryWorkflow" and len(msg.value()) > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
-        try:
-            if problem is not None:
-                raise Rejected(problem)
-            transition = decide_command(state, command, now_ms, partition, offset)
-        except Rejected as reason:
-            REJECTED.labels(reason.cause).inc()
-            log.info(
-                "event=command_rejected workflow_id=%s run_id=%s command=%s partition=%d offset=%d cause=%s reason=%r",
-                workflow_id if problem is None else ascii(workflow_id[:200]), str(body.get("run_id", ""))[:200], kind,
-                partition, offset, reason.cause, str(reason),
-            )
-            # A client or a workflow waits for the answer (none can, under a request id that is itself bad).
-            if request_id and text_problem("request_id", request_id) is None:
-                self._write_rejection(state, workflow_id, kind, body, request_id, reason, partition, offset)
-            return
-        if transition.redispatch is not None:
-            REDISPATCHED.labels(transition.redispatch.task).inc()
+        written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
+                       whole_histories=not self._workflow_task_deltas)
+        if written.rejected is not None:
+            REJECTED.labels(written.rejected.cause).inc()
+        if written.redispatch is not None:
+            REDISPATCHED.labels(written.redispatch.task).inc()
             log.info("event=task_redispatched task=%s workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
-                     transition.redispatch.task, workflow_id, body["run_id"], transition.redispatch.scheduled_event_id,
-                     transition.redispatch.waited_ms)
-        self._write(state, transition, partition, offset, request_id)
+                     written.redispatch.task, workflow_id, written.batch["run_id"] if written.batch else "",
+                     written.redispatch.scheduled_event_id, written.redispatch.waited_ms)
+        self._write(partition, written)
 
-    def _write(self, state: PartitionState, transition: Transition, partition: int, offset: int, request_id: str) -> None:
-        bytes_before = transition.execution.history_bytes
-        size = transition.record_bytes_bound
-        batch, execution = state.apply_transition(transition, partition, offset)
-        if not self._workflow_task_deltas:
-            _carry_whole_histories(batch, transition.execution)
-        asked = transition.execution
-        if asked.pending_queries and asked.quiescent:  # the task they waited for is done
-            for query in asked.pending_queries:
-                query_size = encoded_bytes_bound(query)
-                if size + query_size > MAX_RECORD_VALUE_BYTES:
-                    _drop_query(asked.workflow_id, query, "its arguments do not fit in the history record that carries it")
-                    continue
-                batch["effects"].append(("QueryTask", query))
-                size += query_size
-            asked.pending_queries = []
-        if request_id:
-            batch["request_ids"] = [request_id]
-        if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
-            log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
-                        execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
-        if bytes_before <= WARN_HISTORY_BYTES < execution.history_bytes:
-            log.warning("event=large_history workflow_id=%s run_id=%s bytes=%d limit=%d",
-                        execution.workflow_id, execution.run_id, execution.history_bytes, MAX_HISTORY_BYTES)
+    def _write(self, partition: int, written: Step) -> None:
+        """Hold the step's batch to produce: joined to the batch held before it when it continues
+        that one within a record, else after that one is produced."""
+        batch = written.batch
+        if batch is None:
+            return
         pending = self._unwritten.get(partition)
-        if pending is not None and _continues(pending, batch) and self._unwritten_bytes[partition] + size <= MAX_RECORD_VALUE_BYTES:
+        size = written.record_bytes
+        if (written.joinable and pending is not None and _continues(pending, batch)
+                and self._unwritten_bytes[partition] + size <= MAX_RECORD_VALUE_BYTES):
             self._unwritten_bytes[partition] += size
             pending["events"] += batch["events"]
             pending["buffered"] += batch["buffered"]
             pending["effects"] += batch["effects"]
             pending["heartbeats"] += batch["heartbeats"]
             pending["request_ids"] += batch["request_ids"]
-            pending["source_offset"] = offset
+            pending["source_offset"] = batch["source_offset"]
         else:
             self._flush_partition(partition)
             self._unwritten[partition] = batch
             self._unwritten_bytes[partition] = size
-
-    def _query(self, state: PartitionState, workflow_id: str, body: Record, partition: int, offset: int) -> None:
-        """Pass the query on once the run has no workflow task pending, so its answer sees every
-        event recorded before it (a signal just sent, say)."""
-        execution = state.executions.get(workflow_id)
-        if execution is None or body["run_id"] not in ("", execution.run_id):
-            log.info("event=query_dropped workflow_id=%s run_id=%s reason=%r", workflow_id, body["run_id"],
-                     "only the current run of a known workflow id can be queried")
-            return
-        query = body["query"]
-        if encoded_bytes_bound(query) + EVENTLESS_BATCH_BYTES > MAX_RECORD_VALUE_BYTES:
-            _drop_query(workflow_id, query, "its arguments do not fit in a history record")
-        elif execution.quiescent:
-            self._write_eventless(state, workflow_id, partition, offset, effects=[("QueryTask", query)])
-        elif all(held["query_id"] != query["query_id"] for held in execution.pending_queries):
-            # Held in memory only: the client sends a query again until it is answered, so a
-            # restart of this service costs the caller a resend, not a timeout.
-            log.info("event=query_held workflow_id=%s run_id=%s query_id=%s reason=%r", workflow_id, execution.run_id,
-                     query["query_id"], "a workflow task is in flight: answered once it is done")
-            execution.pending_queries.append(query)
-
-    def _write_rejection(
-        self, state: PartitionState, workflow_id: str, command: str, body: Record, request_id: str, reason: Rejected,
-        partition: int, offset: int,
-    ) -> None:
-        """Answer the client (or, through an outbound command, the workflow) that sent the command."""
-        answer = rejection_answer(body, reason)
-        self._write_eventless(state, workflow_id, partition, offset, effects=[answer] if answer else [], rejection={
-            "request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason),
-        })
-
-    def _write_eventless(
-        self, state: PartitionState, workflow_id: str, partition: int, offset: int, *,
-        effects: list[tuple[str, Record]], rejection: Record | None = None,
-    ) -> None:
-        """A batch without events: effects and answers only. It also moves recovery past the command."""
-        current = state.executions.get(workflow_id)
-        batch = {
-            "workflow_id": workflow_id, "run_id": current.run_id if current else "",
-            "first_event_id": current.next_event_id if current else 0, "events": [], "buffered": [], "effects": effects,
-            "heartbeats": [], "next_run": None, "request_ids": [], "rejection": rejection,
-            "source_partition": partition, "source_offset": offset,
-        }
-        state.apply(batch)
-        self._flush_partition(partition)
-        self._unwritten[partition] = batch
-        self._unwritten_bytes[partition] = encoded_bytes_bound(effects) + EVENTLESS_BATCH_BYTES
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._unwritten.pop(partition, None)
@@ -541,4 +411,4 @@ class HistoryService:
         with it again. Written after the forward or dead letter, so a crash between the two
         repeats that (at least once), never loses it."""
         partition = msg.partition()
-        self._write_eventless(self.partitions[partition], workflow_id, partition, msg.offset(), effects=[])
+        self._write(partition, eventless(self.partitions[partition], workflow_id, partition, msg.offset(), effects=[]))

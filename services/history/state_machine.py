@@ -186,10 +186,14 @@ class Transition:
     heartbeats: list[Record] = field(default_factory=list)
     next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
     redispatch: "Redispatch | None" = None
+    first_event_id: int = field(init=False)  # the run's next event id when it was decided
+
+    def __post_init__(self) -> None:
+        self.first_event_id = self.execution.next_event_id
 
     @property
     def next_event_id(self) -> int:
-        return self.execution.next_event_id + len(self.events)
+        return self.first_event_id + len(self.events)
 
     @functools.cached_property
     def record_bytes_bound(self) -> int:
@@ -221,24 +225,35 @@ class Transition:
             event_type, attributes = event["attributes"]
             self.add(event_type, attributes)
 
-    def to_batch(self, source_partition: int, source_offset: int) -> Record:
+    def batch(
+        self, source_partition: int, source_offset: int, effects: list[tuple[str, Record]] | None = None,
+        next_run_effects: list[tuple[str, Record]] | None = None, request_ids: list[str] | None = None,
+    ) -> Record:
+        """The HistoryBatch of this transition, with the effects derived once it applied."""
         ex = self.execution
-        return {
-            "workflow_id": ex.workflow_id,
-            "run_id": ex.run_id,
-            "first_event_id": ex.next_event_id,
-            "events": self.events,
-            "buffered": self.buffered,
-            "effects": self.effects,
-            "heartbeats": self.heartbeats,
-            "next_run": None if self.next_run is None else {
-                "run_id": self.next_run.execution.run_id, "events": self.next_run.events, "effects": self.next_run.effects,
-            },
-            "request_ids": [],
-            "rejection": None,
-            "source_partition": source_partition,
-            "source_offset": source_offset,
+        following = None if self.next_run is None else {
+            "run_id": self.next_run.execution.run_id, "events": self.next_run.events, "effects": next_run_effects or [],
         }
+        return history_batch(
+            ex.workflow_id, ex.run_id, self.first_event_id, source_partition, source_offset, events=self.events,
+            buffered=self.buffered, effects=effects or [], heartbeats=self.heartbeats, next_run=following,
+            request_ids=request_ids or [],
+        )
+
+
+def history_batch(
+    workflow_id: str, run_id: str, first_event_id: int, source_partition: int, source_offset: int, *,
+    events: list[Record] | None = None, buffered: list[Record] | None = None, effects: list[tuple[str, Record]] | None = None,
+    heartbeats: list[Record] | None = None, next_run: Record | None = None, request_ids: list[str] | None = None,
+    rejection: Record | None = None,
+) -> Record:
+    """A HistoryBatch record (schemas/HistoryBatch.avsc): every batch the history service writes is made here."""
+    return {
+        "workflow_id": workflow_id, "run_id": run_id, "first_event_id": first_event_id,
+        "events": events or [], "buffered": buffered or [], "effects": effects or [], "heartbeats": heartbeats or [],
+        "next_run": next_run, "request_ids": request_ids or [], "rejection": rejection,
+        "source_partition": source_partition, "source_offset": source_offset,
+    }
 
 
 def event_type(event: Record) -> str:
@@ -1421,93 +1436,95 @@ def _drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> tu
     return ("DropTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
 
 
-def derive_effects(ex: Execution, t: Transition, before: Pending) -> None:
-    """Append the tasks, timers and outbound commands the transition's events call for. `ex` has the
+def derive_effects(ex: Execution, t: Transition, before: Pending) -> list[tuple[str, Record]]:
+    """The tasks, timers and outbound commands the transition's events call for. `ex` has the
     transition applied; `before` is what it had pending: the timers of what it no longer has go."""
+    effects: list[tuple[str, Record]] = []
     for event in t.events:
         kind, attrs = event["attributes"]
         if kind in CLOSE_STATUS and not attrs.get("new_execution_run_id") and ex.parent is not None:  # the chain goes on
-            t.effects.append(_close_report(ex, kind, attrs))
+            effects.append(_close_report(ex, kind, attrs))
         if kind in _OUTBOUND_FOR_INITIATED:
-            t.effects.append(_initiated_command(ex, event))
+            effects.append(_initiated_command(ex, event))
         elif kind == "WorkflowExecutionStarted":
             limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
             if limits:
-                t.effects.append(_timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1))
+                effects.append(_timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1))
         elif kind in CLOSE_STATUS and kind != "WorkflowExecutionTimedOut":
-            t.effects.append(_drop(ex, "WORKFLOW_RUN_TIMEOUT", 1, 1))
+            effects.append(_drop(ex, "WORKFLOW_RUN_TIMEOUT", 1, 1))
         elif kind == "WorkflowTaskStarted":
             fire_at = t.now_ms + ex.workflow_task_timeout_ms
-            t.effects.append(_timer(ex, "WORKFLOW_TASK_START_TO_CLOSE", fire_at, attrs["scheduled_event_id"], 1))
+            effects.append(_timer(ex, "WORKFLOW_TASK_START_TO_CLOSE", fire_at, attrs["scheduled_event_id"], 1))
             if ex.workflow_task is not None:  # its re-dispatch
-                t.effects.append(_drop(ex, "WORKFLOW_TASK_RETRY", attrs["scheduled_event_id"], ex.workflow_task.attempt))
+                effects.append(_drop(ex, "WORKFLOW_TASK_RETRY", attrs["scheduled_event_id"], ex.workflow_task.attempt))
         elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
-            t.effects.append(_drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attrs["scheduled_event_id"], 1))
+            effects.append(_drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attrs["scheduled_event_id"], 1))
         elif kind == "TimerStarted":
             fire_at = t.now_ms + attrs["start_to_fire_timeout_ms"]
-            t.effects.append(_timer(ex, "USER_TIMER", fire_at, event["event_id"], 1))
+            effects.append(_timer(ex, "USER_TIMER", fire_at, event["event_id"], 1))
         elif kind == "WorkflowTaskScheduled" and ex.workflow_task and ex.workflow_task.scheduled_event_id == event["event_id"]:
             wt = ex.workflow_task
             started = next((attributes(e) for e in t.events if event_type(e) == "WorkflowExecutionStarted"), None)
             if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
                 fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
-                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
+                effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
             elif wt.attempt == 1:
-                t.effects.extend(_dispatch_workflow_task(ex, wt, t.now_ms))
+                effects.extend(_dispatch_workflow_task(ex, wt, t.now_ms))
             else:
                 fire_at = t.now_ms + _first_dispatch_delay_ms(ex, wt)
-                t.effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
+                effects.append(_timer(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt))
         elif kind == "ActivityTaskScheduled" and event["event_id"] in ex.activities:
             activity = ex.activities[event["event_id"]]
-            t.effects.extend(_dispatch_activity_task(ex, activity, t.now_ms))
+            effects.extend(_dispatch_activity_task(ex, activity, t.now_ms))
             if activity.schedule_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
-                t.effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
-            t.effects.extend(_schedule_to_start_timer(ex, activity))
+                effects.append(_timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
+            effects.extend(_schedule_to_start_timer(ex, activity))
         elif kind == "ActivityTaskCancelRequested" and attrs["scheduled_event_id"] in ex.activities:
-            t.effects.append(("ActivityCancellation", activity_cancellation_effect(ex.activities[attrs["scheduled_event_id"]])))
+            effects.append(("ActivityCancellation", activity_cancellation_effect(ex.activities[attrs["scheduled_event_id"]])))
         elif kind == "ActivityTaskStarted":
             activity = ex.activities.get(attrs["scheduled_event_id"])
             if activity:  # its re-dispatch
-                t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
+                effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
             if activity and activity.schedule_to_start_timeout_ms:
-                t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
+                effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
             if activity and activity.start_to_close_timeout_ms:
                 fire_at = t.now_ms + activity.start_to_close_timeout_ms
-                t.effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
+                effects.append(_timer(ex, "ACTIVITY_START_TO_CLOSE", fire_at, activity.scheduled_event_id, activity.attempt))
             if activity and activity.heartbeat_timeout_ms:
                 fire_at = t.now_ms + activity.heartbeat_timeout_ms
-                t.effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
+                effects.append(_timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
         elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] == "IN_PROGRESS":
             activity = ex.activities[attrs["scheduled_event_id"]]
-            t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
+            effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt - 1))
             if activity.heartbeat_timeout_ms:
-                t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
-            t.effects.append(_timer(ex, "ACTIVITY_RETRY", activity.dispatch_due_ms, activity.scheduled_event_id, activity.attempt))
-            t.effects.extend(_schedule_to_start_timer(ex, activity))
+                effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt - 1))
+            effects.append(_timer(ex, "ACTIVITY_RETRY", activity.dispatch_due_ms, activity.scheduled_event_id, activity.attempt))
+            effects.extend(_schedule_to_start_timer(ex, activity))
     finished = {e["attributes"][1]["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in ACTIVITY_RESULTS}
     removed = [activity for sid, activity in before.activities.items() if sid not in ex.activities]
     for activity in removed:
         if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
             # dropped with its run: tell the worker to stop rather than let it run to a timeout
-            t.effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
+            effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
         if activity.schedule_to_close_timeout_ms:
-            t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", activity.scheduled_event_id, 1))
+            effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", activity.scheduled_event_id, 1))
         if activity.started_event_id:
-            t.effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
+            effects.append(_drop(ex, "ACTIVITY_START_TO_CLOSE", activity.scheduled_event_id, activity.attempt))
             if activity.heartbeat_timeout_ms:
-                t.effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt))
+                effects.append(_drop(ex, "ACTIVITY_HEARTBEAT", activity.scheduled_event_id, activity.attempt))
         else:
-            t.effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
+            effects.append(_drop(ex, "ACTIVITY_RETRY", activity.scheduled_event_id, activity.attempt))
             if activity.schedule_to_start_timeout_ms:
-                t.effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
+                effects.append(_drop(ex, "ACTIVITY_SCHEDULE_TO_START", activity.scheduled_event_id, activity.attempt))
     for started_event_id in sorted(before.timers - set(ex.timers.values())):
-        t.effects.append(_drop(ex, "USER_TIMER", started_event_id, 1))
+        effects.append(_drop(ex, "USER_TIMER", started_event_id, 1))
     if ex.status != RUNNING:
         answered = {attributes(e)["initiated_event_id"] for e in t.events if event_type(e) in CHILD_RESULTS}
         for child in before.children.values():
             if child.initiated_event_id not in answered:
-                t.effects.extend(_parent_close_policy(ex, child))
+                effects.extend(_parent_close_policy(ex, child))
+    return effects
 
 
 _OUTBOUND_FOR_INITIATED = {

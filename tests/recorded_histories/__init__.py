@@ -3,7 +3,8 @@ a change to the machine that changes a history fails tests/test_recorded_histori
 
 Each file holds the commands of one scenario (as the history service reads them from
 kadence.commands, with the time it decided each at) and, for each, the HistoryBatch the machine
-wrote (less schema fingerprints) or the rejection it answered. `python -m tests.recorded_histories.record` writes them again:
+wrote (less schema fingerprints and the request id it answers, which is the command's own) or the
+rejection it answered. `python -m tests.recorded_histories.record` writes them again:
 run it only when a change is meant to change histories, and review the diff.
 """
 
@@ -15,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kadence.protocol.codec import command_codec
-from services.history.recovery import PartitionState
-from services.history.service import decide_command
-from services.history.state_machine import Rejected
+from services.history import step as history_step
+from services.history.partition import PartitionState
 
 HERE = Path(__file__).resolve().parent
 Record = dict[str, Any]
@@ -27,12 +27,14 @@ def step(state: PartitionState, command: Record, now_ms: int, offset: int) -> Re
     """One command through the machine as the history service takes it: its batch, or its rejection."""
     wire = command_codec()
     command = wire.decode(wire.encode(command), wire.headers())  # every field as a record read from the topic has it
-    try:
-        transition = decide_command(state, command, now_ms, 0, offset)
-    except Rejected as reason:
-        return {"rejected": {"cause": reason.cause, "reason": str(reason)}}
-    batch, _ = state.apply_transition(transition, 0, offset)
-    return {"batch": to_json(_without_fingerprints(batch))}
+    written = history_step.step(state, command, now_ms, 0, offset)
+    if written.rejected is not None:
+        return {"rejected": {"cause": written.rejected.cause, "reason": str(written.rejected)}}
+    assert written.batch is not None
+    kind, body = command["command"]
+    request_id = history_step.request_id_of(kind, body)
+    assert written.batch["request_ids"] == ([request_id] if request_id else []), "a batch answers its command's request id"
+    return {"batch": to_json(_without_fingerprints({**written.batch, "request_ids": []}))}
 
 
 def _without_fingerprints(value: Any) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from services.history.recovery import PartitionState
+from services.history.partition import PartitionState
 from tests.recorded_histories import HERE, Record, step, to_json
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

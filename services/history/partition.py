@@ -1,0 +1,59 @@
+"""The state of one history partition: its open executions, folded from the log with the fencing rule.
+
+Live processing and recovery fold the same batches into it (`PartitionState.apply`), so the state
+rebuilt from the log is the state the live service had.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kadence.protocol.fence import LogFence
+from services.history.state_machine import (
+    RUNNING,
+    Execution,
+    Record,
+    event_type,
+    evolve,
+    execution_from_events,
+    execution_from_start,
+)
+
+
+@dataclass
+class PartitionState:
+    partition: int
+    executions: dict[str, Execution] = field(default_factory=dict)
+    fence: LogFence = field(default_factory=lambda: LogFence(strict=True))
+    history_offset: int = 0  # the next kadence.history offset this state has not folded
+
+    @property
+    def resume_offset(self) -> int:
+        """The first command offset no batch on this partition came from."""
+        return self.fence.last_source_offset.get(self.partition, -1) + 1
+
+    def apply(self, batch: Record) -> bool:
+        """Fold one batch into state; False if the fencing rule skips it as a zombie duplicate."""
+        if not self.fence.admit(self.partition, batch):
+            return False
+        if batch["rejection"] is not None or (not batch["events"] and batch["workflow_id"] not in self.executions):
+            return True  # an answer, or a command passed on elsewhere: no run changes
+        events = batch["events"]
+        if events and event_type(events[0]) == "WorkflowExecutionStarted":
+            ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
+            self.executions[batch["workflow_id"]] = ex
+        else:
+            ex = self.executions[batch["workflow_id"]]
+        evolve(ex, batch)
+        if ex.status != RUNNING:
+            self.fence.forget_run(ex.run_id)
+        following = batch.get("next_run")
+        if following is not None:  # continue-as-new: the new run is the workflow id's current run
+            self.executions[batch["workflow_id"]] = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
+        return True
+
+    def evict(self, closed: list[Execution]) -> None:
+        """Drop closed runs stored elsewhere (the closed-runs table) from memory."""
+        for ex in closed:
+            if self.executions.get(ex.workflow_id) is ex:
+                del self.executions[ex.workflow_id]
