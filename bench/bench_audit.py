@@ -36,7 +36,7 @@ def audit(stack: LocalStack, *args: str) -> tuple[dict, float, float, float]:
     env = {key: value for key, value in stack.env.items() if key != "KADENCE_POSTGRES_DSN"}  # the log only
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", "replay", "--json", "--stuck-after", "0", *args],
+    done = subprocess.run([sys.executable, "-m", "kadence.ops.cli", "audit", "replay", "--json", "--stuck-after", "0", *args],
                           env=env, cwd=REPO, capture_output=True, text=True, check=False)
     elapsed = time.perf_counter() - began
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from kadence import activity, workflow
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import RetryPolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, AsyncActivityCancelledError, CommandRejectedError
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 
 # What each attempt of ask_approval handed out: (attempt, task token, heartbeat details it resumed from).

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from kadence.audit import AuditReport, audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import AuditReport, audit_history
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec, task_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
@@ -60,7 +60,7 @@ def write(stack: LocalStack, batches: list[dict[str, Any]]) -> None:
 
 def audit(stack: LocalStack, *options: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, "-m", "kadence.cli", "audit", "replay", "--json", *options],
+        [sys.executable, "-m", "kadence.ops.cli", "audit", "replay", "--json", *options],
         env=stack.env, capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1],
     )
     return done.returncode, json.loads(done.stdout)

@@ -30,9 +30,9 @@ from aiokafka.protocol.metadata import MetadataRequest
 from confluent_kafka import KafkaError
 from prometheus_client import REGISTRY
 
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import audit_history
 from kadence.protocol import topics
 from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_connections
 from kadence.worker import Worker

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from kadence.audit import AuditReport, audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import CancelledError, TerminatedError, WorkflowFailureError
+from kadence.ops.audit import AuditReport, audit_history
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.workflows import (

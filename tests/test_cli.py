@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def kadence(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kadence.cli", *args], env=stack.env, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "kadence.ops.cli", *args], env=stack.env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
 
 

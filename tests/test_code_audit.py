@@ -22,12 +22,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
-from kadence.audit import audit_history, audit_history_in_processes, check_timer_store
-from kadence.audit_report import ReportError, sign, verify
 from kadence.client import Client
-from kadence.code_audit import WorkflowCodeAudit
 from kadence.dev.local_stack import LocalStack
-from kadence.read_model_audit import audit_read_model
+from kadence.ops.audit import audit_history, audit_history_in_processes, check_timer_store
+from kadence.ops.audit_report import ReportError, sign, verify
+from kadence.ops.code_audit import WorkflowCodeAudit
+from kadence.ops.read_model_audit import audit_read_model
 from kadence.testing import workflows_in
 from kadence.worker import Worker
 from services.timer.store import DEFAULT_MEMORY_HORIZON_MS
@@ -47,7 +47,7 @@ def code_replay(stack: LocalStack, module: str, *workflow_types: str) -> dict[st
 
 def audit(env: dict[str, str], *args: str, command: str = "replay") -> tuple[int, dict]:
     """The CLI's audit, for its exit code and output (each costs a process start: a few per test)."""
-    done = subprocess.run([sys.executable, "-m", "kadence.cli", "audit", command, "--json", *args], env=env, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "kadence.ops.cli", "audit", command, "--json", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -138,7 +138,7 @@ def on_a_terminal_the_audit_shows_its_progress(env: dict[str, str]) -> None:
     """Records read of those to read, partitions done, rate, time left, on stderr."""
     def on_a_terminal(*args: str) -> str:
         controller, terminal = pty.openpty()
-        with subprocess.Popen([sys.executable, "-m", "kadence.cli", "audit", "replay", *args], env={**env, "COLUMNS": "200"},
+        with subprocess.Popen([sys.executable, "-m", "kadence.ops.cli", "audit", "replay", *args], env={**env, "COLUMNS": "200"},
                               cwd=REPO, stdin=terminal, stdout=terminal, stderr=terminal) as process:
             os.close(terminal)
             shown = b""
@@ -160,7 +160,7 @@ def _read(fd: int) -> bytes:
 
 
 def verify_report(env: dict[str, str], report: Path, key: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kadence.cli", "audit", "verify-report", str(report), "--key", str(key)],
+    return subprocess.run([sys.executable, "-m", "kadence.ops.cli", "audit", "verify-report", str(report), "--key", str(key)],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDReusePolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowAlreadyStartedError
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.partition import PartitionState

@@ -89,7 +89,7 @@ def test_kadence_dev_restarts_a_service_killed_under_it() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-dev-"))  # not under pytest's 0700 temp root: Postgres must reach it
     try:
         ran = subprocess.run(
-            [sys.executable, "-m", "kadence.cli", "dev", "--port", "0", "--broker", "tansu", "--data-dir", str(data_dir),
+            [sys.executable, "-m", "kadence.ops.cli", "dev", "--port", "0", "--broker", "tansu", "--data-dir", str(data_dir),
              "--run", KILL_AND_WAIT],
             env={key: value for key, value in os.environ.items() if not key.startswith("KADENCE_")},
             cwd=REPO, capture_output=True, text=True, timeout=180,

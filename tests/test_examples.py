@@ -16,9 +16,9 @@ from examples.expense import ExpenseWorkflow, notify
 from examples.subscription import Subscription, SubscriptionWorkflow, charge
 from examples.trip import Trip, TripWorkflow, book_car, book_flight, book_hotel, cancel_booking
 from examples.upload import UploadWorkflow, upload
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 
 REPO = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ def test_the_readme_first_command_runs_without_java_on_tansu(no_java: dict[str, 
 
 
 def test_kadence_env_without_a_running_stack_says_how_to_start_one(tmp_path: Path) -> None:
-    ran = subprocess.run([sys.executable, "-m", "kadence.cli", "env", "--data-dir", str(tmp_path)], capture_output=True, text=True)
+    ran = subprocess.run([sys.executable, "-m", "kadence.ops.cli", "env", "--data-dir", str(tmp_path)], capture_output=True, text=True)
     assert ran.returncode == 1 and "no local stack is running" in ran.stderr and "kadence dev" in ran.stderr
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from kadence.audit import audit_history
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 from tests.conftest import local_stack
 from tests.test_broker_faults import ReadinessLog, _logging_to, _stably_ready

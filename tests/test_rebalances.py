@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import SERVICES, LocalStack
+from kadence.ops.audit import audit_history
 from tests.conftest import local_stack
 from tests.workflows import StepSleepStepWorkflow
 

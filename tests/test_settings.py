@@ -26,7 +26,8 @@ OFFLINE = {"KADENCE_BOOTSTRAP_SERVERS": "127.0.0.1:9", "KADENCE_POSTGRES_DSN": "
 ])
 def test_a_service_refuses_a_bad_setting_in_one_line(service: str, variable: str, value: str, message: str) -> None:
     env = {**os.environ, **OFFLINE, variable: value}
-    refused = subprocess.run([sys.executable, "-m", "kadence.cli", "serve", service], env=env, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run([sys.executable, "-m", "kadence.ops.cli", "serve", service], env=env, capture_output=True, text=True,
+                             timeout=60)
     assert refused.returncode == SETTING_ERROR_EXIT_CODE, refused.stderr
     assert message in refused.stderr and "event=bad_setting" in refused.stderr
     assert "Traceback" not in refused.stderr

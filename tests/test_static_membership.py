@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.dev.brokers.apache_kafka import cached_classpath, find_java
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import audit_history
 from kadence.protocol import topics
 from kadence.protocol.kafka import base_config, ensure_topics
 from kadence.worker import Worker

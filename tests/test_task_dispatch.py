@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.audit import audit_history
+from kadence.ops.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.protocol import topics
 from kadence.protocol.kafka import make_consumer, make_producer, read_to_end, topic_partitions
-from kadence.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, touch

@@ -8,10 +8,10 @@ import uuid
 import pytest
 
 from kadence import workflow
-from kadence.audit import audit_history
 from kadence.client import Client, WorkflowUpdateStage
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, CommandRejectedError, WorkflowUpdateFailedError
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, CartWorkflow
 

@@ -11,7 +11,6 @@ import psycopg
 import pytest
 
 from examples.order import Order, OrderWorkflow, cancel_order, process_payment, ship_order
-from kadence.audit import audit_history
 from kadence.client import Client
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.dev.local_stack import LocalStack
@@ -25,6 +24,7 @@ from kadence.exceptions import (
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
 )
+from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 from tests.changed_workflows import ApprovalWorkflowThatSleepsFirst
 from tests.conftest import wait_for_event

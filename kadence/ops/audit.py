@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
-from kadence.code_audit import CodeReplayReport, WorkflowCodeAudit
+from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RunSection, run_sections

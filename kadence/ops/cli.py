@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from kadence.cli_workflow import workflow_group
 from kadence.dev.brokers import CHOICES, BrokerUnavailable
 from kadence.dev.local_stack import ENV_FILE, SERVICES
+from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
@@ -211,7 +211,7 @@ def task_queue_describe(task_queue: str, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from kadence.task_queues import POLLER_WINDOW_S, RATE_WINDOW_S, describe_task_queue
+    from kadence.ops.task_queues import POLLER_WINDOW_S, RATE_WINDOW_S, describe_task_queue
 
     described = describe_task_queue(KafkaSettings.from_env(), task_queue)
     if as_json:
@@ -284,8 +284,8 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from kadence.audit import audit_history, audit_history_in_processes
-    from kadence.code_audit import CodeReplayReport, WorkflowCodeAudit
+    from kadence.ops.audit import audit_history, audit_history_in_processes
+    from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
     from kadence.testing import workflows_in
 
     if workflow_types and not worker_modules:
@@ -317,11 +317,11 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
             code.close()
             replayed = code.report
     if report.waiting_tasks:
-        from kadence.audit import check_routing
+        from kadence.ops.audit import check_routing
 
         check_routing(report, settings)
     if os.environ.get("KADENCE_POSTGRES_DSN"):
-        from kadence.audit import check_timer_store
+        from kadence.ops.audit import check_timer_store
         from services.timer.store import DEFAULT_MEMORY_HORIZON_MS
 
         check_timer_store(report, postgres_dsn(), int(os.environ.get("KADENCE_TIMER_MEMORY_HORIZON_MS", DEFAULT_MEMORY_HORIZON_MS)))
@@ -390,7 +390,7 @@ class _AuditProgress:
 
 
 def _write_audit_report(path: Path, summary: dict, offsets: dict[int, tuple[int, int]], modules: list, key: Path | None) -> None:
-    from kadence.audit_report import build_report, sign
+    from kadence.ops.audit_report import build_report, sign
 
     report = build_report(summary, topic=topics.HISTORY, offsets=offsets, modules=modules)
     if key is not None:
@@ -404,7 +404,7 @@ def _write_audit_report(path: Path, summary: dict, offsets: dict[int, tuple[int,
               help="The signer's Ed25519 public key (PEM), or the HMAC-SHA256 secret it was signed with.")
 def audit_verify_report(report_path: Path, key: Path) -> None:
     """Check an audit report's signature: exit 0 if it is intact, 1 (saying why) if not."""
-    from kadence.audit_report import ReportError, verify
+    from kadence.ops.audit_report import ReportError, verify
 
     try:
         verify(json.loads(report_path.read_text()), key.read_bytes())
@@ -424,7 +424,7 @@ def audit_read_model_command(repair: bool, as_json: bool) -> None:
     writes while the audit runs are left out of the comparison."""
     import uvloop
 
-    from kadence.read_model_audit import audit_read_model
+    from kadence.ops.read_model_audit import audit_read_model
 
     report = uvloop.run(audit_read_model(KafkaSettings.from_env(), postgres_dsn(), repair=repair))
     summary = report.summary()
