@@ -25,9 +25,10 @@ from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
 from services.history.checkpoint import decode_state, encode_state
+from services.history.machine.dispatch import decide
+from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
-from services.history.state_machine import decide, decide_start
 from services.history.step import commit
 
 START = {

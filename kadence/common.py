@@ -8,6 +8,8 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any
 
+from kadence.exceptions import RetryState
+
 
 @dataclass(frozen=True)
 class RawValue:
@@ -76,3 +78,25 @@ def retry_backoff_ms(policy: dict[str, Any] | None, attempt: int) -> int:
     coefficient = policy.get("backoff_coefficient") or DEFAULT_BACKOFF_COEFFICIENT
     maximum = policy.get("maximum_interval_ms") or 100 * initial
     return int(min(initial * coefficient ** (attempt - 1), maximum))
+
+
+def next_attempt_backoff_ms(policy: dict[str, Any] | None, attempt: int, failure: dict[str, Any]) -> int:
+    """The wait before the attempt after `attempt` failed with `failure`: the delay its
+    ApplicationError(next_retry_delay=...) asked for, else the retry policy's backoff."""
+    asked = failure.get("next_retry_delay_ms")
+    return max(0, asked) if asked is not None else retry_backoff_ms(policy, attempt)
+
+
+def retry_state(policy: dict[str, Any] | None, attempt: int, failure: dict[str, Any], time_left_ms: float | None) -> RetryState:
+    """Whether attempt `attempt`, failed with `failure`, is followed by another (IN_PROGRESS) or why
+    not: the activity's (or local activity's) retry policy, and the time left before its deadline
+    (None: no deadline), which the backoff before the next attempt must stay within."""
+    policy = policy or {}
+    if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
+        return RetryState.NON_RETRYABLE_FAILURE
+    maximum_attempts = policy.get("maximum_attempts") or 0
+    if maximum_attempts and attempt >= maximum_attempts:
+        return RetryState.MAXIMUM_ATTEMPTS_REACHED
+    if time_left_ms is not None and next_attempt_backoff_ms(policy, attempt, failure) >= time_left_ms:
+        return RetryState.TIMEOUT
+    return RetryState.IN_PROGRESS

@@ -24,8 +24,9 @@ from kadence.exceptions import WorkflowAlreadyStartedError
 from kadence.ops.audit import audit_history
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
+from services.history.machine.execution import closed_execution
+from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
-from services.history.state_machine import closed_execution, decide_start
 from services.history.step import commit
 from tests.conftest import wait_for_event
 from tests.workflows import (

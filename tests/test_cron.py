@@ -14,8 +14,10 @@ from kadence.client import Client
 from kadence.exceptions import WorkflowFailureError
 from kadence.protocol.cron import CronError, parse_cron
 from kadence.worker import Worker
+from services.history.machine.dispatch import decide
+from services.history.machine.lifecycle import decide_start
+from services.history.machine.transition import Rejected
 from services.history.partition import PartitionState
-from services.history.state_machine import Rejected, decide, decide_start
 from services.history.step import commit
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 

@@ -9,22 +9,16 @@ import pytest
 from kadence.common import retry_backoff_ms
 from kadence.protocol.codec import command_codec
 from kadence.protocol.task_token import TaskToken
-from services.history import state_machine
 from services.history.checkpoint import decode_state, encode_state
+from services.history.machine import activity, child, limits
+from services.history.machine.activity import activity_retry_state
+from services.history.machine.dispatch import decide
+from services.history.machine.effects import TASK_REDISPATCH_MS, rejection_answer
+from services.history.machine.execution import ActivityState
+from services.history.machine.lifecycle import decide_signal_with_start, decide_start
+from services.history.machine.transition import Redispatch, Rejected, Transition, batch_bytes_bound
 from services.history.partition import PartitionState
 from services.history.service import _continues
-from services.history.state_machine import (
-    TASK_REDISPATCH_MS,
-    ActivityState,
-    Redispatch,
-    Rejected,
-    Transition,
-    activity_retry_state,
-    decide,
-    decide_signal_with_start,
-    decide_start,
-    rejection_answer,
-)
 from services.history.step import commit
 
 NOW = 1_000_000
@@ -462,7 +456,7 @@ def test_an_oversized_activity_result_fails_the_activity_for_good() -> None:
 
 
 def test_history_and_pending_limits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_machine, "MAX_PENDING_ACTIVITIES", 1)
+    monkeypatch.setattr(activity, "MAX_PENDING_ACTIVITIES", 1)
     state, run_id = started_workflow()
     schedule_activities(state, run_id, count=2)
     ex = state.executions["order-1"]
@@ -470,7 +464,7 @@ def test_history_and_pending_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [f["cause"] for f in failed] == ["PENDING_ACTIVITIES_LIMIT_EXCEEDED"]
 
     # With the history at its limit, a command that adds an event ends the run instead.
-    monkeypatch.setattr(state_machine, "MAX_HISTORY_EVENTS", ex.next_event_id - 1)
+    monkeypatch.setattr(limits, "MAX_HISTORY_EVENTS", ex.next_event_id - 1)
     assert ex.workflow_task is not None
     ended = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": ex.workflow_task.scheduled_event_id}, 3)
     kind, attrs = ended["events"][-1]["attributes"]
@@ -555,7 +549,7 @@ def test_terminate_existing_ends_the_running_run_and_starts_the_new_one_in_one_r
 
 
 def test_a_history_past_50_mb_terminates_its_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_machine, "MAX_HISTORY_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_HISTORY_BYTES", 1000)
     state, run_id = started_workflow()
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, 2)
@@ -696,7 +690,7 @@ def test_a_rejected_command_from_a_workflow_is_answered_with_the_cause() -> None
 def test_child_and_external_request_limits_fail_the_workflow_task(
     monkeypatch: pytest.MonkeyPatch, limit: str, commands: list[Any], cause: str,
 ) -> None:
-    monkeypatch.setattr(state_machine, limit, 1)
+    monkeypatch.setattr(child, limit, 1)
     state, run_id = started_workflow()
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": commands}, 2)
@@ -720,7 +714,7 @@ def test_a_workflow_task_carries_the_events_since_the_previous_task_was_schedule
     assert [e["event_id"] for e in task["history"]] == [3, 4, 5, 6, 7, 8] and task["scheduled_event_id"] == 8
 
 
-LARGE = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * (state_machine.MAX_RECORD_VALUE_BYTES // 6)}
+LARGE = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * (limits.MAX_RECORD_VALUE_BYTES // 6)}
 
 
 def test_a_client_command_whose_history_record_would_not_fit_is_refused() -> None:
@@ -728,9 +722,9 @@ def test_a_client_command_whose_history_record_would_not_fit_is_refused() -> Non
     ex = state.executions["order-1"]
     signal = {"run_id": "", "signal_name": "add", "input": [LARGE] * 7, "request_id": ""}
     with pytest.raises(Rejected, match="would write a history record of up to"):
-        state_machine.within_record_limit(decide(ex, "SignalWorkflowExecution", signal, "client", NOW), "SignalWorkflowExecution")
+        limits.within_record_limit(decide(ex, "SignalWorkflowExecution", signal, "client", NOW), "SignalWorkflowExecution")
     small = decide(ex, "SignalWorkflowExecution", {**signal, "input": [LARGE]}, "client", NOW)
-    assert state_machine.within_record_limit(small, "SignalWorkflowExecution") is small
+    assert limits.within_record_limit(small, "SignalWorkflowExecution") is small
 
 
 def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_run_without_its_buffered_events() -> None:
@@ -741,9 +735,9 @@ def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_ru
         apply(state, decide(state.executions["order-1"], "SignalWorkflowExecution", signal, "client", NOW), offset)
     ex = state.executions["order-1"]
     completion = decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "worker", NOW)
-    assert completion.record_bytes_bound > state_machine.MAX_RECORD_VALUE_BYTES
-    ended = apply(state, state_machine.within_record_limit(completion, "RespondWorkflowTaskCompleted"), 5)
+    assert completion.record_bytes_bound > limits.MAX_RECORD_VALUE_BYTES
+    ended = apply(state, limits.within_record_limit(completion, "RespondWorkflowTaskCompleted"), 5)
     [(kind, attrs)] = [e["attributes"] for e in ended["events"]]
     assert kind == "WorkflowExecutionTerminated"
     assert attrs["reason"].startswith("RespondWorkflowTaskCompleted would write a history record of up to")
-    assert ex.status == "Terminated" and state_machine.batch_bytes_bound(Transition(ex, NOW, events=ended["events"])) < 100_000
+    assert ex.status == "Terminated" and batch_bytes_bound(Transition(ex, NOW, events=ended["events"])) < 100_000

@@ -51,6 +51,34 @@ CHILD_RESULTS = set(CHILD_RESULT_FOR_STATUS.values())
 
 
 @dataclass(frozen=True)
+class Initiated:
+    """A request a run sends another workflow (through an OutboundCommand), and the events that answer it."""
+
+    command: str  # the command the target's history service receives
+    applied: str  # the event that records the target took it
+    failed: str  # the event that records it did not apply there
+
+
+# What each *Initiated event sends, and what answers it.
+INITIATED = {
+    "StartChildWorkflowExecutionInitiated": Initiated(
+        "StartWorkflowExecution", "ChildWorkflowExecutionStarted", "StartChildWorkflowExecutionFailed",
+    ),
+    "SignalExternalWorkflowExecutionInitiated": Initiated(
+        "SignalWorkflowExecution", "ExternalWorkflowExecutionSignaled", "SignalExternalWorkflowExecutionFailed",
+    ),
+    "RequestCancelExternalWorkflowExecutionInitiated": Initiated(
+        "RequestCancelWorkflowExecution", "ExternalWorkflowExecutionCancelRequested", "RequestCancelExternalWorkflowExecutionFailed",
+    ),
+}
+# Each event answering an initiated request (a child's close too), and the event that initiated it.
+INITIATED_BY_ANSWER = {
+    **{answer: initiated for initiated, sent in INITIATED.items() for answer in (sent.applied, sent.failed)},
+    **{result: "StartChildWorkflowExecutionInitiated" for result in CHILD_RESULTS},
+}
+
+
+@dataclass(frozen=True)
 class RunSection:
     """The part of a HistoryBatch that belongs to one run."""
 

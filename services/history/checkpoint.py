@@ -21,8 +21,10 @@ import psycopg
 
 from kadence.protocol.codec import RecordCodec, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
+from services.history.machine.activity import apply_heartbeat
+from services.history.machine.dispatch import evolve, execution_from_events
+from services.history.machine.execution import RUNNING, Execution, closed_execution
 from services.history.partition import PartitionState
-from services.history.state_machine import RUNNING, Execution, apply_heartbeat, closed_execution, evolve, execution_from_events
 
 log = logging.getLogger("kadence.history.checkpoint")
 

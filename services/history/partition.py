@@ -9,15 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kadence.protocol.fence import LogFence
-from services.history.state_machine import (
-    RUNNING,
-    Execution,
-    Record,
-    event_type,
-    evolve,
-    execution_from_events,
-    execution_from_start,
-)
+from services.history.machine.dispatch import evolve, execution_from_events
+from services.history.machine.execution import RUNNING, Execution, execution_from_start
+from services.history.machine.records import Record, event_type
 
 
 @dataclass

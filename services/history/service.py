@@ -35,9 +35,9 @@ from kadence.protocol.postgres import apply_ddl, describe, until_answered, until
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
+from services.history.machine.records import Record
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
-from services.history.state_machine import Record
 from services.history.step import Step, eventless, step
 
 log = logging.getLogger("kadence.history")

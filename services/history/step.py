@@ -20,22 +20,14 @@ from kadence.protocol.limits import (
     encoded_bytes_bound,
     text_problem,
 )
+from services.history.machine.dispatch import decide, derive_effects
+from services.history.machine.effects import rejection_answer
+from services.history.machine.execution import Execution, Pending
+from services.history.machine.lifecycle import decide_signal_with_start, decide_start
+from services.history.machine.limits import within_record_limit
+from services.history.machine.records import Record, history_batch
+from services.history.machine.transition import Redispatch, Rejected, Transition
 from services.history.partition import PartitionState
-from services.history.state_machine import (
-    Execution,
-    Pending,
-    Record,
-    Redispatch,
-    Rejected,
-    Transition,
-    decide,
-    decide_signal_with_start,
-    decide_start,
-    derive_effects,
-    history_batch,
-    rejection_answer,
-    within_record_limit,
-)
 
 log = logging.getLogger("kadence.history")
 

@@ -1,0 +1,481 @@
+"""Activities: scheduled by a workflow task, attempted by workers, retried by their policy, timed
+out by their four timeouts, canceled on request."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kadence.common import next_attempt_backoff_ms, retry_state
+from kadence.exceptions import RetryState
+from kadence.protocol.events import ACTIVITY_RESULTS
+from kadence.protocol.limits import MAX_PENDING_ACTIVITIES, payload_problem
+from kadence.protocol.task_token import TaskToken
+from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms, timer
+from services.history.machine.execution import RUNNING, ActivityState, Execution, Pending
+from services.history.machine.records import Effect, Record, attributes, event_type
+from services.history.machine.tables import Planned, TaskCommand
+from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
+
+# A worker's, or a client's async activity handle's, report on an activity attempt: one that names
+# the activity by id may leave the run id empty (the current run).
+REPORTS = {"RecordActivityTaskHeartbeat", "RespondActivityTaskCompleted", "RespondActivityTaskFailed", "RespondActivityTaskCanceled"}
+
+
+def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) -> RetryState:
+    """Whether the activity's current attempt, failed with `failure`, is followed by another."""
+    time_left = None
+    if activity.schedule_to_close_timeout_ms:
+        time_left = activity.scheduled_time_ms + activity.schedule_to_close_timeout_ms - now_ms
+    return retry_state(activity.retry_policy, activity.attempt, failure, time_left)
+
+
+def _retried(attrs: Record) -> bool:
+    """Whether a failure or timeout ends only the attempt: another follows."""
+    return attrs["retry_state"] == RetryState.IN_PROGRESS
+
+
+# ---- apply
+
+
+def _scheduled(ex: Execution, event: Record) -> None:
+    attrs = attributes(event)
+    ex.activities[event["event_id"]] = ActivityState(
+        scheduled_event_id=event["event_id"],
+        activity_id=attrs["activity_id"],
+        activity_type=attrs["activity_type"],
+        task_queue=attrs["task_queue"],
+        input=attrs["input"],
+        schedule_to_close_timeout_ms=attrs["schedule_to_close_timeout_ms"],
+        start_to_close_timeout_ms=attrs["start_to_close_timeout_ms"],
+        heartbeat_timeout_ms=attrs["heartbeat_timeout_ms"],
+        schedule_to_start_timeout_ms=attrs["schedule_to_start_timeout_ms"],
+        retry_policy=attrs["retry_policy"],
+        scheduled_time_ms=event["event_time_ms"],
+        dispatch_due_ms=event["event_time_ms"],
+    )
+
+
+def _started(ex: Execution, event: Record) -> None:
+    attrs = attributes(event)
+    activity = ex.activities[attrs["scheduled_event_id"]]
+    activity.started_event_id = event["event_id"]
+    activity.attempt = attrs["attempt"]
+    activity.started_identity = attrs["identity"]
+    activity.last_heartbeat_ms = event["event_time_ms"]
+
+
+def _failed(ex: Execution, event: Record) -> None:
+    """A failure or timeout: the next attempt after its backoff, or the activity's end."""
+    attrs = attributes(event)
+    if not _retried(attrs):
+        _ended(ex, event)
+        return
+    activity = ex.activities[attrs["scheduled_event_id"]]
+    backoff_ms = next_attempt_backoff_ms(activity.retry_policy, activity.attempt, attrs["failure"])
+    activity.attempt += 1
+    activity.started_event_id = 0
+    activity.dispatch_due_ms = event["event_time_ms"] + backoff_ms
+
+
+def _cancel_requested(ex: Execution, event: Record) -> None:
+    ex.activities[attributes(event)["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
+
+
+def _ended(ex: Execution, event: Record) -> None:
+    ex.activities.pop(attributes(event)["scheduled_event_id"], None)
+
+
+APPLY = {
+    "ActivityTaskScheduled": _scheduled, "ActivityTaskStarted": _started, "ActivityTaskFailed": _failed,
+    "ActivityTaskTimedOut": _failed, "ActivityTaskCancelRequested": _cancel_requested,
+    "ActivityTaskCompleted": _ended, "ActivityTaskCanceled": _ended,
+}
+
+
+def apply_heartbeat(ex: Execution, heartbeat: Record) -> None:
+    """Keep the latest heartbeat, whichever attempt sent it (the next attempt resumes from it);
+    only the current attempt's heartbeat holds off its heartbeat timeout."""
+    activity = ex.activities.get(heartbeat["scheduled_event_id"])
+    if activity is None:
+        return
+    activity.heartbeat = heartbeat
+    if activity.attempt == heartbeat["attempt"]:
+        activity.last_heartbeat_ms = heartbeat["recorded_at_ms"]
+
+
+# ---- the workflow task's commands
+
+
+def pending_limit(ex: Execution, counts: Counter[str]) -> tuple[str, str] | None:
+    if len(ex.activities) + counts["ScheduleActivityTask"] > MAX_PENDING_ACTIVITIES:
+        return "PENDING_ACTIVITIES_LIMIT_EXCEEDED", f"at most {MAX_PENDING_ACTIVITIES} activities may be pending"
+    return None
+
+
+def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+    if not attrs["activity_type"]:
+        return "ScheduleActivityTask needs an activity_type"
+    if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
+        return f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+    return None
+
+
+def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
+    t.add("ActivityTaskScheduled", {
+        **attrs, "task_queue": attrs["task_queue"] or t.execution.task_queue,
+        # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
+        "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
+        "workflow_task_completed_event_id": completed_id,
+    })
+
+
+def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+    return None if attrs["scheduled_event_id"] in ex.activities else f"activity {attrs['scheduled_event_id']} is not pending"
+
+
+def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
+    """An attempt not started is canceled at once; a started one hears of it through its worker."""
+    scheduled_event_id = attrs["scheduled_event_id"]
+    requested_id = t.add("ActivityTaskCancelRequested", {
+        "scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": completed_id,
+    })
+    if not t.execution.activities[scheduled_event_id].started_event_id:
+        t.add("ActivityTaskCanceled", {
+            "scheduled_event_id": scheduled_event_id, "started_event_id": 0,
+            "latest_cancel_requested_event_id": requested_id, "details": [], "identity": "",
+        })
+
+
+TASK_COMMANDS = {
+    "ScheduleActivityTask": TaskCommand("BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _record_schedule, _check_schedule),
+    "RequestCancelActivityTask": TaskCommand("BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _record_cancel, _check_cancel),
+}
+
+# ---- commands: a worker's (or an async handle's) reports
+
+
+def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
+        raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    t = Transition(ex, now_ms)
+    t.add("ActivityTaskStarted", {"scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity})
+    return t
+
+
+def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityState:
+    """The started attempt a report is for. A worker's report counts only from the worker that
+    started the attempt; a client's, by task token or activity id, from anyone (async completion)."""
+    if cmd.get("activity_id"):
+        return _started_activity_by_id(ex, cmd["activity_id"])
+    if cmd.get("task_token"):
+        return _started_activity_by_token(ex, cmd["task_token"])
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
+        raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    if activity.started_identity != identity:
+        raise Rejected(f"activity attempt was started by {activity.started_identity!r}, not {identity!r}")
+    return activity
+
+
+def _started_activity_by_id(ex: Execution, activity_id: str) -> ActivityState:
+    for activity in ex.activities.values():
+        if activity.activity_id == activity_id:
+            if activity.started_event_id == 0:
+                raise Rejected(f"activity {activity_id!r} of run {ex.run_id} has no started attempt "
+                               f"(attempt {activity.attempt} waits for a worker)", "ACTIVITY_NOT_FOUND")
+            return activity
+    raise Rejected(f"run {ex.run_id} has no pending activity {activity_id!r} (it completed, failed or timed out, "
+                   "or was never scheduled)", "ACTIVITY_NOT_FOUND")
+
+
+def _started_activity_by_token(ex: Execution, token_bytes: bytes) -> ActivityState:
+    try:
+        token = TaskToken.decode(token_bytes)
+    except ValueError as exc:
+        raise Rejected(str(exc)) from None
+    if (token.workflow_id, token.run_id) != (ex.workflow_id, ex.run_id):
+        raise Rejected(f"the task token names run {token.run_id} of {token.workflow_id}, not this one", "ACTIVITY_NOT_FOUND")
+    activity = ex.activities.get(token.scheduled_event_id)
+    if activity is None or activity.attempt != token.attempt or activity.started_event_id == 0:
+        now = "is over" if activity is None else f"is over (attempt {activity.attempt} is current)"
+        raise Rejected(f"stale task token: attempt {token.attempt} of activity {token.activity_id!r} "
+                       f"(scheduled_event_id={token.scheduled_event_id}) {now}", "ACTIVITY_NOT_FOUND")
+    return activity
+
+
+def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    problem = payload_problem(cmd["details"], "heartbeat details")
+    if problem:
+        raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    t.heartbeats.append({
+        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
+        "details": cmd["details"], "recorded_at_ms": now_ms,
+    })
+    if activity.cancel_requested_event_id:  # told again, in case the first notice missed its worker
+        t.effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
+    if activity.heartbeat_timeout_ms:  # re-armed: the same timer id, a later fire time
+        fire_at = now_ms + activity.heartbeat_timeout_ms
+        t.effects.append(timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
+    return t
+
+
+def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    if not activity.cancel_requested_event_id:
+        raise Rejected("activity cancellation was not requested")
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskCanceled", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "latest_cancel_requested_event_id": activity.cancel_requested_event_id, "details": cmd["details"], "identity": identity,
+    })
+    return t
+
+
+def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    too_large = payload_problem(cmd["result"], f"result of activity {activity.activity_type}")
+    if too_large:  # as Temporal: the attempt fails for good, and the workflow hears why
+        failure = {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}
+        return _attempt_failed(ex, {**cmd, "failure": failure}, identity, now_ms)
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskCompleted", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "result": cmd["result"], "identity": identity,
+    })
+    return t
+
+
+def _attempt_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    activity = _started_activity(ex, cmd, identity)
+    problem = payload_problem(cmd["failure"], "activity failure")
+    failure = cmd["failure"]
+    if problem:  # keep the failure, drop what is too large to keep
+        failure = {**failure, "details": [], "stack_trace": "", "cause": None,
+                   "message": f"{failure['message'][:1000]} ({problem}; details dropped)"}
+    t = Transition(ex, now_ms)
+    _record_failure(t, activity, "ActivityTaskFailed", failure, identity=identity)
+    return t
+
+
+def _record_failure(t: Transition, activity: ActivityState, kind: str, failure: Record, **extra: str) -> None:
+    """A failed or timed-out attempt: written at once if another follows, else the workflow's to see."""
+    state = activity_retry_state(activity, failure, t.now_ms)
+    attrs = {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "failure": failure, "retry_state": state.value, **extra,
+    }
+    if state == RetryState.IN_PROGRESS:
+        t.add(kind, attrs)
+    else:
+        t.add_workflow_visible(kind, attrs)
+
+
+COMMANDS = {
+    "RecordActivityTaskStarted": _attempt_started,
+    "RecordActivityTaskHeartbeat": _heartbeat,
+    "RespondActivityTaskCanceled": _canceled,
+    "RespondActivityTaskCompleted": _completed,
+    "RespondActivityTaskFailed": _attempt_failed,
+}
+
+# ---- timeouts
+
+
+def _timed_activity(ex: Execution, cmd: Record, *, any_attempt: bool = False) -> ActivityState:
+    activity = ex.activities.get(cmd["scheduled_event_id"])
+    if activity is None or (not any_attempt and activity.attempt != cmd["attempt"]):
+        raise Rejected(f"stale {cmd['kind']} timer")
+    return activity
+
+
+def _unstarted_activity(ex: Execution, cmd: Record) -> ActivityState:
+    activity = _timed_activity(ex, cmd)
+    if activity.started_event_id:
+        raise Rejected("activity attempt already started")
+    return activity
+
+
+def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    """The backoff before this attempt ended, or no worker started it yet: dispatched (again)."""
+    activity = _unstarted_activity(ex, cmd)
+    t = Transition(ex, now_ms)
+    t.effects.extend(_dispatch(ex, activity, now_ms))
+    if now_ms - activity.dispatch_due_ms >= TASK_REDISPATCH_MS:
+        t.redispatch = Redispatch("activity", activity.scheduled_event_id, now_ms - activity.dispatch_due_ms)
+    return t
+
+
+def _schedule_to_start_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    activity = _unstarted_activity(ex, cmd)
+    # As Temporal: not retried, another attempt would wait in the same queue.
+    failure = {**engine_failure("activity ScheduleToStart timeout", ""), "timeout_type": "SCHEDULE_TO_START"}
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskTimedOut", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "failure": failure,
+        "retry_state": RetryState.TIMEOUT.value,
+    })
+    return t
+
+
+def _schedule_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    activity = _timed_activity(ex, cmd, any_attempt=True)
+    failure = {**engine_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
+    t = Transition(ex, now_ms)
+    t.add_workflow_visible("ActivityTaskTimedOut", {
+        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
+        "failure": failure, "retry_state": RetryState.TIMEOUT.value,
+    })
+    return t
+
+
+def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    return _attempt_timed_out(_started_attempt(ex, cmd), "START_TO_CLOSE", ex, now_ms)
+
+
+def _heartbeat_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    activity = _started_attempt(ex, cmd)
+    if activity.last_heartbeat_ms + activity.heartbeat_timeout_ms > now_ms:
+        raise Rejected("a heartbeat arrived since the heartbeat timer was set")
+    return _attempt_timed_out(activity, "HEARTBEAT", ex, now_ms)
+
+
+def _started_attempt(ex: Execution, cmd: Record) -> ActivityState:
+    activity = _timed_activity(ex, cmd)
+    if not activity.started_event_id:
+        raise Rejected("activity attempt not started")
+    return activity
+
+
+def _attempt_timed_out(activity: ActivityState, timeout_type: str, ex: Execution, now_ms: int) -> Transition:
+    failure = {**engine_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
+               "details": activity.heartbeat["details"] if activity.heartbeat else []}
+    t = Transition(ex, now_ms)
+    _record_failure(t, activity, "ActivityTaskTimedOut", failure)
+    return t
+
+
+TIMEOUTS = {
+    "ACTIVITY_RETRY": _retry_due,
+    "ACTIVITY_SCHEDULE_TO_START": _schedule_to_start_timed_out,
+    "ACTIVITY_SCHEDULE_TO_CLOSE": _schedule_to_close_timed_out,
+    "ACTIVITY_START_TO_CLOSE": _start_to_close_timed_out,
+    "ACTIVITY_HEARTBEAT": _heartbeat_timed_out,
+}
+
+# ---- effects
+
+
+def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
+    timeout = activity.schedule_to_start_timeout_ms
+    return {
+        "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
+        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt,
+        "activity_id": activity.activity_id, "activity_type": activity.activity_type, "input": activity.input,
+        "start_to_close_timeout_ms": activity.start_to_close_timeout_ms,
+        "scheduled_time_ms": activity.scheduled_time_ms,
+        "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
+        "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
+        "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout if timeout else 0,
+    }
+
+
+def activity_cancellation_effect(activity: ActivityState) -> Record:
+    return {"task_queue": activity.task_queue, "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt}
+
+
+def _dispatch(ex: Execution, activity: ActivityState, now_ms: int) -> list[Effect]:
+    """The attempt's task for a worker, and its retry timer, which dispatches it again if no worker
+    starts it (as a workflow task's)."""
+    delay = redispatch_delay_ms(now_ms - activity.dispatch_due_ms)
+    return [("ActivityTask", activity_task_effect(ex, activity)),
+            timer(ex, "ACTIVITY_RETRY", now_ms + delay, activity.scheduled_event_id, activity.attempt)]
+
+
+def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[Effect]:
+    """The attempt's schedule-to-start deadline, counted from when it is due to a worker (so set
+    with the backoff before it, and not moved by a re-dispatch)."""
+    if not activity.schedule_to_start_timeout_ms:
+        return []
+    fire_at = activity.dispatch_due_ms + activity.schedule_to_start_timeout_ms
+    return [timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt)]
+
+
+def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    activity = ex.activities.get(event["event_id"])
+    if activity is None:  # ended in the same transition
+        return []
+    effects = _dispatch(ex, activity, t.now_ms)
+    if activity.schedule_to_close_timeout_ms:
+        fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
+        effects.append(timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
+    return effects + _schedule_to_start_timer(ex, activity)
+
+
+def _on_cancel_requested(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    activity = ex.activities.get(attributes(event)["scheduled_event_id"])
+    return [] if activity is None else [("ActivityCancellation", activity_cancellation_effect(activity))]
+
+
+def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """The attempt's re-dispatch and schedule-to-start deadline go; its start-to-close and heartbeat timers are set."""
+    activity = ex.activities.get(attributes(event)["scheduled_event_id"])
+    if activity is None:
+        return []
+    sid, attempt = activity.scheduled_event_id, activity.attempt
+    effects = [drop(ex, "ACTIVITY_RETRY", sid, attempt)]
+    if activity.schedule_to_start_timeout_ms:
+        effects.append(drop(ex, "ACTIVITY_SCHEDULE_TO_START", sid, attempt))
+    if activity.start_to_close_timeout_ms:
+        effects.append(timer(ex, "ACTIVITY_START_TO_CLOSE", t.now_ms + activity.start_to_close_timeout_ms, sid, attempt))
+    if activity.heartbeat_timeout_ms:
+        effects.append(timer(ex, "ACTIVITY_HEARTBEAT", t.now_ms + activity.heartbeat_timeout_ms, sid, attempt))
+    return effects
+
+
+def _on_failed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """A retried attempt: its timers go, the next attempt is dispatched when its backoff ends."""
+    attrs = attributes(event)
+    if not _retried(attrs):
+        return []
+    activity = ex.activities[attrs["scheduled_event_id"]]
+    sid, previous = activity.scheduled_event_id, activity.attempt - 1
+    effects = [drop(ex, "ACTIVITY_START_TO_CLOSE", sid, previous)]
+    if activity.heartbeat_timeout_ms:
+        effects.append(drop(ex, "ACTIVITY_HEARTBEAT", sid, previous))
+    effects.append(timer(ex, "ACTIVITY_RETRY", activity.dispatch_due_ms, sid, activity.attempt))
+    return effects + _schedule_to_start_timer(ex, activity)
+
+
+EFFECTS = {
+    "ActivityTaskScheduled": _on_scheduled, "ActivityTaskCancelRequested": _on_cancel_requested,
+    "ActivityTaskStarted": _on_started, "ActivityTaskFailed": _on_failed, "ActivityTaskTimedOut": _on_failed,
+}
+
+
+def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
+    """The timers of the activities the transition ended go; a started one dropped with its run
+    is told to stop rather than run to a timeout."""
+    finished = {attributes(e)["scheduled_event_id"] for e in t.events + t.buffered if event_type(e) in ACTIVITY_RESULTS}
+    effects: list[Effect] = []
+    for activity in (activity for sid, activity in before.activities.items() if sid not in ex.activities):
+        if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
+            effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
+        effects.extend(_released_timers(ex, activity))
+    return effects
+
+
+def _released_timers(ex: Execution, activity: ActivityState) -> list[Effect]:
+    sid, attempt = activity.scheduled_event_id, activity.attempt
+    effects = [drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", sid, 1)] if activity.schedule_to_close_timeout_ms else []
+    if activity.started_event_id:
+        effects.append(drop(ex, "ACTIVITY_START_TO_CLOSE", sid, attempt))
+        if activity.heartbeat_timeout_ms:
+            effects.append(drop(ex, "ACTIVITY_HEARTBEAT", sid, attempt))
+        return effects
+    effects.append(drop(ex, "ACTIVITY_RETRY", sid, attempt))
+    if activity.schedule_to_start_timeout_ms:
+        effects.append(drop(ex, "ACTIVITY_SCHEDULE_TO_START", sid, attempt))
+    return effects

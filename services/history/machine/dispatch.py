@@ -1,0 +1,115 @@
+"""The machine's dispatchers, joined from the families' tables: `decide` a command, `evolve` an
+execution by a batch, `derive_effects` of an applied transition. Each is a lookup, as Temporal's
+one switch calls one Apply per event type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from kadence.protocol.limits import payload_bytes
+from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
+from services.history.machine.execution import RUNNING, Execution, Pending, execution_from_start
+from services.history.machine.limits import within_history_limit
+from services.history.machine.records import Effect, Record
+from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
+from services.history.machine.transition import Rejected, Transition
+
+_FAMILIES = (lifecycle, workflow_task, activity, timer, child, messages)
+T = TypeVar("T")
+
+
+def _joined(tables: list[Mapping[str, T]]) -> dict[str, T]:
+    """One table from the families' tables; a name two families claim is a bug."""
+    joined: dict[str, T] = {}
+    for table in tables:
+        overlap = joined.keys() & table.keys()
+        assert not overlap, f"claimed by two families: {sorted(overlap)}"
+        joined.update(table)
+    return joined
+
+
+APPLY: dict[str, Apply] = _joined([family.APPLY for family in _FAMILIES])
+EFFECTS: dict[str, EffectsOf] = _joined([getattr(family, "EFFECTS", {}) for family in _FAMILIES])
+TIMEOUTS: dict[str, Timeout] = _joined([getattr(family, "TIMEOUTS", {}) for family in _FAMILIES])
+# What the transition's end of pending work drops or tells others, in this order.
+RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] = (
+    activity.released_effects, timer.released_effects, child.released_effects,
+)
+
+# Commands that may leave the run id empty: they are for the workflow id's current run.
+_CURRENT_RUN_COMMANDS = {
+    "SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "UpdateWorkflowExecution",
+}
+
+
+def timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    """A timer's firing, and the timer dropped in the same record: the timer service, reading the
+    log again after a restart or a rebalance, forgets the timer there rather than fire it again. A
+    timer the transition sets again under the same id (a re-dispatch) comes after the drop and stands."""
+    t = TIMEOUTS[cmd["kind"]](ex, cmd, now_ms)
+    t.effects.insert(0, ("DropTimer", {"timer_id": cmd["timer_id"]}))
+    return t
+
+
+COMMANDS: dict[str, Decide] = _joined([
+    *(getattr(family, "COMMANDS", {}) for family in _FAMILIES), {"TimeoutFired": timeout_fired},
+])
+
+
+def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
+    """What a command (not a start) does to the execution; raises Rejected with the cause."""
+    by_activity_id = kind in activity.REPORTS and cmd.get("activity_id")  # an async handle without a run id: the current run
+    if cmd["run_id"] != ex.run_id and not ((kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""):
+        raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
+    if ex.status != RUNNING:
+        raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")
+    handler = COMMANDS.get(kind)
+    if handler is None:
+        raise Rejected(f"unknown command {kind}")
+    return within_history_limit(handler(ex, cmd, identity, now_ms))
+
+
+def _apply(ex: Execution, event: Record) -> None:
+    """State effect of one event. Buffered events are applied twice (when buffered, when written):
+    only events whose effect is idempotent (removing a finished activity) are ever buffered."""
+    apply = APPLY.get(event["attributes"][0])
+    if apply is not None:  # the others (a marker, an upsert) change nothing the machine keeps
+        apply(ex, event)
+
+
+def evolve(ex: Execution, batch: Record) -> None:
+    """Fold a batch into the execution (live and recovery)."""
+    for event in batch["buffered"]:
+        _apply(ex, event)
+        ex.buffered.append(event)
+    for event in batch["events"]:
+        _apply(ex, event)
+        ex.history.append(event)
+        ex.next_event_id = event["event_id"] + 1
+        ex.history_bytes += payload_bytes(event["attributes"][1])
+    for heartbeat in batch.get("heartbeats", ()):
+        activity.apply_heartbeat(ex, heartbeat)
+    if ex.status != RUNNING:
+        ex.history = []  # a closed run takes no more workflow tasks
+
+
+def execution_from_events(workflow_id: str, run_id: str, events: list[Record]) -> Execution:
+    """A run's state from its events, the first being WorkflowExecutionStarted."""
+    ex = execution_from_start(workflow_id, run_id, events[0])
+    evolve(ex, {"events": events, "buffered": []})
+    return ex
+
+
+def derive_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
+    """The tasks, timers and outbound commands the transition's events call for (Temporal's task
+    generator). `ex` has the transition applied; `before` is what it had pending: the timers of
+    what it no longer has go."""
+    effects: list[Effect] = []
+    for event in t.events:
+        effects_of = EFFECTS.get(event["attributes"][0])
+        if effects_of is not None:
+            effects.extend(effects_of(ex, t, event))
+    for released in RELEASED:
+        effects.extend(released(ex, t, before))
+    return effects

@@ -1,0 +1,58 @@
+"""The effects every family makes: timers set and dropped, commands for other executions, and
+the re-dispatch of tasks no worker started."""
+
+from __future__ import annotations
+
+from kadence.protocol.codec import command_codec
+from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.records import Effect, Record
+from services.history.machine.transition import Rejected
+
+# A workflow or activity task dispatched and not started is dispatched again after this long, then
+# after as long again as it has waited (at most the cap), until a worker starts it: a task record
+# lost on its way to a worker must not leave the workflow waiting for ever.
+TASK_REDISPATCH_MS = 10_000
+MAX_TASK_REDISPATCH_MS = 300_000
+
+
+def redispatch_delay_ms(waited_ms: int) -> int:
+    """A task no worker started goes out again 10 s after its dispatch, then after as long again as
+    it has waited, at most every 5 minutes."""
+    return min(max(TASK_REDISPATCH_MS, waited_ms), MAX_TASK_REDISPATCH_MS)
+
+
+def timer_id(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> str:
+    return f"{ex.run_id}/{kind}/{scheduled_event_id}/{attempt}"
+
+
+def timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, attempt: int) -> Effect:
+    return ("Timer", {
+        "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
+        "fire_at_ms": fire_at_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
+    })
+
+
+def drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> Effect:
+    return ("DropTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
+
+
+def outbound(workflow_id: str, kind: str, body: Record) -> Effect:
+    """An effect the matching service produces to kadence.commands: a command for another execution."""
+    commands = command_codec()
+    command = {"workflow_id": workflow_id, "identity": HISTORY_IDENTITY, "command": (kind, body)}
+    return ("OutboundCommand", {
+        "workflow_id": workflow_id, "command": commands.encode(command), "schema_fingerprint": commands.fingerprint,
+    })
+
+
+def answer(requester: Record, cause: str) -> Effect:
+    """Tell the workflow that sent a command (a child start, a signal, a cancel request) whether it applied."""
+    return outbound(requester["workflow_id"], "RecordExternalRequestOutcome", {
+        "run_id": requester["run_id"], "initiated_event_id": requester["initiated_event_id"], "cause": cause,
+    })
+
+
+def rejection_answer(body: Record, reason: Rejected) -> Effect | None:
+    """The effect that tells a requesting workflow its command was rejected, if a workflow sent it."""
+    requester = body.get("initiated_by")
+    return None if requester is None else answer(requester, reason.cause)

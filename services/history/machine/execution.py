@@ -1,0 +1,139 @@
+"""The state of one execution (Temporal's mutable state): what its events left pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.history.machine.records import Record, attributes
+
+RUNNING = "Running"
+HISTORY_IDENTITY = "kadence-history"
+DEFAULT_WORKFLOW_TASK_TIMEOUT_MS = 10_000
+
+
+@dataclass
+class ActivityState:
+    scheduled_event_id: int
+    activity_id: str
+    activity_type: str
+    task_queue: str
+    input: list[Record]
+    schedule_to_close_timeout_ms: int
+    start_to_close_timeout_ms: int
+    retry_policy: Record | None
+    scheduled_time_ms: int
+    heartbeat_timeout_ms: int = 0
+    schedule_to_start_timeout_ms: int = 0
+    attempt: int = 1
+    started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
+    dispatch_due_ms: int = 0  # when the current attempt went, or goes, to a worker: its scheduling or its backoff's end
+    started_identity: str = ""
+    heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
+    last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
+    cancel_requested_event_id: int = 0
+
+
+@dataclass
+class ChildState:
+    """A child workflow this run started and has not heard the end of."""
+
+    initiated_event_id: int
+    workflow_id: str
+    workflow_type: str
+    parent_close_policy: str
+    run_id: str = ""  # known once ChildWorkflowExecutionStarted is recorded
+    started_event_id: int = 0
+
+
+@dataclass
+class ExternalRequest:
+    """A signal or cancel request this run sent to another workflow and awaits the answer to."""
+
+    initiated: str  # the event type that sent it: its key in kadence.protocol.events.INITIATED
+    workflow_id: str
+    run_id: str
+
+
+@dataclass
+class WorkflowTaskState:
+    scheduled_event_id: int
+    attempt: int
+    started_event_id: int = 0
+    started_identity: str = ""
+
+
+@dataclass
+class Execution:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    task_queue: str
+    workflow_task_timeout_ms: int = DEFAULT_WORKFLOW_TASK_TIMEOUT_MS
+    start_request_id: str = ""
+    status: str = RUNNING
+    cancel_requested: bool = False
+    history_bytes: int = 0  # payload bytes in the history: the 50 MB limit
+    next_event_id: int = 1
+    history: list[Record] = field(default_factory=list)
+    workflow_task: WorkflowTaskState | None = None
+    activities: dict[int, ActivityState] = field(default_factory=dict)
+    timers: dict[str, int] = field(default_factory=dict)  # user timer id -> its TimerStarted event id
+    buffered: list[Record] = field(default_factory=list)
+    parent: Record | None = None  # InitiatedBy of a child run: where its close is reported
+    children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
+    external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
+    signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
+    update_ids: set[str] = field(default_factory=set)  # every update admitted: one sent again applies once
+    updates: dict[str, str] = field(default_factory=dict)  # update id -> "admitted" or "accepted", until it ends
+    # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
+    pending_queries: list[Record] = field(default_factory=list, compare=False)
+
+    @property
+    def quiescent(self) -> bool:
+        """No workflow task pending and nothing buffered: a query now sees everything recorded."""
+        return self.status != RUNNING or (self.workflow_task is None and not self.buffered)
+
+    @property
+    def started(self) -> Record:
+        """The run's WorkflowExecutionStarted attributes (a running run holds its whole history)."""
+        return attributes(self.history[0]) if self.history else {}
+
+    @property
+    def root(self) -> tuple[str, str]:
+        """The root of the run's chain of parents (the run itself in histories written before roots were)."""
+        started = self.started
+        return started.get("root_workflow_id") or self.workflow_id, started.get("root_run_id") or self.run_id
+
+
+@dataclass
+class Pending:
+    """What an execution had pending before a transition: the effects drop what it no longer has."""
+
+    activities: dict[int, ActivityState] = field(default_factory=dict)
+    timers: set[int] = field(default_factory=set)  # TimerStarted event ids
+    children: dict[int, ChildState] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ex: Execution) -> Pending:
+        return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children))
+
+
+def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Execution:
+    attrs = attributes(started)
+    parent = None
+    if attrs["parent_workflow_id"]:
+        parent = {
+            "workflow_id": attrs["parent_workflow_id"], "run_id": attrs["parent_run_id"],
+            "initiated_event_id": attrs["parent_initiated_event_id"],
+        }
+    return Execution(
+        workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
+        workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"], parent=parent,
+    )
+
+
+def closed_execution(workflow_id: str, run_id: str, status: str, start_request_id: str) -> Execution:
+    """What a closed run keeps: what a later start's id reuse policy and request id check need."""
+    return Execution(
+        workflow_id=workflow_id, run_id=run_id, workflow_type="", task_queue="", status=status, start_request_id=start_request_id,
+    )

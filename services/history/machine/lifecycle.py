@@ -1,0 +1,328 @@
+"""The execution's lifecycle: its start (a client's, a signal-with-start, a parent's, a cron
+schedule's, a continue-as-new's), a cancel request, and its close, by a workflow task's command,
+a termination or its run timeout."""
+
+from __future__ import annotations
+
+from kadence.protocol.cron import CronError, parse_cron
+from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS
+from kadence.protocol.ids import continued_run_id, run_id_for
+from kadence.protocol.limits import name_problem, payload_problem
+from services.history.machine import child, messages
+from services.history.machine.effects import answer, drop, outbound, timer
+from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
+from services.history.machine.limits import within_history_limit
+from services.history.machine.records import Effect, Record, attributes, event_type
+from services.history.machine.tables import TaskCommand, recorded_as_given
+from services.history.machine.transition import Rejected, Transition
+
+# ---- starts
+
+
+def decide_start(
+    current: Execution | None, workflow_id: str, start: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
+) -> Transition:
+    if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
+        return Transition(current, now_ms)  # the same start again (a retry, a relay's redelivery): answered with its run
+    if current is not None and current.status == RUNNING:
+        run_id = run_id_for(workflow_id, source_partition, source_offset)
+        return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, signal)
+    if current is not None:
+        reuse = start["id_reuse_policy"]
+        if reuse == "REJECT_DUPLICATE" or (reuse == "ALLOW_DUPLICATE_FAILED_ONLY" and current.status == "Completed"):
+            raise Rejected(
+                f"workflow id reuse policy {reuse} refuses a new run after run {current.run_id} ({current.status})",
+                "WORKFLOW_ALREADY_STARTED",
+            )
+    if not start["workflow_type"] or not start["task_queue"]:
+        raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
+    problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
+    if problem:
+        raise Rejected(problem)
+    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+
+
+def _start_while_running(
+    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: Record | None,
+) -> Transition:
+    """The start's id conflict policy: answered with the running run, or that run terminated and a
+    new one started in the same record, or refused."""
+    if start["id_conflict_policy"] == "USE_EXISTING":
+        return Transition(current, now_ms)
+    if start["id_conflict_policy"] != "TERMINATE_EXISTING":
+        raise Rejected(f"workflow execution already started (run_id={current.run_id})", "WORKFLOW_ALREADY_STARTED")
+    t = Transition(current, now_ms)
+    t.flush_buffered()
+    t.add("WorkflowExecutionTerminated", {
+        "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
+    })
+    t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, signal)
+    return t
+
+
+def _cron_problem(start: Record) -> str | None:
+    if not start.get("cron_schedule"):
+        return None
+    if start.get("start_delay_ms"):
+        return "a start delay and a cron schedule may not be used together (the schedule says when each run starts)"
+    try:
+        parse_cron(start["cron_schedule"])
+    except CronError as err:
+        return str(err)
+    return None
+
+
+def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) -> int:
+    """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
+    if signal is not None:
+        return 0  # a signal starts it at once
+    if start.get("cron_schedule"):
+        return parse_cron(start["cron_schedule"]).next_after_ms(now_ms) - now_ms
+    return start.get("start_delay_ms", 0)
+
+
+def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
+    ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
+    parent = start.get("initiated_by")
+    t = Transition(ex, now_ms)
+    t.add("WorkflowExecutionStarted", {
+        "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
+        "input": start["input"], "request_id": start["request_id"], "identity": identity,
+        "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
+        "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
+        "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
+        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
+        "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
+        "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
+    })
+    if signal is not None:
+        t.add("WorkflowExecutionSignaled", {
+            **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
+        })
+    t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
+    if parent is not None:
+        t.effects.append(outbound(parent["workflow_id"], "RecordChildExecutionStarted", {
+            "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
+        }))
+    return t
+
+
+def _root_attributes(parent: Record | None, workflow_id: str, run_id: str) -> Record:
+    """A child's root is its parent's (the parent itself in records sent before roots were); a run
+    without a parent is its own root (as Temporal)."""
+    if parent is None:
+        return {"root_workflow_id": workflow_id, "root_run_id": run_id}
+    if parent.get("root_workflow_id"):
+        return {"root_workflow_id": parent["root_workflow_id"], "root_run_id": parent["root_run_id"]}
+    return {"root_workflow_id": parent["workflow_id"], "root_run_id": parent["run_id"]}
+
+
+def _parent_attributes(parent: Record | None) -> Record:
+    if parent is None:
+        return {"parent_workflow_id": "", "parent_run_id": "", "parent_initiated_event_id": 0}
+    return {
+        "parent_workflow_id": parent["workflow_id"], "parent_run_id": parent["run_id"],
+        "parent_initiated_event_id": parent["initiated_event_id"],
+    }
+
+
+def decide_signal_with_start(
+    current: Execution | None, workflow_id: str, cmd: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int,
+) -> Transition:
+    """Signal the running run, or start a new one whose first event after the start is the signal.
+    The start's request id names the whole request: sent again, it signals (or starts) once."""
+    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"]}
+    request_id = cmd["start"]["request_id"]
+    if current is not None and current.status == RUNNING:
+        if request_id and request_id == current.start_request_id:
+            return Transition(current, now_ms)  # this request started the run, with its signal
+        return within_history_limit(messages.signaled(current, {**signal, "run_id": "", "request_id": request_id}, identity, now_ms))
+    if not cmd["signal_name"]:
+        raise Rejected("SignalWithStartWorkflowExecution needs a signal_name")
+    problem = payload_problem(cmd["signal_input"], "signal input")
+    if problem:
+        raise Rejected(problem)
+    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
+
+
+# ---- closes
+
+
+# A cron run that ends so is followed by the next; one canceled or terminated ends the schedule.
+_CRON_CONTINUES = {"WorkflowExecutionCompleted", "WorkflowExecutionFailed", "WorkflowExecutionTimedOut"}
+
+
+def close(t: Transition, kind: str, attrs: Record) -> None:
+    """Close the run; a run of a cron schedule that completed, failed or timed out starts the next
+    run in the same record, its first workflow task at the schedule's next time (as Temporal)."""
+    ex = t.execution
+    started = ex.started
+    cron_schedule = started.get("cron_schedule", "")
+    if not cron_schedule or kind not in _CRON_CONTINUES:
+        t.add(kind, {**attrs, "new_execution_run_id": ""})
+        return
+    following = Execution(
+        workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, t.next_event_id), workflow_type=ex.workflow_type,
+        task_queue=ex.task_queue,
+    )
+    t.add(kind, {**attrs, "new_execution_run_id": following.run_id})
+    t.next_run = Transition(following, t.now_ms)
+    t.next_run.add("WorkflowExecutionStarted", {
+        **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE",
+        "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
+    })
+    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
+    """Close the run and start its successor in the same transition (one record: atomic)."""
+    ex = t.execution
+    following = Execution(
+        workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, completed_id),
+        workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
+    )
+    t.add("WorkflowExecutionContinuedAsNew", {
+        **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
+        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id,
+    })
+    started = ex.started
+    t.next_run = Transition(following, t.now_ms)
+    t.next_run.add("WorkflowExecutionStarted", {
+        "workflow_type": following.workflow_type, "task_queue": following.task_queue, "input": attrs["input"],
+        "request_id": "", "identity": identity,
+        # As Temporal: what the command leaves unset is the current run's, and the execution
+        # timeout bounds the whole chain (the new run gets what is left of it).
+        "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"] or ex.workflow_task_timeout_ms,
+        "workflow_execution_timeout_ms": _execution_time_left_ms(ex, t.now_ms),
+        "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
+        "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
+        "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
+        **_chain_attributes(ex),
+    })
+    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+
+
+def _execution_time_left_ms(ex: Execution, now_ms: int) -> int:
+    """What the run's execution timeout leaves for the run it continues as (0: none; at least 1 ms)."""
+    timeout = ex.started.get("workflow_execution_timeout_ms") or 0
+    if not timeout:
+        return 0
+    return max(1, timeout - (now_ms - ex.history[0]["event_time_ms"]))
+
+
+def _search_attributes_now(ex: Execution, t: Transition) -> Record:
+    """The run's search attributes: those it started with, as its upserts (this transition's too) left them."""
+    values = dict(ex.started.get("search_attributes") or {})
+    for event in ex.history + t.events:
+        if event_type(event) == "UpsertWorkflowSearchAttributes":
+            values.update(attributes(event)["search_attributes"])
+    return values
+
+
+def _chain_attributes(ex: Execution) -> Record:
+    """What the run that continues `ex` keeps of its chain: the first run and the root."""
+    root_workflow_id, root_run_id = ex.root
+    return {
+        "first_execution_run_id": ex.started.get("first_execution_run_id") or ex.run_id,
+        "root_workflow_id": root_workflow_id, "root_run_id": root_run_id,
+    }
+
+
+def _closing(command: str, bad_attributes: str) -> TaskCommand:
+    def record(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
+        close(t, CLOSE_COMMANDS[command], {**attrs, "workflow_task_completed_event_id": completed_id})
+
+    return TaskCommand(bad_attributes, record)
+
+
+TASK_COMMANDS = {
+    "CompleteWorkflowExecution": _closing("CompleteWorkflowExecution", "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES"),
+    "FailWorkflowExecution": _closing("FailWorkflowExecution", "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES"),
+    "CancelWorkflowExecution": _closing("CancelWorkflowExecution", "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
+    "ContinueAsNewWorkflowExecution": TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continue_as_new),
+    "UpsertWorkflowSearchAttributes": recorded_as_given("UpsertWorkflowSearchAttributes", "BAD_SEARCH_ATTRIBUTES"),
+}
+
+# ---- commands
+
+
+def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    t = Transition(ex, now_ms)
+    requester = cmd.get("initiated_by")
+    if not ex.cancel_requested:  # asking twice is answered, not recorded twice
+        t.add_workflow_visible("WorkflowExecutionCancelRequested", {
+            "cause": cmd["reason"], "identity": identity, "external_workflow_id": requester["workflow_id"] if requester else "",
+            "external_run_id": requester["run_id"] if requester else "",
+            "external_initiated_event_id": requester["initiated_event_id"] if requester else 0,
+        })
+    if requester is not None:
+        t.effects.append(answer(requester, ""))
+    return t
+
+
+def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    problem = payload_problem(cmd["details"], "termination details")
+    if problem:
+        raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    t.flush_buffered()  # what arrived is kept in the history; nothing runs after this
+    t.add("WorkflowExecutionTerminated", {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})
+    return t
+
+
+COMMANDS = {"RequestCancelWorkflowExecution": _cancel_requested, "TerminateWorkflowExecution": _terminated}
+
+# ---- timeouts
+
+
+def _run_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    t = Transition(ex, now_ms)
+    t.flush_buffered()
+    close(t, "WorkflowExecutionTimedOut", {"retry_state": "TIMEOUT"})
+    return t
+
+
+TIMEOUTS = {"WORKFLOW_RUN_TIMEOUT": _run_timed_out}
+
+# ---- apply
+
+
+def _closed(ex: Execution, event: Record) -> None:
+    ex.status = CLOSE_STATUS[event_type(event)]
+    ex.workflow_task = None
+    ex.activities.clear()  # pending work is dropped with the run
+    ex.timers.clear()
+    ex.children.clear()  # the parent close policy applies to them
+    ex.external_requests.clear()
+    ex.updates.clear()
+
+
+def _cancel_recorded(ex: Execution, event: Record) -> None:
+    ex.cancel_requested = True
+
+
+APPLY = {"WorkflowExecutionCancelRequested": _cancel_recorded, **{kind: _closed for kind in CLOSE_STATUS}}
+
+# ---- effects
+
+
+def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """The run's timeout: the sooner of its run timeout and what is left of its execution timeout."""
+    attrs = attributes(event)
+    limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
+    return [timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1)] if limits else []
+
+
+def _on_closed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """A child run's close is told to its parent (unless the chain goes on); the run timeout goes
+    (unless it is what fired)."""
+    kind, attrs = event["attributes"]
+    effects = [child.close_report(ex, kind, attrs)] if not attrs.get("new_execution_run_id") and ex.parent is not None else []
+    if kind != "WorkflowExecutionTimedOut":
+        effects.append(drop(ex, "WORKFLOW_RUN_TIMEOUT", 1, 1))
+    return effects
+
+
+EFFECTS = {"WorkflowExecutionStarted": _on_started, **{kind: _on_closed for kind in CLOSE_STATUS}}

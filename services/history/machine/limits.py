@@ -1,0 +1,58 @@
+"""What a transition may not pass: the history's event and size limits, and one Kafka record."""
+
+from __future__ import annotations
+
+from kadence.protocol.limits import MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_RECORD_VALUE_BYTES, payload_bytes
+from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.transition import Rejected, Transition
+
+# Commands a client or another workflow sends: refused, with the reason, when their record would be
+# too large. Refusing a worker's or the engine's command would leave the run stuck: the run ends.
+_REFUSED_WHEN_TOO_LARGE = {
+    "StartWorkflowExecution", "SignalWithStartWorkflowExecution", "SignalWorkflowExecution", "UpdateWorkflowExecution",
+    "RequestCancelWorkflowExecution",
+}
+
+
+def within_history_limit(t: Transition) -> Transition:
+    """A run whose history would pass a limit is terminated instead, with the reason."""
+    ex = t.execution
+    size = ex.history_bytes + payload_bytes([e["attributes"][1] for e in t.events + t.buffered])
+    if t.next_event_id - 1 > MAX_HISTORY_EVENTS:
+        exceeded = f"the {MAX_HISTORY_EVENTS}-event limit"
+    elif size > MAX_HISTORY_BYTES:
+        exceeded = f"the {MAX_HISTORY_BYTES // (1024 * 1024)} MB limit"
+    else:
+        return t
+    terminated = Transition(ex, t.now_ms)
+    terminated.flush_buffered()
+    terminated.add("WorkflowExecutionTerminated", {
+        "reason": f"history would exceed {exceeded}; continue-as-new long-running workflows",
+        "details": [], "identity": HISTORY_IDENTITY,
+    })
+    return terminated
+
+
+def within_record_limit(t: Transition, command: str) -> Transition:
+    """Keep the HistoryBatch of `t` within one Kafka record, as Temporal keeps a transaction within
+    its limits: a client's command that would not fit is refused; any other ends the run with the
+    reason (Temporal terminates a run whose workflow task completion is too large to send). The
+    buffered events are not written then: they may be what is too large."""
+    size = t.record_bytes_bound
+    if size <= MAX_RECORD_VALUE_BYTES:
+        return t
+    too_large = (
+        f"{command} would write a history record of up to {size / 1e6:.1f} MB; "
+        f"a kadence.history record holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB"
+    )
+    if command in _REFUSED_WHEN_TOO_LARGE:
+        raise Rejected(too_large)
+    return terminated_as_too_large(t.execution, t.now_ms, f"{too_large}: keep large data out of workflow history "
+                                   "(pass a reference to it) or spread it over more workflow tasks")
+
+
+def terminated_as_too_large(ex: Execution, now_ms: int, reason: str) -> Transition:
+    """The run ends with the reason; its buffered events are left out (they may be what is too large)."""
+    terminated = Transition(ex, now_ms)
+    terminated.add("WorkflowExecutionTerminated", {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
+    return terminated

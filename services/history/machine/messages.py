@@ -1,0 +1,105 @@
+"""What a run receives from outside while it runs: signals, and updates (admitted, then accepted or
+rejected and completed by its workflow tasks). Queries record nothing: `services/history/step.py`
+holds them until the run is quiescent."""
+
+from __future__ import annotations
+
+from kadence.protocol.limits import MAX_PENDING_SIGNALS, name_problem, payload_problem
+from services.history.machine.effects import answer
+from services.history.machine.execution import Execution
+from services.history.machine.records import Record, attributes, event_type
+from services.history.machine.tables import Planned, TaskCommand, recorded_as_given
+from services.history.machine.transition import Rejected, Transition
+
+# ---- apply
+
+
+def _signaled(ex: Execution, event: Record) -> None:
+    if request_id := attributes(event)["request_id"]:
+        ex.signal_request_ids.add(request_id)
+
+
+def _update_admitted(ex: Execution, event: Record) -> None:
+    update_id = attributes(event)["update_id"]
+    ex.update_ids.add(update_id)
+    ex.updates[update_id] = "admitted"
+
+
+def _update_accepted(ex: Execution, event: Record) -> None:
+    ex.updates[attributes(event)["update_id"]] = "accepted"
+
+
+def _update_ended(ex: Execution, event: Record) -> None:
+    ex.updates.pop(attributes(event)["update_id"], None)
+
+
+APPLY = {
+    "WorkflowExecutionSignaled": _signaled, "WorkflowExecutionUpdateAdmitted": _update_admitted,
+    "WorkflowExecutionUpdateAccepted": _update_accepted, "WorkflowExecutionUpdateRejected": _update_ended,
+    "WorkflowExecutionUpdateCompleted": _update_ended,
+}
+
+# ---- commands
+
+
+def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    if not cmd["signal_name"]:
+        raise Rejected("SignalWorkflowExecution needs a signal_name")
+    problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["input"], "signal input")
+    if problem:
+        raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    if cmd["request_id"] and cmd["request_id"] in ex.signal_request_ids:
+        return t  # the same signal again (a client's retry, a relay's redelivery): applied once
+    if sum(event_type(e) == "WorkflowExecutionSignaled" for e in ex.buffered) >= MAX_PENDING_SIGNALS:
+        raise Rejected(f"{MAX_PENDING_SIGNALS} signals already wait for the workflow to take them; try again later")
+    requester = cmd.get("initiated_by")
+    t.add_workflow_visible("WorkflowExecutionSignaled", {
+        "signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity, "request_id": cmd["request_id"],
+        "external_workflow_id": requester["workflow_id"] if requester else "", "external_run_id": requester["run_id"] if requester else "",
+    })
+    if requester is not None:
+        t.effects.append(answer(requester, ""))
+    return t
+
+
+def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    if not cmd["update_id"] or not cmd["name"]:
+        raise Rejected("UpdateWorkflowExecution needs an update_id and a name")
+    problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
+    if problem:
+        raise Rejected(problem)
+    t = Transition(ex, now_ms)
+    if cmd["update_id"] not in ex.update_ids:  # the same update again: answered, applied once
+        t.add_workflow_visible("WorkflowExecutionUpdateAdmitted", {
+            "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
+        })
+    return t
+
+
+COMMANDS = {"SignalWorkflowExecution": signaled, "UpdateWorkflowExecution": _update_requested}
+
+# ---- the workflow task's commands
+
+
+def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
+    """A command that moves an update from the state `needed` to `leaves` (None: it ends)."""
+    def check(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+        update_id = attrs["update_id"]
+        if planned.updates.get(update_id) != needed:
+            return f"{command}: update {update_id} is not {needed}"
+        if leaves is None:
+            planned.updates.pop(update_id)
+        else:
+            planned.updates[update_id] = leaves
+        return None
+
+    given = recorded_as_given(command, "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE")
+    return TaskCommand(given.bad_attributes, given.record, check)
+
+
+TASK_COMMANDS = {
+    "AcceptWorkflowUpdate": _update_step("AcceptWorkflowUpdate", "admitted", "accepted"),
+    "RejectWorkflowUpdate": _update_step("RejectWorkflowUpdate", "admitted", None),
+    "CompleteWorkflowUpdate": _update_step("CompleteWorkflowUpdate", "accepted", None),
+}

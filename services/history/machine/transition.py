@@ -1,0 +1,130 @@
+"""What one command does to one execution: a `Transition`, the content of one HistoryBatch."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
+from kadence.protocol.limits import encoded_bytes_bound
+from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.records import Effect, Record, event_type, history_batch
+
+
+class Rejected(Exception):
+    """The command does not apply to the execution's current state; the message says why, and
+    `cause` says it in a word a client can act on."""
+
+    def __init__(self, reason: str, cause: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(reason)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Redispatch:
+    """A task dispatched again because no worker started it (its record lost, or no worker polling)."""
+
+    task: str  # "workflow" or "activity"
+    scheduled_event_id: int
+    waited_ms: int  # since the workflow task was scheduled, or the activity attempt was due
+
+
+@dataclass
+class Transition:
+    """What one command does to one execution: the content of one HistoryBatch."""
+
+    execution: Execution
+    now_ms: int
+    events: list[Record] = field(default_factory=list)
+    buffered: list[Record] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    heartbeats: list[Record] = field(default_factory=list)
+    next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
+    redispatch: "Redispatch | None" = None
+    first_event_id: int = field(init=False)  # the run's next event id when it was decided
+
+    def __post_init__(self) -> None:
+        self.first_event_id = self.execution.next_event_id
+
+    @property
+    def next_event_id(self) -> int:
+        return self.first_event_id + len(self.events)
+
+    @functools.cached_property
+    def record_bytes_bound(self) -> int:
+        """An upper bound of the encoded HistoryBatch this transition makes (taken before it applies)."""
+        return batch_bytes_bound(self)
+
+    def add(self, event_type: str, attributes: Record, event_time_ms: int | None = None) -> int:
+        event_id = self.next_event_id
+        time_ms = self.now_ms if event_time_ms is None else event_time_ms
+        self.events.append({"event_id": event_id, "event_time_ms": time_ms, "attributes": (event_type, attributes)})
+        return event_id
+
+    def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
+        """Buffer the event while a workflow task is in flight, else write it and schedule a task
+        (one per transition, after its last workflow-visible event)."""
+        if self.execution.workflow_task is not None:
+            self.buffered.append({"event_id": 0, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
+            return
+        if self.events and self.events[-1]["attributes"] == ("WorkflowTaskScheduled", self._first_task_attributes()):
+            self.events.pop()
+        self.add(event_type, attributes)
+        self.add("WorkflowTaskScheduled", self._first_task_attributes())
+
+    def _first_task_attributes(self) -> Record:
+        return {"task_queue": self.execution.task_queue, "attempt": 1}
+
+    def flush_buffered(self) -> None:
+        for event in self.execution.buffered:
+            event_type, attributes = event["attributes"]
+            self.add(event_type, attributes)
+
+    def batch(
+        self, source_partition: int, source_offset: int, effects: list[Effect] | None = None,
+        next_run_effects: list[Effect] | None = None, request_ids: list[str] | None = None,
+    ) -> Record:
+        """The HistoryBatch of this transition, with the effects derived once it applied."""
+        ex = self.execution
+        following = None if self.next_run is None else {
+            "run_id": self.next_run.execution.run_id, "events": self.next_run.events, "effects": next_run_effects or [],
+        }
+        return history_batch(
+            ex.workflow_id, ex.run_id, self.first_event_id, source_partition, source_offset, events=self.events,
+            buffered=self.buffered, effects=effects or [], heartbeats=self.heartbeats, next_run=following,
+            request_ids=request_ids or [],
+        )
+
+
+def engine_failure(message: str, failure_type: str) -> Record:
+    """A Failure the history service itself records (a timeout, a bad command)."""
+    return failure_record(message, failure_type, HISTORY_IDENTITY)
+
+
+def batch_bytes_bound(t: Transition) -> int:
+    """An upper bound of the encoded HistoryBatch `t` makes, its workflow tasks' events left out
+    (the history service drops those from a record that would not fit: the worker reads them)."""
+    ex = t.execution
+    size = encoded_bytes_bound([ex.workflow_id, ex.run_id, t.buffered, t.heartbeats]) + 1024
+    for run in (t, t.next_run):
+        if run is None:
+            continue
+        ids = encoded_bytes_bound([run.execution.workflow_id, run.execution.run_id]) + 64
+        # Each event sets at most a few timers or drops them, or sends a task: ids and names.
+        per_event = 4 * ids + encoded_bytes_bound([run.execution.task_queue, run.execution.workflow_type])
+        size += encoded_bytes_bound(run.events) + per_event * len(run.events)
+        size += encoded_bytes_bound([e for e in run.events if _repeated_by_effect(run.execution, e)])
+        size += encoded_bytes_bound([
+            (kind, {**effect, "history": []} if kind == "WorkflowTask" else effect) for kind, effect in run.effects
+        ])
+        if any(event_type(e) in CLOSE_STATUS for e in run.events):  # what a close cancels, drops and tells children
+            size += sum(encoded_bytes_bound(a.task_queue) + 4 * ids for a in run.execution.activities.values())
+            size += ids * len(run.execution.timers)
+            size += sum(2 * encoded_bytes_bound(c.workflow_id) + ids + 256 for c in run.execution.children.values())
+    return size
+
+
+def _repeated_by_effect(ex: Execution, event: Record) -> bool:
+    """Whether an effect of `event` repeats its content: the task or command it sends."""
+    kind = event_type(event)
+    return kind == "ActivityTaskScheduled" or kind in INITIATED or (kind in CLOSE_STATUS and ex.parent is not None)

@@ -1,0 +1,254 @@
+"""The workflow task: scheduled, dispatched (again while no worker starts it), started, and
+completed with the commands a worker's workflow code decided, failed or timed out and retried."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kadence.common import DEFAULT_INITIAL_INTERVAL_MS
+from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
+from kadence.protocol.limits import name_problem, payload_problem
+from services.history.machine import activity, child, lifecycle, messages, timer
+from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
+from services.history.machine.effects import timer as timer_effect
+from services.history.machine.execution import Execution, WorkflowTaskState
+from services.history.machine.limits import terminated_as_too_large
+from services.history.machine.records import Effect, Record, attributes, event_type
+from services.history.machine.tables import Planned, TaskCommand, recorded_as_given
+from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
+
+MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
+_ENDED = ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut")
+
+# ---- apply
+
+
+def _scheduled(ex: Execution, event: Record) -> None:
+    ex.workflow_task = WorkflowTaskState(event["event_id"], attributes(event)["attempt"])
+
+
+def _started(ex: Execution, event: Record) -> None:
+    assert ex.workflow_task is not None
+    ex.workflow_task.started_event_id = event["event_id"]
+    ex.workflow_task.started_identity = attributes(event)["identity"]
+
+
+def _ended(ex: Execution, event: Record) -> None:
+    ex.workflow_task = None
+    ex.buffered = []  # the same batch writes them next
+
+
+APPLY = {"WorkflowTaskScheduled": _scheduled, "WorkflowTaskStarted": _started, **{kind: _ended for kind in _ENDED}}
+
+# ---- commands: the worker's
+
+
+def _started_task(ex: Execution, scheduled_event_id: int, identity: str) -> WorkflowTaskState:
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
+        raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
+    if wt.started_identity != identity:
+        raise Rejected(f"workflow task {scheduled_event_id} was started by {wt.started_identity!r}, not {identity!r}")
+    return wt
+
+
+def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.started_event_id != 0:
+        raise Rejected(f"no pending workflow task with scheduled_event_id={cmd['scheduled_event_id']}")
+    t = Transition(ex, now_ms)
+    # The worker's start time, which its workflow code already read as workflow.now(): a replay reads the same.
+    t.add("WorkflowTaskStarted", {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
+          event_time_ms=cmd.get("started_time_ms") or None)
+    return t
+
+
+def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = _started_task(ex, cmd["scheduled_event_id"], identity)
+    t = Transition(ex, now_ms)
+    if ex.buffered and any(kind in CLOSE_COMMANDS for kind, _ in cmd["commands"]):
+        # New events arrived while the task ran: the workflow must see them before it may close.
+        _fail(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
+        return t
+    problem = _invalid_command(ex, cmd["commands"])
+    if problem:
+        cause, message = problem
+        failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
+        _fail(t, wt, cause, failure, identity, next_attempt=wt.attempt + 1)
+        return t
+    completed_id = t.add("WorkflowTaskCompleted", {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
+    })
+    for kind, attrs in cmd["commands"]:
+        TASK_COMMANDS[kind].record(t, attrs, completed_id, identity)
+        if kind in CLOSE_COMMANDS:
+            return t
+    if ex.buffered:
+        t.flush_buffered()
+        t.add("WorkflowTaskScheduled", {"task_queue": ex.task_queue, "attempt": 1})
+    return t
+
+
+def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
+    """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
+    counts = Counter(kind for kind, _ in commands)
+    limit = activity.pending_limit(ex, counts) or child.pending_limit(ex, counts)
+    if limit:
+        return limit
+    planned = Planned.of(ex)
+    for kind, attrs in commands:
+        command = TASK_COMMANDS[kind]
+        problem = name_problem(ex.workflow_id, attrs) or payload_problem(attrs, kind) or _missing(kind, command, attrs)
+        if problem or (problem := command.check(ex, attrs, planned)):
+            return command.bad_attributes, problem
+    return None
+
+
+def _missing(kind: str, command: TaskCommand, attrs: Record) -> str | None:
+    missing = [name for name in command.required if not attrs[name]]
+    return f"{kind} needs {' and '.join(missing)}" if missing else None
+
+
+def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = _started_task(ex, cmd["scheduled_event_id"], identity)
+    if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
+        return terminated_as_too_large(ex, now_ms, cmd["failure"]["message"][:10_000])
+    t = Transition(ex, now_ms)
+    _fail(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
+    return t
+
+
+def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, next_attempt: int) -> None:
+    t.add("WorkflowTaskFailed", {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
+        "cause": cause, "failure": failure, "identity": identity,
+    })
+    _retry(t, next_attempt)
+
+
+def _retry(t: Transition, next_attempt: int) -> None:
+    t.flush_buffered()
+    t.add("WorkflowTaskScheduled", {"task_queue": t.execution.task_queue, "attempt": next_attempt})
+
+
+COMMANDS = {
+    "RecordWorkflowTaskStarted": _task_started,
+    "RespondWorkflowTaskCompleted": _task_completed,
+    "RespondWorkflowTaskFailed": _task_failed,
+}
+
+# Every command a workflow task may complete with, from the family that owns it.
+TASK_COMMANDS: dict[str, TaskCommand] = {
+    **lifecycle.TASK_COMMANDS, **activity.TASK_COMMANDS, **timer.TASK_COMMANDS, **child.TASK_COMMANDS,
+    **messages.TASK_COMMANDS, "RecordMarker": recorded_as_given("RecordMarker", "BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
+}
+
+# ---- timeouts
+
+
+def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id:
+        raise Rejected("stale workflow task timeout")
+    t = Transition(ex, now_ms)
+    t.add("WorkflowTaskTimedOut", {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "timeout_type": "START_TO_CLOSE",
+    })
+    _retry(t, wt.attempt + 1)
+    return t
+
+
+def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+    """Its start delay or backoff ended, or no worker started it yet: dispatched (again)."""
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
+        raise Rejected("stale workflow task retry timer")
+    t = Transition(ex, now_ms)
+    t.effects.extend(_dispatch(ex, wt, now_ms))
+    if _waited_ms(ex, wt, now_ms) >= _first_dispatch_delay_ms(ex, wt) + TASK_REDISPATCH_MS:
+        t.redispatch = Redispatch("workflow", wt.scheduled_event_id, _waited_ms(ex, wt, now_ms))
+    return t
+
+
+TIMEOUTS = {"WORKFLOW_TASK_START_TO_CLOSE": _start_to_close_timed_out, "WORKFLOW_TASK_RETRY": _retry_due}
+
+# ---- effects
+
+
+def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
+    """The task carries the events after the previous started workflow task's WorkflowTaskScheduled:
+    what a worker that ran that task (and caches the run) lacks; a worker without the run reads the
+    earlier events from the read model. So a task's size follows what happened since the previous
+    one, not the whole history (Temporal sends a sticky worker the same part)."""
+    known = 0  # the last event a worker that ran the previous task has
+    for event in reversed(ex.history):
+        if event_type(event) == "WorkflowTaskStarted" and event["event_id"] < wt.scheduled_event_id:
+            known = attributes(event)["scheduled_event_id"]
+            break
+    history = []
+    for event in reversed(ex.history):
+        if event["event_id"] <= known:
+            break
+        if event["event_id"] <= wt.scheduled_event_id:
+            history.append(event)
+    history.reverse()
+    return {
+        "task_queue": ex.task_queue, "workflow_type": ex.workflow_type,
+        "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt, "first_event_id": known + 1, "history": history,
+    }
+
+
+def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[Effect]:
+    """The task for a worker, and the timer that dispatches it again if no worker starts it (the
+    retry timer: when it fires, a task still not started is dispatched again)."""
+    fire_at = now_ms + redispatch_delay_ms(_waited_ms(ex, wt, now_ms))
+    return [("WorkflowTask", workflow_task_effect(ex, wt)),
+            timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+
+
+def _waited_ms(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> int:
+    """How long the workflow task has waited since it was scheduled (0 if its event is not in memory)."""
+    scheduled = ex.history[wt.scheduled_event_id - 1] if len(ex.history) >= wt.scheduled_event_id else None
+    return now_ms - scheduled["event_time_ms"] if scheduled and scheduled["event_id"] == wt.scheduled_event_id else 0
+
+
+def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
+    """How long after it was scheduled the workflow task was first dispatched: the start delay of a
+    first task, the backoff of a retried one. Its retry timer firing 10 s or more after that is a
+    re-dispatch (a backoff timer fired that late counts as one too)."""
+    if wt.attempt > 1:
+        return min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
+    if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == "WorkflowExecutionStarted":
+        return attributes(ex.history[0]).get("first_workflow_task_backoff_ms") or 0
+    return 0
+
+
+def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """The task goes to a worker at once, or when its start delay or retry backoff ends."""
+    wt = ex.workflow_task
+    if wt is None or wt.scheduled_event_id != event["event_id"]:  # over in the same transition
+        return []
+    started = next((attributes(e) for e in t.events if event_type(e) == "WorkflowExecutionStarted"), None)
+    if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
+        fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
+        return [timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+    if wt.attempt == 1:
+        return _dispatch(ex, wt, t.now_ms)
+    fire_at = t.now_ms + _first_dispatch_delay_ms(ex, wt)
+    return [timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+
+
+def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    """Its start-to-close timer is set, its re-dispatch dropped."""
+    scheduled_event_id = attributes(event)["scheduled_event_id"]
+    effects = [timer_effect(ex, "WORKFLOW_TASK_START_TO_CLOSE", t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
+    if ex.workflow_task is not None:
+        effects.append(drop(ex, "WORKFLOW_TASK_RETRY", scheduled_event_id, ex.workflow_task.attempt))
+    return effects
+
+
+def _on_ended(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+    return [drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attributes(event)["scheduled_event_id"], 1)]
+
+
+EFFECTS = {"WorkflowTaskScheduled": _on_scheduled, "WorkflowTaskStarted": _on_started, **{kind: _on_ended for kind in _ENDED}}
