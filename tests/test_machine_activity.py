@@ -1,0 +1,210 @@
+"""Activities (services/history/machine/activity.py): dispatch, attempts, retries, heartbeats, timeouts, cancellation."""
+
+from __future__ import annotations
+
+import pytest
+
+from kadence.common import retry_backoff_ms
+from kadence.protocol.task_token import TaskToken
+from services.history.checkpoint import decode_state, encode_state
+from services.history.machine.activity import activity_retry_state
+from services.history.machine.dispatch import decide
+from services.history.machine.effects import TASK_REDISPATCH_MS
+from services.history.machine.execution import ActivityState
+from services.history.machine.transition import Redispatch, Rejected
+from tests.machine_steps import (
+    BIG,
+    NOW,
+    apply,
+    command,
+    schedule_activities,
+    started_workflow,
+)
+
+
+def test_an_activity_task_no_worker_starts_is_dispatched_again_within_its_schedule_to_start_deadline() -> None:
+    """As a workflow task: its retry timer dispatches it again after 10 s, then after as long again
+    as it has waited; the start drops the timer. A re-dispatch does not move the deadline."""
+    state, run_id = started_workflow()
+    scheduled = schedule_activities(state, run_id, schedule_to_start_timeout_ms=60_000)
+    assert [(k, e.get("kind"), e.get("fire_at_ms")) for k, e in scheduled["effects"] if k != "DropTimer"] == [
+        ("ActivityTask", None, None), ("Timer", "ACTIVITY_RETRY", NOW + TASK_REDISPATCH_MS),
+        ("Timer", "ACTIVITY_SCHEDULE_TO_START", NOW + 60_000),
+    ]
+    fire = {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/5/1", "kind": "ACTIVITY_RETRY", "scheduled_event_id": 5, "attempt": 1}
+    at = NOW
+    for offset, delay in enumerate((10_000, 10_000, 20_000), start=3):
+        at += delay
+        redispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", at)
+        assert redispatch.redispatch == Redispatch("activity", 5, at - NOW)  # counted by the history service
+        again = apply(state, redispatch, offset)
+        assert [(k, e.get("kind")) for k, e in again["effects"]] == [
+            ("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
+        assert again["effects"][1][1]["schedule_to_start_deadline_ms"] == NOW + 60_000
+        assert again["effects"][2][1]["fire_at_ms"] == at + max(TASK_REDISPATCH_MS, at - NOW)
+    started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 9)
+    assert ("DropTimer", {"timer_id": f"{run_id}/ACTIVITY_RETRY/5/1"}) in started["effects"]
+    with pytest.raises(Rejected, match="already started"):
+        decide(state.executions["order-1"], "TimeoutFired", fire, "timer", at + 40_000)
+
+
+def test_the_dispatch_of_an_activity_retry_is_not_counted_as_a_redispatch_and_its_deadline_counts_from_the_backoff() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, schedule_to_start_timeout_ms=60_000)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    failure = {"message": "boom", "type": "", "source": "", "stack_trace": "", "non_retryable": False, "timeout_type": None,
+               "details": [], "activity_failure_info": None, "cause": None}
+    failed = command(state, "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "failure": failure}, 4)
+    backoff = retry_backoff_ms(None, 1)
+    assert [(e["kind"], e["fire_at_ms"]) for k, e in failed["effects"] if k == "Timer"] == [
+        ("ACTIVITY_RETRY", NOW + backoff), ("ACTIVITY_SCHEDULE_TO_START", NOW + backoff + 60_000),
+    ]
+    fire = {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/5/2", "kind": "ACTIVITY_RETRY", "scheduled_event_id": 5, "attempt": 2}
+    dispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + backoff + 300)
+    assert dispatch.redispatch is None
+    assert [(k, e.get("kind")) for k, e in dispatch.effects] == [("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
+    assert dispatch.effects[1][1]["schedule_to_start_deadline_ms"] == NOW + backoff + 60_000
+
+
+def test_an_activity_completion_counts_from_its_worker_or_by_task_token_or_activity_id() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, 2)
+    for offset, scheduled in ((3, 5), (4, 6)):
+        command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
+    ex = state.executions["order-1"]
+    report = {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None, "task_token": None, "activity_id": ""}
+    with pytest.raises(Rejected, match="started by 'worker', not 'other-worker'"):  # no token: only the worker that started it
+        decide(ex, "RespondActivityTaskCompleted", report, "other-worker", NOW)
+    token = TaskToken("order-1", run_id, 5, 1, "0").encode()
+    by_token = decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": token}, "a-client", NOW)
+    assert [(kind, attrs["identity"]) for kind, attrs in (e["attributes"] for e in by_token.events) if kind == "ActivityTaskCompleted"] == [
+        ("ActivityTaskCompleted", "a-client")]
+    stale = TaskToken("order-1", run_id, 5, 2, "0").encode()
+    stale_reason = r"stale task token: attempt 2 of activity '0' \(scheduled_event_id=5\) is over \(attempt 1 is current\)"
+    with pytest.raises(Rejected, match=stale_reason) as refused:
+        decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": stale}, "a-client", NOW)
+    assert refused.value.cause == "ACTIVITY_NOT_FOUND"
+    with pytest.raises(Rejected, match="not a Kadence activity task token"):
+        decide(ex, "RespondActivityTaskCompleted", {**report, "task_token": b"forged"}, "a-client", NOW)
+    by_id = {**report, "run_id": "", "scheduled_event_id": 0, "attempt": 0, "activity_id": "1"}
+    completed = decide(ex, "RespondActivityTaskCompleted", by_id, "a-client", NOW)
+    completions = [attrs for kind, attrs in (e["attributes"] for e in completed.events) if kind == "ActivityTaskCompleted"]
+    assert [attrs["scheduled_event_id"] for attrs in completions] == [6]
+    with pytest.raises(Rejected, match="no pending activity 'missing'"):
+        decide(ex, "RespondActivityTaskCompleted", {**by_id, "activity_id": "missing"}, "a-client", NOW)
+
+
+def test_retried_failure_schedules_the_next_attempt_through_a_timer() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    failure = {"message": "boom", "type": "Boom", "source": "", "stack_trace": "", "non_retryable": False,
+               "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None}
+    batch = command(state, "RespondActivityTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "failure": failure}, 4)
+    assert [e["attributes"][1]["retry_state"] for e in batch["events"]] == ["IN_PROGRESS"]
+    kinds = [(kind, effect.get("kind")) for kind, effect in batch["effects"]]
+    assert kinds == [("DropTimer", None), ("Timer", "ACTIVITY_RETRY")]
+    assert batch["effects"][1][1]["fire_at_ms"] == NOW + 1000
+    assert state.executions["order-1"].activities[5].attempt == 2
+
+
+@pytest.mark.parametrize(("attempt", "expected"), [(1, 1000), (2, 2000), (3, 4000), (8, 100_000), (20, 100_000)])
+def test_default_backoff_doubles_and_caps_at_a_hundred_times_the_initial_interval(attempt: int, expected: int) -> None:
+    assert retry_backoff_ms(None, attempt) == expected
+
+
+def test_retry_state_follows_the_policy() -> None:
+    activity = ActivityState(5, "1", "charge", "q", [], 0, 10_000, {"maximum_attempts": 3, "non_retryable_error_types": ["Declined"]}, NOW)
+    failure = {"non_retryable": False, "type": "Flaky"}
+    assert activity_retry_state(activity, failure, NOW) == "IN_PROGRESS"
+    assert activity_retry_state(activity, {**failure, "type": "Declined"}, NOW) == "NON_RETRYABLE_FAILURE"
+    assert activity_retry_state(activity, {**failure, "non_retryable": True}, NOW) == "NON_RETRYABLE_FAILURE"
+    activity.attempt = 3
+    assert activity_retry_state(activity, failure, NOW) == "MAXIMUM_ATTEMPTS_REACHED"
+
+
+def test_schedule_to_close_alone_also_bounds_each_attempt() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, schedule_to_close_timeout_ms=30_000, start_to_close_timeout_ms=0)
+    batch = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    assert [(kind, effect["timer_id"].split("/")[1], effect.get("fire_at_ms")) for kind, effect in batch["effects"]] == [
+        ("DropTimer", "ACTIVITY_RETRY", None), ("Timer", "ACTIVITY_START_TO_CLOSE", NOW + 30_000),
+    ]
+
+
+def test_schedule_to_close_times_out_an_activity_that_never_started() -> None:
+    state, run_id = started_workflow()
+    scheduled = schedule_activities(state, run_id, schedule_to_close_timeout_ms=2000, start_to_close_timeout_ms=0)
+    assert ("ACTIVITY_SCHEDULE_TO_CLOSE", NOW + 2000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
+    fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_CLOSE",
+                                            "scheduled_event_id": 5, "attempt": 1}, 3)
+    kind, attrs = fired["events"][0]["attributes"]
+    assert (kind, attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("ActivityTaskTimedOut", "TIMEOUT", "SCHEDULE_TO_CLOSE")
+
+
+def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, start_to_close_timeout_ms=60_000, heartbeat_timeout_ms=1000)
+    started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    assert ("ACTIVITY_HEARTBEAT", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in started["effects"] if k == "Timer"]
+    progress = [{"metadata": {"encoding": b"json/plain"}, "data": b"3"}]
+    ex = state.executions["order-1"]
+    beat = apply(state, decide(ex, "RecordActivityTaskHeartbeat", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1,
+                                                                   "details": progress}, "worker", NOW + 500), 4)
+    assert beat["events"] == [] and beat["heartbeats"][0]["details"] == progress
+    assert [(e["kind"], e["fire_at_ms"]) for k, e in beat["effects"]] == [("ACTIVITY_HEARTBEAT", NOW + 1500)]
+    fired = {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_HEARTBEAT", "scheduled_event_id": 5, "attempt": 1}
+    with pytest.raises(Rejected, match="heartbeat arrived since"):
+        decide(ex, "TimeoutFired", fired, "timer", NOW + 1000)
+    timed_out = apply(state, decide(ex, "TimeoutFired", fired, "timer", NOW + 1500), 5)
+    _, attrs = timed_out["events"][0]["attributes"]
+    assert (attrs["retry_state"], attrs["failure"]["timeout_type"], attrs["failure"]["details"]) == ("IN_PROGRESS", "HEARTBEAT", progress)
+    retried = command(state, "TimeoutFired", {**fired, "kind": "ACTIVITY_RETRY", "attempt": 2}, 6)
+    (task,) = [e for k, e in retried["effects"] if k == "ActivityTask"]
+    assert (task["attempt"], task["heartbeat_details"]) == (2, progress)
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
+    assert restored.executions["order-1"].activities[5].heartbeat == ex.activities[5].heartbeat
+
+
+def test_an_oversized_activity_result_fails_the_activity_for_good() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    batch = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": BIG}, 4)
+    kind, attrs = batch["events"][0]["attributes"]
+    assert (kind, attrs["retry_state"], attrs["failure"]["type"]) == ("ActivityTaskFailed", "NON_RETRYABLE_FAILURE", "BlobSizeLimitError")
+
+
+def test_activity_cancellation_before_and_after_it_started() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    ex = state.executions["order-1"]
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1}, 3)
+    wt = ex.workflow_task
+    assert wt is None
+    # a signal gives the workflow a task in which to cancel both activities
+    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 4)
+    wt_id = ex.workflow_task.scheduled_event_id
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt_id}, 5)
+    batch = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": wt_id, "commands": [
+        ("RequestCancelActivityTask", {"scheduled_event_id": 5}), ("RequestCancelActivityTask", {"scheduled_event_id": 6}),
+    ]}, 6)
+    assert [e["attributes"][0] for e in batch["events"]][1:] == [
+        "ActivityTaskCancelRequested", "ActivityTaskCanceled", "ActivityTaskCancelRequested",
+    ]
+    assert [(k, e["scheduled_event_id"]) for k, e in batch["effects"] if k == "ActivityCancellation"] == [("ActivityCancellation", 6)]
+    assert set(ex.activities) == {6}
+    canceled = command(state, "RespondActivityTaskCanceled", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "details": []}, 7)
+    assert [e["attributes"][0] for e in canceled["events"]] == ["ActivityTaskCanceled", "WorkflowTaskScheduled"]
+    assert ex.activities == {}
+
+
+def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying() -> None:
+    state, run_id = started_workflow()
+    scheduled = schedule_activities(state, run_id, schedule_to_start_timeout_ms=1000, start_to_close_timeout_ms=5000)
+    assert ("ACTIVITY_SCHEDULE_TO_START", NOW + 1000) in [(e["kind"], e["fire_at_ms"]) for k, e in scheduled["effects"] if k == "Timer"]
+    fired = command(state, "TimeoutFired", {"run_id": run_id, "timer_id": "t", "kind": "ACTIVITY_SCHEDULE_TO_START",
+                                            "scheduled_event_id": 5, "attempt": 1}, 3)
+    _, attrs = fired["events"][0]["attributes"]
+    assert (attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("TIMEOUT", "SCHEDULE_TO_START")
+    assert state.executions["order-1"].activities == {}

@@ -1,0 +1,69 @@
+"""The live step and the partition state: a batch folded live is the state recovery and checkpoints rebuild; which batches join."""
+
+from __future__ import annotations
+
+from services.history.checkpoint import decode_state, encode_state
+from services.history.machine.dispatch import decide
+from services.history.machine.lifecycle import decide_start
+from services.history.service import _continues
+from tests.machine_steps import (
+    NOW,
+    START,
+    apply,
+    command,
+    schedule_activities,
+    started_workflow,
+)
+
+
+def test_recovery_folds_the_same_state_and_skips_zombie_duplicates() -> None:
+    live, run_id = started_workflow()
+    schedule_activities(live, run_id)
+    log = []
+    for offset, (kind, body) in enumerate([
+        ("RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}),
+        ("RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}),
+    ], start=3):
+        log.append(command(live, kind, body, offset))
+    recovered, _ = started_workflow()
+    schedule_activities(recovered, run_id)
+    for batch in log + log:  # every batch twice, as a zombie writer would leave them
+        recovered.apply(batch)
+    assert recovered.executions["order-1"] == live.executions["order-1"]
+    assert recovered.resume_offset == 5
+
+
+def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
+    batch = {
+        "workflow_id": "w", "run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [],
+        "rejection": None, "next_run": None,
+    }
+    following = {**batch, "source_offset": 11, "events": [{"event_id": 4}]}
+    assert _continues(batch, following)
+    assert not _continues(batch, {**following, "source_offset": 12})
+    assert not _continues(batch, {**following, "run_id": "other"})
+    # commands passed on elsewhere (forwarded, dead-lettered) have no run: their batches join only their workflow's
+    assert not _continues({**batch, "run_id": "", "events": []}, {**following, "workflow_id": "other", "run_id": "", "events": []})
+    assert not _continues(batch, {**following, "rejection": {"request_id": "x"}})
+    # evolve applies buffered events before events, so buffering must not follow written events
+    assert not _continues(batch, {**following, "events": [], "buffered": [{"event_id": 0}]})
+
+
+def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_runs_out() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    for offset, scheduled in enumerate((5, 6), start=3):
+        command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
+    command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 5)
+    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 6)
+    assert state.executions["order-1"].buffered  # a workflow task is in flight
+    apply(state, decide_start(None, "order-2", START, "client", NOW, 0, 7), 7)
+    command_for_other = decide(state.executions["order-2"], "TerminateWorkflowExecution",
+                               {"run_id": "", "reason": "x", "details": [], "request_id": ""}, "client", NOW)
+    apply(state, command_for_other, 8)
+
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
+    assert restored.executions["order-1"] == state.executions["order-1"]
+    assert "order-2" not in restored.executions  # closed: stored as a row of its own beside the checkpoint
+    assert restored.resume_offset == state.resume_offset == 9
+    assert restored.fence.next_event_id == {run_id: state.executions["order-1"].next_event_id}

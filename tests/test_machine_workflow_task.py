@@ -1,0 +1,130 @@
+"""The workflow task (services/history/machine/workflow_task.py): dispatch and re-dispatch, start, completion, buffering, timeouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.history.machine import limits
+from services.history.machine.dispatch import decide
+from services.history.machine.effects import TASK_REDISPATCH_MS
+from services.history.machine.lifecycle import decide_start
+from services.history.machine.transition import Redispatch, Rejected, Transition, batch_bytes_bound
+from services.history.partition import PartitionState
+from tests.machine_steps import (
+    LARGE,
+    NOW,
+    START,
+    apply,
+    command,
+    schedule_activities,
+    started_workflow,
+)
+
+
+def test_a_workflow_task_no_worker_starts_is_dispatched_again_until_one_does() -> None:
+    """Its record lost on the way to a worker (or no worker polling): the retry timer dispatches it
+    again after 10 s, then after as long again as it has waited; the start drops the timer."""
+    state, run_id = started_workflow()
+    first = state.executions["order-1"].history[-1]
+    assert first["attributes"][0] == "WorkflowTaskScheduled"
+    fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1}
+    waited = NOW
+    for offset, delay in enumerate((10_000, 10_000, 20_000, 40_000), start=1):
+        waited += delay
+        redispatch = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited)
+        assert redispatch.redispatch == Redispatch("workflow", 2, waited - NOW)  # counted by the history service
+        again = apply(state, redispatch, offset)
+        assert again["events"] == []
+        # The timer that fired is dropped, and set again under its id (after the drop, so it stands).
+        assert [(k, e["timer_id"] if k == "DropTimer" else e["scheduled_event_id"]) for k, e in again["effects"]] == [
+            ("DropTimer", "t"), ("WorkflowTask", 2), ("Timer", 2)]
+        assert again["effects"][2][1]["fire_at_ms"] == waited + max(TASK_REDISPATCH_MS, waited - NOW)
+    started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 9)
+    assert ("DropTimer", {"timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/2/1"}) in started["effects"]
+    with pytest.raises(Rejected, match="stale workflow task retry timer"):
+        decide(state.executions["order-1"], "TimeoutFired", fire, "timer", waited + 80_000)
+
+
+def test_the_first_dispatch_of_a_delayed_workflow_task_is_not_counted_as_a_redispatch() -> None:
+    state = PartitionState(0)
+    run_id = apply(state, decide_start(None, "order-1", {**START, "start_delay_ms": 30_000}, "client", NOW, 0, 0), 0)["run_id"]
+    fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 2, "attempt": 1}
+    first = decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 30_500)
+    assert [k for k, _ in first.effects] == ["DropTimer", "WorkflowTask", "Timer"] and first.redispatch is None
+    apply(state, first, 1)
+    assert decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 40_500).redispatch == Redispatch("workflow", 2, 40_500)
+
+
+def test_activity_result_arriving_during_a_workflow_task_is_buffered_until_it_completes() -> None:
+    state, run_id = started_workflow()
+    schedule_activities(state, run_id, count=2)
+    ex = state.executions["order-1"]
+    for offset, scheduled in enumerate((5, 6), start=3):
+        command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": scheduled, "attempt": 1}, offset)
+    first = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 5)
+    assert [e["attributes"][0] for e in first["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
+    assert [kind for kind, _ in first["effects"]] == ["WorkflowTask", "Timer", "DropTimer"]
+    wt = ex.workflow_task
+    assert wt is not None
+
+    second = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "result": None}, 6)
+    assert second["events"] == [] and [e["attributes"][0] for e in second["buffered"]] == ["ActivityTaskCompleted"]
+    with pytest.raises(Rejected):  # the activity is finished even while its event waits in the buffer
+        decide(ex, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1, "result": None}, "w", NOW)
+
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id}, 7)
+    completed = {"run_id": run_id, "scheduled_event_id": wt.scheduled_event_id, "commands": []}
+    flushed = command(state, "RespondWorkflowTaskCompleted", completed, 8)
+    assert [e["attributes"][0] for e in flushed["events"]] == ["WorkflowTaskCompleted", "ActivityTaskCompleted", "WorkflowTaskScheduled"]
+    assert [e["event_id"] for e in ex.history] == list(range(1, ex.next_event_id))
+    assert ex.buffered == []
+
+
+def test_a_workflow_task_starts_at_the_time_its_worker_gave_so_replay_reads_what_the_live_run_read() -> None:
+    state, run_id = started_workflow()
+    worker_time_ms = NOW + 1234
+    started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2, "started_time_ms": worker_time_ms}, 1)
+    assert [(e["attributes"][0], e["event_time_ms"]) for e in started["events"]] == [("WorkflowTaskStarted", worker_time_ms)]
+    state, run_id = started_workflow()
+    unstamped = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2, "started_time_ms": 0}, 1)
+    assert unstamped["events"][0]["event_time_ms"] == NOW  # a worker that gave no time: when history recorded it
+
+
+def test_a_stale_or_foreign_completion_is_rejected() -> None:
+    state, run_id = started_workflow()
+    ex = state.executions["order-1"]
+    with pytest.raises(Rejected, match="not the current run"):
+        decide(ex, "RecordWorkflowTaskStarted", {"run_id": "other", "scheduled_event_id": 2}, "w", NOW)
+    with pytest.raises(Rejected, match="no started workflow task"):
+        decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "w", NOW)
+
+
+def test_a_workflow_task_carries_the_events_since_the_previous_task_was_scheduled() -> None:
+    state = PartitionState(0)
+    started = apply(state, decide_start(None, "order-1", START, "client", NOW, 0, 0), 0)
+    run_id = started["run_id"]
+    first = [effect for kind, effect in started["effects"] if kind == "WorkflowTask"][0]
+    assert (first["first_event_id"], [e["event_id"] for e in first["history"]]) == (1, [1, 2])
+    schedule_activities(state, run_id)  # events 3 (started), 4 (completed), 5 (scheduled)
+    command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 3)
+    done = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 4)
+    task = [effect for kind, effect in done["effects"] if kind == "WorkflowTask"][0]
+    # A worker that ran task 2 has events 1 and 2; the task brings the rest, its own scheduled event last.
+    assert task["first_event_id"] == 3
+    assert [e["event_id"] for e in task["history"]] == [3, 4, 5, 6, 7, 8] and task["scheduled_event_id"] == 8
+
+
+def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_run_without_its_buffered_events() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    for offset in range(2, 5):  # buffered while the task runs: each batch fits, all three with their copies do not
+        signal = {"run_id": "", "signal_name": "add", "input": [LARGE, LARGE], "request_id": ""}
+        apply(state, decide(state.executions["order-1"], "SignalWorkflowExecution", signal, "client", NOW), offset)
+    ex = state.executions["order-1"]
+    completion = decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "worker", NOW)
+    assert completion.record_bytes_bound > limits.MAX_RECORD_VALUE_BYTES
+    ended = apply(state, limits.within_record_limit(completion, "RespondWorkflowTaskCompleted"), 5)
+    [(kind, attrs)] = [e["attributes"] for e in ended["events"]]
+    assert kind == "WorkflowExecutionTerminated"
+    assert attrs["reason"].startswith("RespondWorkflowTaskCompleted would write a history record of up to")
+    assert ex.status == "Terminated" and batch_bytes_bound(Transition(ex, NOW, events=ended["events"])) < 100_000
