@@ -1,0 +1,7 @@
+"""The worker (as temporalio.worker): `Worker` polls a task queue's workflow and activity tasks;
+`SharedStateManager` carries heartbeats and cancellation to sync activities run in other processes."""
+
+from kadence.worker._shared_state import SharedHeartbeatSender, SharedStateManager
+from kadence.worker._worker import Worker
+
+__all__ = ["SharedHeartbeatSender", "SharedStateManager", "Worker"]

@@ -1,0 +1,318 @@
+"""The activity side of a worker (as temporalio.worker's _ActivityWorker): polls the task queue's
+activity topic, runs an attempt once history accepted its start (async ones on the loop, sync ones
+in the activity executor), and reports its outcome; cancels attempts the workflow cancels."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import inspect
+import logging
+import pickle
+import time
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Message
+
+from kadence import activity as activity_module
+from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
+from kadence.protocol import topics
+from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.task_token import TaskToken
+from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
+from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
+
+if TYPE_CHECKING:
+    from kadence.worker._worker import Worker
+
+log = logging.getLogger("kadence.worker")
+
+Record = dict[str, Any]
+
+
+class ActivityWorker:
+    def __init__(
+        self,
+        worker: Worker,
+        activities: Sequence[Callable[..., Any]],
+        executor: concurrent.futures.Executor | None,
+        shared_state_manager: SharedStateManager | None,
+        max_concurrent_activities: int,
+        graceful_shutdown_timeout: timedelta,
+        max_task_queue_activities_per_second: float | None,
+    ) -> None:
+        self.client = worker.client
+        self.task_queue = worker.task_queue
+        self._stop = worker._stop
+        self._subscribe = worker._subscribe
+        self._send = worker._send
+        self._decode = worker._decode
+        # The callable registered is the one called: a bound method keeps its object (as temporalio).
+        self._activities = {
+            d.name: dataclasses.replace(d, fn=fn) for d, fn in ((activity_module.definition(fn), fn) for fn in activities)
+        }
+        _check_sync_activities(self._activities.values(), executor, shared_state_manager)
+        if executor is None and any(not d.is_async for d in self._activities.values()):
+            executor = concurrent.futures.ThreadPoolExecutor(max_concurrent_activities, thread_name_prefix="kadence-activity")
+        self._executor = executor
+        self._shared_state_manager = shared_state_manager
+        self._max_concurrent_activities = max_concurrent_activities
+        self._graceful_shutdown_timeout = graceful_shutdown_timeout
+        self._attempts: dict[tuple[str, int, int], tuple[asyncio.Task[Any], Heartbeater, bool]] = {}
+        self.rate = _QueueShareRate(max_task_queue_activities_per_second)
+
+    @property
+    def types(self) -> list[str]:
+        """The activity types registered."""
+        return sorted(self._activities)
+
+    async def poll(self) -> None:
+        consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
+        await self._subscribe(consumer, "activity")
+        slots = asyncio.Semaphore(self._max_concurrent_activities)
+        running: set[asyncio.Task[None]] = set()
+        try:
+            async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
+                started = []
+                for msg in messages:
+                    try:
+                        started += await self._start_activity_task(msg, slots, running)
+                    except Exception as exc:  # a bug must not stop the poller: history dispatches the attempt again
+                        log.exception("event=activity_task_not_started topic=%s partition=%d offset=%d error=%r",
+                                      msg.topic(), msg.partition(), msg.offset(), str(exc))
+                for outcome in await asyncio.gather(*started, return_exceptions=True):
+                    if isinstance(outcome, Exception):
+                        log.error("event=activity_start_not_sent task_queue=%s error=%r", self.task_queue, str(outcome))
+                for msg in messages:
+                    consumer.store_offsets(msg)
+            await self._drain_activities(running)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _start_activity_task(
+        self, msg: Message, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
+    ) -> list[asyncio.Future[Message]]:
+        """Ask history to start the attempt the record holds, and run it once accepted (a record
+        whose payloads cannot be decoded runs as an attempt that fails with the reason)."""
+        decoded = await self._decode(msg)
+        if decoded is None:
+            return []
+        task, problem = decoded
+        if task["task"][0] == "ActivityCancellation":
+            self._cancel_attempt(task)
+            return []
+        at = task["task"][1]
+        if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
+            log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+            return []  # its schedule-to-start timeout fires instead
+        await slots.acquire()
+        try:
+            await self.rate.wait()
+            # The attempt runs only once the history service accepted its start: not for a
+            # closed run, a stale attempt or one whose schedule-to-start timeout fired. Each
+            # delivery asks with its own request id (as each Temporal poll does): matching may
+            # route a task again, and the copy's refusal must not read as the first's acceptance.
+            request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
+            answer = await self.client.expect_outcome(request_id)
+            started = self._send(task["workflow_id"], "RecordActivityTaskStarted", {
+                "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+                "request_id": request_id,
+            })
+        except BaseException:
+            slots.release()
+            raise
+        job = asyncio.create_task(self._run_activity_once_started(task, answer, problem))
+        running.add(job)
+        job.add_done_callback(lambda j: (running.discard(j), slots.release(), _log_lost_activity(j, task)))
+        return [started]
+
+    async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:
+        """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=self._graceful_shutdown_timeout.total_seconds())
+        for job in pending:
+            job.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def _cancel_attempt(self, task: Record) -> None:
+        """The workflow asked to cancel this attempt: an async activity is cancelled where it awaits,
+        a sync one raises CancelledError at its next heartbeat (as temporalio)."""
+        cancellation = task["task"][1]
+        attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
+        if attempt is None:
+            return  # finished already, or running elsewhere
+        job, heartbeater, is_async = attempt
+        heartbeater.request_cancel()
+        if is_async:
+            job.cancel()
+
+    async def _run_activity_once_started(
+        self, task: Record, answer: asyncio.Future[CommandOutcome], problem: Exception | None = None,
+    ) -> None:
+        outcome = await answer
+        if outcome.accepted:
+            await self._run_activity(task, problem)
+            return
+        at = task["task"][1]
+        log.info("event=activity_task_dropped workflow_id=%s run_id=%s activity_type=%s attempt=%d cause=%s reason=%r",
+                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], outcome.cause, outcome.reason)
+
+    async def _run_activity(self, task: Record, problem: Exception | None = None) -> None:
+        at = task["task"][1]
+        workflow_id, run_id = task["workflow_id"], task["run_id"]
+        converter = self.client.data_converter
+        reply = {"run_id": run_id, "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        key = (run_id, at["scheduled_event_id"], at["attempt"])
+        heartbeater = Heartbeater(self, task)
+        definition = self._activities.get(at["activity_type"])
+        current = asyncio.current_task()
+        assert current is not None
+        self._attempts[key] = (current, heartbeater, definition is None or definition.is_async)
+        try:
+            if problem is not None:
+                raise problem
+            result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
+        except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
+            log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     workflow_id, run_id, at["activity_type"], at["attempt"])
+            return
+        except (asyncio.CancelledError, CancelledError) as exc:
+            if heartbeater.cancel_requested:
+                await self._send(workflow_id, "RespondActivityTaskCanceled", {**reply, "details": []})
+                return
+            if isinstance(exc, CancelledError):
+                await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+                return
+            # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
+            shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
+            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(shutdown)})
+            return
+        except Exception as exc:  # an activity's failure is data: it goes back to history
+            log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
+                    workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
+            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+            return
+        finally:
+            self._attempts.pop(key, None)
+            heartbeater.close()
+        await self._send(workflow_id, "RespondActivityTaskCompleted", {**reply, "result": result})
+
+    async def _execute_activity(self, task: Record, heartbeater: Heartbeater) -> Any:
+        at = task["task"][1]
+        info = activity_module.Info(
+            activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
+            scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
+            workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
+            heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
+            task_token=TaskToken(task["workflow_id"], task["run_id"], at["scheduled_event_id"], at["attempt"], at["activity_id"]).encode(),
+        )
+        context = contextvars.copy_context()
+        context.run(activity_module._current_info.set, info)
+        context.run(activity_module._current_heartbeat.set, heartbeater)
+        return await self.call(at["activity_type"], at["input"], context)
+
+    async def call(self, activity_type: str, payloads: list[Record], context: contextvars.Context | None = None) -> Any:
+        """Call the registered activity with its decoded arguments: async ones on the loop, sync ones in the pool."""
+        definition = self._activities.get(activity_type)
+        if definition is None:
+            raise ApplicationError(
+                f"activity type {activity_type!r} is not registered on this worker "
+                f"(task queue {self.task_queue}; registered: {sorted(self._activities)})",
+                type="NotFoundError",
+            )
+        hints = typing.get_type_hints(definition.fn)
+        arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
+        args = self.client.data_converter.payload_converter.from_payloads(payloads, arg_types)
+        context = context or contextvars.copy_context()
+        if definition.is_async:
+            return await asyncio.create_task(definition.fn(*args), context=context)
+        if isinstance(self._executor, concurrent.futures.ThreadPoolExecutor):
+            return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
+        return await self._call_in_process(definition.fn, args, context)
+
+    async def _call_in_process(self, fn: Callable[..., Any], args: list[Any], context: contextvars.Context) -> Any:
+        """A sync activity on an executor of other processes: the context cannot cross to them, so
+        its info goes as an argument, its heartbeats come back over the shared state manager's queue
+        and its cancellation goes there as a shared event."""
+        manager = self._shared_state_manager
+        assert manager is not None  # checked when the worker was made
+        loop = asyncio.get_running_loop()
+        info = context[activity_module._current_info]
+        heartbeat = context[activity_module._current_heartbeat]
+        task_token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}/{uuid.uuid4()}".encode()
+        cancelled = await loop.run_in_executor(None, manager.new_event)
+        if isinstance(heartbeat, Heartbeater):
+            relay = heartbeat.relay_from_thread
+            await loop.run_in_executor(None, heartbeat.share_cancellation, cancelled)
+        else:  # a local activity: heartbeats are ignored
+            relay = ignore_heartbeat
+        sender = await manager.register_heartbeater(task_token, relay)
+        try:
+            return await loop.run_in_executor(
+                self._executor, run_sync_activity, info, ProcessHeartbeat(task_token, sender, cancelled), fn, *args,
+            )
+        finally:
+            await manager.unregister_heartbeater(task_token)
+
+
+class _QueueShareRate:
+    """temporalio's max_task_queue_activities_per_second: the queue's rate is shared among its
+    workers by the partitions they own (a worker with 2 of 8 partitions starts a quarter of it)."""
+
+    def __init__(self, per_second: float | None) -> None:
+        self.per_second = per_second
+        self.share = 1.0
+        self._next = 0.0
+
+    async def wait(self) -> None:
+        if not self.per_second or not self.share:
+            return
+        now = time.monotonic()
+        self._next = max(self._next, now)
+        delay = self._next - now
+        self._next += 1 / (self.per_second * self.share)
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+def _check_sync_activities(
+    activities: Iterable[activity_module.ActivityDefinition], executor: concurrent.futures.Executor | None,
+    shared_state_manager: SharedStateManager | None,
+) -> None:
+    """temporalio's checks, with its messages: a sync activity on an executor of other processes
+    needs a shared_state_manager, and on a process pool it must be picklable."""
+    for definition in activities:
+        if definition.is_async or executor is None or isinstance(executor, concurrent.futures.ThreadPoolExecutor):
+            continue
+        if shared_state_manager is None:
+            raise ValueError(
+                f"Activity {definition.name} is not async and executor is not thread-pool executor, "
+                "so a shared_state_manager must be present"
+            )
+        if isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+            try:
+                pickle.dumps(definition.fn)
+            except Exception as err:
+                raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
+
+
+def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:
+    """An attempt whose outcome could not be sent (its reply too large, say) is left to its timeout: say so."""
+    if not job.cancelled() and job.exception() is not None:
+        log.error("event=activity_outcome_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
+                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(job.exception()))
+
+
+def failure_log_level(exc: BaseException) -> int:
+    """An ApplicationError of category BENIGN is expected by the application: logged at DEBUG (as temporalio)."""
+    benign = isinstance(exc, ApplicationError) and exc.category == ApplicationErrorCategory.BENIGN
+    return logging.DEBUG if benign else logging.INFO

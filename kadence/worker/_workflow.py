@@ -1,0 +1,345 @@
+"""The workflow side of a worker (as temporalio.worker's _WorkflowWorker): polls the task
+queue's workflow topic, runs each workflow task on the deterministic loop over the run's history
+(its cache, else the read model), runs the local activities it waits on, and answers queries."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import contextvars
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from confluent_kafka import KafkaException, Message
+
+from kadence import activity as activity_module
+from kadence._workflow_instance import (
+    CacheInvalid,
+    LocalActivity,
+    WorkflowDefinition,
+    WorkflowInfo,
+    WorkflowInstance,
+    WorkflowTaskError,
+    replay,
+)
+from kadence.common import retry_backoff_ms
+from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError
+from kadence.protocol import topics
+from kadence.protocol.codec import codec
+from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
+from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.visibility import fetch_event_ranges
+from kadence.worker._activity import ActivityWorker, failure_log_level
+
+if TYPE_CHECKING:
+    from kadence.worker._worker import Worker
+
+log = logging.getLogger("kadence.worker")
+
+# How long a workflow task waits for the read model to hold the earlier events it needs (the
+# visibility projector writes them a moment after history): the default workflow task timeout.
+HISTORY_WAIT_S = 10.0
+LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
+
+Record = dict[str, Any]
+
+
+class WorkflowWorker:
+    def __init__(self, worker: Worker, workflows: dict[str, WorkflowDefinition], activities: ActivityWorker, max_cached: int) -> None:
+        self.client = worker.client
+        self.task_queue = worker.task_queue
+        self._stop = worker._stop
+        self._subscribe = worker._subscribe
+        self._send = worker._send
+        self._decode = worker._decode
+        self._workflows = workflows
+        self._activities = activities  # a local activity runs as the worker's activities do
+        self._max_cached = max_cached
+        self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
+
+    @property
+    def types(self) -> list[str]:
+        """The workflow types registered."""
+        return sorted(self._workflows)
+
+    async def poll(self) -> None:
+        consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "workflow"))
+        await self._subscribe(consumer, "workflow")
+        try:
+            async for messages in consume_batches(consumer, self._stop):
+                try:
+                    await self._handle_workflow_tasks(messages)
+                except Exception as exc:  # a bug must not stop the poller: history dispatches the tasks again
+                    log.exception("event=workflow_task_batch_failed task_queue=%s tasks=%d error=%r",
+                                  self.task_queue, len(messages), str(exc))
+                for msg in messages:
+                    consumer.store_offsets(msg)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, consumer.close)
+
+    async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
+        """One batch: each task is answered, and a task whose payloads cannot be decoded fails."""
+        tasks: list[Record] = []
+        deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
+        for msg in messages:
+            decoded = await self._decode(msg)
+            if decoded is None:
+                continue
+            task, problem = decoded
+            if problem is None:
+                tasks.append(task)
+            elif task["task"][0] == "QueryTask":
+                deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
+            else:
+                deliveries.append((task, self._fail_workflow_task(task, problem)))
+        earlier = await self._earlier_events([task for task in tasks if self._lacks(task) is not None])
+        for task in tasks:
+            deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier)]
+        outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
+        for (task, _), outcome in zip(deliveries, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
+                          task["workflow_id"], task["run_id"], str(outcome))
+
+    async def _handle_workflow_task(
+        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
+    ) -> list[asyncio.Future[Message]]:
+        if task["task"][0] == "QueryTask":
+            return [asyncio.ensure_future(self._answer_query(task))]
+        workflow_id, run_id = task["workflow_id"], task["run_id"]
+        wt = task["task"][1]
+        cached = self._cache.get(run_id)
+        if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
+            return []  # a duplicate dispatch of a task this worker already answered
+        started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        started = self._send(workflow_id, "RecordWorkflowTaskStarted", {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
+        })
+        try:
+            history = await self._task_history(task, earlier)
+            try:
+                instance, commands = self._activate(task, cached, history, started_time_ms)
+            except CacheInvalid as reason:
+                log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", workflow_id, run_id, str(reason))
+                self._cache.pop(run_id, None)
+                instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
+        except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
+            return [started, self._fail_workflow_task(task, exc)]
+        if instance.local_activities_to_run():
+            return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
+        return [started, self._complete_workflow_task(task, instance, commands)]
+
+    def _lacks(self, task: Record) -> tuple[int, int] | None:
+        """The events (after, before; both exclusive) a workflow task needs that neither this worker's
+        cache nor the task holds: the task brings those after the previous task's (what a worker
+        that ran it has), or none when they were too large to carry."""
+        if task["task"][0] != "WorkflowTask":
+            return None
+        wt = task["task"][1]
+        cached = self._cache.get(task["run_id"])
+        have = cached.processed_event_id if cached is not None else 0
+        first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + 1
+        return (have, first) if first > have + 1 else None
+
+    async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
+        """The events these workflow tasks lack, from the read model in one query, asked again
+        while the visibility projector has not written them all yet (for at most
+        HISTORY_WAIT_S). None for a run whose events did not all arrive: its task fails."""
+        wanted = {(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None}
+        found: dict[tuple[str, str], list[Record] | None] = dict.fromkeys(wanted)
+        if not wanted:
+            return found
+        deadline = time.monotonic() + HISTORY_WAIT_S
+        delay = 0.01
+        while wanted:
+            try:
+                pool = (await self.client._read_model()).pool
+                rows = await fetch_event_ranges(pool, [(*run, after, before) for run, (after, before) in wanted.items()])
+            except (OSError, psycopg.Error) as exc:  # the tasks fail with the reason; their retries ask again
+                log.warning("event=history_not_read runs=%d error=%r", len(wanted), str(exc))
+                break
+            for run, (after, before) in list(wanted.items()):
+                events = rows.get(run, [])
+                if len(events) == before - after - 1:
+                    found[run] = events
+                    del wanted[run]
+            if not wanted or time.monotonic() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+        await self.client.data_converter.decode_payloads([events for events in found.values() if events is not None])
+        return found
+
+    async def _task_history(self, task: Record, earlier: dict[tuple[str, str], list[Record] | None]) -> list[Record]:
+        """The events to activate the task with: those it lacks (read with the batch it came in,
+        else now: the cache may have changed since), then those it brings."""
+        wt = task["task"][1]
+        lacks = self._lacks(task)
+        if lacks is None:
+            return wt["history"]
+        run = (task["workflow_id"], task["run_id"])
+        events = earlier.get(run, [])
+        if events is not None and (len(events) != lacks[1] - lacks[0] - 1 or (events and events[0]["event_id"] != lacks[0] + 1)):
+            events = (await self._earlier_events([task]))[run]
+        if events is None:
+            raise WorkflowTaskError(
+                f"workflow task {wt['scheduled_event_id']} of {task['workflow_id']} (run {task['run_id']}) needs events "
+                f"{lacks[0] + 1} to {lacks[1] - 1}, which the read model did not hold within {HISTORY_WAIT_S:.0f} s: "
+                "check that the visibility service runs and keeps up (kadence_consumer_lag) and that Postgres is reachable"
+            )
+        return events + wt["history"]
+
+    def _fail_workflow_task(self, task: Record, exc: Exception) -> asyncio.Future[Message]:
+        workflow_id, run_id, wt = task["workflow_id"], task["run_id"], task["task"][1]
+        self._cache.pop(run_id, None)
+        cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
+        return self._send(workflow_id, "RespondWorkflowTaskFailed", {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
+            "failure": self.client.data_converter.to_failure(exc),
+        })
+
+    def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
+        run_id = task["run_id"]
+        sent = self._send(task["workflow_id"], "RespondWorkflowTaskCompleted", {
+            "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
+        })
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
+        if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
+            self._cache.pop(run_id, None)
+        else:
+            self._cache[run_id] = instance
+            self._cache.move_to_end(run_id)
+            while len(self._cache) > self._max_cached:
+                self._cache.popitem(last=False)
+        return completed
+
+    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message]) -> Message:
+        """A completion too large for a record fails the workflow task instead, with the cause that
+        ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
+        workflow code would issue the same commands on every attempt."""
+        try:
+            return await completed
+        except CommandTooLargeError as exc:
+            self._cache.pop(task["run_id"], None)
+            log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
+                      task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
+            return await self._send(task["workflow_id"], "RespondWorkflowTaskFailed", {
+                "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
+                "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
+            })
+
+    async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
+        """Run the local activities the workflow waits on, record their outcomes, and run on until
+        it waits on nothing local; then complete the task with every command."""
+        try:
+            while pending := instance.local_activities_to_run():
+                outcomes = await asyncio.gather(*(self._run_local_activity(task, local) for local in pending))
+                commands += instance.resolve_local_activities(dict(outcomes))
+        except Exception as exc:
+            await self._fail_workflow_task(task, exc)
+            return
+        await self._complete_workflow_task(task, instance, commands)
+
+    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Record]]]:
+        """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
+        attrs = local.attributes
+        payloads = self.client.data_converter.payload_converter
+        details = {"seq": payloads.to_payloads([local.seq]), "activity_type": payloads.to_payloads([attrs["activity_type"]])}
+        policy = attrs["retry_policy"] or {}
+        budget_ms = attrs["schedule_to_close_timeout_ms"] or LOCAL_RETRY_BUDGET_MS
+        deadline = time.monotonic() + budget_ms / 1000
+        attempt = 1
+        while True:
+            context = contextvars.copy_context()
+            context.run(activity_module._current_info.set, activity_module.Info(
+                activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
+                task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
+                workflow_type=task["task"][1]["workflow_type"], is_local=True,
+            ))
+            context.run(activity_module._current_heartbeat.set, lambda *details: None)
+            try:
+                result = await asyncio.wait_for(
+                    self._activities.call(attrs["activity_type"], attrs["input"], context),
+                    (attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"]) / 1000,
+                )
+                return local.seq, {**details, "result": [payloads.to_payload(result)]}
+            except Exception as exc:  # an attempt failed: retry, or record the failure
+                failure = self.client.data_converter.to_failure(exc)
+                maximum = policy.get("maximum_attempts") or 0
+                asked_ms = failure["next_retry_delay_ms"]  # ApplicationError(next_retry_delay=...) overrides the policy
+                backoff_s = (asked_ms if asked_ms is not None else retry_backoff_ms(policy, attempt)) / 1000
+                if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
+                    retry_state = "NON_RETRYABLE_FAILURE"
+                elif maximum and attempt >= maximum:
+                    retry_state = "MAXIMUM_ATTEMPTS_REACHED"
+                elif time.monotonic() + backoff_s >= deadline:
+                    retry_state = "TIMEOUT"
+                else:
+                    attempt += 1
+                    await asyncio.sleep(backoff_s)
+                    continue
+                log.log(failure_log_level(exc),
+                        "event=local_activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d retry_state=%s error=%r",
+                        task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, retry_state, str(exc))
+                recorded = {"message": failure["message"], "type": failure["type"], "non_retryable": failure["non_retryable"],
+                            "retry_state": retry_state}
+                return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
+
+    async def _answer_query(self, task: Record, problem: Exception | None = None) -> None:
+        """Answer from the cached run, or from a replay of its recorded history (a closed run too);
+        a query whose arguments or answer the payload codec cannot handle is answered with the error."""
+        query = task["task"][1]
+        answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
+        try:
+            if problem is not None:
+                raise problem
+            instance = self._cache.get(task["run_id"]) or await self._replay(task)
+            answer["result"] = instance.query(query["query_type"], query["args"])
+            await self.client.data_converter.encode_payloads(answer)
+        except Exception as exc:  # the query failed: the caller hears why
+            log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
+                     task["workflow_id"], task["run_id"], query["query_type"], str(exc))
+            answer = {"query_id": query["query_id"], "result": None, "error": self.client.data_converter.to_failure(exc)}
+            with contextlib.suppress(Exception):  # the codec that failed: the error goes as it is
+                await self.client.data_converter.encode_payloads(answer)
+        answers = codec("QueryAnswer")
+        try:
+            await self.client.produce(
+                topics.REPLIES, answers.encode(answer), query["query_id"].encode(), answers.headers(), partition=query["reply_partition"],
+            )
+        except KafkaException as exc:  # the broker was away past the delivery timeout: the caller's query times out
+            log.warning("event=query_answer_not_sent workflow_id=%s run_id=%s query_type=%s error=%r",
+                        task["workflow_id"], task["run_id"], query["query_type"], str(exc))
+
+    async def _replay(self, task: Record) -> WorkflowInstance:
+        workflow_type = task["task"][1]["workflow_type"]
+        definition = self._workflows.get(workflow_type)
+        if definition is None:
+            raise ApplicationError(f"workflow type {workflow_type!r} is not registered on this worker", type="NotFoundError")
+        history = await self.client.get_workflow_handle(task["workflow_id"], run_id=task["run_id"]).fetch_history()
+        if not history.events:
+            raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
+        await self.client.data_converter.decode_payloads(history.events)
+        info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
+        return replay(definition, info, self.client.data_converter, history.events)
+
+    def _activate(
+        self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,
+    ) -> tuple[WorkflowInstance, list[Any]]:
+        wt = task["task"][1]
+        if cached is not None:
+            return cached, cached.activate(history, wt["scheduled_event_id"], started_time_ms)
+        definition = self._workflows.get(wt["workflow_type"])
+        if definition is None:
+            raise WorkflowTaskError(
+                f"workflow type {wt['workflow_type']!r} is not registered on this worker "
+                f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
+            )
+        info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
+        instance = WorkflowInstance(definition, info, self.client.data_converter)
+        return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)
