@@ -18,6 +18,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import io
 import json
 import logging
 import random
@@ -56,6 +57,7 @@ _EXTERNAL_ANSWERS = {
 }
 PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
+STACK_TRACE_QUERY = "__stack_trace"  # built in, as temporalio's: where the run's coroutines wait
 
 
 def _command_key(attrs: Record) -> str:
@@ -837,7 +839,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
 
     def query(self, name: str, payloads: list[Record]) -> Record:
-        """Run the query handler `name` on the current state; its result as a payload."""
+        """Run the query handler `name` on the current state; its result as a payload. The
+        built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
+        if name == STACK_TRACE_QUERY:
+            return self.converter.payload_converter.to_payload(self.stack_trace())
         handler = _lookup(self.queries, name)
         if handler is None:
             raise ApplicationError(
@@ -848,6 +853,16 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         with self._running(read_only=True):
             result = call(*args)
         return self.converter.payload_converter.to_payload(result)
+
+    def stack_trace(self) -> str:
+        """Where each of the run's coroutines waits (its main one, signal and update handlers, the
+        tasks it created), one stack per task, as temporalio's `__stack_trace` query answers."""
+        stacks = []
+        for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
+            out = io.StringIO()
+            task.print_stack(file=out)
+            stacks.append(out.getvalue().rstrip())
+        return "\n\n".join(stacks)
 
     def continue_as_new_suggested(self) -> bool:
         """Past the history service's warning thresholds: a long-running workflow should continue as new."""

@@ -488,7 +488,7 @@ class PayloadCodec(abc.ABC):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
 
 
-_NOT_ENCODED = frozenset({"search_attributes"})
+NOT_ENCODED = frozenset({"search_attributes"})  # payloads no codec encodes: the read model indexes them
 
 
 @dataclass(frozen=True)
@@ -528,13 +528,13 @@ class DataConverter:
     async def encode_payloads(self, record: Any) -> None:
         """Run the codec's encode over every payload in `record` (a command, an answer), in place."""
         if self.payload_codec is not None:
-            found = list(iter_payloads(record, _NOT_ENCODED))
+            found = list(iter_payloads(record, NOT_ENCODED))
             _replace_all(found, await self.payload_codec.encode([Payload.of(p) for p in found]))
 
     async def decode_payloads(self, record: Any) -> None:
         """Run the codec's decode over every payload in `record` (a task, a history, a result), in place."""
         if self.payload_codec is not None:
-            found = list(iter_payloads(record, _NOT_ENCODED))
+            found = list(iter_payloads(record, NOT_ENCODED))
             _replace_all(found, await self.payload_codec.decode([Payload.of(p) for p in found]))
 
 

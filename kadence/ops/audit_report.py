@@ -23,6 +23,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
 
 FORMAT = "kadence-audit-report/1"
+# Every audit that had KADENCE_POSTGRES_DSN records its report here; the web UI shows the last.
+AUDIT_DDL = [
+    "CREATE TABLE IF NOT EXISTS kadence_audit_reports (id bigserial PRIMARY KEY, "
+    "finished_at timestamptz NOT NULL DEFAULT now(), failed boolean NOT NULL, report jsonb NOT NULL)",
+]
 
 
 class ReportError(ValueError):
@@ -105,3 +110,27 @@ def _kadence_version() -> str:
         return version("kadence")
     except PackageNotFoundError:
         return "unknown"
+
+
+def record_audit(dsn: str, report: dict[str, Any], failed: bool) -> None:
+    """Keep the report in Postgres, where `kadence ui` shows the last one."""
+    import psycopg
+
+    from kadence.protocol.postgres import CONNECT_TIMEOUT_S
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        for statement in AUDIT_DDL:
+            conn.execute(statement)
+        conn.execute("INSERT INTO kadence_audit_reports (failed, report) VALUES (%s, %s)", (failed, json.dumps(report)))
+
+
+async def last_audit(pool: Any) -> dict[str, Any] | None:
+    """The last recorded report (a psycopg_pool.AsyncConnectionPool's), or None if no audit recorded one."""
+    import psycopg
+
+    async with pool.connection() as conn:
+        try:
+            row = await (await conn.execute("SELECT report FROM kadence_audit_reports ORDER BY id DESC LIMIT 1")).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return row[0] if row else None

@@ -93,13 +93,48 @@ def env_command(data_dir: Path) -> None:
 
 
 @main.command()
-@click.argument("service", type=click.Choice(SERVICES))
+@click.argument("service", type=click.Choice([*SERVICES, "ui"]))
 def serve(service: str) -> None:
     """Run one service instance in this process (the container image's entrypoint): the same as
-    `python -m services.SERVICE`, with the settings from the KADENCE_* variables."""
+    `python -m services.SERVICE`, with the settings from the KADENCE_* variables; `ui` is the web UI,
+    set by KADENCE_UI_* (docs/operations.md, "The web UI")."""
     import runpy
 
+    if service == "ui":
+        from kadence.ops.ui.server import UiSettings, run
+
+        configure_logging("ui")
+        run(UiSettings.from_env())
+        return
     runpy.run_module(f"services.{service}", run_name="__main__", alter_sys=True)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=int, default=8233, show_default=True, help="The port to listen on.")
+@click.option("--token", envvar="KADENCE_UI_TOKEN", default=None,
+              help="Actions (signal, query, cancel, terminate, DLQ replay) need this token; default: $KADENCE_UI_TOKEN, else a "
+                   "new one, printed in the sign-in link.")
+@click.option("--auth-proxy-header", envvar="KADENCE_UI_AUTH_PROXY_HEADER", default=None,
+              help="Behind the operator's auth proxy: actions are allowed to requests carrying this header (the user's name), "
+                   "which the proxy sets (X-Forwarded-User, X-Auth-Request-User ...).")
+@click.option("--read-only", is_flag=True, envvar="KADENCE_UI_READ_ONLY", help="Show, never act.")
+@click.option("--codec-endpoint", envvar="KADENCE_UI_CODEC_ENDPOINT", default=None,
+              help="A codec server (Temporal's protocol) that decodes payloads a codec encrypted; without one they show as encoded.")
+def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, read_only: bool, codec_endpoint: str | None) -> None:
+    """The web UI: workflows, their histories and timelines, actions, task queues, dead letters and
+    the last audit, from the read model and the log (settings from KADENCE_* env, as the CLI)."""
+    import secrets
+
+    from kadence.ops.ui.server import UiSettings, login_url, run
+
+    if token is None and auth_proxy_header is None and not read_only:
+        token = secrets.token_urlsafe(24)
+    settings = UiSettings(host=host, port=port, token=token, auth_proxy_header=auth_proxy_header, read_only=read_only,
+                          codec_endpoint=codec_endpoint)
+    configure_logging("ui")
+    click.echo(f"Kadence UI: {login_url(settings)}", err=True)
+    run(settings)
 
 
 @main.group("topics")
@@ -333,6 +368,11 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
         summary["divergences"] = [str(d) for d in diverged]
     if report_path is not None:
         _write_audit_report(report_path, summary, report.offsets, modules, report_signing_key)
+    failed = bool(report.violations or report.stuck or report.missing_timers or report.unrouted or diverged)
+    if os.environ.get("KADENCE_POSTGRES_DSN"):  # kept where `kadence ui` shows the last audit
+        from kadence.ops.audit_report import build_report, record_audit
+
+        record_audit(postgres_dsn(), build_report(summary, topic=topics.HISTORY, offsets=report.offsets, modules=modules), failed)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -355,7 +395,7 @@ def audit_replay(from_offset: int | None, from_time: datetime | None, stuck_afte
             click.echo(f"{workflow_type}: {counts['replayed']} replayed, {counts['diverged']} diverged, {counts['skipped']} skipped")
         for divergence in diverged:
             click.echo(f"DIVERGED {divergence}")
-    sys.exit(1 if report.violations or report.stuck or report.missing_timers or report.unrouted or diverged else 0)
+    sys.exit(1 if failed else 0)
 
 
 class _AuditProgress:

@@ -77,6 +77,9 @@ VISIBILITY_DDL = [
     # An update's outcome carries its result or failure (Avro Payload, Failure).
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS result bytea",
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS failure bytea",
+    # The web UI pages the list by keyset on (start_time, workflow_id, run_id), newest first: each page
+    # is a range of this index, however deep (kadence/ops/ui/queries.py).
+    "CREATE INDEX IF NOT EXISTS kadence_executions_start_time ON kadence_executions (start_time, workflow_id, run_id)",
     # The visibility service deletes rows past their retention (services/visibility/retention.py).
     "CREATE INDEX IF NOT EXISTS kadence_command_outcomes_recorded_at ON kadence_command_outcomes (recorded_at)",
 ]

@@ -1,0 +1,314 @@
+"""The UI's pages as HTML. Every value from the read model, the log or the request goes through
+`render` or `escape` (kadence/ops/ui/html.py); only markup written here is `raw`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from kadence.ops.ui.execution import Bar, PendingActivity, Timeline
+from kadence.ops.ui.html import Html, escape, join, raw, render
+from kadence.visibility import WorkflowExecution
+
+STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "ContinuedAsNew", "TimedOut")
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """What the person looking may do, and the form token their POSTs must carry."""
+
+    csrf: str
+    can_act: bool
+    why_not: str  # when they cannot act: read-only, or sign in with the token
+    can_sign_in: bool
+
+
+def layout(title: str, body: Html, viewer: Viewer, section: str = "") -> Html:
+    nav = join(
+        render('<a href="{href}" class="{cls}">{label}</a>', href=href, label=label, cls="current" if key == section else "")
+        for key, href, label in (("workflows", "/workflows", "Workflows"), ("task-queues", "/task-queues", "Task queues"),
+                                 ("dlq", "/dlq", "Dead letters"), ("audit", "/audit", "Audit"))
+    )
+    mode = escape("actions enabled") if viewer.can_act else escape(viewer.why_not)
+    sign_in = (
+        render('<form method="post" action="/login" class="inline"><input type="hidden" name="csrf" value="{csrf}">'
+               '<input type="password" name="token" placeholder="token" aria-label="token">'
+               '<button type="submit">Sign in</button></form>', csrf=viewer.csrf)
+        if viewer.can_sign_in and not viewer.can_act else raw("")
+    )
+    return render(
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title} · Kadence</title>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<link rel="stylesheet" href="/static/style.css"><script src="/static/ui.js" defer></script></head>'
+        '<body><header><a class="brand" href="/workflows">Kadence</a><nav>{nav}</nav>'
+        '<span class="mode" id="mode">{mode}</span>{sign_in}</header><main>{body}</main></body></html>',
+        title=title, nav=nav, mode=mode, sign_in=sign_in, body=body,
+    )
+
+
+def badge(status: str) -> Html:
+    return render('<span class="badge status-{cls}">{status}</span>', cls=status.lower(), status=status)
+
+
+def when(value: datetime | int | None) -> str:
+    if value is None:
+        return ""
+    moment = value if isinstance(value, datetime) else datetime.fromtimestamp(value / 1000, UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def execution_link(workflow_id: str, run_id: str = "", text: str | None = None) -> Html:
+    query = {"workflow_id": workflow_id, **({"run_id": run_id} if run_id else {})}
+    return render('<a href="/workflow?{q}">{text}</a>', q=urlencode(query), text=text if text is not None else workflow_id)
+
+
+def pretty(value: Any) -> Html:
+    return render('<pre class="json">{text}</pre>', text=json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def error_box(message: str) -> Html:
+    return render('<p class="error" role="alert">{message}</p>', message=message)
+
+
+# ---- the list ------------------------------------------------------------------------------------
+
+
+def workflows_page(viewer: Viewer, query: str, executions: list[WorkflowExecution], counts: dict[str, int],
+                   next_cursor: str | None, error: str | None) -> Html:
+    total = sum(counts.values())
+    count_links = join(
+        render('<a class="count" href="/workflows?{q}">{badge} {count}</a>',
+               q=urlencode({"query": f"ExecutionStatus = '{status}'"}), badge=badge(status), count=f"{counts.get(status, 0):,}")
+        for status in STATUSES if counts.get(status)
+    )
+    rows = join(
+        render('<tr><td>{status}</td><td class="id">{link}</td><td class="id">{run}</td><td>{type}</td><td>{queue}</td>'
+               '<td>{start}</td><td>{close}</td><td class="num">{length}</td></tr>',
+               status=badge(e.status.value), link=execution_link(e.id, e.run_id), run=e.run_id, type=e.workflow_type,
+               queue=e.task_queue, start=when(e.start_time), close=when(e.close_time), length=e.history_length)
+        for e in executions
+    )
+    more = render('<a class="next" id="next-page" href="/workflows?{q}">Next page</a>',
+                  q=urlencode({"query": query, "cursor": next_cursor})) if next_cursor else raw("")
+    body = render(
+        '<h1>Workflows</h1>'
+        '<form method="get" action="/workflows" class="search"><input type="search" name="query" id="query" value="{query}" '
+        'placeholder="WorkflowType = \'Order\' AND ExecutionStatus = \'Running\'" aria-label="list filter">'
+        '<button type="submit">Search</button> <a href="/workflows">clear</a></form>{error}'
+        '<p class="counts" id="counts">{total} matching: {count_links}</p>'
+        '<table class="list" id="workflows"><thead><tr><th>Status</th><th>Workflow id</th><th>Run id</th><th>Type</th>'
+        '<th>Task queue</th><th>Start</th><th>Close</th><th>History</th></tr></thead><tbody>{rows}</tbody></table>'
+        '<p class="paging"><a href="/workflows?{first}">First page</a> {more}</p>',
+        query=query, error=error_box(error) if error else raw(""), total=f"{total:,}", count_links=count_links, rows=rows,
+        first=urlencode({"query": query}), more=more,
+    )
+    return layout("Workflows", body, viewer, "workflows")
+
+
+# ---- one execution -------------------------------------------------------------------------------
+
+
+@dataclass
+class ExecutionView:
+    execution: WorkflowExecution
+    started: dict[str, Any]  # WorkflowExecutionStarted's attributes, payloads readable
+    input: Any
+    result: Any
+    failures: list[dict[str, Any]]  # outermost first, payloads readable
+    next_run_id: str | None
+    runs: list[tuple[str, str, datetime]]
+    children: list[tuple[str, str, str]]
+    pending: list[PendingActivity]
+    pending_failures: dict[int, list[dict[str, Any]]]
+    heartbeats: dict[int, Any]  # scheduled event id -> the latest heartbeat's details, readable
+    timeline: Timeline
+    events: list[tuple[int, int, str, Any]]  # id, time, type, readable attributes
+
+
+def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = None) -> Html:
+    e = view.execution
+    started = view.started
+    ids = {"workflow_id": e.id, "run_id": e.run_id}
+    summary_rows: list[tuple[str, Any]] = [
+        ("Status", badge(e.status.value)), ("Workflow id", e.id), ("Run id", e.run_id), ("Type", e.workflow_type),
+        ("Task queue", e.task_queue), ("Start", when(e.start_time)), ("Close", when(e.close_time)),
+        ("History length", e.history_length),
+    ]
+    if started.get("parent_workflow_id"):
+        summary_rows.append(("Parent", execution_link(started["parent_workflow_id"], started.get("parent_run_id", ""))))
+    if started.get("root_workflow_id") and started["root_workflow_id"] != e.id:
+        summary_rows.append(("Root", execution_link(started["root_workflow_id"], started.get("root_run_id", ""))))
+    if view.children:
+        summary_rows.append(("Children", render("<ul>{items}</ul>", items=join(
+            render('<li>{link} <span class="muted">{type}</span></li>', link=execution_link(w, r), type=t)
+            for w, r, t in view.children))))
+    if started.get("continued_execution_run_id"):
+        summary_rows.append(("Continued from", execution_link(e.id, started["continued_execution_run_id"],
+                                                              started["continued_execution_run_id"])))
+    if view.next_run_id:
+        summary_rows.append(("Continued as", execution_link(e.id, view.next_run_id, view.next_run_id)))
+    if started.get("first_execution_run_id") and started["first_execution_run_id"] != e.run_id:
+        summary_rows.append(("First run of the chain", execution_link(e.id, started["first_execution_run_id"],
+                                                                      started["first_execution_run_id"])))
+    if started.get("cron_schedule"):
+        summary_rows.append(("Cron schedule", started["cron_schedule"]))
+    if e.search_attributes:
+        summary_rows.append(("Search attributes", pretty(e.search_attributes)))
+    if len(view.runs) > 1:
+        summary_rows.append(("Runs of this id", render("<ul>{items}</ul>", items=join(
+            render('<li>{link} {badge} <span class="muted">{start}</span></li>', link=execution_link(e.id, run_id, run_id),
+                   badge=badge(status), start=when(start))
+            for run_id, status, start in view.runs))))
+    summary = join(render("<tr><th>{k}</th><td>{v}</td></tr>", k=k, v=v) for k, v in summary_rows)
+    failure = raw("")
+    if view.failures:
+        failure = render('<section id="failure"><h2>Failure</h2>{chain}</section>', chain=failure_chain(view.failures))
+    result = raw("")
+    if e.status.value == "Completed":
+        result = render('<section id="result"><h2>Result</h2>{value}</section>', value=pretty(view.result))
+    body = render(
+        '<h1 class="id">{id}</h1>{notice}'
+        '<p class="links"><a href="/workflow/history.json?{q}" id="export">Download history (JSON)</a> · '
+        '<a href="#timeline">Timeline</a> · <a href="#events">Events</a></p>'
+        '<section id="summary"><h2>Summary</h2><table class="summary">{summary}</table></section>'
+        '<section id="input"><h2>Input</h2>{input}</section>{result}{failure}{pending}'
+        '<section id="timeline"><h2>Timeline</h2>{timeline}</section>{actions}'
+        '<section id="events"><h2>Events</h2>{events}</section>',
+        id=e.id, notice=notice or raw(""), q=urlencode(ids), summary=summary, input=pretty(view.input), result=result,
+        failure=failure, pending=pending_section(view), actions=actions_section(viewer, e), timeline=timeline_html(view.timeline),
+        events=events_table(view),
+    )
+    return layout(e.id, body, viewer, "workflows")
+
+
+def failure_chain(failures: list[dict[str, Any]]) -> Html:
+    return join(
+        render('<div class="failure"><p><strong>{type}</strong>: {message}{flags}</p>{stack}{details}</div>',
+               type=f.get("type") or "Failure", message=f.get("message", ""),
+               flags=" (non-retryable)" if f.get("non_retryable") else "",
+               stack=render('<pre class="stack">{s}</pre>', s=f["stack_trace"]) if f.get("stack_trace") else raw(""),
+               details=pretty(f["details"]) if f.get("details") else raw(""))
+        for f in failures
+    )
+
+
+def pending_section(view: ExecutionView) -> Html:
+    if not view.pending:
+        return raw("")
+    rows = join(
+        render('<tr><td class="num">{id}</td><td>{type}</td><td>{aid}</td><td>{state}</td><td class="num">{attempt}</td>'
+               '<td>{failure}</td><td>{heartbeat}</td></tr>',
+               id=a.scheduled_event_id, type=a.activity_type, aid=a.activity_id, state=a.state,
+               attempt=f"{a.attempt}" + (f" of {a.maximum_attempts}" if a.maximum_attempts else ""),
+               failure=failure_chain(view.pending_failures[a.scheduled_event_id]) if a.last_failure else "",
+               heartbeat=pretty(view.heartbeats[a.scheduled_event_id]) if a.scheduled_event_id in view.heartbeats else "")
+        for a in view.pending
+    )
+    return render(
+        '<section id="pending"><h2>Pending activities</h2><table class="list"><thead><tr><th>Scheduled</th><th>Type</th>'
+        '<th>Activity id</th><th>State</th><th>Attempt</th><th>Last failure</th><th>Last heartbeat</th></tr></thead>'
+        '<tbody>{rows}</tbody></table></section>', rows=rows)
+
+
+def actions_section(viewer: Viewer, e: WorkflowExecution) -> Html:
+    if not viewer.can_act:
+        return render('<section id="actions"><h2>Actions</h2><p class="muted">{why}</p></section>', why=viewer.why_not)
+    hidden = render('<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="workflow_id" value="{w}">'
+                    '<input type="hidden" name="run_id" value="{r}">', csrf=viewer.csrf, w=e.id, r=e.run_id)
+    running = e.status.value == "Running"
+    forms = [render(
+        '<form method="post" action="/workflow/query" id="query-form"><h3>Query</h3>{h}'
+        '<label>Name <input name="name" id="query-name" list="query-names" value="__stack_trace" required></label>'
+        '<datalist id="query-names"><option value="__stack_trace"></datalist>'
+        '<label>Arguments (a JSON array) <input name="args" value="[]"></label><button type="submit">Query</button></form>', h=hidden)]
+    if running:
+        forms += [
+            render('<form method="post" action="/workflow/signal" id="signal-form"><h3>Signal</h3>{h}'
+                   '<label>Name <input name="name" id="signal-name" required></label>'
+                   '<label>Input (a JSON value) <input name="input" id="signal-input" value="null"></label>'
+                   '<button type="submit">Signal…</button></form>', h=hidden),
+            render('<form method="post" action="/workflow/cancel" id="cancel-form"><h3>Cancel</h3>{h}'
+                   '<p class="muted">The workflow sees the cancellation and may clean up.</p>'
+                   '<button type="submit">Cancel…</button></form>', h=hidden),
+            render('<form method="post" action="/workflow/terminate" id="terminate-form"><h3>Terminate</h3>{h}'
+                   '<label>Reason <input name="reason" id="terminate-reason"></label>'
+                   '<button type="submit" class="danger">Terminate…</button></form>', h=hidden),
+        ]
+    return render('<section id="actions"><h2>Actions</h2><div class="actions">{forms}</div></section>', forms=join(forms))
+
+
+def confirm_page(viewer: Viewer, title: str, question: str, action: str, fields: dict[str, str], back: Html,
+                 multi: dict[str, list[str]] | None = None) -> Html:
+    """The second step of every action: what will happen, and a button that does it."""
+    pairs = [*fields.items(), *((k, v) for k, values in (multi or {}).items() for v in values)]
+    hidden = join(render('<input type="hidden" name="{k}" value="{v}">', k=k, v=v) for k, v in pairs)
+    body = render(
+        '<h1>{title}</h1><p id="question">{question}</p>'
+        '<form method="post" action="{action}" id="confirm-form"><input type="hidden" name="csrf" value="{csrf}">'
+        '<input type="hidden" name="confirmed" value="yes">{hidden}'
+        '<button type="submit" id="confirm" class="danger">Yes, {title_lower}</button> '
+        '<span id="go-back">{back}</span></form>',
+        title=title, title_lower=title.lower(), question=question, action=action, csrf=viewer.csrf, hidden=hidden, back=back,
+    )
+    return layout(title, body, viewer)
+
+
+def outcome_page(viewer: Viewer, title: str, message: str, back: Html, detail: Html | None = None, failed: bool = False) -> Html:
+    body = render('<h1>{title}</h1><p id="outcome" class="{cls}" role="status">{message}</p>{detail}<p>{back}</p>',
+                  title=title, cls="error" if failed else "ok", message=message, detail=detail or raw(""), back=back)
+    return layout(title, body, viewer)
+
+
+def timeline_html(timeline: Timeline) -> Html:
+    span = max(timeline.end_ms - timeline.start_ms, 1)
+
+    def position(start: int, end: int | None) -> str:
+        left = (start - timeline.start_ms) / span * 100
+        width = ((end if end is not None else timeline.end_ms) - start) / span * 100
+        return f"{left:.3f} {max(width, 0.3):.3f}"
+
+    def row(bar: Bar) -> Html:
+        segments = join(
+            render('<span class="segment {state}" data-at="{pos}" title="{tip}" data-events="{events}"></span>',
+                   state=s.state, pos=position(s.start_ms, s.end_ms), events=" ".join(map(str, s.event_ids)),
+                   tip=f"{bar.title}: {s.label} ({when(s.start_ms)} – {when(s.end_ms) if s.end_ms else 'now'})")
+            for s in bar.segments
+        )
+        return render('<div class="bar {kind}"><span class="label" title="{title}">{title}</span>'
+                      '<span class="track">{segments}</span></div>', kind=bar.kind.replace(" ", "-"), title=bar.title,
+                      segments=segments)
+
+    points = join(
+        render('<span class="point" data-at="{left}" title="{tip}" data-events="{id}"></span>',
+               left=f"{(p.at_ms - timeline.start_ms) / span * 100:.3f}", tip=f"{p.label} ({when(p.at_ms)})", id=p.event_id)
+        for p in timeline.points
+    )
+    return render(
+        '<div class="timeline"><div class="axis"><span>{start}</span><span>{length}</span><span>{end}</span></div>'
+        '<div class="bar events"><span class="label">signals, markers</span><span class="track">{points}</span></div>'
+        '{rows}</div><p class="legend">{legend}</p>',
+        start=when(timeline.start_ms), end=when(timeline.end_ms), length=f"{span / 1000:.3f} s", points=points,
+        rows=join(row(bar) for bar in timeline.bars),
+        legend=join(render('<span class="segment {s}"></span> {s}', s=s)
+                    for s in ("scheduled", "running", "completed", "failed", "timed-out", "backoff", "canceled", "pending")),
+    )
+
+
+def events_table(view: ExecutionView) -> Html:
+    start = view.events[0][1] if view.events else 0
+    rows = join(
+        render('<tr id="event-{id}" class="{cls}"><td class="num">{id}</td><td>{time}<br><span class="muted">+{offset} s</span></td>'
+               '<td>{type}</td><td>{attrs}</td></tr>',
+               id=event_id, time=when(at), offset=f"{(at - start) / 1000:.3f}", type=kind, attrs=pretty(attrs),
+               cls="failed" if kind.endswith(("Failed", "TimedOut")) else "")
+        for event_id, at, kind, attrs in view.events
+    )
+    return render('<table class="list events"><thead><tr><th>Id</th><th>Time</th><th>Type</th><th>Details</th></tr></thead>'
+                  '<tbody>{rows}</tbody></table>', rows=rows)
+
+
+def not_found_page(viewer: Viewer, message: str) -> Html:
+    return layout("Not found", render('<h1>Not found</h1>{m}', m=error_box(message)), viewer)

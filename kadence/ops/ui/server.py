@@ -1,0 +1,431 @@
+"""The UI's HTTP server (aiohttp): pages over the read model and the log, and the actions through
+the client. Safety (docs/operations.md, "The web UI"):
+- it listens on 127.0.0.1 unless told otherwise;
+- actions need the configured token (a signed-in cookie, or `Authorization: Bearer`), or run behind
+  the operator's auth proxy, which names the user in a header; read-only mode has none;
+- every POST carries the form token of its page, matched against a SameSite=Strict cookie, and a
+  cross-site Origin is refused;
+- every value is escaped (kadence/ops/ui/html.py), and the pages' Content-Security-Policy allows only
+  this server's own script and style files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import psycopg
+from aiohttp import web
+
+from kadence.client import Client
+from kadence.converter import DataConverter
+from kadence.exceptions import KadenceError, WorkflowQueryFailedError
+from kadence.list_filter import ListFilterError
+from kadence.ops.ui import pages
+from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pending_activities, timeline
+from kadence.ops.ui.heartbeats import latest_heartbeats
+from kadence.ops.ui.html import Html, render
+from kadence.ops.ui.queries import count_by_status, execution_row, list_page, runs_of
+from kadence.protocol.postgres import connection_pool, describe
+from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.visibility import WorkflowHistory, fetch_events
+
+log = logging.getLogger("kadence.ops.ui")
+
+CSRF_COOKIE = "kadence_ui_csrf"
+AUTH_COOKIE = "kadence_ui_auth"
+DEFAULT_PORT = 8233  # Temporal's Web UI in `temporal server start-dev`
+QUERY_TIMEOUT = timedelta(seconds=15)
+ACTION_TIMEOUT_S = 30.0
+_SESSION_MESSAGE = b"kadence-ui-session"
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+@dataclass(frozen=True)
+class UiSettings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    token: str | None = None  # actions need it (unless behind the auth proxy)
+    auth_proxy_header: str | None = None  # set: the proxy in front authenticates, naming the user in this header
+    read_only: bool = False
+    codec_endpoint: str | None = None  # a Temporal codec server: payloads are decoded (and signal inputs encoded) there
+    page_size: int = 50
+
+    @classmethod
+    def from_env(cls) -> UiSettings:
+        """KADENCE_UI_HOST, _PORT, _TOKEN, _AUTH_PROXY_HEADER, _READ_ONLY (true/1), _CODEC_ENDPOINT."""
+        env = os.environ
+        return cls(
+            host=env.get("KADENCE_UI_HOST") or "127.0.0.1", port=int(env.get("KADENCE_UI_PORT") or DEFAULT_PORT),
+            token=env.get("KADENCE_UI_TOKEN") or None, auth_proxy_header=env.get("KADENCE_UI_AUTH_PROXY_HEADER") or None,
+            read_only=(env.get("KADENCE_UI_READ_ONLY") or "").lower() in ("1", "true", "yes"),
+            codec_endpoint=env.get("KADENCE_UI_CODEC_ENDPOINT") or None,
+        )
+
+
+class Ui:
+    """The server's state: the client (actions), a read-model pool, the payload reader."""
+
+    def __init__(self, settings: UiSettings, kafka: KafkaSettings, dsn: str) -> None:
+        from kadence.ops.ui.codec_server import RemotePayloadCodec
+
+        self.settings = settings
+        self.kafka = kafka
+        codec = RemotePayloadCodec(settings.codec_endpoint) if settings.codec_endpoint else None
+        self.converter = DataConverter(payload_codec=codec)
+        self.reader = PayloadReader(self.converter)
+        self.dsn = dsn
+        self.pool = connection_pool(dsn, min_size=1, max_size=4, timeout_s=10.0)
+        self.client: Client | None = None
+
+    async def start(self) -> None:
+        await self.pool.open()
+        self.client = await Client.connect(self.kafka.bootstrap_servers, postgres_dsn=self.dsn, data_converter=self.converter,
+                                           identity=f"kadence-ui@{os.uname().nodename}")
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        await self.pool.close()
+
+    # ---- who may act ----------------------------------------------------------------------------
+
+    def session_value(self) -> str:
+        assert self.settings.token is not None
+        return hmac.new(self.settings.token.encode(), _SESSION_MESSAGE, hashlib.sha256).hexdigest()
+
+    def actor(self, request: web.Request) -> str | None:
+        """Who is acting, or None if this request may not act."""
+        if self.settings.read_only:
+            return None
+        if self.settings.auth_proxy_header:
+            return request.headers.get(self.settings.auth_proxy_header) or None
+        if self.settings.token is None:
+            return None
+        bearer = request.headers.get("Authorization", "")
+        if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].encode(), self.settings.token.encode()):
+            return "token"
+        cookie = request.cookies.get(AUTH_COOKIE, "")
+        return "token" if cookie and hmac.compare_digest(cookie, self.session_value()) else None
+
+    def viewer(self, request: web.Request) -> pages.Viewer:
+        can_act = self.actor(request) is not None
+        if self.settings.read_only:
+            why = "read-only: this UI was started with --read-only"
+        elif self.settings.auth_proxy_header:
+            why = f"actions need the auth proxy's {self.settings.auth_proxy_header} header, which this request lacks"
+        elif self.settings.token is None:
+            why = "read-only: no token configured"
+        else:
+            why = "sign in with the UI's token to act"
+        return pages.Viewer(csrf=request[CSRF_KEY], can_act=can_act, why_not=why,
+                            can_sign_in=self.settings.token is not None and not self.settings.read_only
+                            and not self.settings.auth_proxy_header)
+
+
+UI_KEY = web.AppKey("ui", Ui)
+CSRF_KEY = web.RequestKey("csrf", str)  # the form token of this request's browser
+
+
+@web.middleware
+async def security(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Form tokens, the cross-site check on POSTs, and the pages' security headers."""
+    token = request.cookies.get(CSRF_COOKIE)
+    fresh = not token or len(token) != 64
+    request[CSRF_KEY] = secrets.token_hex(32) if fresh else token
+    if request.method == "POST":
+        origin = request.headers.get("Origin")
+        if origin and origin != f"{request.scheme}://{request.host}":
+            raise web.HTTPForbidden(text=f"refused: a POST from another site ({origin})")
+        form = await request.post()
+        sent = str(form.get("csrf", ""))
+        if fresh or not hmac.compare_digest(sent.encode(), request[CSRF_KEY].encode()):
+            raise web.HTTPForbidden(text="refused: the form's token does not match this browser's (reload the page and try again)")
+    response = await handler(request)
+    if fresh:
+        response.set_cookie(CSRF_COOKIE, request[CSRF_KEY], httponly=True, samesite="Strict", path="/")
+    response.headers.setdefault("Content-Security-Policy", _CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    return response
+
+
+def html_response(body: Html, status: int = 200) -> web.Response:
+    return web.Response(text=body, content_type="text/html", charset="utf-8", status=status)
+
+
+# ---- pages ---------------------------------------------------------------------------------------
+
+
+async def workflows(request: web.Request) -> web.Response:
+    ui = request.app[UI_KEY]
+    query = request.query.get("query", "").strip()
+    cursor = request.query.get("cursor") or None
+    error, executions, counts, next_cursor = None, [], {}, None
+    try:
+        page = await list_page(ui.pool, query, cursor, ui.settings.page_size)
+        executions, next_cursor = page.executions, page.next_cursor
+        counts = await count_by_status(ui.pool, query)
+    except ListFilterError as exc:
+        error = f"the filter does not parse: {exc}"
+    except psycopg.errors.DataError as exc:
+        error = f"the filter's value does not fit its search attribute: {describe(exc)}"
+    status = 400 if error else 200
+    return html_response(pages.workflows_page(ui.viewer(request), query, executions, counts, next_cursor, error), status)
+
+
+async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.ExecutionView | None:
+    row = await execution_row(ui.pool, workflow_id, run_id)
+    if row is None:
+        return None
+    execution = row.execution
+    events = await fetch_events(ui.pool, workflow_id, execution.run_id)
+    pending = pending_activities(events) if execution.status.value == "Running" else []
+    started_attempts = {a.scheduled_event_id: (a.attempt, a.last_started_ms) for a in pending
+                        if a.state == "STARTED" and a.last_started_ms is not None}
+    heartbeats = await asyncio.to_thread(latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
+    # One pass of the reader (one codec round trip) over everything shown.
+    shown = await ui.reader.readable({
+        "events": [e["attributes"][1] for e in events], "result": row.result, "failures": failure_chain(row.failure),
+        "pending_failures": {str(a.scheduled_event_id): failure_chain(a.last_failure) for a in pending},
+        "heartbeats": {str(k): v for k, v in heartbeats.items()},
+    })
+    started = shown["events"][0] if events and events[0]["attributes"][0] == "WorkflowExecutionStarted" else {}
+    for failure in shown["failures"]:
+        failure.pop("cause", None)  # each cause is shown on its own
+    return pages.ExecutionView(
+        execution=execution, started=started, input=started.get("input", []), result=shown["result"],
+        failures=shown["failures"], next_run_id=row.next_run_id, runs=await runs_of(ui.pool, workflow_id),
+        children=children(events), pending=pending,
+        pending_failures={int(k): [{**f, "cause": None} for f in v] for k, v in shown["pending_failures"].items()},
+        heartbeats={int(k): v for k, v in shown["heartbeats"].items()},
+        timeline=timeline(events, int(time.time() * 1000)),
+        events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(events, shown["events"], strict=True)],
+    )
+
+
+async def execution(request: web.Request) -> web.Response:
+    ui = request.app[UI_KEY]
+    workflow_id = request.query.get("workflow_id", "")
+    run_id = request.query.get("run_id") or None
+    view = await build_view(ui, workflow_id, run_id)
+    if view is None:
+        return html_response(pages.not_found_page(ui.viewer(request), _not_found(workflow_id, run_id)), 404)
+    return html_response(pages.execution_page(ui.viewer(request), view))
+
+
+async def history_json(request: web.Request) -> web.Response:
+    ui = request.app[UI_KEY]
+    workflow_id = request.query.get("workflow_id", "")
+    row = await execution_row(ui.pool, workflow_id, request.query.get("run_id") or None)
+    if row is None:
+        raise web.HTTPNotFound(text=_not_found(workflow_id, request.query.get("run_id")))
+    events = await fetch_events(ui.pool, workflow_id, row.execution.run_id)
+    exported = WorkflowHistory(workflow_id, row.execution.run_id, events).to_json()
+    filename = f"{row.execution.run_id}.json"  # a run id is a uuid: safe in a header
+    return web.Response(text=json.dumps(exported), content_type="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+def _not_found(workflow_id: str, run_id: str | None) -> str:
+    return f"the read model holds no workflow {workflow_id!r}" + (f" run {run_id!r}" if run_id else "")
+
+
+# ---- actions -------------------------------------------------------------------------------------
+
+
+async def _acting(request: web.Request) -> tuple[Ui, Any, str, str, str]:
+    """The UI, the form, the workflow and run ids, and who acts; 403 if this request may not act."""
+    ui = request.app[UI_KEY]
+    actor = ui.actor(request)
+    if actor is None:
+        raise web.HTTPForbidden(text=f"refused: {ui.viewer(request).why_not}")
+    form = await request.post()
+    return ui, form, str(form.get("workflow_id", "")), str(form.get("run_id", "")), actor
+
+
+def _back(workflow_id: str, run_id: str) -> Html:
+    return pages.execution_link(workflow_id, run_id, f"back to {workflow_id}")
+
+
+async def signal(request: web.Request) -> web.Response:
+    ui, form, workflow_id, run_id, actor = await _acting(request)
+    name, text = str(form.get("name", "")), str(form.get("input", "null")).strip() or "null"
+    viewer = ui.viewer(request)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return html_response(pages.outcome_page(viewer, "Signal not sent", f"the input is not JSON: {exc}", _back(workflow_id, run_id),
+                                                failed=True), 400)
+    if form.get("confirmed") != "yes":
+        return html_response(pages.confirm_page(
+            viewer, "Signal", f"Send signal {name!r} with input {json.dumps(value)} to workflow {workflow_id} run {run_id}?",
+            "/workflow/signal", {"workflow_id": workflow_id, "run_id": run_id, "name": name, "input": text}, _back(workflow_id, run_id)))
+    return await _act(ui, viewer, "signal", workflow_id, run_id, actor,
+                      lambda handle: handle.signal(name, value), f"Signal {name!r} is in the history of {workflow_id}.")
+
+
+async def cancel(request: web.Request) -> web.Response:
+    ui, form, workflow_id, run_id, actor = await _acting(request)
+    viewer = ui.viewer(request)
+    if form.get("confirmed") != "yes":
+        return html_response(pages.confirm_page(
+            viewer, "Cancel", f"Request cancellation of workflow {workflow_id} run {run_id}? The workflow sees it and may clean up.",
+            "/workflow/cancel", {"workflow_id": workflow_id, "run_id": run_id}, _back(workflow_id, run_id)))
+    return await _act(ui, viewer, "cancel", workflow_id, run_id, actor, lambda handle: handle.cancel(),
+                      f"Cancellation of {workflow_id} is requested: it is in the history; the workflow decides how it ends.")
+
+
+async def terminate(request: web.Request) -> web.Response:
+    ui, form, workflow_id, run_id, actor = await _acting(request)
+    reason = str(form.get("reason", ""))
+    viewer = ui.viewer(request)
+    if form.get("confirmed") != "yes":
+        return html_response(pages.confirm_page(
+            viewer, "Terminate", f"Terminate workflow {workflow_id} run {run_id} now, with reason {reason!r}? "
+            "No workflow code runs; its pending activities and timers are dropped.",
+            "/workflow/terminate", {"workflow_id": workflow_id, "run_id": run_id, "reason": reason}, _back(workflow_id, run_id)))
+    return await _act(ui, viewer, "terminate", workflow_id, run_id, actor,
+                      lambda handle: handle.terminate(reason=f"{reason} (by {actor} from the web UI)".strip()),
+                      f"Workflow {workflow_id} is terminated.")
+
+
+async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_id: str, actor: str, call: Any,
+               done: str) -> web.Response:
+    assert ui.client is not None
+    handle = ui.client.get_workflow_handle(workflow_id, run_id=run_id or None)
+    log.info("event=ui_action action=%s workflow_id=%s run_id=%s actor=%s", action, workflow_id, run_id, actor)
+    try:
+        await asyncio.wait_for(call(handle), ACTION_TIMEOUT_S)
+    except (KadenceError, TimeoutError) as exc:
+        message = str(exc) or f"no answer from the history service within {ACTION_TIMEOUT_S:g} s: is it running?"
+        return html_response(pages.outcome_page(viewer, f"{action.capitalize()} refused", f"{action} refused: {message}",
+                                                _back(workflow_id, run_id), failed=True), 409)
+    return html_response(pages.outcome_page(viewer, f"{action.capitalize()} done", done, _back(workflow_id, run_id)))
+
+
+async def query(request: web.Request) -> web.Response:
+    ui, form, workflow_id, run_id, actor = await _acting(request)
+    name, text = str(form.get("name", "")), str(form.get("args", "[]")).strip() or "[]"
+    viewer = ui.viewer(request)
+    try:
+        args = json.loads(text)
+        if not isinstance(args, list):
+            raise ValueError("give the arguments as a JSON array: [] for none")
+    except ValueError as exc:
+        return html_response(pages.outcome_page(viewer, "Query not sent", f"the arguments are not a JSON array: {exc}",
+                                                _back(workflow_id, run_id), failed=True), 400)
+    assert ui.client is not None
+    log.info("event=ui_action action=query workflow_id=%s run_id=%s query=%s actor=%s", workflow_id, run_id, name, actor)
+    handle = ui.client.get_workflow_handle(workflow_id, run_id=run_id or None)
+    try:
+        answer = await handle.query(name, args=args, timeout=QUERY_TIMEOUT)
+    except WorkflowQueryFailedError as exc:
+        return html_response(pages.outcome_page(viewer, "Query failed", f"query {name!r} failed: {exc}", _back(workflow_id, run_id),
+                                                failed=True), 409)
+    except KadenceError as exc:
+        return html_response(pages.outcome_page(viewer, "Query not answered", f"query {name!r}: {exc}", _back(workflow_id, run_id),
+                                                failed=True), 409)
+    shown = render('<pre class="answer" id="answer">{text}</pre>',
+                   text=answer if isinstance(answer, str) else json.dumps(answer, indent=2, default=str))
+    return html_response(pages.outcome_page(viewer, "Query answered", f"{workflow_id} answered query {name!r}:",
+                                            _back(workflow_id, run_id), shown))
+
+
+async def login(request: web.Request) -> web.Response:
+    """POST: the token from the sign-in form; GET ?token=: the link `kadence ui` prints."""
+    ui = request.app[UI_KEY]
+    sent = str((await request.post()).get("token", "")) if request.method == "POST" else request.query.get("token", "")
+    if ui.settings.token is None or not hmac.compare_digest(sent.encode(), ui.settings.token.encode()):
+        raise web.HTTPForbidden(text="refused: that is not the UI's token")
+    response = web.HTTPSeeOther("/workflows")
+    response.set_cookie(AUTH_COOKIE, ui.session_value(), httponly=True, samesite="Strict", path="/")
+    raise response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    try:
+        async with request.app[UI_KEY].pool.connection() as conn:
+            await conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        return web.Response(status=503, text=f"Postgres unreachable: {describe(exc)}")
+    return web.Response(text="ready")
+
+
+@web.middleware
+async def unavailable(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Postgres away: a page saying so (the next request tries again), not a stack trace."""
+    try:
+        return await handler(request)
+    except psycopg.OperationalError as exc:
+        viewer = request.app[UI_KEY].viewer(request)
+        return html_response(pages.outcome_page(viewer, "Read model unavailable", f"Postgres does not answer: {describe(exc)}",
+                                                pages.raw('<a href="">try again</a>'), failed=True), 503)
+
+
+def make_app(ui: Ui) -> web.Application:
+    from kadence.ops.ui import operations
+
+    app = web.Application(middlewares=[security, unavailable])
+    app[UI_KEY] = ui
+    static = Path(str(resources.files("kadence.ops.ui") / "static"))
+    app.add_routes([
+        web.get("/", root),
+        web.get("/workflows", workflows),
+        web.get("/workflow", execution),
+        web.get("/workflow/history.json", history_json),
+        web.post("/workflow/signal", signal),
+        web.post("/workflow/query", query),
+        web.post("/workflow/cancel", cancel),
+        web.post("/workflow/terminate", terminate),
+        web.get("/login", login),
+        web.post("/login", login),
+        web.get("/healthz", healthz),
+        web.get("/readyz", readyz),
+        web.static("/static", static),
+        *operations.routes(),
+    ])
+
+    async def lifecycle(app: web.Application) -> Any:
+        await ui.start()
+        yield
+        await ui.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+async def root(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/workflows")
+
+
+def login_url(settings: UiSettings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    base = f"http://{host}:{settings.port}"
+    return f"{base}/login?{urlencode({'token': settings.token})}" if settings.token else f"{base}/workflows"
+
+
+def run(settings: UiSettings) -> None:
+    """Serve until interrupted, with the broker and Postgres from the KADENCE_* settings."""
+    ui = Ui(settings, KafkaSettings.from_env(), postgres_dsn())
+    log.info("event=ui_listening host=%s port=%d read_only=%s auth=%s started=%s", settings.host, settings.port, settings.read_only,
+             "proxy" if settings.auth_proxy_header else ("token" if settings.token else "none"), datetime.now(UTC).isoformat())
+    web.run_app(make_app(ui), host=settings.host, port=settings.port, print=None, access_log=None)
