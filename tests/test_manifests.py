@@ -19,6 +19,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 from kadence.dev.local_stack import SERVICES
+from kadence.ops.cli import serve
 from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
@@ -29,6 +30,7 @@ from tests.kustomize import Resource, render
 from tests.network_policy import Pod, admits
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+UI = "kadence-ui"
 OVERLAYS = ["dev", "prod"]
 # The oldest Kubernetes minor still in upstream support when this was written, and the newest schemas.
 KUBERNETES_VERSIONS = ["1.32", kubernetes_validate.latest_version()]
@@ -140,7 +142,7 @@ def kadence_workloads(resources: list[Resource]) -> dict[str, Resource]:
 def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
     resources = rendered(overlay)
     port = int(config(resources)["KADENCE_HTTP_PORT"])
-    deployments = kadence_workloads(resources)
+    deployments = {name: w for name, w in kadence_workloads(resources).items() if name != UI}  # the UI has a test of its own
     assert set(deployments) == {f"kadence-{service}" for service in SERVICES} | {"kadence-order-worker"}
     budgets = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in of_kind(resources, "PodDisruptionBudget")}
     services = {s["spec"]["selector"]["app.kubernetes.io/name"]: s for s in of_kind(resources, "Service")}
@@ -159,6 +161,29 @@ def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
     scaled = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(resources, "HorizontalPodAutoscaler")}
     assert set(scaled) == {"kadence-matching", "kadence-order-worker"}
     assert all(spec["maxReplicas"] <= partitions for spec in scaled.values()), "instances beyond the partition count idle"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_ui_is_probed_and_reached_only_through_the_auth_proxy(overlay: str) -> None:
+    """`kadence serve ui` on every interface, actions for requests with the proxy's user header,
+    and a NetworkPolicy that admits only the proxy's pods: no one else can send that header."""
+    resources = rendered(overlay)
+    template = named(resources, "Deployment", UI)["spec"]["template"]
+    [container] = template["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["args"] == ["serve", "ui"] and "ui" in serve.params[0].type.choices
+    assert env["KADENCE_UI_HOST"] == "0.0.0.0" and env["KADENCE_UI_AUTH_PROXY_HEADER"]
+    port = int(env["KADENCE_UI_PORT"])
+    assert {"name": "http", "containerPort": port} in container["ports"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    service = named(resources, "Service", UI)
+    assert service["spec"]["ports"] == [{"name": "http", "port": port, "targetPort": "http"}]
+    policies = of_kind(resources, "NetworkPolicy")
+    ui = Pod(NAMESPACE, template["metadata"]["labels"])
+    assert admits(policies, UI_PROXY, ui, port)
+    assert not admits(policies, STRANGER, ui, port) and not admits(policies, PROMETHEUS, ui, port)
+    assert not admits(policies, Pod("default", UI_PROXY.labels), ui, port), "only the proxy of Kadence's namespace"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -311,6 +336,7 @@ KUBE_DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
 CNPG_OPERATOR = Pod("cnpg-system", {"app.kubernetes.io/name": "cloudnative-pg"})
 PROMETHEUS = Pod("monitoring", {"app.kubernetes.io/name": "prometheus"})
 STRANGER = Pod(NAMESPACE, {"app.kubernetes.io/name": "debug"})  # any other pod in the namespace
+UI_PROXY = Pod(NAMESPACE, {"app.kubernetes.io/name": "oauth2-proxy", "kadence.io/ui-proxy": "true"})
 
 
 def kadence_pods(resources: list[Resource]) -> dict[str, tuple[Pod, bool]]:

@@ -5,33 +5,56 @@ UI server for the module. The run takes the screenshots in docs/ that the README
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import shutil
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from playwright import async_api as playwright_api
 
+from kadence import activity, workflow
 from kadence.client import Client
+from kadence.converter import DataConverter
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.ui.codec_server import from_json, to_json
 from kadence.ops.ui.server import Ui, UiSettings, make_app
 from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, dead_letters
 from kadence.protocol.kafka import make_producer
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
+from tests.test_payload_codecs import SECRET, AesGcmCodec
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, EchoWorkflow, MixedWorkflow
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TOKEN = "ui-test-token"
 QUEUE = "tq-ui"
+RELEASED = asyncio.Event()  # lets heartbeat_then_wait finish
+
+
+@activity.defn
+async def heartbeat_then_wait(rows: int) -> str:
+    activity.heartbeat({"rows_done": rows})
+    await RELEASED.wait()
+    return f"{rows} rows"
+
+
+@workflow.defn
+class ImportWorkflow:
+    @workflow.run
+    async def run(self, rows: int) -> str:
+        return await workflow.execute_activity(heartbeat_then_wait, rows, start_to_close_timeout=timedelta(seconds=60))
 
 
 def chromium_path() -> str:
@@ -43,21 +66,16 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="module")
 async def worker(stack: LocalStack, client: Client) -> AsyncIterator[None]:
-    async with Worker(client, task_queue=QUEUE, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+    async with Worker(client, task_queue=QUEUE, workflows=[*ALL_WORKFLOWS, ImportWorkflow],
+                      activities=[*ALL_ACTIVITIES, heartbeat_then_wait]):
         yield
 
 
 @pytest.fixture(scope="module")
 async def ui_url(stack: LocalStack) -> AsyncIterator[str]:
     # Two rows a page, so three workflows page twice.
-    ui = Ui(UiSettings(token=TOKEN, page_size=2), stack.settings, stack.postgres_dsn)
-    runner = web.AppRunner(make_app(ui), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    async with serving(make_app(Ui(UiSettings(token=TOKEN, page_size=2), stack.settings, stack.postgres_dsn))) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +254,61 @@ async def _dead_letters_of(stack: LocalStack, key: str, count: int) -> list[Dead
             assert len(found) == count, f"{len(found)} dead letters of {key}, not {count}"
             return found
         await asyncio.sleep(0.2)
+
+
+async def test_a_pending_activity_shows_its_attempt_and_last_heartbeat(page: Any, client: Client, stack: LocalStack, worker: None) -> None:
+    workflow_id = f"ui-heartbeat-{uuid.uuid4()}"
+    handle = await client.start_workflow(ImportWorkflow.run, 1234, id=workflow_id, task_queue=QUEUE)
+    await wait_for_event(stack, workflow_id, "ActivityTaskStarted", timeout=30)
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # the heartbeat reaches the log just after the attempt's start
+        await page.goto(f"/workflow?workflow_id={workflow_id}")
+        pending = await page.inner_text("#pending")
+        if "rows_done" in pending or asyncio.get_running_loop().time() > deadline:
+            break
+    assert "heartbeat_then_wait" in pending and "STARTED" in pending
+    assert '"rows_done": 1234' in pending
+    RELEASED.set()
+    assert await handle.result() == "1234 rows"
+
+
+async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_server(stack: LocalStack, client: Client, ui_url: str) -> None:
+    codec = AesGcmCodec(AESGCM.generate_key(bit_length=256))
+    sealing = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn,
+                                   data_converter=dataclasses.replace(DataConverter.default, payload_codec=codec))
+    workflow_id = f"ui-sealed-{uuid.uuid4()}"
+    try:  # no worker polls the queue: the input stays in the started event, sealed
+        await sealing.start_workflow(EchoWorkflow.run, SECRET, id=workflow_id, task_queue=f"{QUEUE}-unpolled")
+    finally:
+        await sealing.close()
+
+    async def decode(request: web.Request) -> web.Response:  # a codec server, in Temporal's protocol
+        payloads = [from_json(p) for p in (await request.json())["payloads"]]
+        return web.json_response({"payloads": [to_json(p) for p in await codec.decode(payloads)]})
+
+    codec_app = web.Application()
+    codec_app.router.add_post("/decode", decode)
+    async with serving(codec_app) as codec_url, serving(make_app(Ui(UiSettings(codec_endpoint=codec_url), stack.settings,
+                                                                     stack.postgres_dsn))) as decoding_url:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{ui_url}/workflow", params={"workflow_id": workflow_id}) as plain:
+                shown = await plain.text()
+            assert "binary/encrypted" in shown and SECRET not in shown
+            async with session.get(f"{decoding_url}/workflow", params={"workflow_id": workflow_id}) as decoded:
+                shown = await decoded.text()
+            assert SECRET in shown and "binary/encrypted" not in shown
+    await client.get_workflow_handle(workflow_id).terminate(reason="test over")
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+

@@ -34,6 +34,7 @@ from kadence.converter import DataConverter
 from kadence.exceptions import KadenceError, WorkflowQueryFailedError
 from kadence.list_filter import ListFilterError
 from kadence.ops.ui import pages
+from kadence.ops.ui.codec_server import RemotePayloadCodec
 from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pending_activities, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, render
@@ -80,8 +81,6 @@ class Ui:
     """The server's state: the client (actions), a read-model pool, the payload reader."""
 
     def __init__(self, settings: UiSettings, kafka: KafkaSettings, dsn: str) -> None:
-        from kadence.ops.ui.codec_server import RemotePayloadCodec
-
         self.settings = settings
         self.kafka = kafka
         codec = RemotePayloadCodec(settings.codec_endpoint) if settings.codec_endpoint else None
