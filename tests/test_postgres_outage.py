@@ -1,5 +1,5 @@
 """A Postgres outage under load: Postgres stopped as a switchover stops it (every connection
-closed), for 10 s and then for 60 s, while workflows with activities and a durable timer are in
+closed), for 10 s and then for 30 s, while workflows with activities and a durable timer are in
 flight and more are started. Every process rides it out: the same service processes, not ready
 (saying Postgres is the reason) while it is away and ready again after; the worker says so too;
 the client made before the outage starts workflows during and after it and gets their results;
@@ -27,7 +27,7 @@ from tests.conftest import local_stack
 from tests.test_broker_faults import ReadinessLog, _logging_to, _stably_ready
 from tests.workflows import SignalOrTimerWorkflow, echo
 
-OUTAGES_S = (10.0, 60.0)
+OUTAGES_S = (10.0, 30.0)
 WORKFLOWS_PER_OUTAGE = 60  # started before each outage, spread so it finds them at every step
 STARTS_DURING_OUTAGE = 5  # started by the pre-outage client while Postgres is away
 START_INTERVAL_S = 0.02
