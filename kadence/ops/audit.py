@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import hashlib
 import importlib
 import multiprocessing
 import time
@@ -116,12 +117,12 @@ class RunAudit:
     def next_event_id(self) -> int:
         return self.first_event_id + self.event_count
 
-    def release(self) -> None:
-        """Once closed, a run needs only its next event id and `closed` (to catch a later event):
-        memory then grows with the open runs' state, not with the whole history."""
-        for remembered in (self.activity_attempts, self.finished_activities, self.fired_timers, self.initiated, self.answered,
-                           self.pending, self.activities):
-            remembered.clear()
+
+def closed_run_digest(key: RunKey) -> int:
+    """What the audit keeps of a closed run whose events it does not keep: 16 bytes of its ids'
+    hash, enough to catch a later event for it (any is a violation) at about 100 bytes a run."""
+    workflow_id, run_id = key
+    return int.from_bytes(hashlib.blake2b(f"{workflow_id}\0{run_id}".encode(), digest_size=16).digest())
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,9 @@ class PendingTimer:
 class AuditReport:
     records: int = 0
     zombie_batches: int = 0
-    runs: dict[RunKey, RunAudit] = field(default_factory=dict)
+    runs: dict[RunKey, RunAudit] = field(default_factory=dict)  # open runs, and closed ones whose events are kept
+    closed_runs: set[int] = field(default_factory=set)  # the others: closed_run_digest of each
+    closed_run_events: int = 0  # the events of those
     violations: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)  # Kadence's work for open runs, overdue by more than stuck_after_ms
     waiting: list[str] = field(default_factory=list)  # tasks that have waited for a worker longer than that
@@ -161,7 +164,8 @@ class AuditReport:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "records": self.records, "runs": len(self.runs), "events": sum(r.event_count for r in self.runs.values()),
+            "records": self.records, "runs": len(self.runs) + len(self.closed_runs),
+            "events": sum(r.event_count for r in self.runs.values()) + self.closed_run_events,
             "zombie_batches_skipped": self.zombie_batches, "violations": self.violations, "stuck": self.stuck,
             "waiting_for_worker": self.waiting, "missing_timers": self.missing_timers, "never_routed": self.unrouted,
         }
@@ -173,7 +177,8 @@ def audit_history(
 ) -> AuditReport:
     """Audit kadence.history from `start_offsets` (default: every partition from 0). With
     `keep_events`, the report holds every run's events (for tests and tools); without, the audit's
-    memory grows with open runs, not events (the nightly audit). Open runs' work overdue by more
+    memory grows with open runs, and a closed run costs only its closed_run_digest (the nightly
+    audit). Open runs' work overdue by more
     than `stuck_after_ms` when the read ends is reported as stuck (None: not looked for);
     `on_record(partition, offset)` hears of each record read. With
     `code`, each run is also replayed against the workflow code once it closes (or, still open,
@@ -206,6 +211,11 @@ def audit_history(
                 continue
             key = (batch["workflow_id"], section.run_id)
             run = report.runs.get(key)
+            if run is None and report.closed_runs and closed_run_digest(key) in report.closed_runs:
+                report.violations += [f"{where} workflow_id={key[0]} run_id={key[1]} event_id={event['event_id']}: "
+                                      f"{event['attributes'][0]} after the run closed" for event in section.events]
+                report.closed_run_events += len(section.events)
+                continue
             if run is None:
                 run = report.runs[key] = RunAudit(first_event_id=section.first_event_id, events=[] if keep_events else None)
                 if code is not None:
@@ -221,8 +231,9 @@ def audit_history(
                 code.replay(*key, run.events)  # type: ignore[union-attr, arg-type]
                 run.code_replay = False
             if run.closed and not keep_events:
-                run.events = None
-                run.release()
+                del report.runs[key]
+                report.closed_runs.add(closed_run_digest(key))
+                report.closed_run_events += run.event_count
     for key, run in report.runs.items():
         if run.code_replay:  # still open: replayed as far as it went
             code.replay(*key, run.events)  # type: ignore[union-attr, arg-type]
@@ -336,6 +347,8 @@ def audit_history_in_processes(
         report.records += part.records
         report.zombie_batches += part.zombie_batches
         report.runs.update(part.runs)
+        report.closed_runs |= part.closed_runs
+        report.closed_run_events += part.closed_run_events
         report.violations += part.violations
         report.stuck += part.stuck
         report.waiting += part.waiting

@@ -487,6 +487,8 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
         # The end on Tansu; elsewhere it ends a partition whose last offsets hold no record (transaction markers).
         "enable.partition.eof": True,
         "fetch.wait.max.ms": settings.fetch_wait_max_ms,
+        # librdkafka fetches ahead up to 64 MiB by default: an audit's memory would be mostly that.
+        "queued.max.messages.kbytes": 16384,
     })
     try:
         ends = None if is_tansu(consumer.list_topics(topic, timeout=30).cluster_id) else {
