@@ -24,11 +24,20 @@ import logging
 import random
 import typing
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kadence._worker_interceptor import (
+    ExecuteWorkflowInput,
+    HandleQueryInput,
+    HandleSignalInput,
+    HandleUpdateInput,
+    WorkflowInboundInterceptor,
+    WorkflowOutboundInterceptor,
+)
+from kadence.api.common.v1 import Payload
 from kadence.common import RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import (
@@ -211,7 +220,7 @@ class WorkflowInfo:
     cron_schedule: str | None = None
     execution_timeout: timedelta | None = None
     first_execution_run_id: str = ""
-    headers: Mapping[str, Any] = field(default_factory=dict)  # Kadence has no headers
+    headers: Mapping[str, Payload] = field(default_factory=dict)  # the start's, as the caller's interceptors set them
     parent: ParentInfo | None = None
     root: RootInfo | None = None
     raw_memo: Mapping[str, Any] = field(default_factory=dict)  # Kadence has no memo
@@ -279,7 +288,10 @@ class PendingCommand:
 
 
 class WorkflowInstance(asyncio.AbstractEventLoop):
-    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
+    def __init__(
+        self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter,
+        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
+    ) -> None:
         self.definition = definition
         self.info = info
         self.converter = converter
@@ -296,7 +308,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._timer_seq = 0
         self._main: asyncio.Task[Any] | None = None
         self._object: Any = None
-        self._unhandled_signals: list[tuple[str, list[Record]]] = []  # no handler yet: kept until one is set
+        self._unhandled_signals: list[tuple[str, list[Record], Record]] = []  # no handler yet: kept until one is set
         self.signals = {name: Handler(fn, dynamic=name is None) for name, fn in definition.signals.items()}
         self.queries = {name: Handler(fn, dynamic=name is None) for name, fn in definition.queries.items()}
         self.updates = {
@@ -319,6 +331,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._close_issued = False  # the command that ends the run is issued: no second one
         self._handler_failure: FailureError | None = None  # raised by a signal handler: fails the run
         self._task_error: WorkflowTaskError | None = None  # raised by a signal handler: fails the workflow task
+        # As temporalio: the first interceptor is the outermost; init hands each the outbound chain.
+        from kadence.workflow import _WorkflowOutboundImpl  # kadence.workflow imports this module
+
+        inbound: WorkflowInboundInterceptor = _WorkflowInboundImpl(self)
+        for cls in reversed(interceptor_classes):
+            inbound = cls(inbound)
+        self._inbound = inbound
+        self.outbound: WorkflowOutboundInterceptor = _WorkflowOutboundImpl(self)
+        inbound.init(self.outbound)
 
     # ---- driving the run ---------------------------------------------------------------------
 
@@ -363,7 +384,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             if self._main is not None and not self._main.done():
                 self._main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
         elif kind == "WorkflowExecutionSignaled":
-            self._deliver_signal(attrs["signal_name"], attrs["input"])
+            self._deliver_signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
         elif kind in ("TimerStarted", "TimerCanceled"):
             self._match(kind, attrs["timer_id"])
         elif kind == "TimerFired":
@@ -557,10 +578,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return ("FailWorkflowExecution", {"failure": self.converter.to_failure(exc)})
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
-    def _deliver_signal(self, name: str, payloads: list[Record]) -> None:
+    def _deliver_signal(self, name: str, payloads: list[Record], header: Record) -> None:
         handler = _lookup(self.signals, name)
         if handler is None:
-            self._unhandled_signals.append((name, payloads))  # as temporalio: kept until a handler is set
+            self._unhandled_signals.append((name, payloads, header))  # as temporalio: kept until a handler is set
             return
         try:
             call, args = self._bind(handler, name, payloads)
@@ -570,17 +591,22 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return
         running = RunningHandler("signal", name, "", handler.unfinished_policy)
         self.running_handlers.append(running)
-        self.create_task(self._run_signal(running, call, args), name=f"signal:{name}")
+        signal = HandleSignalInput(signal=name, args=args, headers=_headers(header))
+        self.create_task(self._run_signal(running, signal), name=f"signal:{name}")
 
     def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
         """The handler to call for `name` and its arguments: a dynamic one gets the name and the
         payloads unconverted (as temporalio)."""
-        call = functools.partial(handler.fn, self._object) if handler.is_method else handler.fn
+        call = self.callable(handler)
         if handler.dynamic and handler.takes_varargs():  # temporalio's deprecated form: (name, *args), converted
             return call, [name, *self.converter.payload_converter.from_payloads(payloads, [handler.arg_types()[-1]] * len(payloads))]
         if handler.dynamic:
             return call, [name, [RawValue(payload) for payload in payloads]]
         return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())
+
+    def callable(self, handler: Handler) -> Callable[..., Any]:
+        """What to call for a handler: a method with the workflow object, else the callable as it is."""
+        return functools.partial(handler.fn, self._object) if handler.is_method else handler.fn
 
     def set_signal_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
         """Set (or with None remove) a signal handler; the signals kept for want of one reach it now."""
@@ -590,11 +616,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return
         self.signals[name] = Handler(fn, is_method=False, dynamic=name is None)
         kept, self._unhandled_signals = self._unhandled_signals, []
-        for signal_name, payloads in kept:
+        for signal_name, payloads, header in kept:
             if name is None or signal_name == name:
-                self._deliver_signal(signal_name, payloads)
+                self._deliver_signal(signal_name, payloads, header)
             else:
-                self._unhandled_signals.append((signal_name, payloads))
+                self._unhandled_signals.append((signal_name, payloads, header))
 
     def set_query_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
         self.assert_not_read_only("set query handler")
@@ -610,13 +636,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         else:
             self.updates[name] = Handler(fn, is_method=False, validator=validator, dynamic=name is None)
 
-    async def _run_signal(self, running: RunningHandler, handler: Callable[..., Any], args: list[Any]) -> None:
-        """Run a signal handler as a task of the workflow (as temporalio): a FailureError it raises
-        fails the workflow, any other exception fails the workflow task."""
+    async def _run_signal(self, running: RunningHandler, signal: HandleSignalInput) -> None:
+        """Run a signal handler (through the interceptors) as a task of the workflow (as temporalio):
+        a FailureError it raises fails the workflow, any other exception fails the workflow task."""
         try:
-            result = handler(*args)
-            if inspect.isawaitable(result):
-                await result
+            await self._inbound.handle_signal(signal)
         except FailureError as exc:
             if self._handler_failure is None:
                 self._handler_failure = exc
@@ -638,12 +662,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                     f"workflow {self.definition.name} has no update {attrs['name']!r} (known updates: {_names(self.updates)})",
                     type="UpdateNotRegistered", non_retryable=True,
                 )
-            call, args = self._bind(handler, attrs["name"], attrs["args"])
+            _, args = self._bind(handler, attrs["name"], attrs["args"])
+            update = HandleUpdateInput(id=update_id, update=attrs["name"], args=args, headers=_headers(attrs.get("header") or {}))
             if handler.validator is not None:
-                validator = functools.partial(handler.validator, self._object) if handler.is_method else handler.validator
                 self.read_only = True
                 try:
-                    validator(*args)
+                    self._inbound.handle_update_validator(update)
                 finally:
                     self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
@@ -652,14 +676,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._issue(("AcceptWorkflowUpdate", {"update_id": update_id}), None)
         running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
         self.running_handlers.append(running)
-        self.create_task(self._run_update(running, call, args), name=f"update:{attrs['name']}")
+        self.create_task(self._run_update(running, update), name=f"update:{attrs['name']}")
 
-    async def _run_update(self, running: RunningHandler, handler: Callable[..., Any], args: list[Any]) -> None:
+    async def _run_update(self, running: RunningHandler, update: HandleUpdateInput) -> None:
         update_id = running.update_id
         try:
-            result = handler(*args)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await self._inbound.handle_update_handler(update)
             encoded = self.converter.payload_converter.to_payload(result)
         except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
             self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": None,
@@ -693,12 +715,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             root=RootInfo(attrs["root_run_id"], attrs["root_workflow_id"]) if attrs["root_workflow_id"] else None,
             run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
             search_attributes=search_attributes,
+            headers=_headers(attrs.get("header") or {}),
             start_time=datetime.fromtimestamp(first_task_ms / 1000, UTC),
             task_timeout=timedelta(milliseconds=attrs["workflow_task_timeout_ms"]),
             workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
         )
 
     def _start(self, input_payloads: list[Record]) -> None:
+        """Make the workflow object and start its run method, through the interceptors, as the main task."""
         try:
             args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
         except FailureError:
@@ -714,7 +738,8 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             except Exception as exc:  # ends the run (or fails the task) as if the run method raised it
                 self._main = self.create_task(_raise(exc), name=name)
                 return
-        self._main = self.create_task(self.definition.run_fn(self._object, *args), name=name)
+        execution = ExecuteWorkflowInput(type=self.definition.cls, run_fn=self.definition.run_fn, args=args, headers=self.info.headers)
+        self._main = self.create_task(self._inbound.execute_workflow(execution), name=name)
 
     def assert_not_read_only(self, action: str) -> None:
         if self.read_only:
@@ -805,11 +830,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
 
     def signal_external(
-        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[Record], child_workflow_only: bool,
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[Record], child_workflow_only: bool, header: Record,
     ) -> asyncio.Future[None]:
         return self._issue(("SignalExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
-            "child_workflow_only": child_workflow_only,
+            "child_workflow_only": child_workflow_only, "header": header,
         }), self.create_future()).future  # type: ignore[return-value]
 
     def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
@@ -838,9 +863,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
         self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
 
-    def query(self, name: str, payloads: list[Record]) -> Record:
-        """Run the query handler `name` on the current state; its result as a payload. The
-        built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
+    def query(self, name: str, payloads: list[Record], header: Record | None = None, query_id: str = "") -> Record:
+        """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
+        The built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
         if name == STACK_TRACE_QUERY:
             return self.converter.payload_converter.to_payload(self.stack_trace())
         handler = _lookup(self.queries, name)
@@ -849,9 +874,10 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 f"workflow {self.definition.name} has no query {name!r} (known queries: {_names(self.queries)})",
                 type="QueryNotRegistered", non_retryable=True,
             )
-        call, args = self._bind(handler, name, payloads)
+        _, args = self._bind(handler, name, payloads)
+        query = HandleQueryInput(id=query_id, query=name, args=args, headers=_headers(header or {}))
         with self._running(read_only=True):
-            result = call(*args)
+            result = _run_to_end(self._inbound.handle_query(query), f"query {name!r}")
         return self.converter.payload_converter.to_payload(result)
 
     def stack_trace(self) -> str:
@@ -932,11 +958,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self.call_exception_handler(context)
 
 
-def replay(definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, history: list[Record]) -> WorkflowInstance:
+def replay(
+    definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, history: list[Record],
+    interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
+) -> WorkflowInstance:
     """The run rebuilt from its recorded history (its payloads decoded); raises NondeterminismError
     where the workflow code issues other commands than the history recorded. The commands of a
     workflow task not recorded yet are dropped."""
-    instance = WorkflowInstance(definition, info, converter)
+    instance = WorkflowInstance(definition, info, converter, interceptor_classes)
     instance.replay_only = True
     last = history[-1]
     instance.activate(history, last["event_id"], last["event_time_ms"])
@@ -979,3 +1008,54 @@ def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:
 def _fail(future: asyncio.Future[Any] | None, error: BaseException) -> None:
     if future is not None and not future.done():
         future.set_exception(error)
+
+
+class _WorkflowInboundImpl(WorkflowInboundInterceptor):
+    """The innermost inbound interceptor: calls the workflow's run method and handlers."""
+
+    def __init__(self, instance: WorkflowInstance) -> None:  # no next: this is the end of the chain
+        self._instance = instance
+
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        self._instance.outbound = outbound
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        return await input.run_fn(self._instance._object, *input.args)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        result = self._handler(self._instance.signals, input.signal)(*input.args)
+        if inspect.isawaitable(result):
+            await result
+
+    async def handle_query(self, input: HandleQueryInput) -> Any:
+        return self._handler(self._instance.queries, input.query)(*input.args)
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        handler = _lookup(self._instance.updates, input.update)
+        if handler is not None and handler.validator is not None:
+            validator = functools.partial(handler.validator, self._instance._object) if handler.is_method else handler.validator
+            validator(*input.args)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        result = self._handler(self._instance.updates, input.update)(*input.args)
+        return await result if inspect.isawaitable(result) else result
+
+    def _handler(self, handlers: dict[str | None, Handler], name: str) -> Callable[..., Any]:
+        handler = _lookup(handlers, name)
+        assert handler is not None, f"no handler for {name!r}"  # looked up before the interceptors were called
+        return self._instance.callable(handler)
+
+
+def _headers(header: Mapping[str, Record]) -> dict[str, Payload]:
+    """A record's header field as temporalio's Mapping[str, Payload]."""
+    return {name: Payload.of(payload) for name, payload in header.items()}
+
+
+def _run_to_end(coro: Coroutine[Any, Any, Any], what: str) -> Any:
+    """Run a coroutine that must not wait (a query through the interceptors) to its result."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise ReadOnlyContextError(f"{what} waited on something: a query handler, and its interceptors, must not wait")

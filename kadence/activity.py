@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
+from kadence.converter import PayloadConverter, default
+
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
 
 _DEFINITION_ATTR = "__kadence_activity_definition"
@@ -55,6 +57,7 @@ class HeartbeatSender(Protocol):
 
 _current_info: contextvars.ContextVar[Info] = contextvars.ContextVar("kadence_activity_info")
 _current_heartbeat: contextvars.ContextVar[HeartbeatSender] = contextvars.ContextVar("kadence_activity_heartbeat")
+_current_payload_converter: contextvars.ContextVar[PayloadConverter] = contextvars.ContextVar("kadence_activity_payload_converter")
 
 
 @overload
@@ -102,6 +105,12 @@ def info() -> Info:
         return _current_info.get()
     except LookupError:
         raise RuntimeError("activity.info() called outside an activity") from None
+
+
+def payload_converter() -> PayloadConverter:
+    """The worker's payload converter (the default one in a process of a process pool). Only valid inside an activity."""
+    info()
+    return _current_payload_converter.get(default().payload_converter)
 
 
 class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]

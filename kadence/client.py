@@ -20,6 +20,23 @@ import psycopg
 from confluent_kafka import Message
 
 from kadence import workflow as workflow_module
+from kadence._client_interceptor import (
+    CancelWorkflowInput,
+    CompleteAsyncActivityInput,
+    CountWorkflowsInput,
+    DescribeWorkflowInput,
+    FailAsyncActivityInput,
+    HeartbeatAsyncActivityInput,
+    Interceptor,
+    ListWorkflowsInput,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    ReportCancellationAsyncActivityInput,
+    SignalWorkflowInput,
+    StartWorkflowInput,
+    StartWorkflowUpdateInput,
+    TerminateWorkflowInput,
+)
 from kadence._replies import ReplyListener
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
@@ -68,6 +85,10 @@ __all__ = [
     "Client", "WorkflowHandle", "WorkflowUpdateHandle", "AsyncActivityHandle", "AsyncActivityIDReference",
     "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus",
     "WorkflowExecutionCount", "WorkflowHistory",
+    "Interceptor", "OutboundInterceptor", "StartWorkflowInput", "CancelWorkflowInput", "DescribeWorkflowInput",
+    "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",
+    "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",
+    "ReportCancellationAsyncActivityInput",
 ]
 
 log = logging.getLogger("kadence.client")
@@ -89,6 +110,7 @@ class Client:
 
     def __init__(
         self, settings: KafkaSettings, *, data_converter: DataConverter, identity: str, postgres_dsn: str | None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         self.settings = settings
         self.data_converter = data_converter
@@ -100,11 +122,17 @@ class Client:
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
         self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
+        # As temporalio: the first interceptor is the outermost, called first.
+        self.interceptors = tuple(interceptors)
+        impl: OutboundInterceptor = _ClientImpl(self)
+        for interceptor in reversed(self.interceptors):
+            impl = interceptor.intercept_client(impl)
+        self._impl = impl
 
     @classmethod
     async def connect(
         cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,
-        data_converter: DataConverter | None = None, identity: str | None = None,
+        data_converter: DataConverter | None = None, identity: str | None = None, interceptors: Sequence[Interceptor] = (),
     ) -> "Client":
         """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN.
         A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default"."""
@@ -118,7 +146,7 @@ class Client:
             settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)
         return cls(
             settings, data_converter=data_converter or DataConverter(), identity=identity or default_identity(),
-            postgres_dsn=postgres_dsn,
+            postgres_dsn=postgres_dsn, interceptors=interceptors,
         )
 
     async def start_workflow(
@@ -149,35 +177,14 @@ class Client:
         workflow_type = definition if isinstance(definition, str) else definition.name
         if result_type is None and not isinstance(definition, str):
             result_type = definition.result_type()
-        values = ([arg] if arg is not _UNSET else []) + list(args)
-        request_id = request_id or str(uuid.uuid4())
-        start = {
-            "workflow_type": workflow_type, "task_queue": task_queue,
-            "input": self.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
-            "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-            "workflow_task_timeout_ms": to_ms(task_timeout), "start_delay_ms": to_ms(start_delay), "cron_schedule": cron_schedule,
-            "id_reuse_policy": id_reuse_policy.value, "id_conflict_policy": id_conflict_policy.value,
-            "search_attributes": {
-                name: self.data_converter.payload_converter.to_payload(value) for name, value in (search_attributes or {}).items()
-            },
-        }
-        if start_signal is None:
-            run_id = await self._request(id, "StartWorkflowExecution", start, request_id)
-        else:
-            run_id = await self._request(id, "SignalWithStartWorkflowExecution", {
-                "start": start, "signal_name": start_signal,
-                "signal_input": self.data_converter.payload_converter.to_payloads(start_signal_args),
-            }, request_id)
-        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", id, run_id, workflow_type)
-        # As temporalio: the handle targets the workflow id's current run (run_id None), so signals,
-        # queries, updates and cancellation reach the run a continue-as-new started; result() starts
-        # from this run and follows the chain; cancel, terminate and update stay within its chain.
-        handle = WorkflowHandle(
-            self, id, result_run_id=run_id, first_execution_run_id=run_id if start_signal is None else None,
-            result_type=result_type,
-        )
-        handle._recorded = True  # the answer came from the read model
-        return handle
+        return await self._impl.start_workflow(StartWorkflowInput(
+            workflow=workflow_type, args=([arg] if arg is not _UNSET else []) + list(args), id=id, task_queue=task_queue,
+            execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
+            id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy, retry_policy=None,
+            cron_schedule=cron_schedule, memo=None, search_attributes=search_attributes, start_delay=start_delay, headers={},
+            start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
+            ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_id=request_id,
+        ))
 
     async def signal_with_start(
         self, workflow: type | Callable[..., Any] | str, arg: Any = _UNSET, *, signal: Callable[..., Any] | str,
@@ -196,15 +203,13 @@ class Client:
     def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> AsyncIterator[WorkflowExecution]:
         """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
         newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse."""
-        async def executions() -> AsyncIterator[WorkflowExecution]:
-            async for execution in list_executions((await self._read_model()).pool, query, limit, page_size):
-                yield execution
-
-        return executions()
+        return self._impl.list_workflows(ListWorkflowsInput(
+            query=query, page_size=page_size, next_page_token=None, rpc_metadata={}, rpc_timeout=None, limit=limit,
+        ))
 
     async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
         """How many executions match a list filter."""
-        return WorkflowExecutionCount(await count_executions((await self._read_model()).pool, query))
+        return await self._impl.count_workflows(CountWorkflowsInput(query=query, rpc_metadata={}, rpc_timeout=None))
 
     def get_workflow_handle(
         self, workflow_id: str, *, run_id: str | None = None, first_execution_run_id: str | None = None,
@@ -456,12 +461,10 @@ class WorkflowHandle:
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal this run (or the current run when the handle has no run_id); returns once the signal
         is in its history, raises CommandRejectedError when the run is closed or unknown."""
-        values = ([arg] if arg is not _UNSET else []) + list(args)
-        request_id = str(uuid.uuid4())
-        await self.client._request(self.id, "SignalWorkflowExecution", {
-            "run_id": self.run_id or "", "signal_name": workflow_module.signal_name(signal),
-            "input": self.client.data_converter.payload_converter.to_payloads(values), "request_id": request_id,
-        }, request_id)
+        await self.client._impl.signal_workflow(SignalWorkflowInput(
+            id=self.id, run_id=self.run_id, signal=workflow_module.signal_name(signal),
+            args=([arg] if arg is not _UNSET else []) + list(args), headers={}, rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def result(self, *, follow_runs: bool = True) -> Any:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause. With
@@ -502,40 +505,12 @@ class WorkflowHandle:
         queue replays the history if none holds it, a closed run included). Raises
         WorkflowQueryFailedError if the query failed, WorkflowQueryTimeoutError if no worker answered."""
         name = workflow_module.query_name(query)
-        if problem := text_problem("query name", name):
-            raise CommandRejectedError(self.id, "INVALID_ARGUMENT", problem)
-        execution = await self.describe()
-        replies = await self.client._replies()
         if result_type is None and not isinstance(query, str):
             result_type = typing.get_type_hints(query).get("return")
-        converter = self.client.data_converter
-        query_id = str(uuid.uuid4())
-        answer = replies.expect(query_id)
-        command = {"run_id": execution.run_id, "query": {
-            "task_queue": execution.task_queue, "workflow_type": execution.workflow_type, "query_id": query_id,
-            "query_type": name, "args": converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
-            "reply_partition": replies.partition,
-        }}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout.total_seconds()
-        # Sent again while unanswered: the history service holds a query in memory until the run's
-        # workflow task is done, so its restart (or a worker's) would otherwise cost the whole timeout.
-        # Every copy has the same query id; history holds it once, and the first answer wins.
-        while not answer.done() and loop.time() < deadline:
-            await self.client.send_command(self.id, "QueryWorkflow", command)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(answer), min(QUERY_RESEND_S, max(0.0, deadline - loop.time())))
-        if not answer.done():
-            replies.forget(query_id)
-            raise WorkflowQueryTimeoutError(
-                f"no worker answered query {name!r} of workflow {self.id} within {timeout}: "
-                f"is a worker polling task queue {execution.task_queue!r}?"
-            ) from None
-        answered = answer.result()
-        await converter.decode_payloads(answered)
-        if answered["error"] is not None:
-            raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
-        return converter.payload_converter.from_payload(answered["result"], result_type)
+        return await self.client._impl.query_workflow(QueryWorkflowInput(
+            id=self.id, run_id=self.run_id, query=name, args=([arg] if arg is not _UNSET else []) + list(args),
+            reject_condition=None, headers={}, ret_type=result_type, rpc_metadata={}, rpc_timeout=timeout,
+        ))
 
     async def start_update(
         self, update: Callable[..., Any] | str, arg: Any = _UNSET, *, wait_for_stage: "WorkflowUpdateStage",
@@ -553,21 +528,11 @@ class WorkflowHandle:
         name = workflow_module.update_name(update)
         if result_type is None and not isinstance(update, str):
             result_type = typing.get_type_hints(update).get("return")
-        update_id = id or str(uuid.uuid4())
-        read_model = await self.client._read_model()
-        # Asked for before the send, so neither answer can be missed.
-        reached = [read_model.expect_outcome(update_request_id(self.id, update_id))]
-        if wait_for_stage == WorkflowUpdateStage.ACCEPTED:
-            reached.append(read_model.expect_outcome(update_accepted_request_id(self.id, update_id)))
-        run_id = await self._request_in_chain("UpdateWorkflowExecution", {
-            "update_id": update_id, "name": name,
-            "args": self.client.data_converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
-        }, f"admit/{self.id}/{update_id}")
-        handle = WorkflowUpdateHandle(self.client, update_id, self.id, workflow_run_id=run_id, result_type=result_type)
-        await handle._wait_for(reached, [update_request_id(self.id, update_id)] + (
-            [update_accepted_request_id(self.id, update_id)] if wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
+        return await self.client._impl.start_workflow_update(StartWorkflowUpdateInput(
+            id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, update_id=id, update=name,
+            args=([arg] if arg is not _UNSET else []) + list(args), wait_for_stage=wait_for_stage, headers={},
+            ret_type=result_type, rpc_metadata={}, rpc_timeout=None,
         ))
-        return handle
 
     async def execute_update(
         self, update: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (), id: str | None = None,
@@ -594,7 +559,9 @@ class WorkflowHandle:
 
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""
-        return await self._execution(self.run_id)
+        return await self.client._impl.describe_workflow(DescribeWorkflowInput(
+            id=self.id, run_id=self.run_id, rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def _execution(self, run_id: str | None) -> WorkflowExecution:
         found = await find_execution((await self.client._read_model()).pool, self.id, run_id)
@@ -623,13 +590,17 @@ class WorkflowHandle:
 
     async def cancel(self) -> None:
         """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""
-        await self._request_in_chain("RequestCancelWorkflowExecution", {"reason": ""}, str(uuid.uuid4()))
+        await self.client._impl.cancel_workflow(CancelWorkflowInput(
+            id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, reason="",
+            rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def terminate(self, *args: Any, reason: str | None = None) -> None:
         """End the run now: no workflow code runs, pending activities and timers are dropped."""
-        await self._request_in_chain("TerminateWorkflowExecution", {
-            "reason": reason or "", "details": self.client.data_converter.payload_converter.to_payloads(args),
-        }, str(uuid.uuid4()))
+        await self.client._impl.terminate_workflow(TerminateWorkflowInput(
+            id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, args=args, reason=reason,
+            rpc_metadata={}, rpc_timeout=None,
+        ))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -655,35 +626,28 @@ class AsyncActivityHandle:
         """Record a heartbeat: re-arms the heartbeat timeout; `details` reach the next attempt. Raises
         AsyncActivityCancelledError once the workflow asked to cancel the activity (the heartbeat is
         recorded all the same)."""
-        run_id = await self._report(
-            "RecordActivityTaskHeartbeat", {"details": self._client.data_converter.payload_converter.to_payloads(details)},
-        )
-        if isinstance(self._id_or_token, AsyncActivityIDReference):
-            asked = {"activity_id": self._id_or_token.activity_id}
-            workflow_id = self._id_or_token.workflow_id
-        else:
-            token = TaskToken.decode(self._id_or_token)
-            asked = {"scheduled_event_id": token.scheduled_event_id}
-            workflow_id = token.workflow_id
-        pool = (await self._client._read_model()).pool
-        # The cancel request was recorded before the heartbeat it answers: the read model holds it now.
-        if await until_answered("client_activity_cancel_lookup", lambda: activity_cancel_requested(pool, workflow_id, run_id, **asked)):
-            raise AsyncActivityCancelledError()
+        await self._client._impl.heartbeat_async_activity(HeartbeatAsyncActivityInput(
+            id_or_token=self._id_or_token, details=details, rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def complete(self, result: Any = _UNSET) -> None:
-        payloads = self._client.data_converter.payload_converter
-        await self._report("RespondActivityTaskCompleted", {"result": None if result is _UNSET else payloads.to_payload(result)})
+        await self._client._impl.complete_async_activity(CompleteAsyncActivityInput(
+            id_or_token=self._id_or_token, result=result, rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def fail(self, error: Exception, *, last_heartbeat_details: Sequence[Any] = ()) -> None:
         """Fail the attempt with `error`, retried by the activity's retry policy; `last_heartbeat_details`
         reach the next attempt."""
-        if last_heartbeat_details:
-            await self.heartbeat(*last_heartbeat_details)
-        await self._report("RespondActivityTaskFailed", {"failure": self._client.data_converter.to_failure(error)})
+        await self._client._impl.fail_async_activity(FailAsyncActivityInput(
+            id_or_token=self._id_or_token, error=error, last_heartbeat_details=last_heartbeat_details, rpc_metadata={},
+            rpc_timeout=None,
+        ))
 
     async def report_cancellation(self, *details: Any) -> None:
         """Report the activity cancelled, as the workflow asked (refused when it did not ask)."""
-        await self._report("RespondActivityTaskCanceled", {"details": self._client.data_converter.payload_converter.to_payloads(details)})
+        await self._client._impl.report_cancellation_async_activity(ReportCancellationAsyncActivityInput(
+            id_or_token=self._id_or_token, details=details, rpc_metadata={}, rpc_timeout=None,
+        ))
 
     async def _report(self, kind: str, body: dict[str, Any]) -> str:
         """Send the report and wait for history's answer; the run it applied to."""
@@ -766,6 +730,171 @@ class WorkflowUpdateHandle:
                 f"workflow {self._workflow_id} closed before update {self._id} reached the stage awaited",
                 type="AcceptedUpdateCompletedWorkflow", non_retryable=True,
             ))
+
+
+class _ClientImpl(OutboundInterceptor):
+    """The innermost interceptor: what each client call does (temporalio's _ClientImpl)."""
+
+    def __init__(self, client: Client) -> None:  # no next: this is the end of the chain
+        self._client = client
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        client = self._client
+        payloads = client.data_converter.payload_converter
+        request_id = input.request_id or str(uuid.uuid4())
+        start = {
+            "workflow_type": input.workflow, "task_queue": input.task_queue,
+            "input": payloads.to_payloads(list(input.args)), "request_id": request_id,
+            "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+            "workflow_task_timeout_ms": to_ms(input.task_timeout), "start_delay_ms": to_ms(input.start_delay),
+            "cron_schedule": input.cron_schedule,
+            "id_reuse_policy": input.id_reuse_policy.value, "id_conflict_policy": input.id_conflict_policy.value,
+            "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
+            "header": dict(input.headers),
+        }
+        if input.start_signal is None:
+            run_id = await client._request(input.id, "StartWorkflowExecution", start, request_id)
+        else:
+            run_id = await client._request(input.id, "SignalWithStartWorkflowExecution", {
+                "start": start, "signal_name": input.start_signal, "signal_input": payloads.to_payloads(list(input.start_signal_args)),
+            }, request_id)
+        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", input.id, run_id, input.workflow)
+        # As temporalio: the handle targets the workflow id's current run (run_id None), so signals,
+        # queries, updates and cancellation reach the run a continue-as-new started; result() starts
+        # from this run and follows the chain; cancel, terminate and update stay within its chain.
+        handle = WorkflowHandle(
+            client, input.id, result_run_id=run_id, first_execution_run_id=run_id if input.start_signal is None else None,
+            result_type=input.ret_type,
+        )
+        handle._recorded = True  # the answer came from the read model
+        return handle
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
+        await handle._request_in_chain("RequestCancelWorkflowExecution", {"reason": input.reason}, str(uuid.uuid4()))
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecution:
+        return await self._handle(input.id, input.run_id)._execution(input.run_id)
+
+    def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        async def executions() -> AsyncIterator[WorkflowExecution]:
+            pool = (await self._client._read_model()).pool
+            async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
+                yield execution
+
+        return executions()
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
+        return WorkflowExecutionCount(await count_executions((await self._client._read_model()).pool, input.query or ""))
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        client, name = self._client, input.query
+        if problem := text_problem("query name", name):
+            raise CommandRejectedError(input.id, "INVALID_ARGUMENT", problem)
+        execution = await self._handle(input.id, input.run_id)._execution(input.run_id)
+        replies = await client._replies()
+        converter = client.data_converter
+        query_id = str(uuid.uuid4())
+        answer = replies.expect(query_id)
+        command = {"run_id": execution.run_id, "query": {
+            "task_queue": execution.task_queue, "workflow_type": execution.workflow_type, "query_id": query_id,
+            "query_type": name, "args": converter.payload_converter.to_payloads(list(input.args)),
+            "reply_partition": replies.partition, "header": dict(input.headers),
+        }}
+        timeout = input.rpc_timeout if input.rpc_timeout is not None else timedelta(seconds=30)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total_seconds()
+        # Sent again while unanswered: the history service holds a query in memory until the run's
+        # workflow task is done, so its restart (or a worker's) would otherwise cost the whole timeout.
+        # Every copy has the same query id; history holds it once, and the first answer wins.
+        while not answer.done() and loop.time() < deadline:
+            await client.send_command(input.id, "QueryWorkflow", command)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(answer), min(QUERY_RESEND_S, max(0.0, deadline - loop.time())))
+        if not answer.done():
+            replies.forget(query_id)
+            raise WorkflowQueryTimeoutError(
+                f"no worker answered query {name!r} of workflow {input.id} within {timeout}: "
+                f"is a worker polling task queue {execution.task_queue!r}?"
+            ) from None
+        answered = answer.result()
+        await converter.decode_payloads(answered)
+        if answered["error"] is not None:
+            raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
+        return converter.payload_converter.from_payload(answered["result"], input.ret_type)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        request_id = str(uuid.uuid4())
+        await self._client._request(input.id, "SignalWorkflowExecution", {
+            "run_id": input.run_id or "", "signal_name": input.signal,
+            "input": self._client.data_converter.payload_converter.to_payloads(list(input.args)), "request_id": request_id,
+            "header": dict(input.headers),
+        }, request_id)
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
+        await handle._request_in_chain("TerminateWorkflowExecution", {
+            "reason": input.reason or "", "details": self._client.data_converter.payload_converter.to_payloads(list(input.args)),
+        }, str(uuid.uuid4()))
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        client, workflow_id = self._client, input.id
+        update_id = input.update_id or str(uuid.uuid4())
+        read_model = await client._read_model()
+        # Asked for before the send, so neither answer can be missed.
+        reached = [read_model.expect_outcome(update_request_id(workflow_id, update_id))]
+        if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED:
+            reached.append(read_model.expect_outcome(update_accepted_request_id(workflow_id, update_id)))
+        run_id = await self._handle(workflow_id, input.run_id, input.first_execution_run_id)._request_in_chain("UpdateWorkflowExecution", {
+            "update_id": update_id, "name": input.update,
+            "args": client.data_converter.payload_converter.to_payloads(list(input.args)), "header": dict(input.headers),
+        }, f"admit/{workflow_id}/{update_id}")
+        handle = WorkflowUpdateHandle(client, update_id, workflow_id, workflow_run_id=run_id, result_type=input.ret_type)
+        await handle._wait_for(reached, [update_request_id(workflow_id, update_id)] + (
+            [update_accepted_request_id(workflow_id, update_id)] if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
+        ))
+        return handle
+
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        client, id_or_token = self._client, input.id_or_token
+        run_id = await AsyncActivityHandle(client, id_or_token)._report(
+            "RecordActivityTaskHeartbeat", {"details": client.data_converter.payload_converter.to_payloads(list(input.details))},
+        )
+        if isinstance(id_or_token, AsyncActivityIDReference):
+            asked: dict[str, Any] = {"activity_id": id_or_token.activity_id}
+            workflow_id = id_or_token.workflow_id
+        else:
+            token = TaskToken.decode(id_or_token)
+            asked = {"scheduled_event_id": token.scheduled_event_id}
+            workflow_id = token.workflow_id
+        pool = (await client._read_model()).pool
+        # The cancel request was recorded before the heartbeat it answers: the read model holds it now.
+        if await until_answered("client_activity_cancel_lookup", lambda: activity_cancel_requested(pool, workflow_id, run_id, **asked)):
+            raise AsyncActivityCancelledError()
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        payloads = self._client.data_converter.payload_converter
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            "RespondActivityTaskCompleted", {"result": None if input.result is _UNSET else payloads.to_payload(input.result)},
+        )
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        if input.last_heartbeat_details:
+            await self._client._impl.heartbeat_async_activity(HeartbeatAsyncActivityInput(
+                id_or_token=input.id_or_token, details=input.last_heartbeat_details, rpc_metadata=input.rpc_metadata,
+                rpc_timeout=input.rpc_timeout,
+            ))
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            "RespondActivityTaskFailed", {"failure": self._client.data_converter.to_failure(input.error)},
+        )
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            "RespondActivityTaskCanceled", {"details": self._client.data_converter.payload_converter.to_payloads(list(input.details))},
+        )
+
+    def _handle(self, workflow_id: str, run_id: str | None, first_execution_run_id: str | None = None) -> WorkflowHandle:
+        return WorkflowHandle(self._client, workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id)
 
 
 class _ReadModel:

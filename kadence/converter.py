@@ -488,7 +488,8 @@ class PayloadCodec(abc.ABC):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
 
 
-NOT_ENCODED = frozenset({"search_attributes"})  # payloads no codec encodes: the read model indexes them
+# Payloads no codec encodes: search attributes (the read model indexes them), headers (temporalio's default).
+NOT_ENCODED = frozenset({"search_attributes", "header"})
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from kadence import workflow as workflow_module
+from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence._workflow_instance import WorkflowDefinition, WorkflowInfo, WorkflowTaskError, replay
 from kadence.converter import DataConverter
 from kadence.exceptions import NondeterminismError
@@ -27,10 +28,14 @@ class Replayer:
     """Replays histories (from `kadence workflow show --output json`, or `handle.fetch_history()`)
     against the workflow code, to catch a change that would break running workflows."""
 
-    def __init__(self, *, workflows: Sequence[type], data_converter: DataConverter | None = None) -> None:
+    def __init__(
+        self, *, workflows: Sequence[type], data_converter: DataConverter | None = None, interceptors: Sequence[Interceptor] = (),
+    ) -> None:
         found = [workflow_module.definition(w) for w in workflows]
         self.workflows: dict[str, WorkflowDefinition] = {d.name: d for d in found if isinstance(d, WorkflowDefinition)}
         self.data_converter = data_converter or DataConverter()
+        class_input = WorkflowInterceptorClassInput(unsafe_extern_functions={})
+        self.interceptor_classes = [cls for cls in (i.workflow_interceptor_class(class_input) for i in interceptors) if cls is not None]
 
     async def replay_workflow(self, history: WorkflowHistory, *, raise_on_replay_failure: bool = True) -> WorkflowReplayResult:
         try:
@@ -56,7 +61,7 @@ class Replayer:
         events = copy.deepcopy(history.events)  # decoded in place: the caller's history stays as it was
         await self.data_converter.decode_payloads(events)
         info = WorkflowInfo(history.workflow_id, history.run_id, definition.name, started["task_queue"])
-        replay(definition, info, self.data_converter, events)
+        replay(definition, info, self.data_converter, events, self.interceptor_classes)
 
 
 def workflows_in(module: ModuleType) -> list[type]:

@@ -22,6 +22,15 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar, overload
 
 from kadence import activity as activity_module
+from kadence._worker_interceptor import (
+    ContinueAsNewInput,
+    SignalChildWorkflowInput,
+    SignalExternalWorkflowInput,
+    StartActivityInput,
+    StartChildWorkflowInput,
+    StartLocalActivityInput,
+    WorkflowOutboundInterceptor,
+)
 from kadence._workflow_instance import (
     UNFINISHED_POLICY_ATTR,
     ContinueAsNewError,
@@ -58,12 +67,14 @@ __all__ = [
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
+    "ActivityHandle",
 ]
 
 ClassType = TypeVar("ClassType", bound=type)
 RunFn = TypeVar("RunFn", bound=Callable[..., Any])
 
 Info = WorkflowInfo
+ActivityHandle = asyncio.Task  # temporalio's name for what start_activity returns: await it for the result
 
 _UNSET: Any = object()
 _DEFINITION_ATTR = "__kadence_workflow_definition"
@@ -305,7 +316,7 @@ def in_workflow() -> bool:
 
 
 def info() -> WorkflowInfo:
-    return _instance().info
+    return _instance().outbound.info()
 
 
 def current_update_info() -> UpdateInfo | None:
@@ -567,16 +578,15 @@ def continue_as_new(
 ) -> NoReturn:
     """End this run and start a new one of the same workflow id with fresh history (and these arguments)."""
     instance = _instance()
-    workflow_type = ""
+    workflow_type = None
     if workflow is not None:
         found = definition(workflow)
         workflow_type = found if isinstance(found, str) else found.name
-    values = ([arg] if arg is not _UNSET else []) + list(args)
-    raise ContinueAsNewError({
-        "workflow_type": workflow_type, "task_queue": task_queue or "",
-        "input": instance.converter.payload_converter.to_payloads(values),
-        "workflow_task_timeout_ms": to_ms(task_timeout), "run_timeout_ms": to_ms(run_timeout),
-    })
+    instance.outbound.continue_as_new(ContinueAsNewInput(
+        workflow=workflow_type, args=([arg] if arg is not _UNSET else []) + list(args), task_queue=task_queue,
+        run_timeout=run_timeout, task_timeout=task_timeout, backoff_start_interval=None, retry_policy=None, memo=None,
+        search_attributes=None, headers={}, versioning_intent=None, arg_types=None,
+    ))
 
 
 def upsert_search_attributes(attributes: dict[str, Any]) -> None:
@@ -624,22 +634,13 @@ def start_activity(
             result_type = typing.get_type_hints(activity_definition.fn).get("return")
     if start_to_close_timeout is None and schedule_to_close_timeout is None:
         raise ValueError(f"activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
-    future = instance.schedule_activity({
-        "activity_id": activity_id or "",
-        "activity_type": activity_type,
-        "task_queue": task_queue or "",
-        "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
-        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
-        "schedule_to_start_timeout_ms": to_ms(schedule_to_start_timeout),
-        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
-        "heartbeat_timeout_ms": to_ms(heartbeat_timeout),
-        "retry_policy": retry_policy.to_record() if retry_policy else None,
-    })
-
-    async def result() -> Any:
-        return instance.converter.payload_converter.from_payload(await future, result_type)
-
-    return instance.create_task(result(), name=f"activity:{activity_type}")
+    return instance.outbound.start_activity(StartActivityInput(
+        activity=activity_type, args=[*positional, *args], activity_id=activity_id, task_queue=task_queue,
+        schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
+        start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
+        cancellation_type=None, headers={}, disable_eager_execution=False, versioning_intent=None, summary=None,
+        arg_types=None, ret_type=result_type,
+    ))
 
 
 def start_local_activity(
@@ -664,18 +665,11 @@ def start_local_activity(
             result_type = typing.get_type_hints(activity_definition.fn).get("return")
     if start_to_close_timeout is None and schedule_to_close_timeout is None:
         raise ValueError(f"local activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
-    future = instance.schedule_local_activity({
-        "activity_type": activity_type,
-        "input": instance.converter.payload_converter.to_payloads([*positional, *args]),
-        "schedule_to_close_timeout_ms": to_ms(schedule_to_close_timeout),
-        "start_to_close_timeout_ms": to_ms(start_to_close_timeout),
-        "retry_policy": retry_policy.to_record() if retry_policy else None,
-    })
-
-    async def result() -> Any:
-        return instance.converter.payload_converter.from_payload(await future, result_type)
-
-    return instance.create_task(result(), name=f"local-activity:{activity_type}")
+    return instance.outbound.start_local_activity(StartLocalActivityInput(
+        activity=activity_type, args=[*positional, *args], activity_id=None, schedule_to_close_timeout=schedule_to_close_timeout,
+        schedule_to_start_timeout=None, start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
+        local_retry_threshold=None, cancellation_type=None, headers={}, summary=None, arg_types=None, ret_type=result_type,
+    ))
 
 
 async def execute_local_activity(
@@ -848,10 +842,9 @@ class ChildWorkflowHandle(asyncio.Task[Any]):
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the child; raises ApplicationError if it cannot be signalled (it closed)."""
-        instance = _instance()
-        values = ([arg] if arg is not _UNSET else []) + list(args)
-        payloads = instance.converter.payload_converter.to_payloads(values)
-        await instance.signal_external(self.id, "", signal_name(signal), payloads, child_workflow_only=True)
+        await _instance().outbound.signal_child_workflow(SignalChildWorkflowInput(
+            signal=signal_name(signal), args=([arg] if arg is not _UNSET else []) + list(args), child_workflow_id=self.id, headers={},
+        ))
 
 
 async def start_child_workflow(
@@ -878,15 +871,29 @@ async def start_child_workflow(
     workflow_type = found if isinstance(found, str) else found.name
     if result_type is None and not isinstance(found, str):
         result_type = found.result_type()
+    return await instance.outbound.start_child_workflow(StartChildWorkflowInput(
+        workflow=workflow_type, args=([arg] if arg is not _UNSET else []) + list(args), id=id, task_queue=task_queue,
+        cancellation_type=None, parent_close_policy=parent_close_policy, execution_timeout=execution_timeout,
+        run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, retry_policy=None,
+        cron_schedule="", memo=None, search_attributes=search_attributes, headers={}, versioning_intent=None,
+        static_summary=None, static_details=None, arg_types=None, ret_type=result_type,
+    ))
+
+
+async def _start_child(instance: WorkflowInstance, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
+    """What start_child_workflow does past the interceptors: issue the start and wait until the child started."""
     payloads = instance.converter.payload_converter
     pending = instance.start_child_workflow({
-        "workflow_id": id, "workflow_type": workflow_type, "task_queue": task_queue or "",
-        "input": payloads.to_payloads(([arg] if arg is not _UNSET else []) + list(args)),
-        "execution_timeout_ms": to_ms(execution_timeout), "run_timeout_ms": to_ms(run_timeout),
-        "workflow_task_timeout_ms": to_ms(task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(id_reuse_policy).value,
-        "parent_close_policy": ParentClosePolicy(parent_close_policy).value,
-        "search_attributes": {name: payloads.to_payload(value) for name, value in (search_attributes or {}).items()},
+        "workflow_id": input.id, "workflow_type": input.workflow, "task_queue": input.task_queue or "",
+        "input": payloads.to_payloads(list(input.args)),
+        "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+        "workflow_task_timeout_ms": to_ms(input.task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(input.id_reuse_policy).value,
+        "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
+        "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
+        "header": dict(input.headers),
     })
+    id = input.id
+    result_type = input.ret_type
     assert pending.started is not None
     try:
         run_id = await asyncio.shield(pending.started)
@@ -950,9 +957,10 @@ class ExternalWorkflowHandle:
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the workflow; raises ApplicationError if it is not found or closed."""
-        instance = _instance()
-        payloads = instance.converter.payload_converter.to_payloads(([arg] if arg is not _UNSET else []) + list(args))
-        await instance.signal_external(self.id, self.run_id or "", signal_name(signal), payloads, child_workflow_only=False)
+        await _instance().outbound.signal_external_workflow(SignalExternalWorkflowInput(
+            signal=signal_name(signal), args=([arg] if arg is not _UNSET else []) + list(args), namespace="default",
+            workflow_id=self.id, workflow_run_id=self.run_id, headers={},
+        ))
 
     async def cancel(self) -> None:
         """Ask the workflow to cancel; raises ApplicationError if it is not found or closed."""
@@ -963,3 +971,69 @@ def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None)
     """A handle to signal or cancel another workflow (its current run unless `run_id` is given)."""
     _instance()
     return ExternalWorkflowHandle(workflow_id, run_id)
+
+
+class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
+    """The innermost outbound interceptor: what the workflow API does past the interceptors."""
+
+    def __init__(self, instance: WorkflowInstance) -> None:  # no next: this is the end of the chain
+        self._instance = instance
+
+    def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
+        raise ContinueAsNewError({
+            "workflow_type": input.workflow or "", "task_queue": input.task_queue or "",
+            "input": self._instance.converter.payload_converter.to_payloads(list(input.args)),
+            "workflow_task_timeout_ms": to_ms(input.task_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+            "header": dict(input.headers),
+        })
+
+    def info(self) -> WorkflowInfo:
+        return self._instance.info
+
+    async def signal_child_workflow(self, input: SignalChildWorkflowInput) -> None:
+        payloads = self._instance.converter.payload_converter.to_payloads(list(input.args))
+        await self._instance.signal_external(input.child_workflow_id, "", input.signal, payloads, True, dict(input.headers))
+
+    async def signal_external_workflow(self, input: SignalExternalWorkflowInput) -> None:
+        payloads = self._instance.converter.payload_converter.to_payloads(list(input.args))
+        await self._instance.signal_external(input.workflow_id, input.workflow_run_id or "", input.signal, payloads, False,
+                                             dict(input.headers))
+
+    def start_activity(self, input: StartActivityInput) -> asyncio.Task[Any]:
+        instance = self._instance
+        future = instance.schedule_activity({
+            "activity_id": input.activity_id or "",
+            "activity_type": input.activity,
+            "task_queue": input.task_queue or "",
+            "input": instance.converter.payload_converter.to_payloads(list(input.args)),
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
+            "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+            "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
+            "header": dict(input.headers),
+        })
+
+        async def result() -> Any:
+            return instance.converter.payload_converter.from_payload(await future, input.ret_type)
+
+        return instance.create_task(result(), name=f"activity:{input.activity}")
+
+    async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
+        return await _start_child(self._instance, input)
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
+        instance = self._instance
+        future = instance.schedule_local_activity({
+            "activity_type": input.activity,
+            "input": instance.converter.payload_converter.to_payloads(list(input.args)),
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
+            "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
+            "header": dict(input.headers),
+        })
+
+        async def result() -> Any:
+            return instance.converter.payload_converter.from_payload(await future, input.ret_type)
+
+        return instance.create_task(result(), name=f"local-activity:{input.activity}")

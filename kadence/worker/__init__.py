@@ -1,7 +1,32 @@
 """The worker (as temporalio.worker): `Worker` polls a task queue's workflow and activity tasks;
 `SharedStateManager` carries heartbeats and cancellation to sync activities run in other processes."""
 
+from kadence._worker_interceptor import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ContinueAsNewInput,
+    ExecuteActivityInput,
+    ExecuteWorkflowInput,
+    HandleQueryInput,
+    HandleSignalInput,
+    HandleUpdateInput,
+    Interceptor,
+    SignalChildWorkflowInput,
+    SignalExternalWorkflowInput,
+    StartActivityInput,
+    StartChildWorkflowInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
 from kadence.worker._shared_state import SharedHeartbeatSender, SharedStateManager
 from kadence.worker._worker import Worker
 
-__all__ = ["SharedHeartbeatSender", "SharedStateManager", "Worker"]
+__all__ = [
+    "SharedHeartbeatSender", "SharedStateManager", "Worker",
+    "Interceptor", "ActivityInboundInterceptor", "ActivityOutboundInterceptor", "ExecuteActivityInput",
+    "WorkflowInterceptorClassInput", "WorkflowInboundInterceptor", "WorkflowOutboundInterceptor", "ExecuteWorkflowInput",
+    "HandleSignalInput", "HandleQueryInput", "HandleUpdateInput", "ContinueAsNewInput", "SignalChildWorkflowInput",
+    "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput",
+]

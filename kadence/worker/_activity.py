@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Message
 
 from kadence import activity as activity_module
+from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
+from kadence.api.common.v1 import Payload
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics
 from kadence.protocol.kafka import consume_batches, make_consumer
@@ -54,6 +56,7 @@ class ActivityWorker:
         self._subscribe = worker._subscribe
         self._send = worker._send
         self._decode = worker._decode
+        self._interceptors = worker.interceptors
         # The callable registered is the one called: a bound method keeps its object (as temporalio).
         self._activities = {
             d.name: dataclasses.replace(d, fn=fn) for d, fn in ((activity_module.definition(fn), fn) for fn in activities)
@@ -217,11 +220,14 @@ class ActivityWorker:
         )
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)
-        context.run(activity_module._current_heartbeat.set, heartbeater)
-        return await self.call(at["activity_type"], at["input"], context)
+        return await self.call(at["activity_type"], at["input"], context, at.get("header") or {}, heartbeater)
 
-    async def call(self, activity_type: str, payloads: list[Record], context: contextvars.Context | None = None) -> Any:
-        """Call the registered activity with its decoded arguments: async ones on the loop, sync ones in the pool."""
+    async def call(
+        self, activity_type: str, payloads: list[Record], context: contextvars.Context, header: Record, heartbeat: Heartbeater | None,
+    ) -> Any:
+        """Call the registered activity with its decoded arguments through the worker's interceptors
+        (async ones on the loop, sync ones in the executor), in `context`, which holds its info;
+        `heartbeat` None for a local activity, whose heartbeats are ignored."""
         definition = self._activities.get(activity_type)
         if definition is None:
             raise ApplicationError(
@@ -232,14 +238,35 @@ class ActivityWorker:
         hints = typing.get_type_hints(definition.fn)
         arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
         args = self.client.data_converter.payload_converter.from_payloads(payloads, arg_types)
-        context = context or contextvars.copy_context()
-        if definition.is_async:
-            return await asyncio.create_task(definition.fn(*args), context=context)
-        if isinstance(self._executor, concurrent.futures.ThreadPoolExecutor):
-            return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, definition.fn, *args)
-        return await self._call_in_process(definition.fn, args, context)
+        # As temporalio: a chain per attempt, the first interceptor outermost; activity.heartbeat()
+        # and activity.info() go through the outbound chain init hands down.
+        root = _ActivityInboundImpl(self, heartbeat)
+        inbound: ActivityInboundInterceptor = root
+        for interceptor in reversed(self._interceptors):
+            inbound = interceptor.intercept_activity(inbound)
+        inbound.init(_ActivityOutboundImpl(context[activity_module._current_info], heartbeat or ignore_heartbeat))
+        context.run(activity_module._current_info.set, root.outbound.info())
+        context.run(activity_module._current_heartbeat.set, root.outbound.heartbeat)
+        context.run(activity_module._current_payload_converter.set, self.client.data_converter.payload_converter)
+        execution = ExecuteActivityInput(
+            fn=definition.fn, args=args, executor=None if definition.is_async else self._executor,
+            headers={name: Payload.of(payload) for name, payload in header.items()},
+        )
+        return await asyncio.create_task(inbound.execute_activity(execution), context=context)
 
-    async def _call_in_process(self, fn: Callable[..., Any], args: list[Any], context: contextvars.Context) -> Any:
+    async def run_fn(self, input: ExecuteActivityInput, heartbeat: Heartbeater | None) -> Any:
+        """The activity function itself, past the interceptors: async ones on the loop, sync ones in
+        the executor with a copy of the context the interceptors ran in."""
+        if inspect.iscoroutinefunction(input.fn):
+            return await input.fn(*input.args)
+        context = contextvars.copy_context()
+        if isinstance(input.executor, concurrent.futures.ThreadPoolExecutor):
+            return await asyncio.get_running_loop().run_in_executor(input.executor, context.run, input.fn, *input.args)
+        return await self._call_in_process(input.fn, list(input.args), context, heartbeat)
+
+    async def _call_in_process(
+        self, fn: Callable[..., Any], args: list[Any], context: contextvars.Context, heartbeat: Heartbeater | None,
+    ) -> Any:
         """A sync activity on an executor of other processes: the context cannot cross to them, so
         its info goes as an argument, its heartbeats come back over the shared state manager's queue
         and its cancellation goes there as a shared event."""
@@ -247,10 +274,9 @@ class ActivityWorker:
         assert manager is not None  # checked when the worker was made
         loop = asyncio.get_running_loop()
         info = context[activity_module._current_info]
-        heartbeat = context[activity_module._current_heartbeat]
         task_token = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}/{uuid.uuid4()}".encode()
         cancelled = await loop.run_in_executor(None, manager.new_event)
-        if isinstance(heartbeat, Heartbeater):
+        if heartbeat is not None:
             relay = heartbeat.relay_from_thread
             await loop.run_in_executor(None, heartbeat.share_cancellation, cancelled)
         else:  # a local activity: heartbeats are ignored
@@ -262,6 +288,35 @@ class ActivityWorker:
             )
         finally:
             await manager.unregister_heartbeater(task_token)
+
+
+class _ActivityInboundImpl(ActivityInboundInterceptor):
+    """The innermost inbound interceptor of an attempt: runs the activity function."""
+
+    def __init__(self, worker: ActivityWorker, heartbeat: Heartbeater | None) -> None:  # no next: the end of the chain
+        self._worker = worker
+        self._heartbeat = heartbeat
+        self.outbound: ActivityOutboundInterceptor
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        self.outbound = outbound
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        return await self._worker.run_fn(input, self._heartbeat)
+
+
+class _ActivityOutboundImpl(ActivityOutboundInterceptor):
+    """The innermost outbound interceptor of an attempt: its info, and its heartbeats to history."""
+
+    def __init__(self, info: activity_module.Info, heartbeat: Callable[..., None]) -> None:  # no next: the end of the chain
+        self._info = info
+        self._heartbeat = heartbeat
+
+    def info(self) -> activity_module.Info:
+        return self._info
+
+    def heartbeat(self, *details: Any) -> None:
+        self._heartbeat(*details)
 
 
 class _QueueShareRate:

@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from kadence import workflow as workflow_module
+from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence._workflow_instance import WorkflowDefinition
 from kadence.client import Client
 from kadence.protocol import topics
@@ -52,10 +53,17 @@ class Worker:
         max_task_queue_activities_per_second: float | None = None,
         identity: str | None = None,
         shared_state_manager: SharedStateManager | None = None,
+        interceptors: Sequence[Interceptor] = (),
     ) -> None:
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
         self.client = client
+        # As temporalio: the client's interceptors that are also worker interceptors come first.
+        self.interceptors = [i for i in client.interceptors if isinstance(i, Interceptor)] + list(interceptors)
+        class_input = WorkflowInterceptorClassInput(unsafe_extern_functions={})
+        self.workflow_interceptor_classes = [
+            cls for cls in (i.workflow_interceptor_class(class_input) for i in self.interceptors) if cls is not None
+        ]
         self.task_queue = task_queue
         self.identity = identity or client.identity
         definitions: dict[str, WorkflowDefinition] = {}

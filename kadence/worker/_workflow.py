@@ -57,6 +57,7 @@ class WorkflowWorker:
         self._send = worker._send
         self._decode = worker._decode
         self._workflows = workflows
+        self._interceptor_classes = worker.workflow_interceptor_classes
         self._activities = activities  # a local activity runs as the worker's activities do
         self._max_cached = max_cached
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
@@ -261,10 +262,9 @@ class WorkflowWorker:
                 task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
                 workflow_type=task["task"][1]["workflow_type"], is_local=True,
             ))
-            context.run(activity_module._current_heartbeat.set, lambda *details: None)
             try:
                 result = await asyncio.wait_for(
-                    self._activities.call(attrs["activity_type"], attrs["input"], context),
+                    self._activities.call(attrs["activity_type"], attrs["input"], context, attrs.get("header") or {}, heartbeat=None),
                     (attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"]) / 1000,
                 )
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
@@ -299,7 +299,7 @@ class WorkflowWorker:
             if problem is not None:
                 raise problem
             instance = self._cache.get(task["run_id"]) or await self._replay(task)
-            answer["result"] = instance.query(query["query_type"], query["args"])
+            answer["result"] = instance.query(query["query_type"], query["args"], query.get("header") or {}, query["query_id"])
             await self.client.data_converter.encode_payloads(answer)
         except Exception as exc:  # the query failed: the caller hears why
             log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
@@ -326,7 +326,7 @@ class WorkflowWorker:
             raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
         await self.client.data_converter.decode_payloads(history.events)
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
-        return replay(definition, info, self.client.data_converter, history.events)
+        return replay(definition, info, self.client.data_converter, history.events, self._interceptor_classes)
 
     def _activate(
         self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,
@@ -341,5 +341,5 @@ class WorkflowWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
-        instance = WorkflowInstance(definition, info, self.client.data_converter)
+        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)

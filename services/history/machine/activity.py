@@ -52,6 +52,7 @@ def _scheduled(ex: Execution, event: Record) -> None:
         retry_policy=attrs["retry_policy"],
         scheduled_time_ms=event["event_time_ms"],
         dispatch_due_ms=event["event_time_ms"],
+        header=attrs.get("header", {}),
     )
 
 
@@ -125,7 +126,7 @@ def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: 
         **attrs, "task_queue": attrs["task_queue"] or t.execution.task_queue,
         # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
         "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
-        "workflow_task_completed_event_id": completed_id,
+        "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
 
 
@@ -379,6 +380,7 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
         "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
         "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
         "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout if timeout else 0,
+        "header": activity.header,
     }
 
 

@@ -77,7 +77,7 @@ def _record_start_child(t: Transition, attrs: Record, completed_id: int, identit
         "workflow_execution_timeout_ms": attrs["execution_timeout_ms"], "workflow_run_timeout_ms": attrs["run_timeout_ms"],
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "parent_close_policy": attrs["parent_close_policy"], "search_attributes": attrs["search_attributes"],
-        "workflow_task_completed_event_id": completed_id,
+        "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
 
 
@@ -185,12 +185,14 @@ def _start_child(ex: Execution, event: Record) -> Record:
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
         "initiated_by": {**_initiator(ex, event), "root_workflow_id": root_workflow_id, "root_run_id": root_run_id},
+        "header": attrs.get("header", {}),
     }
 
 
 def _signal(ex: Execution, event: Record) -> Record:
     attrs = attributes(event)
-    return {"run_id": attrs["run_id"], "signal_name": attrs["signal_name"], "input": attrs["input"], "initiated_by": _initiator(ex, event)}
+    return {"run_id": attrs["run_id"], "signal_name": attrs["signal_name"], "input": attrs["input"], "initiated_by": _initiator(ex, event),
+            "header": attrs.get("header", {})}
 
 
 def _request_cancel(ex: Execution, event: Record) -> Record:

@@ -31,6 +31,7 @@ class ActivityState:
     heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
     last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
     cancel_requested_event_id: int = 0
+    header: Record = field(default_factory=dict)  # the ActivityTaskScheduled's, sent with each attempt
 
 
 @dataclass

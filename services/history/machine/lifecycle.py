@@ -95,6 +95,7 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
+        "header": start.get("header", {}),
     })
     if signal is not None:
         t.add("WorkflowExecutionSignaled", {
@@ -133,7 +134,7 @@ def decide_signal_with_start(
 ) -> Transition:
     """Signal the running run, or start a new one whose first event after the start is the signal.
     The start's request id names the whole request: sent again, it signals (or starts) once."""
-    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"]}
+    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"], "header": cmd["start"].get("header", {})}
     request_id = cmd["start"]["request_id"]
     if current is not None and current.status == RUNNING:
         if request_id and request_id == current.start_request_id:
@@ -185,7 +186,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
     )
     t.add("WorkflowExecutionContinuedAsNew", {
         **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
-        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id,
+        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
     started = ex.started
     t.next_run = Transition(following, t.now_ms)
@@ -199,7 +200,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
-        **_chain_attributes(ex),
+        **_chain_attributes(ex), "header": attrs.get("header", {}),
     })
     t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
 

@@ -57,6 +57,7 @@ def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transiti
     t.add_workflow_visible("WorkflowExecutionSignaled", {
         "signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity, "request_id": cmd["request_id"],
         "external_workflow_id": requester["workflow_id"] if requester else "", "external_run_id": requester["run_id"] if requester else "",
+        "header": cmd.get("header", {}),
     })
     if requester is not None:
         t.effects.append(answer(requester, ""))
@@ -73,6 +74,7 @@ def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     if cmd["update_id"] not in ex.update_ids:  # the same update again: answered, applied once
         t.add_workflow_visible("WorkflowExecutionUpdateAdmitted", {
             "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
+            "header": cmd.get("header", {}),
         })
     return t
 
