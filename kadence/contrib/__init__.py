@@ -1,0 +1,1 @@
+"""Optional integrations (as temporalio.contrib): each needs its extra installed."""
