@@ -18,10 +18,10 @@ import dataclasses
 import enum
 import functools
 import inspect
-import io
 import json
 import logging
 import random
+import traceback
 import typing
 import warnings
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -885,9 +885,16 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         tasks it created), one stack per task, as temporalio's `__stack_trace` query answers."""
         stacks = []
         for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
-            out = io.StringIO()
-            task.print_stack(file=out)
-            stacks.append(out.getvalue().rstrip())
+            # Down the chain of awaits (Task.print_stack shows the task's own coroutine only, so
+            # an interceptor's execute_workflow, not the run method it awaits).
+            frames, coro = [], task.get_coro()
+            while coro is not None:
+                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                if frame is not None:  # named as the coroutine (`ApprovalWorkflow.run()`), as a task's repr names it
+                    frames.append(traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, f"{frame.f_code.co_qualname}()"))
+                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+            lines = "".join(traceback.StackSummary.from_list(frames).format())
+            stacks.append(f"Stack for {task!r} (most recent call last):\n{lines}".rstrip())
         return "\n\n".join(stacks)
 
     def continue_as_new_suggested(self) -> bool:
