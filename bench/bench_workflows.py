@@ -1,19 +1,24 @@
-"""Throughput and latency of one-activity workflows, next to the raw broker round trip.
+"""Throughput and latency of workflows, next to the raw broker round trip.
 
     python -m bench.bench_workflows --workflows 2000 --concurrency 50 [--broker kafka|tansu]
+    python -m bench.bench_workflows --workflows 200 --concurrency 1 --workload ten-activities --worker-in-process
     python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
 Starts its own local stack (broker, Postgres, services; --broker kafka|tansu), or with --against-settings uses the
-deployment the KADENCE_* variables name, and a worker process; runs N workflows of one activity
-that returns its input with at most C in flight, and prints workflows/s and start-to-result
-p50/p99. In the same run it measures the broker's produce-to-consume round trip, which bounds
-every hop a workflow makes, and the CPU-seconds each process spent in the measured run.
+deployment the KADENCE_* variables name, and a worker (a process of its own, or with
+--worker-in-process in the client's process, as the engines compared in docs/performance.md run
+it); runs N workflows of the --workload with at most C in flight: one activity that returns its
+input (the default), ten such activities one after another, or a 1 s durable timer and then the
+activity. It prints workflows/s and start-to-result p50/p99, the p50 in broker round trips (the
+produce-to-consume round trip measured in the same run, which bounds every hop a workflow makes),
+and the CPU-seconds each process spent in the measured run, in all and per 1,000 workflows.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import statistics
@@ -35,6 +40,7 @@ from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol.kafka import base_config, ensure_topics
 from kadence.protocol.settings import KafkaSettings
+from kadence.worker import Worker
 
 TASK_QUEUE = "bench"
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +56,26 @@ class BenchWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
         return await workflow.execute_activity(echo_input, value, start_to_close_timeout=timedelta(seconds=30))
+
+
+@workflow.defn
+class TenActivitiesWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        for _ in range(10):
+            value = await workflow.execute_activity(echo_input, value, start_to_close_timeout=timedelta(seconds=30))
+        return value
+
+
+@workflow.defn
+class TimerWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        await workflow.sleep(1)
+        return await workflow.execute_activity(echo_input, value, start_to_close_timeout=timedelta(seconds=30))
+
+
+WORKLOADS = {"one-activity": BenchWorkflow, "ten-activities": TenActivitiesWorkflow, "timer": TimerWorkflow}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -91,7 +117,7 @@ def broker_round_trip(settings: KafkaSettings, pings: int) -> list[float]:
     return samples
 
 
-async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[float, list[float]]:
+async def run_workflows(client: Client, workload: str, count: int, concurrency: int) -> tuple[float, list[float]]:
     slots = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
@@ -99,7 +125,7 @@ async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[f
         async with slots:
             started = time.perf_counter()
             value = f"bench-{i}-{uuid.uuid4().hex[:8]}"
-            handle = await client.start_workflow(BenchWorkflow.run, value, id=value, task_queue=TASK_QUEUE)
+            handle = await client.start_workflow(WORKLOADS[workload].run, value, id=value, task_queue=TASK_QUEUE)
             assert await handle.result() == value
             latencies.append((time.perf_counter() - started) * 1000)
 
@@ -108,28 +134,53 @@ async def run_workflows(client: Client, count: int, concurrency: int) -> tuple[f
     return time.perf_counter() - began, latencies
 
 
-async def bench(target: Target, workflows: int, concurrency: int, pings: int) -> None:
-    worker = subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
-    processes = {**(stack_processes(target.stack) if target.stack else {}), "worker": worker.pid, "client": os.getpid()}
+@dataclass(frozen=True)
+class Run:
+    """What to run: the workload, how many, how many at once, and where the worker runs."""
+
+    workload: str
+    workflows: int
+    concurrency: int
+    worker_in_process: bool
+
+
+async def bench(target: Target, run: Run, pings: int) -> None:
+    worker_process = None if run.worker_in_process else subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
+    processes = {**(stack_processes(target.stack) if target.stack else {}), "client": os.getpid()}
+    if worker_process is not None:
+        processes["worker"] = worker_process.pid
     cpu = CpuMeter(processes)
     try:
         client = await Client.connect(target.settings.bootstrap_servers, postgres_dsn=target.postgres_dsn)
-        await run_workflows(client, min(50, workflows), concurrency)  # warm-up: group joins, topic creation
-        cpu.start()
-        elapsed, latencies = await run_workflows(client, workflows, concurrency)
-        cpu_report = cpu.report()
+        async with contextlib.AsyncExitStack() as in_process:
+            if run.worker_in_process:
+                await in_process.enter_async_context(bench_worker(client))
+            # Warm-up: group joins, topic creation, and (one at a time) 20 workflows, as the engines compared were.
+            await run_workflows(client, run.workload, min(50 if run.concurrency > 1 else 20, run.workflows), run.concurrency)
+            cpu.start()
+            elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
+            cpu_report = cpu.report(per_thousand=run.workflows)
         await client.close()
     finally:
-        worker.terminate()
-        worker.wait()
+        if worker_process is not None:
+            worker_process.terminate()
+            worker_process.wait()
     round_trip = broker_round_trip(target.settings, pings)
     if target.stack is not None:
         print(describe_broker(target.stack))
-    print(f"workflows:            {workflows} (one activity each), concurrency {concurrency}, {target.settings.partitions} partitions")
-    print(f"throughput:           {workflows / elapsed:.0f} workflows/s")
-    print(f"start-to-result:      p50 {percentile(latencies, 50):.1f} ms, p99 {percentile(latencies, 99):.1f} ms")
-    print(f"broker round trip:    p50 {percentile(round_trip, 50):.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
+    where = "in the client's process" if run.worker_in_process else "in a process of its own"
+    print(f"workflows:            {run.workflows} ({run.workload}), concurrency {run.concurrency}, "
+          f"{target.settings.partitions} partitions, worker {where}")
+    print(f"throughput:           {run.workflows / elapsed:.0f} workflows/s")
+    p50, rtt_p50 = percentile(latencies, 50), percentile(round_trip, 50)
+    print(f"start-to-result:      p50 {p50:.1f} ms ({p50 / rtt_p50:.0f} broker round trips), p99 {percentile(latencies, 99):.1f} ms")
+    print(f"broker round trip:    p50 {rtt_p50:.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
     print(cpu_report)
+
+
+def bench_worker(client: Client) -> Worker:
+    """The benchmark's worker: every workload's workflow and the one activity."""
+    return Worker(client, task_queue=TASK_QUEUE, workflows=list(WORKLOADS.values()), activities=[echo_input])
 
 
 def main() -> None:
@@ -138,6 +189,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pings", type=int, default=500)
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="one-activity")
+    parser.add_argument("--worker-in-process", action="store_true",
+                        help="run the worker in the client's process (default: a process of its own)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the broker's: 500 on Apache Kafka, 5 on Tansu)")
     add_broker_option(parser)
@@ -145,14 +199,15 @@ def main() -> None:
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process)
     if args.against_settings:
-        uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), args.workflows, args.concurrency, args.pings))
+        uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), run, args.pings))
         return
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
         stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms, broker_kind=args.broker)
         stack.start()
         try:
-            uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn, stack), args.workflows, args.concurrency, args.pings))
+            uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn, stack), run, args.pings))
         finally:
             stack.stop()
 

@@ -50,8 +50,15 @@ class CpuMeter:
     def start(self) -> None:
         self._before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
 
-    def report(self) -> str:
+    def report(self, per_thousand: int | None = None) -> str:
+        """The CPU-seconds each process spent; with `per_thousand` (the workflows run), also per
+        1,000 of them, so runs of different sizes compare."""
         spent = {name: cpu_seconds(pid) - self._before[name] for name, pid in self.pids.items()}
         total = sum(spent.values())
         parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(spent.items(), key=lambda item: -item[1]))
-        return f"CPU-seconds:          {total:.1f} in all: {parts}"
+        line = f"CPU-seconds:          {total:.1f} in all: {parts}"
+        if per_thousand:
+            scaled = ", ".join(f"{name} {seconds * 1000 / per_thousand:.1f}"
+                               for name, seconds in sorted(spent.items(), key=lambda item: -item[1]))
+            line += f"\nper 1,000 workflows:  {total * 1000 / per_thousand:.1f} CPU-s: {scaled}"
+        return line

@@ -2,14 +2,13 @@
 
 import uvloop
 
-from bench.bench_workflows import TASK_QUEUE, BenchWorkflow, echo_input
+from bench.bench_workflows import bench_worker
 from kadence.client import Client
-from kadence.worker import Worker
 
 
 async def main() -> None:
     client = await Client.connect()
-    await Worker(client, task_queue=TASK_QUEUE, workflows=[BenchWorkflow], activities=[echo_input]).run()
+    await bench_worker(client).run()
 
 
 if __name__ == "__main__":
