@@ -54,7 +54,7 @@ from kadence.exceptions import (
     WorkflowQueryTimeoutError,
     WorkflowUpdateFailedError,
 )
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import codec, command_codec
 from kadence.protocol.cron import parse_cron
 from kadence.protocol.kafka import AsyncProducer
@@ -120,7 +120,7 @@ class Client:
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
-        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, asyncio.Future[Message]]] | None = None
+        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, tracing.Headers, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
         # As temporalio: the first interceptor is the outermost, called first.
         self.interceptors = tuple(interceptors)
@@ -252,16 +252,17 @@ class Client:
         the delivery timeout) is tried again until it succeeds: for commands whose repetition is
         rejected as stale (a worker's task results)."""
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
+        traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if self.data_converter.payload_codec is None:
-            return self._produce_command(record, until_delivered)
+            return self._produce_command(record, until_delivered, traced)
         if self._encoding is None:
             self._encoding = asyncio.Queue()
             self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
         delivered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._encoding.put_nowait((record, until_delivered, delivered))
+        self._encoding.put_nowait((record, until_delivered, traced, delivered))
         return delivered
 
-    def _produce_command(self, record: dict[str, Any], until_delivered: bool = False) -> asyncio.Future[Message]:
+    def _produce_command(self, record: dict[str, Any], until_delivered: bool, traced: tracing.Headers) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
         if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
             refused: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -271,15 +272,18 @@ class Client:
             ))
             return refused
         return self._producer.produce(
-            topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers(), until_delivered=until_delivered,
+            topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers() + traced,
+            until_delivered=until_delivered,
         )
 
-    async def _encode_commands(self, queue: asyncio.Queue[tuple[dict[str, Any], bool, asyncio.Future[Message]]]) -> None:
+    async def _encode_commands(
+        self, queue: asyncio.Queue[tuple[dict[str, Any], bool, tracing.Headers, asyncio.Future[Message]]],
+    ) -> None:
         while True:
-            record, until_delivered, delivered = await queue.get()
+            record, until_delivered, traced, delivered = await queue.get()
             try:
                 await self.data_converter.encode_payloads(record)
-                asyncio.ensure_future(self._produce_command(record, until_delivered)).add_done_callback(
+                asyncio.ensure_future(self._produce_command(record, until_delivered, traced)).add_done_callback(
                     lambda done, delivered=delivered: _chain(done, delivered))
             except Exception as exc:  # the codec failed: the caller hears it
                 delivered.set_exception(exc)

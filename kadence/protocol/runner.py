@@ -14,6 +14,7 @@ from typing import NoReturn
 import uvloop
 from confluent_kafka import KafkaError, KafkaException
 
+from kadence.protocol import tracing
 from kadence.protocol.codec import NewerSchemaVersion
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
@@ -64,6 +65,7 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
 
     with refusing_bad_settings(name):
         configure_logging(name)
+        tracing.configure(name)
         try:
             uvloop.run(runner())
         except NewerSchemaVersion as exc:

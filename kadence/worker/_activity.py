@@ -24,7 +24,7 @@ from kadence import activity as activity_module
 from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
 from kadence.api.common.v1 import Payload
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
@@ -111,6 +111,15 @@ class ActivityWorker:
         if task["task"][0] == "ActivityCancellation":
             self._cancel_attempt(task)
             return []
+        with tracing.hop("worker ActivityTask", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
+            "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
+            "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
+        }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
+            return await self._start_attempt(task, problem, slots, running)
+
+    async def _start_attempt(
+        self, task: Record, problem: Exception | None, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
+    ) -> list[asyncio.Future[Message]]:
         at = task["task"][1]
         if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
             log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",

@@ -28,7 +28,7 @@ from kadence._workflow_instance import (
 )
 from kadence.common import retry_backoff_ms
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
@@ -84,7 +84,7 @@ class WorkflowWorker:
 
     async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
         """One batch: each task is answered, and a task whose payloads cannot be decoded fails."""
-        tasks: list[Record] = []
+        tasks: list[tuple[Record, Message]] = []
         deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
         for msg in messages:
             decoded = await self._decode(msg)
@@ -92,14 +92,18 @@ class WorkflowWorker:
                 continue
             task, problem = decoded
             if problem is None:
-                tasks.append(task)
+                tasks.append((task, msg))
             elif task["task"][0] == "QueryTask":
                 deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
             else:
                 deliveries.append((task, self._fail_workflow_task(task, problem)))
-        earlier = await self._earlier_events([task for task in tasks if self._lacks(task) is not None])
-        for task in tasks:
-            deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier)]
+        earlier = await self._earlier_events([task for task, _ in tasks if self._lacks(task) is not None])
+        for task, msg in tasks:
+            with tracing.hop(f"worker {task['task'][0]}", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
+                "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
+                "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
+            }):
+                deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier)]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):

@@ -11,7 +11,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.events import run_sections
@@ -105,6 +105,7 @@ class HistoryService:
         # the bound of its encoded size stays within a record.
         self._unwritten: dict[int, Record] = {}
         self._unwritten_bytes: dict[int, int] = {}
+        self._unwritten_traces: dict[int, list[str]] = {}  # the traced commands' spans each held batch answers
         # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the
         # workers of that release expect the whole history in each task.
         self._workflow_task_deltas = writes_field(self.batches, "WorkflowTask", "first_event_id")
@@ -247,6 +248,7 @@ class HistoryService:
         old.flush(5)  # serves the purged batches' delivery reports (ignored: an older generation)
         self._unwritten.clear()
         self._unwritten_bytes.clear()
+        self._unwritten_traces.clear()
         partitions = sorted(self.partitions)
         recovered = self._recover(partitions)
         for p in partitions:
@@ -300,6 +302,14 @@ class HistoryService:
             return
         kind, _ = command["command"]
         COMMANDS.labels(kind).inc()
+        with tracing.hop(f"history {kind}", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
+            "messaging.destination.name": topics.COMMANDS, "messaging.kafka.destination.partition": partition,
+            "messaging.kafka.message.offset": offset, "kadence.workflow_id": workflow_id,
+        }) as traceparent:
+            self._step(msg, command, kind, traceparent)
+
+    def _step(self, msg: Message, command: Record, kind: str, traceparent: str | None) -> None:
+        partition, offset, workflow_id = msg.partition(), msg.offset(), command["workflow_id"]
         if kind != "QueryWorkflow" and len(msg.value()) > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
         written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
@@ -311,9 +321,9 @@ class HistoryService:
             log.info("event=task_redispatched task=%s workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
                      written.redispatch.task, workflow_id, written.batch["run_id"] if written.batch else "",
                      written.redispatch.scheduled_event_id, written.redispatch.waited_ms)
-        self._write(partition, written)
+        self._write(partition, written, traceparent)
 
-    def _write(self, partition: int, written: Step) -> None:
+    def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
         """Hold the step's batch to produce: joined to the batch held before it when it continues
         that one within a record, else after that one is produced."""
         batch = written.batch
@@ -334,6 +344,9 @@ class HistoryService:
             self._flush_partition(partition)
             self._unwritten[partition] = batch
             self._unwritten_bytes[partition] = size
+            self._unwritten_traces[partition] = []
+        if traceparent is not None:
+            self._unwritten_traces[partition].append(traceparent)
 
     def _flush_partition(self, partition: int) -> None:
         batch = self._unwritten.pop(partition, None)
@@ -353,9 +366,13 @@ class HistoryService:
                     f"history batch of {batch['workflow_id']} (run {batch['run_id']}) is {len(value)} bytes, over the "
                     f"{MAX_RECORD_VALUE_BYTES}-byte record limit its transition was measured within: a bug in batch_bytes_bound"
                 )
+        traceparent = tracing.joined("history batch", self._unwritten_traces.pop(partition, []), {
+            "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
+        })
+        traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
         self.producer.produce(
             topics.HISTORY, value, batch["workflow_id"].encode(),
-            partition=partition, headers=self.batches.headers(), on_delivery=self._on_delivery(),
+            partition=partition, headers=self.batches.headers() + traced, on_delivery=self._on_delivery(),
         )
 
     def _flush(self) -> None:

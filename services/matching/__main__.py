@@ -5,6 +5,7 @@ import asyncio
 import faust
 import uvloop
 
+from kadence.protocol import tracing
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.runner import refusing_bad_settings
@@ -15,6 +16,7 @@ if __name__ == "__main__":
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     with refusing_bad_settings("matching"):
         configure_logging("matching")
+        tracing.configure("matching")
         settings = KafkaSettings.from_env()
         ensure_topics(settings, core_topics(settings))
         app = create_app(settings)

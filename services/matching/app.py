@@ -78,7 +78,8 @@ def create_app(settings: KafkaSettings) -> faust.App:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
             try:
-                await router.route(event.message.partition, event.message.offset, event.key, event.value, headers)
+                await router.route(event.message.partition, event.message.offset, event.key, event.value, headers,
+                                   int(event.message.timestamp * 1000) if event.message.timestamp else None)
             except NewerSchemaVersion as exc:
                 stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
             consumed[event.message.tp] = event.message.offset + 1

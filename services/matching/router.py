@@ -12,7 +12,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, history_batch_codec, task_codec
 from kadence.protocol.dead_letters import headers_for_dead_letter
 from kadence.protocol.events import run_sections
@@ -40,11 +40,20 @@ class TaskRouter:
         self.batches = history_batch_codec()
         self.tasks = task_codec()
         self.known_topics: set[str] = set()
+        self._traced: list[tuple[str, bytes]] = []  # the traceparent of the record being routed, for what it produces
 
-    async def route(self, partition: int, offset: int, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    async def route(
+        self, partition: int, offset: int, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+        timestamp_ms: int | None = None,
+    ) -> None:
         """Route one record's effects; a record that cannot be routed goes to the DLQ with the reason."""
         try:
-            await self._route(partition, offset, value, headers)
+            with tracing.hop("matching route", headers, timestamp_ms=timestamp_ms, attributes={
+                "messaging.destination.name": topics.HISTORY, "messaging.kafka.destination.partition": partition,
+                "messaging.kafka.message.offset": offset,
+            }) as traceparent:
+                self._traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+                await self._route(partition, offset, value, headers)
         except NewerSchemaVersion:
             raise
         except Exception as exc:  # bad input must not stop the partition: the reason goes with the record
@@ -67,7 +76,7 @@ class TaskRouter:
     async def _dispatch(self, workflow_id: str, run_id: str, effect_type: str, effect: dict[str, Any]) -> None:
         if effect_type == "OutboundCommand":
             # Keyed by the target's workflow id; the producer's default partitioner is Kafka's murmur2.
-            headers = [(SCHEMA_HEADER, effect["schema_fingerprint"].encode())]
+            headers = [(SCHEMA_HEADER, effect["schema_fingerprint"].encode()), *self._traced]
             await self.send(topics.COMMANDS, effect["workflow_id"].encode(), effect["command"], headers)
             RELAYED.inc()
             return
@@ -88,7 +97,7 @@ class TaskRouter:
             value = self._within_record_limit(task)
             if value is None:
                 return
-            await self.send(topic, key, value, self.tasks.headers())
+            await self.send(topic, key, value, self.tasks.headers() + self._traced)
             ROUTED.labels(effect["task_queue"], kind).inc()
 
     def _within_record_limit(self, task: dict[str, Any]) -> bytes | None:
