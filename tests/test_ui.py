@@ -11,6 +11,8 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -26,7 +29,8 @@ from playwright import async_api as playwright_api
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.converter import DataConverter
-from kadence.dev.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack, free_port
+from kadence.exceptions import WorkflowFailureError
 from kadence.ops.ui.codec_server import from_json, to_json
 from kadence.ops.ui.server import Ui, UiSettings, make_app
 from kadence.protocol import topics
@@ -35,7 +39,15 @@ from kadence.protocol.kafka import make_producer
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.test_payload_codecs import SECRET, AesGcmCodec
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, EchoWorkflow, MixedWorkflow
+from tests.workflows import (
+    ALL_ACTIVITIES,
+    ALL_WORKFLOWS,
+    ApprovalWorkflow,
+    CancellableWorkflow,
+    EchoWorkflow,
+    FamilyWorkflow,
+    MixedWorkflow,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 TOKEN = "ui-test-token"
@@ -222,6 +234,7 @@ async def test_the_operations_pages_show_the_queue_the_dead_letters_with_replay_
     await page.click(f"#queues a:text-is('{QUEUE}')")
     assert "workflow" in await page.inner_text("#kinds") and "activity" in await page.inner_text("#kinds")
     await page.wait_for_function("document.querySelectorAll('#pollers tbody tr').length > 0")
+    await page.screenshot(path=str(DOCS / "ui-task-queue.png"))
 
     key = f"ui-garbage-{uuid.uuid4()}"
     producer = make_producer(stack.settings)
@@ -311,4 +324,96 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+async def test_an_execution_links_its_parent_children_and_continue_as_new_chain_and_shows_a_failure_chain(
+    page: Any, client: Client, worker: None,
+) -> None:
+    prefix = f"ui-family-{uuid.uuid4()}"
+    await client.execute_workflow(FamilyWorkflow.run, prefix, id=prefix, task_queue=QUEUE)
+    await page.goto(f"/workflow?workflow_id={prefix}")
+    children = await page.locator("#summary ul a").all_inner_texts()
+    assert {f"{prefix}-echo", f"{prefix}-countdown", f"{prefix}-declined", f"{prefix}-approval"} <= set(children)
+    assert await page.locator(".timeline .bar.child-workflow").count() >= 5
+
+    await page.click(f"#summary a:text-is('{prefix}-declined')")
+    assert "Failed" in await page.inner_text("#summary") and prefix in await page.inner_text("#summary")  # its parent
+    failures = page.locator("#failure .failure")
+    assert await failures.count() >= 2  # the run's failure, then the activity's under it
+    assert "payment declined for card" in await failures.last.inner_text()
+
+    await page.goto(f"/workflow?workflow_id={prefix}-countdown")  # its last run
+    summary = await page.inner_text("#summary")
+    assert "Continued from" in summary and "First run of the chain" in summary
+    await page.click("#summary tr:has-text('Continued from') a")
+    assert "Continued as" in await page.inner_text("#summary")
+
+
+async def test_cancel_asks_for_confirmation_then_the_workflow_cleans_up_and_ends_canceled(
+    page: Any, client: Client, worker: None,
+) -> None:
+    handle = await client.start_workflow(CancellableWorkflow.run, "order-11", id=f"ui-cancel-{uuid.uuid4()}", task_queue=QUEUE)
+    await page.goto(f"/workflow?workflow_id={handle.id}")
+    await page.click("#cancel-form button[type=submit]")
+    assert "Request cancellation" in await page.inner_text("#question")
+    await page.click("#confirm")
+    assert "Cancellation of" in await page.inner_text("#outcome")
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    assert (await handle.describe()).status.value == "Canceled"
+
+
+async def test_read_only_and_auth_proxy_modes(stack: LocalStack, client: Client, worker: None) -> None:
+    handle = await client.start_workflow(ApprovalWorkflow.run, "order-12", id=f"ui-modes-{uuid.uuid4()}", task_queue=QUEUE)
+    read_only = make_app(Ui(UiSettings(token=TOKEN, read_only=True), stack.settings, stack.postgres_dsn))
+    proxied = make_app(Ui(UiSettings(auth_proxy_header="X-Forwarded-User"), stack.settings, stack.postgres_dsn))
+    async with serving(read_only) as read_only_url, serving(proxied) as proxied_url:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True),
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+            async with session.get(f"{read_only_url}/workflow", params={"workflow_id": handle.id}) as shown:
+                page = await shown.text()
+            assert "terminate-form" not in page and "read-only" in page
+            csrf = session.cookie_jar.filter_cookies(read_only_url)["kadence_ui_csrf"].value
+            refused = await session.post(f"{read_only_url}/workflow/terminate",
+                                         data={"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes"})
+            assert refused.status == 403
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+            async with session.get(f"{proxied_url}/workflow", params={"workflow_id": handle.id}) as shown:
+                assert "terminate-form" not in await shown.text()  # no user header: no actions
+            async with session.get(f"{proxied_url}/workflow", params={"workflow_id": handle.id},
+                                   headers={"X-Forwarded-User": "alice"}) as shown:
+                assert "terminate-form" in await shown.text()
+            csrf = session.cookie_jar.filter_cookies(proxied_url)["kadence_ui_csrf"].value
+            done = await session.post(f"{proxied_url}/workflow/terminate", headers={"X-Forwarded-User": "alice"},
+                                      data={"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes", "reason": "proxied"})
+            assert done.status == 200
+    assert (await handle.describe()).status.value == "Terminated"
+    events = (await handle.fetch_history()).events
+    assert "proxied (by alice from the web UI)" in str(events[-1]["attributes"])
+
+
+def test_kadence_ui_listens_on_loopback_and_prints_its_sign_in_link(stack: LocalStack) -> None:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "kadence.ops.cli", "ui", "--port", str(port)], env=stack.env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        link = process.stderr.readline().strip().removeprefix("Kadence UI: ")
+        assert link.startswith(f"http://127.0.0.1:{port}/login?token=")
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                page = opener.open(link, timeout=5).read().decode()  # signs in, then the list
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert "actions enabled" in page and "<h1>Workflows</h1>" in page
+        listening = [c for c in psutil.Process(process.pid).net_connections() if c.status == psutil.CONN_LISTEN]
+        assert [c.laddr.ip for c in listening] == ["127.0.0.1"]
+    finally:
+        process.terminate()
+        process.wait(10)
 
