@@ -124,6 +124,7 @@ class ExecutionView:
     pending: list[PendingActivity]
     pending_failures: dict[int, list[dict[str, Any]]]
     heartbeats: dict[int, Any]  # scheduled event id -> the latest heartbeat's details, readable
+    heartbeat_problem: str | None  # why the heartbeats could not be read
     timeline: Timeline
     events: list[tuple[int, int, str, Any]]  # id, time, type, readable attributes
 
@@ -208,9 +209,10 @@ def pending_section(view: ExecutionView) -> Html:
         for a in view.pending
     )
     return render(
-        '<section id="pending"><h2>Pending activities</h2><table class="list"><thead><tr><th>Scheduled</th><th>Type</th>'
+        '<section id="pending"><h2>Pending activities</h2>{problem}<table class="list"><thead><tr><th>Scheduled</th><th>Type</th>'
         '<th>Activity id</th><th>State</th><th>Attempt</th><th>Last failure</th><th>Last heartbeat</th></tr></thead>'
-        '<tbody>{rows}</tbody></table></section>', rows=rows)
+        '<tbody>{rows}</tbody></table></section>', rows=rows,
+        problem=error_box(view.heartbeat_problem) if view.heartbeat_problem else raw(""))
 
 
 def actions_section(viewer: Viewer, e: WorkflowExecution) -> Html:

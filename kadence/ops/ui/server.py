@@ -28,6 +28,7 @@ from urllib.parse import urlencode
 
 import psycopg
 from aiohttp import web
+from confluent_kafka import KafkaException
 
 from kadence.client import Client
 from kadence.converter import DataConverter
@@ -196,7 +197,11 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.Exec
     pending = pending_activities(events) if execution.status.value == "Running" else []
     started_attempts = {a.scheduled_event_id: (a.attempt, a.last_started_ms) for a in pending
                         if a.state == "STARTED" and a.last_started_ms is not None}
-    heartbeats = await asyncio.to_thread(latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
+    heartbeat_problem = None
+    try:
+        heartbeats = await asyncio.to_thread(latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
+    except KafkaException as exc:  # the rest of the page comes from Postgres: show it, saying what is missing
+        heartbeats, heartbeat_problem = {}, f"the last heartbeats are not shown: the Kafka broker does not answer ({exc})"
     # One pass of the reader (one codec round trip) over everything shown.
     shown = await ui.reader.readable({
         "events": [e["attributes"][1] for e in events], "result": row.result, "failures": failure_chain(row.failure),
@@ -211,7 +216,7 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.Exec
         failures=shown["failures"], next_run_id=row.next_run_id, runs=await runs_of(ui.pool, workflow_id),
         children=children(events), pending=pending,
         pending_failures={int(k): [{**f, "cause": None} for f in v] for k, v in shown["pending_failures"].items()},
-        heartbeats={int(k): v for k, v in shown["heartbeats"].items()},
+        heartbeats={int(k): v for k, v in shown["heartbeats"].items()}, heartbeat_problem=heartbeat_problem,
         timeline=timeline(events, int(time.time() * 1000)),
         events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(events, shown["events"], strict=True)],
     )
@@ -371,12 +376,16 @@ async def readyz(request: web.Request) -> web.Response:
 
 @web.middleware
 async def unavailable(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Postgres away: a page saying so (the next request tries again), not a stack trace."""
+    """Postgres or the broker away: a page saying so (the next request tries again), not a stack trace."""
     try:
         return await handler(request)
     except psycopg.OperationalError as exc:
         viewer = request.app[UI_KEY].viewer(request)
         return html_response(pages.outcome_page(viewer, "Read model unavailable", f"Postgres does not answer: {describe(exc)}",
+                                                pages.raw('<a href="">try again</a>'), failed=True), 503)
+    except KafkaException as exc:
+        viewer = request.app[UI_KEY].viewer(request)
+        return html_response(pages.outcome_page(viewer, "Kafka unavailable", f"the Kafka broker does not answer: {exc}",
                                                 pages.raw('<a href="">try again</a>'), failed=True), 503)
 
 
