@@ -1,4 +1,5 @@
 """One real local stack (broker, embedded Postgres, the four services) per test session and broker.
+Its services export their spans to an OTLP receiver of the session (tests/otlp.py).
 
 The suite runs on Apache Kafka. Tests marked `also_on_tansu` run on the Tansu broker too, so
 the zero-Java path stays tested. On a machine that cannot run Apache Kafka (no Java 17) the
@@ -27,6 +28,7 @@ from kadence.client import Client
 from kadence.dev.brokers import ApacheKafka, choose_broker
 from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.protocol.kafka import partition_for_key
+from tests.otlp import OtlpReceiver, exporting_to, otlp_receiver
 
 
 def _main_broker() -> tuple[str, str]:
@@ -99,8 +101,15 @@ def broker_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def stack(broker_kind: str) -> Iterator[LocalStack]:
-    with local_stack(broker_kind=broker_kind) as local:
+def otlp() -> Iterator[OtlpReceiver]:
+    """Where the session stack's services export their spans (only records of traced workflows make any)."""
+    with otlp_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def stack(broker_kind: str, otlp: OtlpReceiver) -> Iterator[LocalStack]:
+    with local_stack(broker_kind=broker_kind, service_env=exporting_to(otlp)) as local:
         saved = dict(os.environ)
         os.environ.update(local.env)  # in-process clients and workers read KADENCE_* like any process
         try:

@@ -93,6 +93,8 @@ class LocalStack:
     postgres_dsn: str = ""
     # None: a service that dies stays dead. `kadence dev` passes one, and the stack starts dead services again.
     restart_backoff: RestartBackoff | None = None
+    # Settings every service instance gets besides the stack's (say, OTEL_EXPORTER_OTLP_ENDPOINT to trace them).
+    service_env: dict[str, str] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)  # by instance, kept across its restarts
     _postgres: object | None = None
     _launches: dict[str, _Launch] = field(default_factory=dict)
@@ -254,7 +256,7 @@ class LocalStack:
         self.http_ports[instance] = self.http_ports.get(instance) or free_port()
         process = subprocess.Popen(
             [sys.executable, "-m", f"services.{launch.name}"],
-            env={**self.env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **launch.env},
+            env={**self.env, **self.service_env, "KADENCE_HTTP_PORT": str(self.http_ports[instance]), **launch.env},
             stdout=self._log_file(instance), stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_service_preexec,
         )
         self.services[instance] = process

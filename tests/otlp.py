@@ -1,0 +1,99 @@
+"""A small OTLP/HTTP trace receiver for the tests: what the services export, decoded from the real
+protobuf. The session stack's services export to one (conftest's `otlp` fixture)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+
+# How often the services export (the SDK's default waits 5 s): a test waits that long for its spans.
+EXPORT_DELAY_MS = 100
+
+
+@dataclass(frozen=True)
+class Span:
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, object]
+    links: tuple[str, ...] = ()  # span ids
+
+
+class OtlpReceiver(ThreadingHTTPServer):
+    """Receives the spans exported to `endpoint` (OTEL_EXPORTER_OTLP_ENDPOINT)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _OtlpHandler)
+        self._spans: list[Span] = []
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def received(self, found: list[Span]) -> None:
+        with self._lock:
+            self._spans += found
+
+    def spans(self, trace_id: str) -> list[Span]:
+        with self._lock:
+            return [span for span in self._spans if span.trace_id == trace_id]
+
+    async def wait_for(self, trace_id: str, arrived: Callable[[list[Span]], bool], timeout_s: float = 10.0) -> list[Span]:
+        """The trace's spans once `arrived` says so; an AssertionError naming what came otherwise."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not arrived(spans := self.spans(trace_id)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"spans of trace {trace_id} after {timeout_s} s: {sorted({s.name for s in spans})}")
+            await asyncio.sleep(EXPORT_DELAY_MS / 1000)
+        return spans
+
+
+class _OtlpHandler(BaseHTTPRequestHandler):
+    server: OtlpReceiver
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+        found = []
+        for resource in request.resource_spans:
+            service = next(a.value.string_value for a in resource.resource.attributes if a.key == "service.name")
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    attributes = {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
+                    found.append(Span(service, span.name, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
+                                      attributes, tuple(link.span_id.hex() for link in span.links)))
+        self.server.received(found)
+        body = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    receiver = OtlpReceiver()
+    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+
+
+def exporting_to(receiver: OtlpReceiver) -> dict[str, str]:
+    """The settings that make a service export its spans to `receiver`."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": str(EXPORT_DELAY_MS)}
