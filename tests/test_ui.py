@@ -85,8 +85,8 @@ async def worker(stack: LocalStack, client: Client) -> AsyncIterator[None]:
 
 @pytest.fixture(scope="module")
 async def ui_url(stack: LocalStack) -> AsyncIterator[str]:
-    # Two rows a page, so three workflows page twice.
-    async with serving(make_app(Ui(UiSettings(token=TOKEN, page_size=2), stack.settings, stack.postgres_dsn))) as url:
+    # Two rows a page, so three workflows page twice; 15 events a page, so a few activities page too.
+    async with serving(make_app(Ui(UiSettings(token=TOKEN, page_size=2, events_page=15), stack.settings, stack.postgres_dsn))) as url:
         yield url
 
 
@@ -155,6 +155,11 @@ async def test_an_execution_shows_its_timeline_with_a_retry_and_a_signal_sent_fr
 
     await page.goto(f"/workflow?workflow_id={workflow_id}")
     assert "ORDER-7+from the UI" in await page.inner_text("#result")
+    total = (await handle.describe()).history_length
+    assert f"Events 1 to 15 of {total}" in await page.inner_text("#events")
+    await page.click("#next-events")
+    assert await page.locator("#events tbody tr td:first-child").all_inner_texts() == [str(i) for i in range(16, total + 1)]
+    await page.goto(f"/workflow?workflow_id={workflow_id}")
     await page.screenshot(path=str(DOCS / "ui-execution.png"))
     async with page.expect_download() as download:
         await page.click("#export")

@@ -13,6 +13,7 @@ from kadence.ops.ui.execution import Bar, PendingActivity, Timeline
 from kadence.ops.ui.html import Html, escape, join, raw, render
 from kadence.visibility import WorkflowExecution
 
+TIMELINE_BARS = 300
 STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "ContinuedAsNew", "TimedOut")
 
 
@@ -126,7 +127,10 @@ class ExecutionView:
     heartbeats: dict[int, Any]  # scheduled event id -> the latest heartbeat's details, readable
     heartbeat_problem: str | None  # why the heartbeats could not be read
     timeline: Timeline
-    events: list[tuple[int, int, str, Any]]  # id, time, type, readable attributes
+    events: list[tuple[int, int, str, Any]]  # the table's page: id, time, type, readable attributes
+    first_event_ms: int
+    total_events: int
+    next_events_from: int | None  # the next page's first event id; None on the last
 
 
 def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = None) -> Html:
@@ -265,6 +269,8 @@ def outcome_page(viewer: Viewer, title: str, message: str, back: Html, detail: H
 
 
 def timeline_html(timeline: Timeline) -> Html:
+    """The bars, at most TIMELINE_BARS of them (a run of thousands of activities would draw a page
+    no one reads): the rest are counted, and the table has every event."""
     span = max(timeline.end_ms - timeline.start_ms, 1)
 
     def position(start: int, end: int | None) -> str:
@@ -286,21 +292,23 @@ def timeline_html(timeline: Timeline) -> Html:
     points = join(
         render('<span class="point" data-at="{left}" title="{tip}" data-events="{id}"></span>',
                left=f"{(p.at_ms - timeline.start_ms) / span * 100:.3f}", tip=f"{p.label} ({when(p.at_ms)})", id=p.event_id)
-        for p in timeline.points
+        for p in timeline.points[:TIMELINE_BARS]
     )
     return render(
         '<div class="timeline"><div class="axis"><span>{start}</span><span>{length}</span><span>{end}</span></div>'
         '<div class="bar events"><span class="label">signals, markers</span><span class="track">{points}</span></div>'
-        '{rows}</div><p class="legend">{legend}</p>',
+        '{rows}</div>{more}<p class="legend">{legend}</p>',
         start=when(timeline.start_ms), end=when(timeline.end_ms), length=f"{span / 1000:.3f} s", points=points,
-        rows=join(row(bar) for bar in timeline.bars),
+        rows=join(row(bar) for bar in timeline.bars[:TIMELINE_BARS]),
+        more=render('<p class="muted">{n} more bars are not drawn; the events table has them all.</p>',
+                    n=len(timeline.bars) - TIMELINE_BARS) if len(timeline.bars) > TIMELINE_BARS else raw(""),
         legend=join(render('<span class="segment {s}"></span> {s}', s=s)
                     for s in ("scheduled", "running", "completed", "failed", "timed-out", "backoff", "canceled", "pending")),
     )
 
 
 def events_table(view: ExecutionView) -> Html:
-    start = view.events[0][1] if view.events else 0
+    start = view.first_event_ms
     rows = join(
         render('<tr id="event-{id}" class="{cls}"><td class="num">{id}</td><td>{time}<br><span class="muted">+{offset} s</span></td>'
                '<td>{type}</td><td>{attrs}</td></tr>',
@@ -308,8 +316,17 @@ def events_table(view: ExecutionView) -> Html:
                cls="failed" if kind.endswith(("Failed", "TimedOut")) else "")
         for event_id, at, kind, attrs in view.events
     )
-    return render('<table class="list events"><thead><tr><th>Id</th><th>Time</th><th>Type</th><th>Details</th></tr></thead>'
-                  '<tbody>{rows}</tbody></table>', rows=rows)
+    paging = raw("")
+    if view.events and (view.next_events_from or view.events[0][0] > 1):
+        e = view.execution
+        link = {"workflow_id": e.id, "run_id": e.run_id}
+        paging = render(
+            '<p class="paging">Events {first} to {last} of {total}: <a href="/workflow?{q_first}#events">first</a> {next}</p>',
+            first=view.events[0][0], last=view.events[-1][0], total=view.total_events, q_first=urlencode(link),
+            next=render('<a id="next-events" href="/workflow?{q}#events">next</a>',
+                        q=urlencode({**link, "events_from": view.next_events_from})) if view.next_events_from else raw(""))
+    return render('{paging}<table class="list events"><thead><tr><th>Id</th><th>Time</th><th>Type</th><th>Details</th></tr></thead>'
+                  '<tbody>{rows}</tbody></table>{paging}', rows=rows, paging=paging)
 
 
 def not_found_page(viewer: Viewer, message: str) -> Html:

@@ -64,7 +64,8 @@ class UiSettings:
     auth_proxy_header: str | None = None  # set: the proxy in front authenticates, naming the user in this header
     read_only: bool = False
     codec_endpoint: str | None = None  # a Temporal codec server: payloads are decoded (and signal inputs encoded) there
-    page_size: int = 50
+    page_size: int = 50  # executions a list page
+    events_page: int = 1000  # events in an execution's table per page (the JSON export has them all)
 
     @classmethod
     def from_env(cls) -> UiSettings:
@@ -188,7 +189,9 @@ async def workflows(request: web.Request) -> web.Response:
     return html_response(pages.workflows_page(ui.viewer(request), query, executions, counts, next_cursor, error), status)
 
 
-async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.ExecutionView | None:
+async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: int = 1) -> pages.ExecutionView | None:
+    """The run's page, with the table's events from `events_from` on (a page of them): a long
+    history is paged, while the summary, pending activities and timeline come from all of it."""
     row = await execution_row(ui.pool, workflow_id, run_id)
     if row is None:
         return None
@@ -202,13 +205,15 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.Exec
         heartbeats = await asyncio.to_thread(latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
     except KafkaException as exc:  # the rest of the page comes from Postgres: show it, saying what is missing
         heartbeats, heartbeat_problem = {}, f"the last heartbeats are not shown: the Kafka broker does not answer ({exc})"
+    table = [e for e in events if e["event_id"] >= events_from][:ui.settings.events_page]
     # One pass of the reader (one codec round trip) over everything shown.
     shown = await ui.reader.readable({
-        "events": [e["attributes"][1] for e in events], "result": row.result, "failures": failure_chain(row.failure),
+        "started": events[0]["attributes"][1] if events else {}, "events": [e["attributes"][1] for e in table],
+        "result": row.result, "failures": failure_chain(row.failure),
         "pending_failures": {str(a.scheduled_event_id): failure_chain(a.last_failure) for a in pending},
         "heartbeats": {str(k): v for k, v in heartbeats.items()},
     })
-    started = shown["events"][0] if events and events[0]["attributes"][0] == "WorkflowExecutionStarted" else {}
+    started = shown["started"] if events and events[0]["attributes"][0] == "WorkflowExecutionStarted" else {}
     for failure in shown["failures"]:
         failure.pop("cause", None)  # each cause is shown on its own
     return pages.ExecutionView(
@@ -218,7 +223,9 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None) -> pages.Exec
         pending_failures={int(k): [{**f, "cause": None} for f in v] for k, v in shown["pending_failures"].items()},
         heartbeats={int(k): v for k, v in shown["heartbeats"].items()}, heartbeat_problem=heartbeat_problem,
         timeline=timeline(events, int(time.time() * 1000)),
-        events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(events, shown["events"], strict=True)],
+        events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(table, shown["events"], strict=True)],
+        first_event_ms=events[0]["event_time_ms"] if events else 0, total_events=len(events),
+        next_events_from=table[-1]["event_id"] + 1 if table and table[-1]["event_id"] < events[-1]["event_id"] else None,
     )
 
 
@@ -226,7 +233,11 @@ async def execution(request: web.Request) -> web.Response:
     ui = request.app[UI_KEY]
     workflow_id = request.query.get("workflow_id", "")
     run_id = request.query.get("run_id") or None
-    view = await build_view(ui, workflow_id, run_id)
+    try:
+        events_from = max(1, int(request.query.get("events_from", "1")))
+    except ValueError:
+        raise web.HTTPBadRequest(text="events_from is an event id (a number)") from None
+    view = await build_view(ui, workflow_id, run_id, events_from)
     if view is None:
         return html_response(pages.not_found_page(ui.viewer(request), _not_found(workflow_id, run_id)), 404)
     return html_response(pages.execution_page(ui.viewer(request), view))
