@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from playwright import async_api as playwright_api
+from yarl import URL
 
 from kadence import activity, workflow
 from kadence.client import Client
@@ -215,7 +216,7 @@ async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Cl
     # unsafe: the jar keeps cookies of an IP address (127.0.0.1)
     async with aiohttp.ClientSession(ui_url, cookie_jar=aiohttp.CookieJar(unsafe=True)) as anonymous:
         await anonymous.get("/workflows")  # the form token's cookie
-        csrf = anonymous.cookie_jar.filter_cookies(ui_url)["kadence_ui_csrf"].value
+        csrf = anonymous.cookie_jar.filter_cookies(URL(ui_url))["kadence_ui_csrf"].value
         refused = await anonymous.post("/workflow/terminate", data={**form, "csrf": csrf})
         assert refused.status == 403 and "sign in with the UI's token" in await refused.text()
     async with aiohttp.ClientSession(ui_url, headers={"Authorization": f"Bearer {TOKEN}"},
@@ -223,7 +224,7 @@ async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Cl
         await signed_in.get("/workflows")
         no_form_token = await signed_in.post("/workflow/terminate", data=form)
         assert no_form_token.status == 403 and "form's token" in await no_form_token.text()
-        csrf = signed_in.cookie_jar.filter_cookies(ui_url)["kadence_ui_csrf"].value
+        csrf = signed_in.cookie_jar.filter_cookies(URL(ui_url))["kadence_ui_csrf"].value
         cross_site = await signed_in.post("/workflow/terminate", data={**form, "csrf": csrf}, headers={"Origin": "https://evil.example"})
         assert cross_site.status == 403
     assert (await handle.describe()).status.value == "Running"
@@ -389,7 +390,7 @@ async def test_read_only_and_auth_proxy_modes(stack: LocalStack, client: Client,
             async with session.get(f"{read_only_url}/workflow", params={"workflow_id": handle.id}) as shown:
                 page = await shown.text()
             assert "terminate-form" not in page and "read-only" in page
-            csrf = session.cookie_jar.filter_cookies(read_only_url)["kadence_ui_csrf"].value
+            csrf = session.cookie_jar.filter_cookies(URL(read_only_url))["kadence_ui_csrf"].value
             refused = await session.post(f"{read_only_url}/workflow/terminate",
                                          data={"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes"})
             assert refused.status == 403
@@ -399,7 +400,7 @@ async def test_read_only_and_auth_proxy_modes(stack: LocalStack, client: Client,
             async with session.get(f"{proxied_url}/workflow", params={"workflow_id": handle.id},
                                    headers={"X-Forwarded-User": "alice"}) as shown:
                 assert "terminate-form" in await shown.text()
-            csrf = session.cookie_jar.filter_cookies(proxied_url)["kadence_ui_csrf"].value
+            csrf = session.cookie_jar.filter_cookies(URL(proxied_url))["kadence_ui_csrf"].value
             done = await session.post(f"{proxied_url}/workflow/terminate", headers={"X-Forwarded-User": "alice"},
                                       data={"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes", "reason": "proxied"})
             assert done.status == 200
