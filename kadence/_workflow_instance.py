@@ -49,17 +49,14 @@ from kadence.exceptions import (
     RetryState,
     WorkflowAlreadyStartedError,
 )
-from kadence.protocol.events import CHILD_RESULTS, CLOSE_COMMANDS, EVENT_FOR_COMMAND
+from kadence.protocol.codec import Record
+from kadence.protocol.events import CHILD_RESULTS, CLOSE_COMMANDS, EVENT_FOR_COMMAND, INITIATED
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
 
 log = logging.getLogger("kadence.worker")
 
-Record = dict[str, Any]
 Command = tuple[str, Record]
 
-_INITIATED_EVENTS = {
-    "StartChildWorkflowExecutionInitiated", "SignalExternalWorkflowExecutionInitiated", "RequestCancelExternalWorkflowExecutionInitiated",
-}
 _EXTERNAL_ANSWERS = {
     "ExternalWorkflowExecutionSignaled": "", "ExternalWorkflowExecutionCancelRequested": "",
     "SignalExternalWorkflowExecutionFailed": "signal", "RequestCancelExternalWorkflowExecutionFailed": "cancel",
@@ -406,7 +403,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self.call_soon(self._admit_update, attrs)  # runs in the activation, like a signal handler
         elif kind in ("WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateRejected", "WorkflowExecutionUpdateCompleted"):
             self._match(kind, attrs["update_id"])
-        elif kind in _INITIATED_EVENTS:
+        elif kind in INITIATED:
             pending = self._match(kind, attrs["workflow_id"])
             pending.scheduled_event_id = event["event_id"]
             self._initiated[event["event_id"]] = pending
@@ -439,7 +436,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             assert pending.future is not None
             if not pending.future.done():
                 pending.future.set_result(attrs["result"])
-        elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] != "IN_PROGRESS":
+        elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] != RetryState.IN_PROGRESS:
             pending = self._activities.pop(attrs["scheduled_event_id"])
             assert pending.future is not None
             if not pending.future.done():

@@ -30,26 +30,13 @@ from confluent_kafka import KafkaException
 
 from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
-from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec, task_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RunSection, run_sections
+from kadence.protocol.codec import NewerSchemaVersion, Record, UndecodableRecord, history_batch_codec, task_codec
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, RunSection, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import read_to_end, topic_partitions
 from kadence.protocol.settings import KafkaSettings
 
-Record = dict[str, Any]
 RunKey = tuple[str, str]
-
-# Events answering a request the run initiated (a child start, an external signal or cancel), and
-# the event that must have initiated it. Each answer comes once per initiated event.
-_INITIATED_BY_ANSWER = {
-    "ChildWorkflowExecutionStarted": "StartChildWorkflowExecutionInitiated",
-    "StartChildWorkflowExecutionFailed": "StartChildWorkflowExecutionInitiated",
-    **{result: "StartChildWorkflowExecutionInitiated" for result in CHILD_RESULTS},
-    "ExternalWorkflowExecutionSignaled": "SignalExternalWorkflowExecutionInitiated",
-    "SignalExternalWorkflowExecutionFailed": "SignalExternalWorkflowExecutionInitiated",
-    "ExternalWorkflowExecutionCancelRequested": "RequestCancelExternalWorkflowExecutionInitiated",
-    "RequestCancelExternalWorkflowExecutionFailed": "RequestCancelExternalWorkflowExecutionInitiated",
-}
 
 # Overdue by more than this, pending work is reported as stuck: well past the longest a rebalance or
 # a restart delays it, and past the longest wait the log cannot see (the re-dispatch of a workflow
@@ -400,9 +387,9 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
             return f"attempt {attrs['attempt']} of activity {attrs['scheduled_event_id']} started where attempt {due} was due"
     elif kind in ACTIVITY_RESULTS:
         return _check_activity_result(run, event, kind, attrs)
-    elif kind in _INITIATED_BY_ANSWER.values():
+    elif kind in INITIATED_BY_ANSWER.values():
         run.initiated[event["event_id"]] = kind
-    elif kind in _INITIATED_BY_ANSWER:
+    elif kind in INITIATED_BY_ANSWER:
         return _check_answer(run, event, kind, attrs)
     elif kind == "TimerFired":
         if attrs["timer_id"] in run.fired_timers:
@@ -469,7 +456,7 @@ def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Recor
 
 def _check_answer(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:
     initiated_id = attrs["initiated_event_id"]
-    expected = _INITIATED_BY_ANSWER[kind]
+    expected = INITIATED_BY_ANSWER[kind]
     if run.initiated.get(initiated_id) != expected and initiated_id >= run.first_event_id:
         return f"{kind} for initiated_event_id {initiated_id}, which is not a {expected} event"
     answer = (initiated_id, kind != "ChildWorkflowExecutionStarted")

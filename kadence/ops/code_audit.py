@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kadence.converter import DataConverter
+from kadence.protocol.codec import Record
 from kadence.testing import Replayer
 from kadence.visibility import WorkflowHistory
 
-Record = dict[str, Any]
 T = TypeVar("T")
 
 

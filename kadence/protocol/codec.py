@@ -27,6 +27,9 @@ import fastavro.schema
 
 from kadence.protocol.settings import SettingError
 
+# A record of any schema here, as the codec reads and writes it.
+Record = dict[str, Any]
+
 SCHEMA_HEADER = "kadence-schema"
 # The records that travel in Kafka with SCHEMA_HEADER, whose every released version is archived.
 KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "Task")

@@ -25,6 +25,7 @@ from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutb
 from kadence.api.common.v1 import Payload
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
+from kadence.protocol.codec import Record
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kadence.worker")
 
-Record = dict[str, Any]
 
 
 class ActivityWorker:

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Message
 
 from kadence.exceptions import CancelledError
+from kadence.protocol.codec import Record
 
 if TYPE_CHECKING:
     from kadence.worker._activity import ActivityWorker
 
 log = logging.getLogger("kadence.worker")
 
-Record = dict[str, Any]
 
 
 class Heartbeater:

@@ -25,7 +25,7 @@ from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInp
 from kadence._workflow_instance import WorkflowDefinition
 from kadence.client import Client
 from kadence.protocol import topics
-from kadence.protocol.codec import UndecodableRecord, codec, task_codec
+from kadence.protocol.codec import Record, UndecodableRecord, codec, task_codec
 from kadence.protocol.kafka import ensure_topics
 from kadence.worker._activity import ActivityWorker
 from kadence.worker._shared_state import SharedStateManager
@@ -35,7 +35,6 @@ log = logging.getLogger("kadence.worker")
 
 POLLER_HEARTBEAT_S = 5.0
 
-Record = dict[str, Any]
 
 
 class Worker:

@@ -26,10 +26,10 @@ from kadence._workflow_instance import (
     WorkflowTaskError,
     replay,
 )
-from kadence.common import retry_backoff_ms
-from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError
+from kadence.common import next_attempt_backoff_ms, retry_state
+from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import codec
+from kadence.protocol.codec import Record, codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.visibility import fetch_event_ranges
@@ -45,7 +45,6 @@ log = logging.getLogger("kadence.worker")
 HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
-Record = dict[str, Any]
 
 
 class WorkflowWorker:
@@ -274,24 +273,17 @@ class WorkflowWorker:
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
             except Exception as exc:  # an attempt failed: retry, or record the failure
                 failure = self.client.data_converter.to_failure(exc)
-                maximum = policy.get("maximum_attempts") or 0
-                asked_ms = failure["next_retry_delay_ms"]  # ApplicationError(next_retry_delay=...) overrides the policy
-                backoff_s = (asked_ms if asked_ms is not None else retry_backoff_ms(policy, attempt)) / 1000
-                if failure["non_retryable"] or failure["type"] in policy.get("non_retryable_error_types", ()):
-                    retry_state = "NON_RETRYABLE_FAILURE"
-                elif maximum and attempt >= maximum:
-                    retry_state = "MAXIMUM_ATTEMPTS_REACHED"
-                elif time.monotonic() + backoff_s >= deadline:
-                    retry_state = "TIMEOUT"
-                else:
+                # The rule an activity's attempts follow in the history service, with this budget as its deadline.
+                state = retry_state(policy, attempt, failure, (deadline - time.monotonic()) * 1000)
+                if state == RetryState.IN_PROGRESS:
+                    await asyncio.sleep(next_attempt_backoff_ms(policy, attempt, failure) / 1000)
                     attempt += 1
-                    await asyncio.sleep(backoff_s)
                     continue
                 log.log(failure_log_level(exc),
                         "event=local_activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d retry_state=%s error=%r",
-                        task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, retry_state, str(exc))
+                        task["workflow_id"], task["run_id"], attrs["activity_type"], attempt, state.value, str(exc))
                 recorded = {"message": failure["message"], "type": failure["type"], "non_retryable": failure["non_retryable"],
-                            "retry_state": retry_state}
+                            "retry_state": state.value}
                 return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
 
     async def _answer_query(self, task: Record, problem: Exception | None = None) -> None:

@@ -15,12 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kadence.protocol.codec import command_codec
+from kadence.protocol.codec import Record, command_codec
 from services.history import step as history_step
 from services.history.partition import PartitionState
 
 HERE = Path(__file__).resolve().parent
-Record = dict[str, Any]
 
 
 def step(state: PartitionState, command: Record, now_ms: int, offset: int) -> Record:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from kadence.protocol.codec import Record
 
-Record = dict[str, Any]
 Effect = tuple[str, Record]  # (record name, fields): a union branch of HistoryBatch.effects
 
 
