@@ -5,47 +5,55 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kadence.protocol.names import CommandType, EventType, TaskCommandType
+
 # The events that close a run, and the execution status each one leaves.
 CLOSE_STATUS = {
-    "WorkflowExecutionCompleted": "Completed",
-    "WorkflowExecutionFailed": "Failed",
-    "WorkflowExecutionCanceled": "Canceled",
-    "WorkflowExecutionTerminated": "Terminated",
-    "WorkflowExecutionTimedOut": "TimedOut",
-    "WorkflowExecutionContinuedAsNew": "ContinuedAsNew",
+    EventType.WorkflowExecutionCompleted: "Completed",
+    EventType.WorkflowExecutionFailed: "Failed",
+    EventType.WorkflowExecutionCanceled: "Canceled",
+    EventType.WorkflowExecutionTerminated: "Terminated",
+    EventType.WorkflowExecutionTimedOut: "TimedOut",
+    EventType.WorkflowExecutionContinuedAsNew: "ContinuedAsNew",
 }
 
 # The events that end an activity for good (a failure or timeout whose retry_state is
 # IN_PROGRESS only ends an attempt).
-ACTIVITY_RESULTS = {"ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled"}
+ACTIVITY_RESULTS = {
+    EventType.ActivityTaskCompleted, EventType.ActivityTaskFailed, EventType.ActivityTaskTimedOut, EventType.ActivityTaskCanceled,
+}
 
 # The commands of a completed workflow task that close the run, and the event each one records.
 CLOSE_COMMANDS = {
-    "CompleteWorkflowExecution": "WorkflowExecutionCompleted",
-    "FailWorkflowExecution": "WorkflowExecutionFailed",
-    "CancelWorkflowExecution": "WorkflowExecutionCanceled",
-    "ContinueAsNewWorkflowExecution": "WorkflowExecutionContinuedAsNew",
+    TaskCommandType.CompleteWorkflowExecution: EventType.WorkflowExecutionCompleted,
+    TaskCommandType.FailWorkflowExecution: EventType.WorkflowExecutionFailed,
+    TaskCommandType.CancelWorkflowExecution: EventType.WorkflowExecutionCanceled,
+    TaskCommandType.ContinueAsNewWorkflowExecution: EventType.WorkflowExecutionContinuedAsNew,
 }
 
 # The event each command of a completed workflow task records (the SDK matches them on replay).
 EVENT_FOR_COMMAND = {
-    "ScheduleActivityTask": "ActivityTaskScheduled", "StartTimer": "TimerStarted", "CancelTimer": "TimerCanceled",
-    "RequestCancelActivityTask": "ActivityTaskCancelRequested", "UpsertWorkflowSearchAttributes": "UpsertWorkflowSearchAttributes",
-    "RecordMarker": "MarkerRecorded", "StartChildWorkflowExecution": "StartChildWorkflowExecutionInitiated",
-    "AcceptWorkflowUpdate": "WorkflowExecutionUpdateAccepted", "RejectWorkflowUpdate": "WorkflowExecutionUpdateRejected",
-    "CompleteWorkflowUpdate": "WorkflowExecutionUpdateCompleted",
-    "SignalExternalWorkflowExecution": "SignalExternalWorkflowExecutionInitiated",
-    "RequestCancelExternalWorkflowExecution": "RequestCancelExternalWorkflowExecutionInitiated",
+    TaskCommandType.ScheduleActivityTask: EventType.ActivityTaskScheduled, TaskCommandType.StartTimer: EventType.TimerStarted,
+    TaskCommandType.CancelTimer: EventType.TimerCanceled,
+    TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCancelRequested,
+    TaskCommandType.UpsertWorkflowSearchAttributes: EventType.UpsertWorkflowSearchAttributes,
+    TaskCommandType.RecordMarker: EventType.MarkerRecorded,
+    TaskCommandType.StartChildWorkflowExecution: EventType.StartChildWorkflowExecutionInitiated,
+    TaskCommandType.AcceptWorkflowUpdate: EventType.WorkflowExecutionUpdateAccepted,
+    TaskCommandType.RejectWorkflowUpdate: EventType.WorkflowExecutionUpdateRejected,
+    TaskCommandType.CompleteWorkflowUpdate: EventType.WorkflowExecutionUpdateCompleted,
+    TaskCommandType.SignalExternalWorkflowExecution: EventType.SignalExternalWorkflowExecutionInitiated,
+    TaskCommandType.RequestCancelExternalWorkflowExecution: EventType.RequestCancelExternalWorkflowExecutionInitiated,
     **CLOSE_COMMANDS,
 }
 
 # The event in a parent's history that tells how a child ended, by the child's close status.
 CHILD_RESULT_FOR_STATUS = {
-    "Completed": "ChildWorkflowExecutionCompleted",
-    "Failed": "ChildWorkflowExecutionFailed",
-    "Canceled": "ChildWorkflowExecutionCanceled",
-    "TimedOut": "ChildWorkflowExecutionTimedOut",
-    "Terminated": "ChildWorkflowExecutionTerminated",
+    "Completed": EventType.ChildWorkflowExecutionCompleted,
+    "Failed": EventType.ChildWorkflowExecutionFailed,
+    "Canceled": EventType.ChildWorkflowExecutionCanceled,
+    "TimedOut": EventType.ChildWorkflowExecutionTimedOut,
+    "Terminated": EventType.ChildWorkflowExecutionTerminated,
 }
 CHILD_RESULTS = set(CHILD_RESULT_FOR_STATUS.values())
 
@@ -61,20 +69,21 @@ class Initiated:
 
 # What each *Initiated event sends, and what answers it.
 INITIATED = {
-    "StartChildWorkflowExecutionInitiated": Initiated(
-        "StartWorkflowExecution", "ChildWorkflowExecutionStarted", "StartChildWorkflowExecutionFailed",
+    EventType.StartChildWorkflowExecutionInitiated: Initiated(
+        CommandType.StartWorkflowExecution, EventType.ChildWorkflowExecutionStarted, EventType.StartChildWorkflowExecutionFailed,
     ),
-    "SignalExternalWorkflowExecutionInitiated": Initiated(
-        "SignalWorkflowExecution", "ExternalWorkflowExecutionSignaled", "SignalExternalWorkflowExecutionFailed",
+    EventType.SignalExternalWorkflowExecutionInitiated: Initiated(
+        CommandType.SignalWorkflowExecution, EventType.ExternalWorkflowExecutionSignaled, EventType.SignalExternalWorkflowExecutionFailed,
     ),
-    "RequestCancelExternalWorkflowExecutionInitiated": Initiated(
-        "RequestCancelWorkflowExecution", "ExternalWorkflowExecutionCancelRequested", "RequestCancelExternalWorkflowExecutionFailed",
+    EventType.RequestCancelExternalWorkflowExecutionInitiated: Initiated(
+        CommandType.RequestCancelWorkflowExecution, EventType.ExternalWorkflowExecutionCancelRequested,
+        EventType.RequestCancelExternalWorkflowExecutionFailed,
     ),
 }
 # Each event answering an initiated request (a child's close too), and the event that initiated it.
 INITIATED_BY_ANSWER = {
     **{answer: initiated for initiated, sent in INITIATED.items() for answer in (sent.applied, sent.failed)},
-    **{result: "StartChildWorkflowExecutionInitiated" for result in CHILD_RESULTS},
+    **{result: EventType.StartChildWorkflowExecutionInitiated for result in CHILD_RESULTS},
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kadence.protocol.fence import LogFence
+from kadence.protocol.names import EventType
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
 from services.history.machine.records import Record, event_type
@@ -33,7 +34,7 @@ class PartitionState:
         if batch["rejection"] is not None or (not batch["events"] and batch["workflow_id"] not in self.executions):
             return True  # an answer, or a command passed on elsewhere: no run changes
         events = batch["events"]
-        if events and event_type(events[0]) == "WorkflowExecutionStarted":
+        if events and event_type(events[0]) == EventType.WorkflowExecutionStarted:
             ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
             self.executions[batch["workflow_id"]] = ex
         else:

@@ -30,6 +30,7 @@ from kadence.protocol.limits import (
     WARN_PAYLOAD_BYTES,
     text_problem,
 )
+from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
@@ -73,7 +74,7 @@ def _leave_out_workflow_task_events(batch: Record) -> int:
     left_out = 0
     for section in run_sections(batch):
         for kind, effect in section.effects:
-            if kind == "WorkflowTask" and effect["history"]:
+            if kind == EffectType.WorkflowTask and effect["history"]:
                 left_out += len(effect["history"])
                 effect["history"] = []
                 effect["first_event_id"] = effect["scheduled_event_id"] + 1
@@ -108,7 +109,7 @@ class HistoryService:
         self._unwritten_traces: dict[int, list[str]] = {}  # the traced commands' spans each held batch answers
         # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the
         # workers of that release expect the whole history in each task.
-        self._workflow_task_deltas = writes_field(self.batches, "WorkflowTask", "first_event_id")
+        self._workflow_task_deltas = writes_field(self.batches, EffectType.WorkflowTask, "first_event_id")
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -310,7 +311,7 @@ class HistoryService:
 
     def _step(self, msg: Message, command: Record, kind: str, traceparent: str | None) -> None:
         partition, offset, workflow_id = msg.partition(), msg.offset(), command["workflow_id"]
-        if kind != "QueryWorkflow" and len(msg.value()) > WARN_PAYLOAD_BYTES:
+        if kind != CommandType.QueryWorkflow and len(msg.value()) > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
         written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
                        whole_histories=not self._workflow_task_deltas)
@@ -413,7 +414,7 @@ class HistoryService:
             workflow_id, msg.partition(), msg.offset(), owner, "producer did not partition by murmur2(workflow_id)",
         )
         kind, body = command["command"]
-        request = body["start"] if kind == "SignalWithStartWorkflowExecution" else body
+        request = body["start"] if kind == CommandType.SignalWithStartWorkflowExecution else body
         if request.get("request_id") == "":
             request["request_id"] = f"forwarded:{msg.partition()}@{msg.offset()}"
         self.producer.produce(

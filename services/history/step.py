@@ -20,6 +20,7 @@ from kadence.protocol.limits import (
     encoded_bytes_bound,
     text_problem,
 )
+from kadence.protocol.names import CommandType, EffectType
 from services.history.machine.dispatch import decide, derive_effects
 from services.history.machine.effects import rejection_answer
 from services.history.machine.execution import Execution, Pending
@@ -46,7 +47,7 @@ class Step:
     redispatch: Redispatch | None = None
 
 
-_STARTS = {"StartWorkflowExecution": decide_start, "SignalWithStartWorkflowExecution": decide_signal_with_start}
+_STARTS = {CommandType.StartWorkflowExecution: decide_start, CommandType.SignalWithStartWorkflowExecution: decide_signal_with_start}
 
 
 def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
@@ -65,7 +66,7 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
 
 def request_id_of(kind: str, body: Record) -> str:
     """The request id a client or workflow waits on for the command's answer ('' for none)."""
-    return body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
+    return body["start"]["request_id"] if kind == CommandType.SignalWithStartWorkflowExecution else body.get("request_id", "")
 
 
 def step(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int, *, whole_histories: bool = False) -> Step:
@@ -74,7 +75,7 @@ def step(state: PartitionState, command: Record, now_ms: int, partition: int, of
     whose workers expect it)."""
     workflow_id, (kind, body) = command["workflow_id"], command["command"]
     problem = command_problem(command)  # refused whatever the state: a bad id, name or search attribute
-    if kind == "QueryWorkflow" and problem is None:
+    if kind == CommandType.QueryWorkflow and problem is None:
         return _query(state, workflow_id, body, partition, offset)
     request_id = request_id_of(kind, body)
     try:
@@ -129,7 +130,7 @@ def _released_queries(asked: Execution, size: int) -> tuple[list[tuple[str, Reco
         if size + query_size > MAX_RECORD_VALUE_BYTES:
             _drop_query(asked.workflow_id, query, "its arguments do not fit in the history record that carries it")
             continue
-        released.append(("QueryTask", query))
+        released.append((EffectType.QueryTask, query))
         size += query_size
     asked.pending_queries = []
     return released, size
@@ -139,7 +140,7 @@ def _carry_whole_histories(effects: list[tuple[str, Record]], execution: Executi
     """Workflow tasks of the batch's run with the run's whole history, as releases before
     first_event_id expect."""
     for kind, effect in effects:
-        if kind == "WorkflowTask":
+        if kind == EffectType.WorkflowTask:
             effect["history"] = [e for e in execution.history if e["event_id"] <= effect["scheduled_event_id"]]
             effect["first_event_id"] = 1
 
@@ -165,7 +166,7 @@ def _query(state: PartitionState, workflow_id: str, body: Record, partition: int
     if encoded_bytes_bound(query) + EVENTLESS_BATCH_BYTES > MAX_RECORD_VALUE_BYTES:
         _drop_query(workflow_id, query, "its arguments do not fit in a history record")
     elif execution.quiescent:
-        return eventless(state, workflow_id, partition, offset, effects=[("QueryTask", query)])
+        return eventless(state, workflow_id, partition, offset, effects=[(EffectType.QueryTask, query)])
     elif all(held["query_id"] != query["query_id"] for held in execution.pending_queries):
         # Held in memory only: the client sends a query again until it is answered, so a
         # restart of this service costs the caller a resend, not a timeout.

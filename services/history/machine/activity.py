@@ -9,6 +9,7 @@ from kadence.common import next_attempt_backoff_ms, retry_state
 from kadence.exceptions import RetryState
 from kadence.protocol.events import ACTIVITY_RESULTS
 from kadence.protocol.limits import MAX_PENDING_ACTIVITIES, payload_problem
+from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.task_token import TaskToken
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms, timer
 from services.history.machine.execution import RUNNING, ActivityState, Execution, Pending
@@ -18,7 +19,10 @@ from services.history.machine.transition import Redispatch, Rejected, Transition
 
 # A worker's, or a client's async activity handle's, report on an activity attempt: one that names
 # the activity by id may leave the run id empty (the current run).
-REPORTS = {"RecordActivityTaskHeartbeat", "RespondActivityTaskCompleted", "RespondActivityTaskFailed", "RespondActivityTaskCanceled"}
+REPORTS = {
+    CommandType.RecordActivityTaskHeartbeat, CommandType.RespondActivityTaskCompleted, CommandType.RespondActivityTaskFailed,
+    CommandType.RespondActivityTaskCanceled,
+}
 
 
 def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) -> RetryState:
@@ -87,9 +91,9 @@ def _ended(ex: Execution, event: Record) -> None:
 
 
 APPLY = {
-    "ActivityTaskScheduled": _scheduled, "ActivityTaskStarted": _started, "ActivityTaskFailed": _failed,
-    "ActivityTaskTimedOut": _failed, "ActivityTaskCancelRequested": _cancel_requested,
-    "ActivityTaskCompleted": _ended, "ActivityTaskCanceled": _ended,
+    EventType.ActivityTaskScheduled: _scheduled, EventType.ActivityTaskStarted: _started, EventType.ActivityTaskFailed: _failed,
+    EventType.ActivityTaskTimedOut: _failed, EventType.ActivityTaskCancelRequested: _cancel_requested,
+    EventType.ActivityTaskCompleted: _ended, EventType.ActivityTaskCanceled: _ended,
 }
 
 
@@ -108,7 +112,7 @@ def apply_heartbeat(ex: Execution, heartbeat: Record) -> None:
 
 
 def pending_limit(ex: Execution, counts: Counter[str]) -> tuple[str, str] | None:
-    if len(ex.activities) + counts["ScheduleActivityTask"] > MAX_PENDING_ACTIVITIES:
+    if len(ex.activities) + counts[TaskCommandType.ScheduleActivityTask] > MAX_PENDING_ACTIVITIES:
         return "PENDING_ACTIVITIES_LIMIT_EXCEEDED", f"at most {MAX_PENDING_ACTIVITIES} activities may be pending"
     return None
 
@@ -122,7 +126,7 @@ def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | Non
 
 
 def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add("ActivityTaskScheduled", {
+    t.add(EventType.ActivityTaskScheduled, {
         **attrs, "task_queue": attrs["task_queue"] or t.execution.task_queue,
         # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
         "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
@@ -137,19 +141,19 @@ def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
 def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
     """An attempt not started is canceled at once; a started one hears of it through its worker."""
     scheduled_event_id = attrs["scheduled_event_id"]
-    requested_id = t.add("ActivityTaskCancelRequested", {
+    requested_id = t.add(EventType.ActivityTaskCancelRequested, {
         "scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": completed_id,
     })
     if not t.execution.activities[scheduled_event_id].started_event_id:
-        t.add("ActivityTaskCanceled", {
+        t.add(EventType.ActivityTaskCanceled, {
             "scheduled_event_id": scheduled_event_id, "started_event_id": 0,
             "latest_cancel_requested_event_id": requested_id, "details": [], "identity": "",
         })
 
 
 TASK_COMMANDS = {
-    "ScheduleActivityTask": TaskCommand("BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _record_schedule, _check_schedule),
-    "RequestCancelActivityTask": TaskCommand("BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _record_cancel, _check_cancel),
+    TaskCommandType.ScheduleActivityTask: TaskCommand("BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _record_schedule, _check_schedule),
+    TaskCommandType.RequestCancelActivityTask: TaskCommand("BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _record_cancel, _check_cancel),
 }
 
 # ---- commands: a worker's (or an async handle's) reports
@@ -160,7 +164,9 @@ def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> 
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
         raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
     t = Transition(ex, now_ms)
-    t.add("ActivityTaskStarted", {"scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity})
+    t.add(EventType.ActivityTaskStarted, {
+        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity,
+    })
     return t
 
 
@@ -216,10 +222,10 @@ def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
         "details": cmd["details"], "recorded_at_ms": now_ms,
     })
     if activity.cancel_requested_event_id:  # told again, in case the first notice missed its worker
-        t.effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
+        t.effects.append((EffectType.ActivityCancellation, activity_cancellation_effect(activity)))
     if activity.heartbeat_timeout_ms:  # re-armed: the same timer id, a later fire time
         fire_at = now_ms + activity.heartbeat_timeout_ms
-        t.effects.append(timer(ex, "ACTIVITY_HEARTBEAT", fire_at, activity.scheduled_event_id, activity.attempt))
+        t.effects.append(timer(ex, TimerKind.ACTIVITY_HEARTBEAT, fire_at, activity.scheduled_event_id, activity.attempt))
     return t
 
 
@@ -228,7 +234,7 @@ def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transit
     if not activity.cancel_requested_event_id:
         raise Rejected("activity cancellation was not requested")
     t = Transition(ex, now_ms)
-    t.add_workflow_visible("ActivityTaskCanceled", {
+    t.add_workflow_visible(EventType.ActivityTaskCanceled, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
         "latest_cancel_requested_event_id": activity.cancel_requested_event_id, "details": cmd["details"], "identity": identity,
     })
@@ -242,7 +248,7 @@ def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
         failure = {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}
         return _attempt_failed(ex, {**cmd, "failure": failure}, identity, now_ms)
     t = Transition(ex, now_ms)
-    t.add_workflow_visible("ActivityTaskCompleted", {
+    t.add_workflow_visible(EventType.ActivityTaskCompleted, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
         "result": cmd["result"], "identity": identity,
     })
@@ -257,7 +263,7 @@ def _attempt_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
         failure = {**failure, "details": [], "stack_trace": "", "cause": None,
                    "message": f"{failure['message'][:1000]} ({problem}; details dropped)"}
     t = Transition(ex, now_ms)
-    _record_failure(t, activity, "ActivityTaskFailed", failure, identity=identity)
+    _record_failure(t, activity, EventType.ActivityTaskFailed, failure, identity=identity)
     return t
 
 
@@ -275,11 +281,11 @@ def _record_failure(t: Transition, activity: ActivityState, kind: str, failure: 
 
 
 COMMANDS = {
-    "RecordActivityTaskStarted": _attempt_started,
-    "RecordActivityTaskHeartbeat": _heartbeat,
-    "RespondActivityTaskCanceled": _canceled,
-    "RespondActivityTaskCompleted": _completed,
-    "RespondActivityTaskFailed": _attempt_failed,
+    CommandType.RecordActivityTaskStarted: _attempt_started,
+    CommandType.RecordActivityTaskHeartbeat: _heartbeat,
+    CommandType.RespondActivityTaskCanceled: _canceled,
+    CommandType.RespondActivityTaskCompleted: _completed,
+    CommandType.RespondActivityTaskFailed: _attempt_failed,
 }
 
 # ---- timeouts
@@ -314,7 +320,7 @@ def _schedule_to_start_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Tra
     # As Temporal: not retried, another attempt would wait in the same queue.
     failure = {**engine_failure("activity ScheduleToStart timeout", ""), "timeout_type": "SCHEDULE_TO_START"}
     t = Transition(ex, now_ms)
-    t.add_workflow_visible("ActivityTaskTimedOut", {
+    t.add_workflow_visible(EventType.ActivityTaskTimedOut, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "failure": failure,
         "retry_state": RetryState.TIMEOUT.value,
     })
@@ -325,7 +331,7 @@ def _schedule_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Tra
     activity = _timed_activity(ex, cmd, any_attempt=True)
     failure = {**engine_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
     t = Transition(ex, now_ms)
-    t.add_workflow_visible("ActivityTaskTimedOut", {
+    t.add_workflow_visible(EventType.ActivityTaskTimedOut, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
         "failure": failure, "retry_state": RetryState.TIMEOUT.value,
     })
@@ -354,16 +360,16 @@ def _attempt_timed_out(activity: ActivityState, timeout_type: str, ex: Execution
     failure = {**engine_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
                "details": activity.heartbeat["details"] if activity.heartbeat else []}
     t = Transition(ex, now_ms)
-    _record_failure(t, activity, "ActivityTaskTimedOut", failure)
+    _record_failure(t, activity, EventType.ActivityTaskTimedOut, failure)
     return t
 
 
 TIMEOUTS = {
-    "ACTIVITY_RETRY": _retry_due,
-    "ACTIVITY_SCHEDULE_TO_START": _schedule_to_start_timed_out,
-    "ACTIVITY_SCHEDULE_TO_CLOSE": _schedule_to_close_timed_out,
-    "ACTIVITY_START_TO_CLOSE": _start_to_close_timed_out,
-    "ACTIVITY_HEARTBEAT": _heartbeat_timed_out,
+    TimerKind.ACTIVITY_RETRY: _retry_due,
+    TimerKind.ACTIVITY_SCHEDULE_TO_START: _schedule_to_start_timed_out,
+    TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE: _schedule_to_close_timed_out,
+    TimerKind.ACTIVITY_START_TO_CLOSE: _start_to_close_timed_out,
+    TimerKind.ACTIVITY_HEARTBEAT: _heartbeat_timed_out,
 }
 
 # ---- effects
@@ -392,8 +398,8 @@ def _dispatch(ex: Execution, activity: ActivityState, now_ms: int) -> list[Effec
     """The attempt's task for a worker, and its retry timer, which dispatches it again if no worker
     starts it (as a workflow task's)."""
     delay = redispatch_delay_ms(now_ms - activity.dispatch_due_ms)
-    return [("ActivityTask", activity_task_effect(ex, activity)),
-            timer(ex, "ACTIVITY_RETRY", now_ms + delay, activity.scheduled_event_id, activity.attempt)]
+    return [(EffectType.ActivityTask, activity_task_effect(ex, activity)),
+            timer(ex, TimerKind.ACTIVITY_RETRY, now_ms + delay, activity.scheduled_event_id, activity.attempt)]
 
 
 def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[Effect]:
@@ -402,7 +408,7 @@ def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[Eff
     if not activity.schedule_to_start_timeout_ms:
         return []
     fire_at = activity.dispatch_due_ms + activity.schedule_to_start_timeout_ms
-    return [timer(ex, "ACTIVITY_SCHEDULE_TO_START", fire_at, activity.scheduled_event_id, activity.attempt)]
+    return [timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, fire_at, activity.scheduled_event_id, activity.attempt)]
 
 
 def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
@@ -412,13 +418,13 @@ def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     effects = _dispatch(ex, activity, t.now_ms)
     if activity.schedule_to_close_timeout_ms:
         fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
-        effects.append(timer(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", fire_at, activity.scheduled_event_id, 1))
+        effects.append(timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, fire_at, activity.scheduled_event_id, 1))
     return effects + _schedule_to_start_timer(ex, activity)
 
 
 def _on_cancel_requested(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     activity = ex.activities.get(attributes(event)["scheduled_event_id"])
-    return [] if activity is None else [("ActivityCancellation", activity_cancellation_effect(activity))]
+    return [] if activity is None else [(EffectType.ActivityCancellation, activity_cancellation_effect(activity))]
 
 
 def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
@@ -427,13 +433,13 @@ def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     if activity is None:
         return []
     sid, attempt = activity.scheduled_event_id, activity.attempt
-    effects = [drop(ex, "ACTIVITY_RETRY", sid, attempt)]
+    effects = [drop(ex, TimerKind.ACTIVITY_RETRY, sid, attempt)]
     if activity.schedule_to_start_timeout_ms:
-        effects.append(drop(ex, "ACTIVITY_SCHEDULE_TO_START", sid, attempt))
+        effects.append(drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, sid, attempt))
     if activity.start_to_close_timeout_ms:
-        effects.append(timer(ex, "ACTIVITY_START_TO_CLOSE", t.now_ms + activity.start_to_close_timeout_ms, sid, attempt))
+        effects.append(timer(ex, TimerKind.ACTIVITY_START_TO_CLOSE, t.now_ms + activity.start_to_close_timeout_ms, sid, attempt))
     if activity.heartbeat_timeout_ms:
-        effects.append(timer(ex, "ACTIVITY_HEARTBEAT", t.now_ms + activity.heartbeat_timeout_ms, sid, attempt))
+        effects.append(timer(ex, TimerKind.ACTIVITY_HEARTBEAT, t.now_ms + activity.heartbeat_timeout_ms, sid, attempt))
     return effects
 
 
@@ -444,16 +450,16 @@ def _on_failed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
         return []
     activity = ex.activities[attrs["scheduled_event_id"]]
     sid, previous = activity.scheduled_event_id, activity.attempt - 1
-    effects = [drop(ex, "ACTIVITY_START_TO_CLOSE", sid, previous)]
+    effects = [drop(ex, TimerKind.ACTIVITY_START_TO_CLOSE, sid, previous)]
     if activity.heartbeat_timeout_ms:
-        effects.append(drop(ex, "ACTIVITY_HEARTBEAT", sid, previous))
-    effects.append(timer(ex, "ACTIVITY_RETRY", activity.dispatch_due_ms, sid, activity.attempt))
+        effects.append(drop(ex, TimerKind.ACTIVITY_HEARTBEAT, sid, previous))
+    effects.append(timer(ex, TimerKind.ACTIVITY_RETRY, activity.dispatch_due_ms, sid, activity.attempt))
     return effects + _schedule_to_start_timer(ex, activity)
 
 
 EFFECTS = {
-    "ActivityTaskScheduled": _on_scheduled, "ActivityTaskCancelRequested": _on_cancel_requested,
-    "ActivityTaskStarted": _on_started, "ActivityTaskFailed": _on_failed, "ActivityTaskTimedOut": _on_failed,
+    EventType.ActivityTaskScheduled: _on_scheduled, EventType.ActivityTaskCancelRequested: _on_cancel_requested,
+    EventType.ActivityTaskStarted: _on_started, EventType.ActivityTaskFailed: _on_failed, EventType.ActivityTaskTimedOut: _on_failed,
 }
 
 
@@ -464,20 +470,20 @@ def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effe
     effects: list[Effect] = []
     for activity in (activity for sid, activity in before.activities.items() if sid not in ex.activities):
         if ex.status != RUNNING and activity.started_event_id and activity.scheduled_event_id not in finished:
-            effects.append(("ActivityCancellation", activity_cancellation_effect(activity)))
+            effects.append((EffectType.ActivityCancellation, activity_cancellation_effect(activity)))
         effects.extend(_released_timers(ex, activity))
     return effects
 
 
 def _released_timers(ex: Execution, activity: ActivityState) -> list[Effect]:
     sid, attempt = activity.scheduled_event_id, activity.attempt
-    effects = [drop(ex, "ACTIVITY_SCHEDULE_TO_CLOSE", sid, 1)] if activity.schedule_to_close_timeout_ms else []
+    effects = [drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, sid, 1)] if activity.schedule_to_close_timeout_ms else []
     if activity.started_event_id:
-        effects.append(drop(ex, "ACTIVITY_START_TO_CLOSE", sid, attempt))
+        effects.append(drop(ex, TimerKind.ACTIVITY_START_TO_CLOSE, sid, attempt))
         if activity.heartbeat_timeout_ms:
-            effects.append(drop(ex, "ACTIVITY_HEARTBEAT", sid, attempt))
+            effects.append(drop(ex, TimerKind.ACTIVITY_HEARTBEAT, sid, attempt))
         return effects
-    effects.append(drop(ex, "ACTIVITY_RETRY", sid, attempt))
+    effects.append(drop(ex, TimerKind.ACTIVITY_RETRY, sid, attempt))
     if activity.schedule_to_start_timeout_ms:
-        effects.append(drop(ex, "ACTIVITY_SCHEDULE_TO_START", sid, attempt))
+        effects.append(drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, sid, attempt))
     return effects

@@ -7,13 +7,14 @@ from collections import Counter
 
 from kadence.protocol.events import CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, INITIATED
 from kadence.protocol.limits import MAX_PENDING_CHILDREN, MAX_PENDING_EXTERNAL_REQUESTS
+from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from services.history.machine.effects import outbound
 from services.history.machine.execution import RUNNING, ChildState, Execution, ExternalRequest, Pending
 from services.history.machine.records import Effect, Record, attributes, event_type
 from services.history.machine.tables import TaskCommand, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
-_START_CHILD = "StartChildWorkflowExecutionInitiated"
+_START_CHILD = EventType.StartChildWorkflowExecutionInitiated
 
 # ---- apply
 
@@ -60,9 +61,9 @@ APPLY = {
 
 
 def pending_limit(ex: Execution, counts: Counter[str]) -> tuple[str, str] | None:
-    if len(ex.children) + counts["StartChildWorkflowExecution"] > MAX_PENDING_CHILDREN:
+    if len(ex.children) + counts[TaskCommandType.StartChildWorkflowExecution] > MAX_PENDING_CHILDREN:
         return "PENDING_CHILD_WORKFLOWS_LIMIT_EXCEEDED", f"at most {MAX_PENDING_CHILDREN} child workflows may be pending"
-    external = counts["SignalExternalWorkflowExecution"] + counts["RequestCancelExternalWorkflowExecution"]
+    external = counts[TaskCommandType.SignalExternalWorkflowExecution] + counts[TaskCommandType.RequestCancelExternalWorkflowExecution]
     if len(ex.external_requests) + external > MAX_PENDING_EXTERNAL_REQUESTS:
         return "PENDING_SIGNALS_LIMIT_EXCEEDED", (
             f"at most {MAX_PENDING_EXTERNAL_REQUESTS} signals and cancel requests to other workflows may await their answer"
@@ -82,14 +83,15 @@ def _record_start_child(t: Transition, attrs: Record, completed_id: int, identit
 
 
 TASK_COMMANDS = {
-    "StartChildWorkflowExecution": TaskCommand(
+    TaskCommandType.StartChildWorkflowExecution: TaskCommand(
         "BAD_START_CHILD_EXECUTION_ATTRIBUTES", _record_start_child, required=("workflow_id", "workflow_type"),
     ),
-    "SignalExternalWorkflowExecution": recorded_as_given(
-        "SignalExternalWorkflowExecution", "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES", ("workflow_id", "signal_name"),
+    TaskCommandType.SignalExternalWorkflowExecution: recorded_as_given(
+        TaskCommandType.SignalExternalWorkflowExecution, "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES", ("workflow_id", "signal_name"),
     ),
-    "RequestCancelExternalWorkflowExecution": recorded_as_given(
-        "RequestCancelExternalWorkflowExecution", "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES", ("workflow_id",),
+    TaskCommandType.RequestCancelExternalWorkflowExecution: recorded_as_given(
+        TaskCommandType.RequestCancelExternalWorkflowExecution, "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
+        ("workflow_id",),
     ),
 }
 
@@ -163,9 +165,9 @@ def _outcome_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
 
 
 COMMANDS = {
-    "RecordChildExecutionStarted": _start_recorded,
-    "RecordChildExecutionClosed": _close_recorded,
-    "RecordExternalRequestOutcome": _outcome_recorded,
+    CommandType.RecordChildExecutionStarted: _start_recorded,
+    CommandType.RecordChildExecutionClosed: _close_recorded,
+    CommandType.RecordExternalRequestOutcome: _outcome_recorded,
 }
 
 # ---- effects
@@ -203,8 +205,8 @@ def _request_cancel(ex: Execution, event: Record) -> Record:
 # The body of the command each *Initiated event sends, less its request id.
 _COMMAND_BODY = {
     _START_CHILD: _start_child,
-    "SignalExternalWorkflowExecutionInitiated": _signal,
-    "RequestCancelExternalWorkflowExecutionInitiated": _request_cancel,
+    EventType.SignalExternalWorkflowExecutionInitiated: _signal,
+    EventType.RequestCancelExternalWorkflowExecutionInitiated: _request_cancel,
 }
 
 
@@ -222,7 +224,7 @@ def close_report(ex: Execution, kind: str, attrs: Record) -> Effect:
     """A child run's close, told to its parent (a continue-as-new passes the duty to the next run)."""
     assert ex.parent is not None
     status = CLOSE_STATUS[kind]
-    return outbound(ex.parent["workflow_id"], "RecordChildExecutionClosed", {
+    return outbound(ex.parent["workflow_id"], CommandType.RecordChildExecutionClosed, {
         "run_id": ex.parent["run_id"], "initiated_event_id": ex.parent["initiated_event_id"], "child_run_id": ex.run_id,
         "status": status, "result": attrs.get("result"), "failure": attrs.get("failure"),
         "details": attrs["details"] if status == "Canceled" else [], "retry_state": attrs.get("retry_state", "RETRY_POLICY_NOT_SET"),
@@ -243,11 +245,11 @@ def _parent_close_policy(ex: Execution, child: ChildState) -> list[Effect]:
     addressed (run_id empty): a child that continued as new is still the parent's child."""
     reason = f"parent {ex.workflow_id} (run {ex.run_id}) closed as {ex.status}; parent close policy {child.parent_close_policy}"
     if child.parent_close_policy == "TERMINATE":
-        return [outbound(child.workflow_id, "TerminateWorkflowExecution", {
+        return [outbound(child.workflow_id, CommandType.TerminateWorkflowExecution, {
             "run_id": "", "reason": reason, "details": [], "request_id": "",
         })]
     if child.parent_close_policy == "REQUEST_CANCEL":
-        return [outbound(child.workflow_id, "RequestCancelWorkflowExecution", {
+        return [outbound(child.workflow_id, CommandType.RequestCancelWorkflowExecution, {
             "run_id": "", "reason": reason, "request_id": "", "initiated_by": None,
         })]
     return []

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from kadence.protocol.limits import payload_bytes
+from kadence.protocol.names import CommandType, EffectType
 from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, execution_from_start
 from services.history.machine.limits import within_history_limit
@@ -39,7 +40,8 @@ RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] =
 
 # Commands that may leave the run id empty: they are for the workflow id's current run.
 _CURRENT_RUN_COMMANDS = {
-    "SignalWorkflowExecution", "RequestCancelWorkflowExecution", "TerminateWorkflowExecution", "UpdateWorkflowExecution",
+    CommandType.SignalWorkflowExecution, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
+    CommandType.UpdateWorkflowExecution,
 }
 
 
@@ -48,12 +50,12 @@ def timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tra
     log again after a restart or a rebalance, forgets the timer there rather than fire it again. A
     timer the transition sets again under the same id (a re-dispatch) comes after the drop and stands."""
     t = TIMEOUTS[cmd["kind"]](ex, cmd, now_ms)
-    t.effects.insert(0, ("DropTimer", {"timer_id": cmd["timer_id"]}))
+    t.effects.insert(0, (EffectType.DropTimer, {"timer_id": cmd["timer_id"]}))
     return t
 
 
 COMMANDS: dict[str, Decide] = _joined([
-    *(getattr(family, "COMMANDS", {}) for family in _FAMILIES), {"TimeoutFired": timeout_fired},
+    *(getattr(family, "COMMANDS", {}) for family in _FAMILIES), {CommandType.TimeoutFired: timeout_fired},
 ])
 
 

@@ -4,6 +4,7 @@ the re-dispatch of tasks no worker started."""
 from __future__ import annotations
 
 from kadence.protocol.codec import command_codec
+from kadence.protocol.names import CommandType, EffectType
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
 from services.history.machine.records import Effect, Record
 from services.history.machine.transition import Rejected
@@ -26,28 +27,28 @@ def timer_id(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) ->
 
 
 def timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, attempt: int) -> Effect:
-    return ("Timer", {
+    return (EffectType.Timer, {
         "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
         "fire_at_ms": fire_at_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
     })
 
 
 def drop(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) -> Effect:
-    return ("DropTimer", {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
+    return (EffectType.DropTimer, {"timer_id": timer_id(ex, kind, scheduled_event_id, attempt)})
 
 
 def outbound(workflow_id: str, kind: str, body: Record) -> Effect:
     """An effect the matching service produces to kadence.commands: a command for another execution."""
     commands = command_codec()
     command = {"workflow_id": workflow_id, "identity": HISTORY_IDENTITY, "command": (kind, body)}
-    return ("OutboundCommand", {
+    return (EffectType.OutboundCommand, {
         "workflow_id": workflow_id, "command": commands.encode(command), "schema_fingerprint": commands.fingerprint,
     })
 
 
 def answer(requester: Record, cause: str) -> Effect:
     """Tell the workflow that sent a command (a child start, a signal, a cancel request) whether it applied."""
-    return outbound(requester["workflow_id"], "RecordExternalRequestOutcome", {
+    return outbound(requester["workflow_id"], CommandType.RecordExternalRequestOutcome, {
         "run_id": requester["run_id"], "initiated_event_id": requester["initiated_event_id"], "cause": cause,
     })
 

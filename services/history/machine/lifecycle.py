@@ -4,10 +4,12 @@ a termination or its run timeout."""
 
 from __future__ import annotations
 
+from kadence.exceptions import RetryState
 from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
+from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
 from services.history.machine import child, messages
 from services.history.machine.effects import answer, drop, outbound, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
@@ -54,7 +56,7 @@ def _start_while_running(
         raise Rejected(f"workflow execution already started (run_id={current.run_id})", "WORKFLOW_ALREADY_STARTED")
     t = Transition(current, now_ms)
     t.flush_buffered()
-    t.add("WorkflowExecutionTerminated", {
+    t.add(EventType.WorkflowExecutionTerminated, {
         "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
     })
     t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, signal)
@@ -86,7 +88,7 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
     t = Transition(ex, now_ms)
-    t.add("WorkflowExecutionStarted", {
+    t.add(EventType.WorkflowExecutionStarted, {
         "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
@@ -98,12 +100,12 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "header": start.get("header", {}),
     })
     if signal is not None:
-        t.add("WorkflowExecutionSignaled", {
+        t.add(EventType.WorkflowExecutionSignaled, {
             **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
         })
-    t.add("WorkflowTaskScheduled", {"task_queue": start["task_queue"], "attempt": 1})
+    t.add(EventType.WorkflowTaskScheduled, {"task_queue": start["task_queue"], "attempt": 1})
     if parent is not None:
-        t.effects.append(outbound(parent["workflow_id"], "RecordChildExecutionStarted", {
+        t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
             "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
         }))
     return t
@@ -152,7 +154,7 @@ def decide_signal_with_start(
 
 
 # A cron run that ends so is followed by the next; one canceled or terminated ends the schedule.
-_CRON_CONTINUES = {"WorkflowExecutionCompleted", "WorkflowExecutionFailed", "WorkflowExecutionTimedOut"}
+_CRON_CONTINUES = {EventType.WorkflowExecutionCompleted, EventType.WorkflowExecutionFailed, EventType.WorkflowExecutionTimedOut}
 
 
 def close(t: Transition, kind: str, attrs: Record) -> None:
@@ -170,11 +172,11 @@ def close(t: Transition, kind: str, attrs: Record) -> None:
     )
     t.add(kind, {**attrs, "new_execution_run_id": following.run_id})
     t.next_run = Transition(following, t.now_ms)
-    t.next_run.add("WorkflowExecutionStarted", {
+    t.next_run.add(EventType.WorkflowExecutionStarted, {
         **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE",
         "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
     })
-    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+    t.next_run.add(EventType.WorkflowTaskScheduled, {"task_queue": following.task_queue, "attempt": 1})
 
 
 def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
@@ -184,13 +186,13 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, completed_id),
         workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
     )
-    t.add("WorkflowExecutionContinuedAsNew", {
+    t.add(EventType.WorkflowExecutionContinuedAsNew, {
         **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
         "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
     started = ex.started
     t.next_run = Transition(following, t.now_ms)
-    t.next_run.add("WorkflowExecutionStarted", {
+    t.next_run.add(EventType.WorkflowExecutionStarted, {
         "workflow_type": following.workflow_type, "task_queue": following.task_queue, "input": attrs["input"],
         "request_id": "", "identity": identity,
         # As Temporal: what the command leaves unset is the current run's, and the execution
@@ -202,7 +204,7 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex), "header": attrs.get("header", {}),
     })
-    t.next_run.add("WorkflowTaskScheduled", {"task_queue": following.task_queue, "attempt": 1})
+    t.next_run.add(EventType.WorkflowTaskScheduled, {"task_queue": following.task_queue, "attempt": 1})
 
 
 def _execution_time_left_ms(ex: Execution, now_ms: int) -> int:
@@ -217,7 +219,7 @@ def _search_attributes_now(ex: Execution, t: Transition) -> Record:
     """The run's search attributes: those it started with, as its upserts (this transition's too) left them."""
     values = dict(ex.started.get("search_attributes") or {})
     for event in ex.history + t.events:
-        if event_type(event) == "UpsertWorkflowSearchAttributes":
+        if event_type(event) == EventType.UpsertWorkflowSearchAttributes:
             values.update(attributes(event)["search_attributes"])
     return values
 
@@ -239,11 +241,15 @@ def _closing(command: str, bad_attributes: str) -> TaskCommand:
 
 
 TASK_COMMANDS = {
-    "CompleteWorkflowExecution": _closing("CompleteWorkflowExecution", "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES"),
-    "FailWorkflowExecution": _closing("FailWorkflowExecution", "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES"),
-    "CancelWorkflowExecution": _closing("CancelWorkflowExecution", "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
-    "ContinueAsNewWorkflowExecution": TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continue_as_new),
-    "UpsertWorkflowSearchAttributes": recorded_as_given("UpsertWorkflowSearchAttributes", "BAD_SEARCH_ATTRIBUTES"),
+    TaskCommandType.CompleteWorkflowExecution: _closing(
+        TaskCommandType.CompleteWorkflowExecution, "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES",
+    ),
+    TaskCommandType.FailWorkflowExecution: _closing(TaskCommandType.FailWorkflowExecution, "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES"),
+    TaskCommandType.CancelWorkflowExecution: _closing(TaskCommandType.CancelWorkflowExecution, "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
+    TaskCommandType.ContinueAsNewWorkflowExecution: TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continue_as_new),
+    TaskCommandType.UpsertWorkflowSearchAttributes: recorded_as_given(
+        TaskCommandType.UpsertWorkflowSearchAttributes, "BAD_SEARCH_ATTRIBUTES",
+    ),
 }
 
 # ---- commands
@@ -253,7 +259,7 @@ def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     t = Transition(ex, now_ms)
     requester = cmd.get("initiated_by")
     if not ex.cancel_requested:  # asking twice is answered, not recorded twice
-        t.add_workflow_visible("WorkflowExecutionCancelRequested", {
+        t.add_workflow_visible(EventType.WorkflowExecutionCancelRequested, {
             "cause": cmd["reason"], "identity": identity, "external_workflow_id": requester["workflow_id"] if requester else "",
             "external_run_id": requester["run_id"] if requester else "",
             "external_initiated_event_id": requester["initiated_event_id"] if requester else 0,
@@ -269,11 +275,11 @@ def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Trans
         raise Rejected(problem)
     t = Transition(ex, now_ms)
     t.flush_buffered()  # what arrived is kept in the history; nothing runs after this
-    t.add("WorkflowExecutionTerminated", {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})
+    t.add(EventType.WorkflowExecutionTerminated, {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})
     return t
 
 
-COMMANDS = {"RequestCancelWorkflowExecution": _cancel_requested, "TerminateWorkflowExecution": _terminated}
+COMMANDS = {CommandType.RequestCancelWorkflowExecution: _cancel_requested, CommandType.TerminateWorkflowExecution: _terminated}
 
 # ---- timeouts
 
@@ -281,11 +287,11 @@ COMMANDS = {"RequestCancelWorkflowExecution": _cancel_requested, "TerminateWorkf
 def _run_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     t.flush_buffered()
-    close(t, "WorkflowExecutionTimedOut", {"retry_state": "TIMEOUT"})
+    close(t, EventType.WorkflowExecutionTimedOut, {"retry_state": RetryState.TIMEOUT.value})
     return t
 
 
-TIMEOUTS = {"WORKFLOW_RUN_TIMEOUT": _run_timed_out}
+TIMEOUTS = {TimerKind.WORKFLOW_RUN_TIMEOUT: _run_timed_out}
 
 # ---- apply
 
@@ -304,7 +310,7 @@ def _cancel_recorded(ex: Execution, event: Record) -> None:
     ex.cancel_requested = True
 
 
-APPLY = {"WorkflowExecutionCancelRequested": _cancel_recorded, **{kind: _closed for kind in CLOSE_STATUS}}
+APPLY = {EventType.WorkflowExecutionCancelRequested: _cancel_recorded, **{kind: _closed for kind in CLOSE_STATUS}}
 
 # ---- effects
 
@@ -313,7 +319,7 @@ def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     """The run's timeout: the sooner of its run timeout and what is left of its execution timeout."""
     attrs = attributes(event)
     limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
-    return [timer(ex, "WORKFLOW_RUN_TIMEOUT", t.now_ms + min(limits), event["event_id"], 1)] if limits else []
+    return [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + min(limits), event["event_id"], 1)] if limits else []
 
 
 def _on_closed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
@@ -321,9 +327,9 @@ def _on_closed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     (unless it is what fired)."""
     kind, attrs = event["attributes"]
     effects = [child.close_report(ex, kind, attrs)] if not attrs.get("new_execution_run_id") and ex.parent is not None else []
-    if kind != "WorkflowExecutionTimedOut":
-        effects.append(drop(ex, "WORKFLOW_RUN_TIMEOUT", 1, 1))
+    if kind != EventType.WorkflowExecutionTimedOut:
+        effects.append(drop(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, 1, 1))
     return effects
 
 
-EFFECTS = {"WorkflowExecutionStarted": _on_started, **{kind: _on_closed for kind in CLOSE_STATUS}}
+EFFECTS = {EventType.WorkflowExecutionStarted: _on_started, **{kind: _on_closed for kind in CLOSE_STATUS}}

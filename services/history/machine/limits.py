@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from kadence.protocol.limits import MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_RECORD_VALUE_BYTES, payload_bytes
+from kadence.protocol.names import CommandType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
 from services.history.machine.transition import Rejected, Transition
 
 # Commands a client or another workflow sends: refused, with the reason, when their record would be
 # too large. Refusing a worker's or the engine's command would leave the run stuck: the run ends.
 _REFUSED_WHEN_TOO_LARGE = {
-    "StartWorkflowExecution", "SignalWithStartWorkflowExecution", "SignalWorkflowExecution", "UpdateWorkflowExecution",
-    "RequestCancelWorkflowExecution",
+    CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
+    CommandType.UpdateWorkflowExecution,
+    CommandType.RequestCancelWorkflowExecution,
 }
 
 
@@ -26,7 +28,7 @@ def within_history_limit(t: Transition) -> Transition:
         return t
     terminated = Transition(ex, t.now_ms)
     terminated.flush_buffered()
-    terminated.add("WorkflowExecutionTerminated", {
+    terminated.add(EventType.WorkflowExecutionTerminated, {
         "reason": f"history would exceed {exceeded}; continue-as-new long-running workflows",
         "details": [], "identity": HISTORY_IDENTITY,
     })
@@ -54,5 +56,5 @@ def within_record_limit(t: Transition, command: str) -> Transition:
 def terminated_as_too_large(ex: Execution, now_ms: int, reason: str) -> Transition:
     """The run ends with the reason; its buffered events are left out (they may be what is too large)."""
     terminated = Transition(ex, now_ms)
-    terminated.add("WorkflowExecutionTerminated", {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
+    terminated.add(EventType.WorkflowExecutionTerminated, {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
     return terminated

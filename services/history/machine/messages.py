@@ -5,6 +5,7 @@ holds them until the run is quiescent."""
 from __future__ import annotations
 
 from kadence.protocol.limits import MAX_PENDING_SIGNALS, name_problem, payload_problem
+from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from services.history.machine.effects import answer
 from services.history.machine.execution import Execution
 from services.history.machine.records import Record, attributes, event_type
@@ -34,9 +35,9 @@ def _update_ended(ex: Execution, event: Record) -> None:
 
 
 APPLY = {
-    "WorkflowExecutionSignaled": _signaled, "WorkflowExecutionUpdateAdmitted": _update_admitted,
-    "WorkflowExecutionUpdateAccepted": _update_accepted, "WorkflowExecutionUpdateRejected": _update_ended,
-    "WorkflowExecutionUpdateCompleted": _update_ended,
+    EventType.WorkflowExecutionSignaled: _signaled, EventType.WorkflowExecutionUpdateAdmitted: _update_admitted,
+    EventType.WorkflowExecutionUpdateAccepted: _update_accepted, EventType.WorkflowExecutionUpdateRejected: _update_ended,
+    EventType.WorkflowExecutionUpdateCompleted: _update_ended,
 }
 
 # ---- commands
@@ -51,10 +52,10 @@ def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transiti
     t = Transition(ex, now_ms)
     if cmd["request_id"] and cmd["request_id"] in ex.signal_request_ids:
         return t  # the same signal again (a client's retry, a relay's redelivery): applied once
-    if sum(event_type(e) == "WorkflowExecutionSignaled" for e in ex.buffered) >= MAX_PENDING_SIGNALS:
+    if sum(event_type(e) == EventType.WorkflowExecutionSignaled for e in ex.buffered) >= MAX_PENDING_SIGNALS:
         raise Rejected(f"{MAX_PENDING_SIGNALS} signals already wait for the workflow to take them; try again later")
     requester = cmd.get("initiated_by")
-    t.add_workflow_visible("WorkflowExecutionSignaled", {
+    t.add_workflow_visible(EventType.WorkflowExecutionSignaled, {
         "signal_name": cmd["signal_name"], "input": cmd["input"], "identity": identity, "request_id": cmd["request_id"],
         "external_workflow_id": requester["workflow_id"] if requester else "", "external_run_id": requester["run_id"] if requester else "",
         "header": cmd.get("header", {}),
@@ -72,14 +73,14 @@ def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
         raise Rejected(problem)
     t = Transition(ex, now_ms)
     if cmd["update_id"] not in ex.update_ids:  # the same update again: answered, applied once
-        t.add_workflow_visible("WorkflowExecutionUpdateAdmitted", {
+        t.add_workflow_visible(EventType.WorkflowExecutionUpdateAdmitted, {
             "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
             "header": cmd.get("header", {}),
         })
     return t
 
 
-COMMANDS = {"SignalWorkflowExecution": signaled, "UpdateWorkflowExecution": _update_requested}
+COMMANDS = {CommandType.SignalWorkflowExecution: signaled, CommandType.UpdateWorkflowExecution: _update_requested}
 
 # ---- the workflow task's commands
 
@@ -101,7 +102,7 @@ def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
 
 
 TASK_COMMANDS = {
-    "AcceptWorkflowUpdate": _update_step("AcceptWorkflowUpdate", "admitted", "accepted"),
-    "RejectWorkflowUpdate": _update_step("RejectWorkflowUpdate", "admitted", None),
-    "CompleteWorkflowUpdate": _update_step("CompleteWorkflowUpdate", "accepted", None),
+    TaskCommandType.AcceptWorkflowUpdate: _update_step(TaskCommandType.AcceptWorkflowUpdate, "admitted", "accepted"),
+    TaskCommandType.RejectWorkflowUpdate: _update_step(TaskCommandType.RejectWorkflowUpdate, "admitted", None),
+    TaskCommandType.CompleteWorkflowUpdate: _update_step(TaskCommandType.CompleteWorkflowUpdate, "accepted", None),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kadence.protocol.names import EventType, TaskCommandType, TimerKind
 from services.history.machine.effects import drop, timer
 from services.history.machine.execution import Execution, Pending
 from services.history.machine.records import Effect, Record
@@ -19,7 +20,7 @@ def _ended(ex: Execution, event: Record) -> None:
     ex.timers.pop(event["attributes"][1]["timer_id"], None)
 
 
-APPLY = {"TimerStarted": _started, "TimerFired": _ended, "TimerCanceled": _ended}
+APPLY = {EventType.TimerStarted: _started, EventType.TimerFired: _ended, EventType.TimerCanceled: _ended}
 
 # ---- the workflow task's commands
 
@@ -34,7 +35,7 @@ def _check_start(ex: Execution, attrs: Record, planned: Planned) -> str | None:
 
 
 def _record_start(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add("TimerStarted", {**attrs, "workflow_task_completed_event_id": completed_id})
+    t.add(EventType.TimerStarted, {**attrs, "workflow_task_completed_event_id": completed_id})
 
 
 def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
@@ -42,15 +43,15 @@ def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
 
 
 def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add("TimerCanceled", {
+    t.add(EventType.TimerCanceled, {
         "timer_id": attrs["timer_id"], "started_event_id": t.execution.timers[attrs["timer_id"]],
         "workflow_task_completed_event_id": completed_id,
     })
 
 
 TASK_COMMANDS = {
-    "StartTimer": TaskCommand("BAD_START_TIMER_ATTRIBUTES", _record_start, _check_start),
-    "CancelTimer": TaskCommand("BAD_CANCEL_TIMER_ATTRIBUTES", _record_cancel, _check_cancel),
+    TaskCommandType.StartTimer: TaskCommand("BAD_START_TIMER_ATTRIBUTES", _record_start, _check_start),
+    TaskCommandType.CancelTimer: TaskCommand("BAD_CANCEL_TIMER_ATTRIBUTES", _record_cancel, _check_cancel),
 }
 
 # ---- timeouts
@@ -61,23 +62,23 @@ def _fired(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     if fired is None:
         raise Rejected("stale user timer")
     t = Transition(ex, now_ms)
-    t.add_workflow_visible("TimerFired", {"timer_id": fired, "started_event_id": cmd["scheduled_event_id"]})
+    t.add_workflow_visible(EventType.TimerFired, {"timer_id": fired, "started_event_id": cmd["scheduled_event_id"]})
     return t
 
 
-TIMEOUTS = {"USER_TIMER": _fired}
+TIMEOUTS = {TimerKind.USER_TIMER: _fired}
 
 # ---- effects
 
 
 def _set(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     fire_at = t.now_ms + event["attributes"][1]["start_to_fire_timeout_ms"]
-    return [timer(ex, "USER_TIMER", fire_at, event["event_id"], 1)]
+    return [timer(ex, TimerKind.USER_TIMER, fire_at, event["event_id"], 1)]
 
 
-EFFECTS = {"TimerStarted": _set}
+EFFECTS = {EventType.TimerStarted: _set}
 
 
 def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
     """The timers the transition ended (fired, canceled, dropped with the run) are dropped."""
-    return [drop(ex, "USER_TIMER", started_event_id, 1) for started_event_id in sorted(before.timers - set(ex.timers.values()))]
+    return [drop(ex, TimerKind.USER_TIMER, started_event_id, 1) for started_event_id in sorted(before.timers - set(ex.timers.values()))]

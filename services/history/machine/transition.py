@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
+from kadence.protocol.names import EffectType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
 from services.history.machine.records import Effect, Record, event_type, history_batch
 
@@ -67,10 +68,10 @@ class Transition:
         if self.execution.workflow_task is not None:
             self.buffered.append({"event_id": 0, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
             return
-        if self.events and self.events[-1]["attributes"] == ("WorkflowTaskScheduled", self._first_task_attributes()):
+        if self.events and self.events[-1]["attributes"] == (EventType.WorkflowTaskScheduled, self._first_task_attributes()):
             self.events.pop()
         self.add(event_type, attributes)
-        self.add("WorkflowTaskScheduled", self._first_task_attributes())
+        self.add(EventType.WorkflowTaskScheduled, self._first_task_attributes())
 
     def _first_task_attributes(self) -> Record:
         return {"task_queue": self.execution.task_queue, "attempt": 1}
@@ -115,7 +116,7 @@ def batch_bytes_bound(t: Transition) -> int:
         size += encoded_bytes_bound(run.events) + per_event * len(run.events)
         size += encoded_bytes_bound([e for e in run.events if _repeated_by_effect(run.execution, e)])
         size += encoded_bytes_bound([
-            (kind, {**effect, "history": []} if kind == "WorkflowTask" else effect) for kind, effect in run.effects
+            (kind, {**effect, "history": []} if kind == EffectType.WorkflowTask else effect) for kind, effect in run.effects
         ])
         if any(event_type(e) in CLOSE_STATUS for e in run.events):  # what a close cancels, drops and tells children
             size += sum(encoded_bytes_bound(a.task_queue) + 4 * ids for a in run.execution.activities.values())
@@ -127,4 +128,4 @@ def batch_bytes_bound(t: Transition) -> int:
 def _repeated_by_effect(ex: Execution, event: Record) -> bool:
     """Whether an effect of `event` repeats its content: the task or command it sends."""
     kind = event_type(event)
-    return kind == "ActivityTaskScheduled" or kind in INITIATED or (kind in CLOSE_STATUS and ex.parent is not None)
+    return kind == EventType.ActivityTaskScheduled or kind in INITIATED or (kind in CLOSE_STATUS and ex.parent is not None)

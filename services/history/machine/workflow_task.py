@@ -8,6 +8,7 @@ from collections import Counter
 from kadence.common import DEFAULT_INITIAL_INTERVAL_MS
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
+from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
 from services.history.machine import activity, child, lifecycle, messages, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
@@ -18,7 +19,7 @@ from services.history.machine.tables import Planned, TaskCommand, recorded_as_gi
 from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
 
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
-_ENDED = ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut")
+_ENDED = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
 
 # ---- apply
 
@@ -38,7 +39,7 @@ def _ended(ex: Execution, event: Record) -> None:
     ex.buffered = []  # the same batch writes them next
 
 
-APPLY = {"WorkflowTaskScheduled": _scheduled, "WorkflowTaskStarted": _started, **{kind: _ended for kind in _ENDED}}
+APPLY = {EventType.WorkflowTaskScheduled: _scheduled, EventType.WorkflowTaskStarted: _started, **{kind: _ended for kind in _ENDED}}
 
 # ---- commands: the worker's
 
@@ -58,7 +59,7 @@ def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tra
         raise Rejected(f"no pending workflow task with scheduled_event_id={cmd['scheduled_event_id']}")
     t = Transition(ex, now_ms)
     # The worker's start time, which its workflow code already read as workflow.now(): a replay reads the same.
-    t.add("WorkflowTaskStarted", {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
+    t.add(EventType.WorkflowTaskStarted, {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
           event_time_ms=cmd.get("started_time_ms") or None)
     return t
 
@@ -76,7 +77,7 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
         failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
         _fail(t, wt, cause, failure, identity, next_attempt=wt.attempt + 1)
         return t
-    completed_id = t.add("WorkflowTaskCompleted", {
+    completed_id = t.add(EventType.WorkflowTaskCompleted, {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
     })
     for kind, attrs in cmd["commands"]:
@@ -85,7 +86,7 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
             return t
     if ex.buffered:
         t.flush_buffered()
-        t.add("WorkflowTaskScheduled", {"task_queue": ex.task_queue, "attempt": 1})
+        t.add(EventType.WorkflowTaskScheduled, {"task_queue": ex.task_queue, "attempt": 1})
     return t
 
 
@@ -119,7 +120,7 @@ def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tran
 
 
 def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, next_attempt: int) -> None:
-    t.add("WorkflowTaskFailed", {
+    t.add(EventType.WorkflowTaskFailed, {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
         "cause": cause, "failure": failure, "identity": identity,
     })
@@ -128,19 +129,20 @@ def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | No
 
 def _retry(t: Transition, next_attempt: int) -> None:
     t.flush_buffered()
-    t.add("WorkflowTaskScheduled", {"task_queue": t.execution.task_queue, "attempt": next_attempt})
+    t.add(EventType.WorkflowTaskScheduled, {"task_queue": t.execution.task_queue, "attempt": next_attempt})
 
 
 COMMANDS = {
-    "RecordWorkflowTaskStarted": _task_started,
-    "RespondWorkflowTaskCompleted": _task_completed,
-    "RespondWorkflowTaskFailed": _task_failed,
+    CommandType.RecordWorkflowTaskStarted: _task_started,
+    CommandType.RespondWorkflowTaskCompleted: _task_completed,
+    CommandType.RespondWorkflowTaskFailed: _task_failed,
 }
 
 # Every command a workflow task may complete with, from the family that owns it.
 TASK_COMMANDS: dict[str, TaskCommand] = {
     **lifecycle.TASK_COMMANDS, **activity.TASK_COMMANDS, **timer.TASK_COMMANDS, **child.TASK_COMMANDS,
-    **messages.TASK_COMMANDS, "RecordMarker": recorded_as_given("RecordMarker", "BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
+    **messages.TASK_COMMANDS,
+    TaskCommandType.RecordMarker: recorded_as_given(TaskCommandType.RecordMarker, "BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
 }
 
 # ---- timeouts
@@ -151,7 +153,7 @@ def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transi
     if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id:
         raise Rejected("stale workflow task timeout")
     t = Transition(ex, now_ms)
-    t.add("WorkflowTaskTimedOut", {
+    t.add(EventType.WorkflowTaskTimedOut, {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "timeout_type": "START_TO_CLOSE",
     })
     _retry(t, wt.attempt + 1)
@@ -170,7 +172,7 @@ def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     return t
 
 
-TIMEOUTS = {"WORKFLOW_TASK_START_TO_CLOSE": _start_to_close_timed_out, "WORKFLOW_TASK_RETRY": _retry_due}
+TIMEOUTS = {TimerKind.WORKFLOW_TASK_START_TO_CLOSE: _start_to_close_timed_out, TimerKind.WORKFLOW_TASK_RETRY: _retry_due}
 
 # ---- effects
 
@@ -182,7 +184,7 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
     one, not the whole history (Temporal sends a sticky worker the same part)."""
     known = 0  # the last event a worker that ran the previous task has
     for event in reversed(ex.history):
-        if event_type(event) == "WorkflowTaskStarted" and event["event_id"] < wt.scheduled_event_id:
+        if event_type(event) == EventType.WorkflowTaskStarted and event["event_id"] < wt.scheduled_event_id:
             known = attributes(event)["scheduled_event_id"]
             break
     history = []
@@ -202,8 +204,8 @@ def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[Effect]
     """The task for a worker, and the timer that dispatches it again if no worker starts it (the
     retry timer: when it fires, a task still not started is dispatched again)."""
     fire_at = now_ms + redispatch_delay_ms(_waited_ms(ex, wt, now_ms))
-    return [("WorkflowTask", workflow_task_effect(ex, wt)),
-            timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+    return [(EffectType.WorkflowTask, workflow_task_effect(ex, wt)),
+            timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
 
 
 def _waited_ms(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> int:
@@ -218,7 +220,7 @@ def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
     re-dispatch (a backoff timer fired that late counts as one too)."""
     if wt.attempt > 1:
         return min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
-    if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == "WorkflowExecutionStarted":
+    if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == EventType.WorkflowExecutionStarted:
         return attributes(ex.history[0]).get("first_workflow_task_backoff_ms") or 0
     return 0
 
@@ -228,27 +230,29 @@ def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != event["event_id"]:  # over in the same transition
         return []
-    started = next((attributes(e) for e in t.events if event_type(e) == "WorkflowExecutionStarted"), None)
+    started = next((attributes(e) for e in t.events if event_type(e) == EventType.WorkflowExecutionStarted), None)
     if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
         fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
-        return [timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+        return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
     if wt.attempt == 1:
         return _dispatch(ex, wt, t.now_ms)
     fire_at = t.now_ms + _first_dispatch_delay_ms(ex, wt)
-    return [timer_effect(ex, "WORKFLOW_TASK_RETRY", fire_at, wt.scheduled_event_id, wt.attempt)]
+    return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
 
 
 def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     """Its start-to-close timer is set, its re-dispatch dropped."""
     scheduled_event_id = attributes(event)["scheduled_event_id"]
-    effects = [timer_effect(ex, "WORKFLOW_TASK_START_TO_CLOSE", t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
+    effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
     if ex.workflow_task is not None:
-        effects.append(drop(ex, "WORKFLOW_TASK_RETRY", scheduled_event_id, ex.workflow_task.attempt))
+        effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, scheduled_event_id, ex.workflow_task.attempt))
     return effects
 
 
 def _on_ended(ex: Execution, t: Transition, event: Record) -> list[Effect]:
-    return [drop(ex, "WORKFLOW_TASK_START_TO_CLOSE", attributes(event)["scheduled_event_id"], 1)]
+    return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, attributes(event)["scheduled_event_id"], 1)]
 
 
-EFFECTS = {"WorkflowTaskScheduled": _on_scheduled, "WorkflowTaskStarted": _on_started, **{kind: _on_ended for kind in _ENDED}}
+EFFECTS = {
+    EventType.WorkflowTaskScheduled: _on_scheduled, EventType.WorkflowTaskStarted: _on_started, **{kind: _on_ended for kind in _ENDED},
+}

@@ -1,0 +1,128 @@
+"""The names the records of schemas/*.avsc use for their union branches and enums: event types,
+commands, a workflow task's commands, effects and timer kinds. Each is a StrEnum, so a member is
+the very string the codec reads and writes (`EventType.TimerFired == "TimerFired"`), and
+tests/test_names.py checks each holds exactly its schema's names, in the schema's order."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    """The branches of HistoryEvent.attributes: Temporal's event type names."""
+
+    WorkflowExecutionStarted = "WorkflowExecutionStarted"
+    WorkflowExecutionSignaled = "WorkflowExecutionSignaled"
+    WorkflowExecutionCancelRequested = "WorkflowExecutionCancelRequested"
+    WorkflowTaskScheduled = "WorkflowTaskScheduled"
+    WorkflowTaskStarted = "WorkflowTaskStarted"
+    WorkflowTaskCompleted = "WorkflowTaskCompleted"
+    WorkflowTaskFailed = "WorkflowTaskFailed"
+    WorkflowTaskTimedOut = "WorkflowTaskTimedOut"
+    ActivityTaskScheduled = "ActivityTaskScheduled"
+    ActivityTaskStarted = "ActivityTaskStarted"
+    ActivityTaskCompleted = "ActivityTaskCompleted"
+    ActivityTaskFailed = "ActivityTaskFailed"
+    ActivityTaskTimedOut = "ActivityTaskTimedOut"
+    ActivityTaskCancelRequested = "ActivityTaskCancelRequested"
+    ActivityTaskCanceled = "ActivityTaskCanceled"
+    WorkflowExecutionCompleted = "WorkflowExecutionCompleted"
+    WorkflowExecutionFailed = "WorkflowExecutionFailed"
+    UpsertWorkflowSearchAttributes = "UpsertWorkflowSearchAttributes"
+    TimerStarted = "TimerStarted"
+    TimerFired = "TimerFired"
+    TimerCanceled = "TimerCanceled"
+    WorkflowExecutionCanceled = "WorkflowExecutionCanceled"
+    WorkflowExecutionTerminated = "WorkflowExecutionTerminated"
+    WorkflowExecutionTimedOut = "WorkflowExecutionTimedOut"
+    WorkflowExecutionContinuedAsNew = "WorkflowExecutionContinuedAsNew"
+    MarkerRecorded = "MarkerRecorded"
+    StartChildWorkflowExecutionInitiated = "StartChildWorkflowExecutionInitiated"
+    StartChildWorkflowExecutionFailed = "StartChildWorkflowExecutionFailed"
+    ChildWorkflowExecutionStarted = "ChildWorkflowExecutionStarted"
+    ChildWorkflowExecutionCompleted = "ChildWorkflowExecutionCompleted"
+    ChildWorkflowExecutionFailed = "ChildWorkflowExecutionFailed"
+    ChildWorkflowExecutionCanceled = "ChildWorkflowExecutionCanceled"
+    ChildWorkflowExecutionTimedOut = "ChildWorkflowExecutionTimedOut"
+    ChildWorkflowExecutionTerminated = "ChildWorkflowExecutionTerminated"
+    SignalExternalWorkflowExecutionInitiated = "SignalExternalWorkflowExecutionInitiated"
+    SignalExternalWorkflowExecutionFailed = "SignalExternalWorkflowExecutionFailed"
+    ExternalWorkflowExecutionSignaled = "ExternalWorkflowExecutionSignaled"
+    RequestCancelExternalWorkflowExecutionInitiated = "RequestCancelExternalWorkflowExecutionInitiated"
+    RequestCancelExternalWorkflowExecutionFailed = "RequestCancelExternalWorkflowExecutionFailed"
+    ExternalWorkflowExecutionCancelRequested = "ExternalWorkflowExecutionCancelRequested"
+    WorkflowExecutionUpdateAdmitted = "WorkflowExecutionUpdateAdmitted"
+    WorkflowExecutionUpdateAccepted = "WorkflowExecutionUpdateAccepted"
+    WorkflowExecutionUpdateRejected = "WorkflowExecutionUpdateRejected"
+    WorkflowExecutionUpdateCompleted = "WorkflowExecutionUpdateCompleted"
+
+
+class CommandType(StrEnum):
+    """The branches of Command.command: what the history service is asked to do."""
+
+    StartWorkflowExecution = "StartWorkflowExecution"
+    SignalWorkflowExecution = "SignalWorkflowExecution"
+    SignalWithStartWorkflowExecution = "SignalWithStartWorkflowExecution"
+    RequestCancelWorkflowExecution = "RequestCancelWorkflowExecution"
+    TerminateWorkflowExecution = "TerminateWorkflowExecution"
+    RecordWorkflowTaskStarted = "RecordWorkflowTaskStarted"
+    RespondWorkflowTaskCompleted = "RespondWorkflowTaskCompleted"
+    RespondWorkflowTaskFailed = "RespondWorkflowTaskFailed"
+    RecordActivityTaskStarted = "RecordActivityTaskStarted"
+    RecordActivityTaskHeartbeat = "RecordActivityTaskHeartbeat"
+    RespondActivityTaskCompleted = "RespondActivityTaskCompleted"
+    RespondActivityTaskFailed = "RespondActivityTaskFailed"
+    RespondActivityTaskCanceled = "RespondActivityTaskCanceled"
+    TimeoutFired = "TimeoutFired"
+    RecordChildExecutionStarted = "RecordChildExecutionStarted"
+    RecordChildExecutionClosed = "RecordChildExecutionClosed"
+    RecordExternalRequestOutcome = "RecordExternalRequestOutcome"
+    QueryWorkflow = "QueryWorkflow"
+    UpdateWorkflowExecution = "UpdateWorkflowExecution"
+
+
+class TaskCommandType(StrEnum):
+    """The branches of RespondWorkflowTaskCompleted.commands: what a workflow task decided."""
+
+    ScheduleActivityTask = "ScheduleActivityTask"
+    RequestCancelActivityTask = "RequestCancelActivityTask"
+    StartTimer = "StartTimer"
+    CancelTimer = "CancelTimer"
+    CompleteWorkflowExecution = "CompleteWorkflowExecution"
+    FailWorkflowExecution = "FailWorkflowExecution"
+    CancelWorkflowExecution = "CancelWorkflowExecution"
+    ContinueAsNewWorkflowExecution = "ContinueAsNewWorkflowExecution"
+    UpsertWorkflowSearchAttributes = "UpsertWorkflowSearchAttributes"
+    RecordMarker = "RecordMarker"
+    StartChildWorkflowExecution = "StartChildWorkflowExecution"
+    SignalExternalWorkflowExecution = "SignalExternalWorkflowExecution"
+    RequestCancelExternalWorkflowExecution = "RequestCancelExternalWorkflowExecution"
+    AcceptWorkflowUpdate = "AcceptWorkflowUpdate"
+    RejectWorkflowUpdate = "RejectWorkflowUpdate"
+    CompleteWorkflowUpdate = "CompleteWorkflowUpdate"
+
+
+class EffectType(StrEnum):
+    """The branches of HistoryBatch.effects: what the rest of the system does about a batch."""
+
+    WorkflowTask = "WorkflowTask"
+    ActivityTask = "ActivityTask"
+    Timer = "Timer"
+    DropTimer = "DropTimer"
+    ActivityCancellation = "ActivityCancellation"
+    OutboundCommand = "OutboundCommand"
+    QueryTask = "QueryTask"
+
+
+class TimerKind(StrEnum):
+    """schemas/TimerKind.avsc: what a timer does when it fires."""
+
+    ACTIVITY_START_TO_CLOSE = "ACTIVITY_START_TO_CLOSE"
+    ACTIVITY_RETRY = "ACTIVITY_RETRY"
+    WORKFLOW_TASK_RETRY = "WORKFLOW_TASK_RETRY"
+    WORKFLOW_TASK_START_TO_CLOSE = "WORKFLOW_TASK_START_TO_CLOSE"
+    USER_TIMER = "USER_TIMER"
+    WORKFLOW_RUN_TIMEOUT = "WORKFLOW_RUN_TIMEOUT"
+    ACTIVITY_SCHEDULE_TO_CLOSE = "ACTIVITY_SCHEDULE_TO_CLOSE"
+    ACTIVITY_HEARTBEAT = "ACTIVITY_HEARTBEAT"
+    ACTIVITY_SCHEDULE_TO_START = "ACTIVITY_SCHEDULE_TO_START"
