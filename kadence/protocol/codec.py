@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -54,7 +55,7 @@ class RecordCodec:
     writer_schema: Any
     versions: dict[str, Any]  # fingerprint -> every archived writer schema of this record
 
-    def encode(self, record: dict[str, Any]) -> bytes:
+    def encode(self, record: Mapping[str, Any]) -> bytes:
         out = io.BytesIO()
         fastavro.schemaless_writer(out, self.writer_schema, record)
         return out.getvalue()

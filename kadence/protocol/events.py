@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 
 # The events that close a run, and the execution status each one leaves.
-CLOSE_STATUS = {
+CLOSE_STATUS: dict[str, str] = {
     EventType.WorkflowExecutionCompleted: "Completed",
     EventType.WorkflowExecutionFailed: "Failed",
     EventType.WorkflowExecutionCanceled: "Canceled",
@@ -24,7 +25,7 @@ ACTIVITY_RESULTS = {
 }
 
 # The commands of a completed workflow task that close the run, and the event each one records.
-CLOSE_COMMANDS = {
+CLOSE_COMMANDS: dict[str, str] = {
     TaskCommandType.CompleteWorkflowExecution: EventType.WorkflowExecutionCompleted,
     TaskCommandType.FailWorkflowExecution: EventType.WorkflowExecutionFailed,
     TaskCommandType.CancelWorkflowExecution: EventType.WorkflowExecutionCanceled,
@@ -32,7 +33,7 @@ CLOSE_COMMANDS = {
 }
 
 # The event each command of a completed workflow task records (the SDK matches them on replay).
-EVENT_FOR_COMMAND = {
+EVENT_FOR_COMMAND: dict[str, str] = {
     TaskCommandType.ScheduleActivityTask: EventType.ActivityTaskScheduled, TaskCommandType.StartTimer: EventType.TimerStarted,
     TaskCommandType.CancelTimer: EventType.TimerCanceled,
     TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCancelRequested,
@@ -48,7 +49,7 @@ EVENT_FOR_COMMAND = {
 }
 
 # The event in a parent's history that tells how a child ended, by the child's close status.
-CHILD_RESULT_FOR_STATUS = {
+CHILD_RESULT_FOR_STATUS: dict[str, str] = {
     "Completed": EventType.ChildWorkflowExecutionCompleted,
     "Failed": EventType.ChildWorkflowExecutionFailed,
     "Canceled": EventType.ChildWorkflowExecutionCanceled,
@@ -68,7 +69,7 @@ class Initiated:
 
 
 # What each *Initiated event sends, and what answers it.
-INITIATED = {
+INITIATED: dict[str, Initiated] = {
     EventType.StartChildWorkflowExecutionInitiated: Initiated(
         CommandType.StartWorkflowExecution, EventType.ChildWorkflowExecutionStarted, EventType.StartChildWorkflowExecutionFailed,
     ),
@@ -81,7 +82,7 @@ INITIATED = {
     ),
 }
 # Each event answering an initiated request (a child's close too), and the event that initiated it.
-INITIATED_BY_ANSWER = {
+INITIATED_BY_ANSWER: dict[str, str] = {
     **{answer: initiated for initiated, sent in INITIATED.items() for answer in (sent.applied, sent.failed)},
     **{result: EventType.StartChildWorkflowExecutionInitiated for result in CHILD_RESULTS},
 }
@@ -97,7 +98,7 @@ class RunSection:
     effects: list[tuple[str, dict[str, Any]]]
 
 
-def run_sections(batch: dict[str, Any]) -> list[RunSection]:
+def run_sections(batch: Mapping[str, Any]) -> list[RunSection]:
     """A batch's runs: its own, and the run a continue-as-new starts in the same record."""
     sections = [RunSection(batch["run_id"], batch["first_event_id"], batch["events"], batch["effects"])]
     if batch.get("next_run") is not None:

@@ -7,6 +7,7 @@ owner's. A batch applies only if its source offset is new on its partition and i
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ class LogFence:
     last_source_offset: dict[int, int] = field(default_factory=dict)
     next_event_id: dict[str, int] = field(default_factory=dict)
 
-    def admit(self, partition: int, batch: dict[str, Any]) -> bool:
+    def admit(self, partition: int, batch: Mapping[str, Any]) -> bool:
         if batch["source_offset"] <= self.last_source_offset.get(partition, -1):
             return False
         if not batch["events"]:  # effects or an answer only: nothing of the run's history to continue
@@ -73,7 +74,7 @@ class PartitionFences:
         for partition in partitions:
             self._forget(partition)
 
-    def admit(self, partition: int, offset: int, batch: dict[str, Any]) -> bool:
+    def admit(self, partition: int, offset: int, batch: Mapping[str, Any]) -> bool:
         """Whether the batch at `offset` of `partition` applies."""
         seen_to = self._next_offset.get(partition, 0)
         if offset < seen_to:  # the consumer went back (faust seeks so after a rebalance): rebuilt from here
@@ -92,5 +93,5 @@ class PartitionFences:
         self._next_offset.pop(partition, None)
 
 
-def _closed_runs(batch: dict[str, Any]) -> list[str]:
+def _closed_runs(batch: Mapping[str, Any]) -> list[str]:
     return [s.run_id for s in run_sections(batch) if any(e["attributes"][0] in CLOSE_STATUS for e in s.events)]

@@ -21,8 +21,7 @@ import psycopg
 
 from kadence.protocol.codec import RecordCodec, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
-from services.history.machine.activity import apply_heartbeat
-from services.history.machine.dispatch import evolve, execution_from_events
+from services.history.machine.dispatch import execution_from_events, fold
 from services.history.machine.execution import RUNNING, Execution, closed_execution
 from services.history.partition import PartitionState
 
@@ -101,9 +100,7 @@ def decode_state(partition: int, data: bytes, last_source_offset: int, *, histor
 
 def _restore(saved: dict[str, Any]) -> Execution:
     ex = execution_from_events(saved["workflow_id"], saved["run_id"], saved["events"])
-    evolve(ex, {"events": [], "buffered": saved["buffered"]})  # buffered after: events may clear the buffer
-    for heartbeat in saved["heartbeats"]:
-        apply_heartbeat(ex, heartbeat)
+    fold(ex, [], saved["buffered"], saved["heartbeats"])  # buffered after: events may clear the buffer
     return ex
 
 

@@ -12,7 +12,7 @@ from kadence.protocol.fence import LogFence
 from kadence.protocol.names import EventType
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
-from services.history.machine.records import Record, event_type
+from services.history.machine.records import HistoryBatch, event_type
 
 
 @dataclass
@@ -27,7 +27,7 @@ class PartitionState:
         """The first command offset no batch on this partition came from."""
         return self.fence.last_source_offset.get(self.partition, -1) + 1
 
-    def apply(self, batch: Record) -> bool:
+    def apply(self, batch: HistoryBatch) -> bool:
         """Fold one batch into state; False if the fencing rule skips it as a zombie duplicate."""
         if not self.fence.admit(self.partition, batch):
             return False

@@ -36,7 +36,7 @@ from kadence.protocol.postgres import apply_ddl, describe, until_answered, until
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
-from services.history.machine.records import Record
+from services.history.machine.records import HistoryBatch, Record
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
 from services.history.step import Step, eventless, step
@@ -56,7 +56,7 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
 
-def _continues(batch: Record, following: Record) -> bool:
+def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
     """Whether `following` may join `batch` as one record: the same run, the very next command
     offset (so resuming after the joined record's source offset skips no command), and no events
     buffered after events written (evolve applies a batch's buffered events first)."""
@@ -69,7 +69,7 @@ def _continues(batch: Record, following: Record) -> bool:
     )
 
 
-def _leave_out_workflow_task_events(batch: Record) -> int:
+def _leave_out_workflow_task_events(batch: HistoryBatch) -> int:
     """Send the batch's workflow tasks without events: their workers read them from the read model."""
     left_out = 0
     for section in run_sections(batch):
@@ -104,7 +104,7 @@ class HistoryService:
         self.partition_count = settings.partitions
         # Per partition, the batch not produced yet: adjacent commands of one run join it while
         # the bound of its encoded size stays within a record.
-        self._unwritten: dict[int, Record] = {}
+        self._unwritten: dict[int, HistoryBatch] = {}
         self._unwritten_bytes: dict[int, int] = {}
         self._unwritten_traces: dict[int, list[str]] = {}  # the traced commands' spans each held batch answers
         # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the

@@ -8,6 +8,7 @@ as it is written: nothing changes it afterwards but the service joining it to it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kadence.protocol.limits import (
@@ -26,7 +27,7 @@ from services.history.machine.effects import rejection_answer
 from services.history.machine.execution import Execution, Pending
 from services.history.machine.lifecycle import decide_signal_with_start, decide_start
 from services.history.machine.limits import within_record_limit
-from services.history.machine.records import Record, history_batch
+from services.history.machine.records import Effect, HistoryBatch, Record, Rejection, history_batch
 from services.history.machine.transition import Redispatch, Rejected, Transition
 from services.history.partition import PartitionState
 
@@ -40,14 +41,17 @@ class Step:
     """What one command wrote: its batch (None when nothing is written: a rejection nobody waits
     for, a query held or dropped), the bound of the batch's encoded size, and what the service counts."""
 
-    batch: Record | None
+    batch: HistoryBatch | None
     record_bytes: int = 0
     joinable: bool = False  # a transition's batch, which the next command of its run may join
     rejected: Rejected | None = None
     redispatch: Redispatch | None = None
 
 
-_STARTS = {CommandType.StartWorkflowExecution: decide_start, CommandType.SignalWithStartWorkflowExecution: decide_signal_with_start}
+# (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition
+_STARTS: dict[str, Callable[[Execution | None, str, Record, str, int, int, int], Transition]] = {
+    CommandType.StartWorkflowExecution: decide_start, CommandType.SignalWithStartWorkflowExecution: decide_signal_with_start,
+}
 
 
 def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
@@ -120,11 +124,11 @@ def commit(
     return Step(batch, size, joinable=True, redispatch=transition.redispatch)
 
 
-def _released_queries(asked: Execution, size: int) -> tuple[list[tuple[str, Record]], int]:
+def _released_queries(asked: Execution, size: int) -> tuple[list[Effect], int]:
     """The queries held for the workflow task just done, as QueryTask effects within the record limit."""
     if not (asked.pending_queries and asked.quiescent):
         return [], size
-    released: list[tuple[str, Record]] = []
+    released: list[Effect] = []
     for query in asked.pending_queries:
         query_size = encoded_bytes_bound(query)
         if size + query_size > MAX_RECORD_VALUE_BYTES:
@@ -136,7 +140,7 @@ def _released_queries(asked: Execution, size: int) -> tuple[list[tuple[str, Reco
     return released, size
 
 
-def _carry_whole_histories(effects: list[tuple[str, Record]], execution: Execution) -> None:
+def _carry_whole_histories(effects: list[Effect], execution: Execution) -> None:
     """Workflow tasks of the batch's run with the run's whole history, as releases before
     first_event_id expect."""
     for kind, effect in effects:
@@ -145,7 +149,7 @@ def _carry_whole_histories(effects: list[tuple[str, Record]], execution: Executi
             effect["first_event_id"] = 1
 
 
-def _warn_of_long_history(batch: Record, execution: Execution, bytes_before: int) -> None:
+def _warn_of_long_history(batch: HistoryBatch, execution: Execution, bytes_before: int) -> None:
     if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
         log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
                     execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
@@ -194,7 +198,7 @@ def _rejection(
 
 def eventless(
     state: PartitionState, workflow_id: str, partition: int, offset: int, *,
-    effects: list[tuple[str, Record]], rejection: Record | None = None,
+    effects: list[Effect], rejection: Rejection | None = None,
 ) -> Step:
     """A batch without events: effects and answers only. It also moves recovery past the command."""
     current = state.executions.get(workflow_id)

@@ -13,8 +13,8 @@ from kadence.protocol.names import CommandType, EffectType, EventType, TaskComma
 from kadence.protocol.task_token import TaskToken
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms, timer
 from services.history.machine.execution import RUNNING, ActivityState, Execution, Pending
-from services.history.machine.records import Effect, Record, attributes, event_type
-from services.history.machine.tables import Planned, TaskCommand
+from services.history.machine.records import ActivityHeartbeat, Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.tables import Apply, Decide, EffectsOf, Planned, TaskCommand, Timeout
 from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
 
 # A worker's, or a client's async activity handle's, report on an activity attempt: one that names
@@ -41,7 +41,7 @@ def _retried(attrs: Record) -> bool:
 # ---- apply
 
 
-def _scheduled(ex: Execution, event: Record) -> None:
+def _scheduled(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     ex.activities[event["event_id"]] = ActivityState(
         scheduled_event_id=event["event_id"],
@@ -60,7 +60,7 @@ def _scheduled(ex: Execution, event: Record) -> None:
     )
 
 
-def _started(ex: Execution, event: Record) -> None:
+def _started(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     activity = ex.activities[attrs["scheduled_event_id"]]
     activity.started_event_id = event["event_id"]
@@ -69,7 +69,7 @@ def _started(ex: Execution, event: Record) -> None:
     activity.last_heartbeat_ms = event["event_time_ms"]
 
 
-def _failed(ex: Execution, event: Record) -> None:
+def _failed(ex: Execution, event: HistoryEvent) -> None:
     """A failure or timeout: the next attempt after its backoff, or the activity's end."""
     attrs = attributes(event)
     if not _retried(attrs):
@@ -82,22 +82,22 @@ def _failed(ex: Execution, event: Record) -> None:
     activity.dispatch_due_ms = event["event_time_ms"] + backoff_ms
 
 
-def _cancel_requested(ex: Execution, event: Record) -> None:
+def _cancel_requested(ex: Execution, event: HistoryEvent) -> None:
     ex.activities[attributes(event)["scheduled_event_id"]].cancel_requested_event_id = event["event_id"]
 
 
-def _ended(ex: Execution, event: Record) -> None:
+def _ended(ex: Execution, event: HistoryEvent) -> None:
     ex.activities.pop(attributes(event)["scheduled_event_id"], None)
 
 
-APPLY = {
+APPLY: dict[str, Apply] = {
     EventType.ActivityTaskScheduled: _scheduled, EventType.ActivityTaskStarted: _started, EventType.ActivityTaskFailed: _failed,
     EventType.ActivityTaskTimedOut: _failed, EventType.ActivityTaskCancelRequested: _cancel_requested,
     EventType.ActivityTaskCompleted: _ended, EventType.ActivityTaskCanceled: _ended,
 }
 
 
-def apply_heartbeat(ex: Execution, heartbeat: Record) -> None:
+def apply_heartbeat(ex: Execution, heartbeat: ActivityHeartbeat) -> None:
     """Keep the latest heartbeat, whichever attempt sent it (the next attempt resumes from it);
     only the current attempt's heartbeat holds off its heartbeat timeout."""
     activity = ex.activities.get(heartbeat["scheduled_event_id"])
@@ -151,7 +151,7 @@ def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: st
         })
 
 
-TASK_COMMANDS = {
+TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.ScheduleActivityTask: TaskCommand("BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _record_schedule, _check_schedule),
     TaskCommandType.RequestCancelActivityTask: TaskCommand("BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _record_cancel, _check_cancel),
 }
@@ -280,7 +280,7 @@ def _record_failure(t: Transition, activity: ActivityState, kind: str, failure: 
         t.add_workflow_visible(kind, attrs)
 
 
-COMMANDS = {
+COMMANDS: dict[str, Decide] = {
     CommandType.RecordActivityTaskStarted: _attempt_started,
     CommandType.RecordActivityTaskHeartbeat: _heartbeat,
     CommandType.RespondActivityTaskCanceled: _canceled,
@@ -364,7 +364,7 @@ def _attempt_timed_out(activity: ActivityState, timeout_type: str, ex: Execution
     return t
 
 
-TIMEOUTS = {
+TIMEOUTS: dict[str, Timeout] = {
     TimerKind.ACTIVITY_RETRY: _retry_due,
     TimerKind.ACTIVITY_SCHEDULE_TO_START: _schedule_to_start_timed_out,
     TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE: _schedule_to_close_timed_out,
@@ -411,7 +411,7 @@ def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[Eff
     return [timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, fire_at, activity.scheduled_event_id, activity.attempt)]
 
 
-def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     activity = ex.activities.get(event["event_id"])
     if activity is None:  # ended in the same transition
         return []
@@ -422,12 +422,12 @@ def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return effects + _schedule_to_start_timer(ex, activity)
 
 
-def _on_cancel_requested(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_cancel_requested(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     activity = ex.activities.get(attributes(event)["scheduled_event_id"])
     return [] if activity is None else [(EffectType.ActivityCancellation, activity_cancellation_effect(activity))]
 
 
-def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The attempt's re-dispatch and schedule-to-start deadline go; its start-to-close and heartbeat timers are set."""
     activity = ex.activities.get(attributes(event)["scheduled_event_id"])
     if activity is None:
@@ -443,7 +443,7 @@ def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return effects
 
 
-def _on_failed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_failed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """A retried attempt: its timers go, the next attempt is dispatched when its backoff ends."""
     attrs = attributes(event)
     if not _retried(attrs):
@@ -457,7 +457,7 @@ def _on_failed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return effects + _schedule_to_start_timer(ex, activity)
 
 
-EFFECTS = {
+EFFECTS: dict[str, EffectsOf] = {
     EventType.ActivityTaskScheduled: _on_scheduled, EventType.ActivityTaskCancelRequested: _on_cancel_requested,
     EventType.ActivityTaskStarted: _on_started, EventType.ActivityTaskFailed: _on_failed, EventType.ActivityTaskTimedOut: _on_failed,
 }

@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from kadence.protocol.events import CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, INITIATED
 from kadence.protocol.limits import MAX_PENDING_CHILDREN, MAX_PENDING_EXTERNAL_REQUESTS
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from services.history.machine.effects import outbound
 from services.history.machine.execution import RUNNING, ChildState, Execution, ExternalRequest, Pending
-from services.history.machine.records import Effect, Record, attributes, event_type
-from services.history.machine.tables import TaskCommand, recorded_as_given
+from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
 _START_CHILD = EventType.StartChildWorkflowExecutionInitiated
@@ -19,36 +20,36 @@ _START_CHILD = EventType.StartChildWorkflowExecutionInitiated
 # ---- apply
 
 
-def _child_initiated(ex: Execution, event: Record) -> None:
+def _child_initiated(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     ex.children[event["event_id"]] = ChildState(
         event["event_id"], attrs["workflow_id"], attrs["workflow_type"], attrs["parent_close_policy"],
     )
 
 
-def _child_started(ex: Execution, event: Record) -> None:
+def _child_started(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     if (child := ex.children.get(attrs["initiated_event_id"])) is not None:
         child.run_id = attrs["run_id"]
         child.started_event_id = event["event_id"]
 
 
-def _child_ended(ex: Execution, event: Record) -> None:
+def _child_ended(ex: Execution, event: HistoryEvent) -> None:
     ex.children.pop(attributes(event)["initiated_event_id"], None)
 
 
-def _external_initiated(ex: Execution, event: Record) -> None:
+def _external_initiated(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     ex.external_requests[event["event_id"]] = ExternalRequest(event_type(event), attrs["workflow_id"], attrs["run_id"])
 
 
-def _external_answered(ex: Execution, event: Record) -> None:
+def _external_answered(ex: Execution, event: HistoryEvent) -> None:
     ex.external_requests.pop(attributes(event)["initiated_event_id"], None)
 
 
 _EXTERNAL = {kind: sent for kind, sent in INITIATED.items() if kind != _START_CHILD}
 
-APPLY = {
+APPLY: dict[str, Apply] = {
     _START_CHILD: _child_initiated,
     INITIATED[_START_CHILD].applied: _child_started,
     INITIATED[_START_CHILD].failed: _child_ended,
@@ -82,7 +83,7 @@ def _record_start_child(t: Transition, attrs: Record, completed_id: int, identit
     })
 
 
-TASK_COMMANDS = {
+TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.StartChildWorkflowExecution: TaskCommand(
         "BAD_START_CHILD_EXECUTION_ATTRIBUTES", _record_start_child, required=("workflow_id", "workflow_type"),
     ),
@@ -164,7 +165,7 @@ def _outcome_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     return t
 
 
-COMMANDS = {
+COMMANDS: dict[str, Decide] = {
     CommandType.RecordChildExecutionStarted: _start_recorded,
     CommandType.RecordChildExecutionClosed: _close_recorded,
     CommandType.RecordExternalRequestOutcome: _outcome_recorded,
@@ -173,12 +174,12 @@ COMMANDS = {
 # ---- effects
 
 
-def _initiator(ex: Execution, event: Record) -> Record:
+def _initiator(ex: Execution, event: HistoryEvent) -> Record:
     """Who sent the command: where the target's answer goes."""
     return {"workflow_id": ex.workflow_id, "run_id": ex.run_id, "initiated_event_id": event["event_id"]}
 
 
-def _start_child(ex: Execution, event: Record) -> Record:
+def _start_child(ex: Execution, event: HistoryEvent) -> Record:
     attrs = attributes(event)
     root_workflow_id, root_run_id = ex.root
     return {
@@ -191,33 +192,33 @@ def _start_child(ex: Execution, event: Record) -> Record:
     }
 
 
-def _signal(ex: Execution, event: Record) -> Record:
+def _signal(ex: Execution, event: HistoryEvent) -> Record:
     attrs = attributes(event)
     return {"run_id": attrs["run_id"], "signal_name": attrs["signal_name"], "input": attrs["input"], "initiated_by": _initiator(ex, event),
             "header": attrs.get("header", {})}
 
 
-def _request_cancel(ex: Execution, event: Record) -> Record:
+def _request_cancel(ex: Execution, event: HistoryEvent) -> Record:
     attrs = attributes(event)
     return {"run_id": attrs["run_id"], "reason": attrs["reason"], "initiated_by": _initiator(ex, event)}
 
 
 # The body of the command each *Initiated event sends, less its request id.
-_COMMAND_BODY = {
+_COMMAND_BODY: dict[str, Callable[[Execution, HistoryEvent], Record]] = {
     _START_CHILD: _start_child,
     EventType.SignalExternalWorkflowExecutionInitiated: _signal,
     EventType.RequestCancelExternalWorkflowExecutionInitiated: _request_cancel,
 }
 
 
-def _send(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _send(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The command an *Initiated event sends to its target; its request id makes a redelivery apply once."""
     kind, attrs = event["attributes"]
     body = {**_COMMAND_BODY[kind](ex, event), "request_id": f"{ex.run_id}/{event['event_id']}"}
     return [outbound(attrs["workflow_id"], INITIATED[kind].command, body)]
 
 
-EFFECTS = {kind: _send for kind in INITIATED}
+EFFECTS: dict[str, EffectsOf] = {kind: _send for kind in INITIATED}
 
 
 def close_report(ex: Execution, kind: str, attrs: Record) -> Effect:

@@ -12,7 +12,7 @@ from kadence.protocol.names import CommandType, EffectType
 from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, execution_from_start
 from services.history.machine.limits import within_history_limit
-from services.history.machine.records import Effect, Record
+from services.history.machine.records import ActivityHeartbeat, Effect, HistoryBatch, HistoryEvent, Record
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
 from services.history.machine.transition import Rejected, Transition
 
@@ -72,7 +72,7 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     return within_history_limit(handler(ex, cmd, identity, now_ms))
 
 
-def _apply(ex: Execution, event: Record) -> None:
+def _apply(ex: Execution, event: HistoryEvent) -> None:
     """State effect of one event. Buffered events are applied twice (when buffered, when written):
     only events whose effect is idempotent (removing a finished activity) are ever buffered."""
     apply = APPLY.get(event["attributes"][0])
@@ -80,26 +80,31 @@ def _apply(ex: Execution, event: Record) -> None:
         apply(ex, event)
 
 
-def evolve(ex: Execution, batch: Record) -> None:
+def evolve(ex: Execution, batch: HistoryBatch) -> None:
     """Fold a batch into the execution (live and recovery)."""
-    for event in batch["buffered"]:
+    fold(ex, batch["events"], batch["buffered"], batch["heartbeats"])
+
+
+def fold(ex: Execution, events: list[HistoryEvent], buffered: list[HistoryEvent], heartbeats: list[ActivityHeartbeat]) -> None:
+    """Fold a batch's parts into the execution: its buffered events first, as they were buffered."""
+    for event in buffered:
         _apply(ex, event)
         ex.buffered.append(event)
-    for event in batch["events"]:
+    for event in events:
         _apply(ex, event)
         ex.history.append(event)
         ex.next_event_id = event["event_id"] + 1
         ex.history_bytes += payload_bytes(event["attributes"][1])
-    for heartbeat in batch.get("heartbeats", ()):
+    for heartbeat in heartbeats:
         activity.apply_heartbeat(ex, heartbeat)
     if ex.status != RUNNING:
         ex.history = []  # a closed run takes no more workflow tasks
 
 
-def execution_from_events(workflow_id: str, run_id: str, events: list[Record]) -> Execution:
+def execution_from_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> Execution:
     """A run's state from its events, the first being WorkflowExecutionStarted."""
     ex = execution_from_start(workflow_id, run_id, events[0])
-    evolve(ex, {"events": events, "buffered": []})
+    fold(ex, events, [], [])
     return ex
 
 

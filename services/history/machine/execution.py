@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.history.machine.records import Record, attributes
+from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, attributes
 
 RUNNING = "Running"
 HISTORY_IDENTITY = "kadence-history"
@@ -28,7 +28,7 @@ class ActivityState:
     started_event_id: int = 0  # 0 while scheduled or backing off before the next attempt
     dispatch_due_ms: int = 0  # when the current attempt went, or goes, to a worker: its scheduling or its backoff's end
     started_identity: str = ""
-    heartbeat: Record | None = None  # the latest ActivityHeartbeat; its details go to the next attempt
+    heartbeat: ActivityHeartbeat | None = None  # the latest; its details go to the next attempt
     last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
     cancel_requested_event_id: int = 0
     header: Record = field(default_factory=dict)  # the ActivityTaskScheduled's, sent with each attempt
@@ -75,11 +75,11 @@ class Execution:
     cancel_requested: bool = False
     history_bytes: int = 0  # payload bytes in the history: the 50 MB limit
     next_event_id: int = 1
-    history: list[Record] = field(default_factory=list)
+    history: list[HistoryEvent] = field(default_factory=list)
     workflow_task: WorkflowTaskState | None = None
     activities: dict[int, ActivityState] = field(default_factory=dict)
     timers: dict[str, int] = field(default_factory=dict)  # user timer id -> its TimerStarted event id
-    buffered: list[Record] = field(default_factory=list)
+    buffered: list[HistoryEvent] = field(default_factory=list)
     parent: Record | None = None  # InitiatedBy of a child run: where its close is reported
     children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
     external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
@@ -119,7 +119,7 @@ class Pending:
         return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children))
 
 
-def execution_from_start(workflow_id: str, run_id: str, started: Record) -> Execution:
+def execution_from_start(workflow_id: str, run_id: str, started: HistoryEvent) -> Execution:
     attrs = attributes(started)
     parent = None
     if attrs["parent_workflow_id"]:

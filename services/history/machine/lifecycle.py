@@ -14,8 +14,8 @@ from services.history.machine import child, messages
 from services.history.machine.effects import answer, drop, outbound, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
 from services.history.machine.limits import within_history_limit
-from services.history.machine.records import Effect, Record, attributes, event_type
-from services.history.machine.tables import TaskCommand, recorded_as_given
+from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, Timeout, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
 # ---- starts
@@ -240,7 +240,7 @@ def _closing(command: str, bad_attributes: str) -> TaskCommand:
     return TaskCommand(bad_attributes, record)
 
 
-TASK_COMMANDS = {
+TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.CompleteWorkflowExecution: _closing(
         TaskCommandType.CompleteWorkflowExecution, "BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES",
     ),
@@ -279,7 +279,9 @@ def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Trans
     return t
 
 
-COMMANDS = {CommandType.RequestCancelWorkflowExecution: _cancel_requested, CommandType.TerminateWorkflowExecution: _terminated}
+COMMANDS: dict[str, Decide] = {
+    CommandType.RequestCancelWorkflowExecution: _cancel_requested, CommandType.TerminateWorkflowExecution: _terminated,
+}
 
 # ---- timeouts
 
@@ -291,12 +293,12 @@ def _run_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     return t
 
 
-TIMEOUTS = {TimerKind.WORKFLOW_RUN_TIMEOUT: _run_timed_out}
+TIMEOUTS: dict[str, Timeout] = {TimerKind.WORKFLOW_RUN_TIMEOUT: _run_timed_out}
 
 # ---- apply
 
 
-def _closed(ex: Execution, event: Record) -> None:
+def _closed(ex: Execution, event: HistoryEvent) -> None:
     ex.status = CLOSE_STATUS[event_type(event)]
     ex.workflow_task = None
     ex.activities.clear()  # pending work is dropped with the run
@@ -306,23 +308,23 @@ def _closed(ex: Execution, event: Record) -> None:
     ex.updates.clear()
 
 
-def _cancel_recorded(ex: Execution, event: Record) -> None:
+def _cancel_recorded(ex: Execution, event: HistoryEvent) -> None:
     ex.cancel_requested = True
 
 
-APPLY = {EventType.WorkflowExecutionCancelRequested: _cancel_recorded, **{kind: _closed for kind in CLOSE_STATUS}}
+APPLY: dict[str, Apply] = {EventType.WorkflowExecutionCancelRequested: _cancel_recorded, **{kind: _closed for kind in CLOSE_STATUS}}
 
 # ---- effects
 
 
-def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The run's timeout: the sooner of its run timeout and what is left of its execution timeout."""
     attrs = attributes(event)
     limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
     return [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + min(limits), event["event_id"], 1)] if limits else []
 
 
-def _on_closed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_closed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """A child run's close is told to its parent (unless the chain goes on); the run timeout goes
     (unless it is what fired)."""
     kind, attrs = event["attributes"]
@@ -332,4 +334,4 @@ def _on_closed(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return effects
 
 
-EFFECTS = {EventType.WorkflowExecutionStarted: _on_started, **{kind: _on_closed for kind in CLOSE_STATUS}}
+EFFECTS: dict[str, EffectsOf] = {EventType.WorkflowExecutionStarted: _on_started, **{kind: _on_closed for kind in CLOSE_STATUS}}

@@ -8,33 +8,33 @@ from kadence.protocol.limits import MAX_PENDING_SIGNALS, name_problem, payload_p
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from services.history.machine.effects import answer
 from services.history.machine.execution import Execution
-from services.history.machine.records import Record, attributes, event_type
-from services.history.machine.tables import Planned, TaskCommand, recorded_as_given
+from services.history.machine.records import HistoryEvent, Record, attributes, event_type
+from services.history.machine.tables import Apply, Decide, Planned, TaskCommand, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
 # ---- apply
 
 
-def _signaled(ex: Execution, event: Record) -> None:
+def _signaled(ex: Execution, event: HistoryEvent) -> None:
     if request_id := attributes(event)["request_id"]:
         ex.signal_request_ids.add(request_id)
 
 
-def _update_admitted(ex: Execution, event: Record) -> None:
+def _update_admitted(ex: Execution, event: HistoryEvent) -> None:
     update_id = attributes(event)["update_id"]
     ex.update_ids.add(update_id)
     ex.updates[update_id] = "admitted"
 
 
-def _update_accepted(ex: Execution, event: Record) -> None:
+def _update_accepted(ex: Execution, event: HistoryEvent) -> None:
     ex.updates[attributes(event)["update_id"]] = "accepted"
 
 
-def _update_ended(ex: Execution, event: Record) -> None:
+def _update_ended(ex: Execution, event: HistoryEvent) -> None:
     ex.updates.pop(attributes(event)["update_id"], None)
 
 
-APPLY = {
+APPLY: dict[str, Apply] = {
     EventType.WorkflowExecutionSignaled: _signaled, EventType.WorkflowExecutionUpdateAdmitted: _update_admitted,
     EventType.WorkflowExecutionUpdateAccepted: _update_accepted, EventType.WorkflowExecutionUpdateRejected: _update_ended,
     EventType.WorkflowExecutionUpdateCompleted: _update_ended,
@@ -80,7 +80,7 @@ def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     return t
 
 
-COMMANDS = {CommandType.SignalWorkflowExecution: signaled, CommandType.UpdateWorkflowExecution: _update_requested}
+COMMANDS: dict[str, Decide] = {CommandType.SignalWorkflowExecution: signaled, CommandType.UpdateWorkflowExecution: _update_requested}
 
 # ---- the workflow task's commands
 
@@ -101,7 +101,7 @@ def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
     return TaskCommand(given.bad_attributes, given.record, check)
 
 
-TASK_COMMANDS = {
+TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.AcceptWorkflowUpdate: _update_step(TaskCommandType.AcceptWorkflowUpdate, "admitted", "accepted"),
     TaskCommandType.RejectWorkflowUpdate: _update_step(TaskCommandType.RejectWorkflowUpdate, "admitted", None),
     TaskCommandType.CompleteWorkflowUpdate: _update_step(TaskCommandType.CompleteWorkflowUpdate, "accepted", None),

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from kadence.protocol.events import EVENT_FOR_COMMAND
 from services.history.machine.execution import Execution
-from services.history.machine.records import Effect, Record
+from services.history.machine.records import Effect, HistoryEvent, Record
 from services.history.machine.transition import Transition
 
-Apply = Callable[[Execution, Record], None]  # an event's effect on the execution's state
+Apply = Callable[[Execution, HistoryEvent], None]  # an event's effect on the execution's state
 Decide = Callable[[Execution, Record, str, int], Transition]  # (execution, command, identity, now_ms)
 Timeout = Callable[[Execution, Record, int], Transition]  # (execution, TimeoutFired, now_ms)
-EffectsOf = Callable[[Execution, Transition, Record], list[Effect]]  # (applied execution, transition, event)
+EffectsOf = Callable[[Execution, Transition, HistoryEvent], list[Effect]]  # (applied execution, transition, event)
 
 
 @dataclass

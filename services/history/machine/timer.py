@@ -5,22 +5,22 @@ from __future__ import annotations
 from kadence.protocol.names import EventType, TaskCommandType, TimerKind
 from services.history.machine.effects import drop, timer
 from services.history.machine.execution import Execution, Pending
-from services.history.machine.records import Effect, Record
-from services.history.machine.tables import Planned, TaskCommand
+from services.history.machine.records import Effect, HistoryEvent, Record
+from services.history.machine.tables import Apply, EffectsOf, Planned, TaskCommand, Timeout
 from services.history.machine.transition import Rejected, Transition
 
 # ---- apply
 
 
-def _started(ex: Execution, event: Record) -> None:
+def _started(ex: Execution, event: HistoryEvent) -> None:
     ex.timers[event["attributes"][1]["timer_id"]] = event["event_id"]
 
 
-def _ended(ex: Execution, event: Record) -> None:
+def _ended(ex: Execution, event: HistoryEvent) -> None:
     ex.timers.pop(event["attributes"][1]["timer_id"], None)
 
 
-APPLY = {EventType.TimerStarted: _started, EventType.TimerFired: _ended, EventType.TimerCanceled: _ended}
+APPLY: dict[str, Apply] = {EventType.TimerStarted: _started, EventType.TimerFired: _ended, EventType.TimerCanceled: _ended}
 
 # ---- the workflow task's commands
 
@@ -49,7 +49,7 @@ def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: st
     })
 
 
-TASK_COMMANDS = {
+TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.StartTimer: TaskCommand("BAD_START_TIMER_ATTRIBUTES", _record_start, _check_start),
     TaskCommandType.CancelTimer: TaskCommand("BAD_CANCEL_TIMER_ATTRIBUTES", _record_cancel, _check_cancel),
 }
@@ -66,17 +66,17 @@ def _fired(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     return t
 
 
-TIMEOUTS = {TimerKind.USER_TIMER: _fired}
+TIMEOUTS: dict[str, Timeout] = {TimerKind.USER_TIMER: _fired}
 
 # ---- effects
 
 
-def _set(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _set(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     fire_at = t.now_ms + event["attributes"][1]["start_to_fire_timeout_ms"]
     return [timer(ex, TimerKind.USER_TIMER, fire_at, event["event_id"], 1)]
 
 
-EFFECTS = {EventType.TimerStarted: _set}
+EFFECTS: dict[str, EffectsOf] = {EventType.TimerStarted: _set}
 
 
 def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:

@@ -9,7 +9,16 @@ from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
 from kadence.protocol.names import EffectType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
-from services.history.machine.records import Effect, Record, event_type, history_batch
+from services.history.machine.records import (
+    ActivityHeartbeat,
+    Effect,
+    HistoryBatch,
+    HistoryEvent,
+    NextRun,
+    Record,
+    event_type,
+    history_batch,
+)
 
 
 class Rejected(Exception):
@@ -36,10 +45,10 @@ class Transition:
 
     execution: Execution
     now_ms: int
-    events: list[Record] = field(default_factory=list)
-    buffered: list[Record] = field(default_factory=list)
+    events: list[HistoryEvent] = field(default_factory=list)
+    buffered: list[HistoryEvent] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
-    heartbeats: list[Record] = field(default_factory=list)
+    heartbeats: list[ActivityHeartbeat] = field(default_factory=list)
     next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
     redispatch: "Redispatch | None" = None
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
@@ -84,10 +93,10 @@ class Transition:
     def batch(
         self, source_partition: int, source_offset: int, effects: list[Effect] | None = None,
         next_run_effects: list[Effect] | None = None, request_ids: list[str] | None = None,
-    ) -> Record:
+    ) -> HistoryBatch:
         """The HistoryBatch of this transition, with the effects derived once it applied."""
         ex = self.execution
-        following = None if self.next_run is None else {
+        following: NextRun | None = None if self.next_run is None else {
             "run_id": self.next_run.execution.run_id, "events": self.next_run.events, "effects": next_run_effects or [],
         }
         return history_batch(
@@ -125,7 +134,7 @@ def batch_bytes_bound(t: Transition) -> int:
     return size
 
 
-def _repeated_by_effect(ex: Execution, event: Record) -> bool:
+def _repeated_by_effect(ex: Execution, event: HistoryEvent) -> bool:
     """Whether an effect of `event` repeats its content: the task or command it sends."""
     kind = event_type(event)
     return kind == EventType.ActivityTaskScheduled or kind in INITIATED or (kind in CLOSE_STATUS and ex.parent is not None)

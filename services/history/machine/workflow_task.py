@@ -14,8 +14,8 @@ from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatc
 from services.history.machine.effects import timer as timer_effect
 from services.history.machine.execution import Execution, WorkflowTaskState
 from services.history.machine.limits import terminated_as_too_large
-from services.history.machine.records import Effect, Record, attributes, event_type
-from services.history.machine.tables import Planned, TaskCommand, recorded_as_given
+from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.tables import Apply, Decide, EffectsOf, Planned, TaskCommand, Timeout, recorded_as_given
 from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
 
 MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
@@ -24,22 +24,24 @@ _ENDED = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventTy
 # ---- apply
 
 
-def _scheduled(ex: Execution, event: Record) -> None:
+def _scheduled(ex: Execution, event: HistoryEvent) -> None:
     ex.workflow_task = WorkflowTaskState(event["event_id"], attributes(event)["attempt"])
 
 
-def _started(ex: Execution, event: Record) -> None:
+def _started(ex: Execution, event: HistoryEvent) -> None:
     assert ex.workflow_task is not None
     ex.workflow_task.started_event_id = event["event_id"]
     ex.workflow_task.started_identity = attributes(event)["identity"]
 
 
-def _ended(ex: Execution, event: Record) -> None:
+def _ended(ex: Execution, event: HistoryEvent) -> None:
     ex.workflow_task = None
     ex.buffered = []  # the same batch writes them next
 
 
-APPLY = {EventType.WorkflowTaskScheduled: _scheduled, EventType.WorkflowTaskStarted: _started, **{kind: _ended for kind in _ENDED}}
+APPLY: dict[str, Apply] = {
+    EventType.WorkflowTaskScheduled: _scheduled, EventType.WorkflowTaskStarted: _started, **{kind: _ended for kind in _ENDED},
+}
 
 # ---- commands: the worker's
 
@@ -132,7 +134,7 @@ def _retry(t: Transition, next_attempt: int) -> None:
     t.add(EventType.WorkflowTaskScheduled, {"task_queue": t.execution.task_queue, "attempt": next_attempt})
 
 
-COMMANDS = {
+COMMANDS: dict[str, Decide] = {
     CommandType.RecordWorkflowTaskStarted: _task_started,
     CommandType.RespondWorkflowTaskCompleted: _task_completed,
     CommandType.RespondWorkflowTaskFailed: _task_failed,
@@ -172,7 +174,9 @@ def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     return t
 
 
-TIMEOUTS = {TimerKind.WORKFLOW_TASK_START_TO_CLOSE: _start_to_close_timed_out, TimerKind.WORKFLOW_TASK_RETRY: _retry_due}
+TIMEOUTS: dict[str, Timeout] = {
+    TimerKind.WORKFLOW_TASK_START_TO_CLOSE: _start_to_close_timed_out, TimerKind.WORKFLOW_TASK_RETRY: _retry_due,
+}
 
 # ---- effects
 
@@ -225,7 +229,7 @@ def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
     return 0
 
 
-def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The task goes to a worker at once, or when its start delay or retry backoff ends."""
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != event["event_id"]:  # over in the same transition
@@ -240,7 +244,7 @@ def _on_scheduled(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
 
 
-def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """Its start-to-close timer is set, its re-dispatch dropped."""
     scheduled_event_id = attributes(event)["scheduled_event_id"]
     effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
@@ -249,10 +253,10 @@ def _on_started(ex: Execution, t: Transition, event: Record) -> list[Effect]:
     return effects
 
 
-def _on_ended(ex: Execution, t: Transition, event: Record) -> list[Effect]:
+def _on_ended(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, attributes(event)["scheduled_event_id"], 1)]
 
 
-EFFECTS = {
+EFFECTS: dict[str, EffectsOf] = {
     EventType.WorkflowTaskScheduled: _on_scheduled, EventType.WorkflowTaskStarted: _on_started, **{kind: _on_ended for kind in _ENDED},
 }
