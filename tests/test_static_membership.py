@@ -82,6 +82,20 @@ def producer_ids(stack: LocalStack, topic_names: list[str]) -> dict[str, list[in
     return found
 
 
+async def static_members(stack: LocalStack, timeout: float = 30) -> dict[str, set[str]]:
+    """Each service group's static members, once every service has joined (history's split says
+    only that history has: the others may still be joining), or as they are at the deadline."""
+    admin = AdminClient(base_config(stack.settings))  # held until the answers are in
+    groups = [HISTORY_GROUP, MATCHING_GROUP, "kadence.timer", "kadence.visibility"]
+    deadline = time.monotonic() + timeout
+    while True:
+        described = admin.describe_consumer_groups(groups)
+        members = {group: {member.group_instance_id for member in future.result().members} for group, future in described.items()}
+        if all(members.values()) or time.monotonic() > deadline:
+            return members
+        await asyncio.sleep(0.2)
+
+
 @pytest.mark.parametrize("static", [True, False], ids=["static", "dynamic"])
 async def test_restarting_a_history_instance_moves_the_other_one_partitions_only_without_an_instance_id(
     monkeypatch: pytest.MonkeyPatch, task_queue: str, static: bool,
@@ -99,10 +113,7 @@ async def test_restarting_a_history_instance_moves_the_other_one_partitions_only
         if static:  # each service joined its group as the static member its instance id names
             groups = {HISTORY_GROUP: set(HISTORY), MATCHING_GROUP: {"matching-0"}, "kadence.timer": {"timer-0"},
                       "kadence.visibility": {"visibility-0"}}
-            admin = AdminClient(base_config(stack.settings))  # held until the answers are in
-            described = admin.describe_consumer_groups(list(groups))
-            for group, future in described.items():
-                assert {member.group_instance_id for member in future.result().members} == groups[group], group
+            assert await static_members(stack) == groups
 
         client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
         try:
