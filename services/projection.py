@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
 
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.fence import PartitionFences
@@ -58,6 +58,7 @@ class LogRecord:
     partition: int
     offset: int
     batch: dict[str, Any]
+    traceparent: str | None = None  # only while the service traces: the span that wrote the record
 
 
 class Projection(Protocol):
@@ -162,6 +163,7 @@ class ProjectionRunner:
         records = []
         next_offsets: dict[int, int] = {}
         sources: dict[tuple[int, int], Any] = {}
+        traced = tracing.enabled()  # else no record's headers are looked at
         for msg in messages:
             next_offsets[msg.partition()] = msg.offset() + 1
             try:
@@ -173,10 +175,13 @@ class ProjectionRunner:
                 self._dead_letter(msg, f"{self.projection.name}: {exc}")
                 continue
             if self.fences.admit(msg.partition(), msg.offset(), batch):
-                records.append(LogRecord(msg.partition(), msg.offset(), batch))
+                records.append(LogRecord(msg.partition(), msg.offset(), batch, tracing.traceparent(msg.headers()) if traced else None))
                 sources[(msg.partition(), msg.offset())] = msg
         try:
-            await self._commit(records, next_offsets)
+            with tracing.applied(f"{self.projection.name} apply", [r.traceparent for r in records if r.traceparent] if traced else [], {
+                "messaging.destination.name": topics.HISTORY, "messaging.batch.message_count": len(records),
+            }):
+                await self._commit(records, next_offsets)
         except Exception as exc:  # not Postgres away (that is tried again): a record it cannot apply
             log.warning("event=projection_chunk_failed consumer=%s records=%d error=%r: applying them one at a time",
                         self.projection.name, len(records), exc)

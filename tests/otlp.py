@@ -43,16 +43,17 @@ class OtlpReceiver(ThreadingHTTPServer):
         with self._lock:
             self._spans += found
 
-    def spans(self, trace_id: str) -> list[Span]:
+    def spans(self) -> list[Span]:
         with self._lock:
-            return [span for span in self._spans if span.trace_id == trace_id]
+            return list(self._spans)
 
-    async def wait_for(self, trace_id: str, arrived: Callable[[list[Span]], bool], timeout_s: float = 10.0) -> list[Span]:
-        """The trace's spans once `arrived` says so; an AssertionError naming what came otherwise."""
+    async def wait_for(self, missing: Callable[[list[Span]], str], timeout_s: float = 10.0) -> list[Span]:
+        """Every span received, once `missing` finds nothing missing (says what is, else ""); an
+        AssertionError saying what is missing otherwise."""
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while not arrived(spans := self.spans(trace_id)):
+        while lacking := missing(spans := self.spans()):
             if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"spans of trace {trace_id} after {timeout_s} s: {sorted({s.name for s in spans})}")
+                raise AssertionError(f"after {timeout_s} s, of {len(spans)} spans received: {lacking}")
             await asyncio.sleep(EXPORT_DELAY_MS / 1000)
         return spans
 

@@ -1,6 +1,7 @@
 """Spans in every hop, linked by W3C trace context in Kafka record headers: a workflow with two
-activities and a child, started by a traced client, makes one trace through the commands topic,
-history, matching, the task queues, the worker and back. The session stack's services export by
+activities, a durable timer and a child, started by a traced client, makes one trace through the
+commands topic, history, matching, the task queues, the worker, the timer service and back, and
+the visibility projector's transactions are linked to it. The session stack's services export by
 OTLP/HTTP to the session's receiver (tests/otlp.py, decoding the real protobuf); the client's and
 worker's spans go to the OpenTelemetry SDK's in-memory exporter in this process."""
 
@@ -56,6 +57,7 @@ class Fulfil:
     async def run(self, order: str) -> list[str]:
         packed = await workflow.execute_activity(pack, order, start_to_close_timeout=timedelta(seconds=10))
         labelled = await workflow.execute_activity(label, order, start_to_close_timeout=timedelta(seconds=10))
+        await workflow.sleep(0.2)  # a durable timer: the timer service fires it
         notified = await workflow.execute_child_workflow(Notify.run, order, id=f"{workflow.info().workflow_id}-notify")
         return [packed, labelled, notified]
 
@@ -75,15 +77,32 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     local = [Span("test", s.name, f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}",
                   f"{s.parent.span_id:016x}" if s.parent else "", dict(s.attributes or {})) for s in exporter.get_finished_spans()]
     start = next(span for span in local if span.name == "StartWorkflow:Fulfil")
-    services = await otlp.wait_for(start.trace_id, lambda spans: any(span.name == "history RecordChildExecutionClosed" for span in spans))
+    expected = {"history StartWorkflowExecution", "matching route", "matching WorkflowTask", "history RespondWorkflowTaskCompleted",
+                "matching ActivityTask", "history RespondActivityTaskCompleted", "timer fired", "history TimeoutFired",
+                "history RecordChildExecutionClosed"}  # the services' (the worker's are this process's)
+
+    def in_trace(received: list[Span]) -> list[Span]:
+        return [span for span in received if span.trace_id == start.trace_id]
+
+    def applied(received: list[Span]) -> list[Span]:
+        """The read model's transactions: each linked to (or, alone, the child of) the history records it applied."""
+        written = {span.span_id for span in in_trace(received) if span.service == "kadence-history"}
+        return [span for span in received if span.name == "visibility apply" and {span.parent_id, *span.links} & written]
+
+    def missing(received: list[Span]) -> str:
+        names = {span.name for span in in_trace(received)}
+        if not expected <= names:
+            return f"{sorted(expected - names)} missing from the trace, which has {sorted(names)}"
+        return "" if applied(received) else "no visibility span for the trace's history records"
+
+    received = await otlp.wait_for(missing)
+    services = in_trace(received)
     spans = [span for span in local if span.trace_id == start.trace_id] + services
     by_id = {span.span_id: span for span in spans}
     names = [span.name for span in spans]
     # Every hop of the path, each the child of the hop that produced its record.
-    for hop in ("history StartWorkflowExecution", "matching route", "worker WorkflowTask", "history RespondWorkflowTaskCompleted",
-                "worker ActivityTask", "history RespondActivityTaskCompleted", "history RecordChildExecutionClosed"):
-        assert hop in names, f"{hop} missing from the trace: {sorted(set(names))}"
-    assert {span.service for span in spans} == {"test", "kadence-history", "kadence-matching"}
+    assert expected | {"worker WorkflowTask", "worker ActivityTask"} <= set(names)
+    assert {"test", "kadence-history", "kadence-matching", "kadence-timer"} <= {span.service for span in spans}
     for span in spans:
         if span is not start:
             assert span.parent_id in by_id, f"{span.name} ({span.service}) hangs off a span outside the trace"
@@ -98,8 +117,18 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     # The first activity's attempt, hop by hop from the client's start (the worker's start and
     # completion of the workflow task may be joined in one batch, whose span links both).
     hops = chain(next(span for span in spans if span.name == "worker ActivityTask"))
-    assert hops[:3] == ["history StartWorkflowExecution", "matching route", "worker WorkflowTask"], hops
-    assert hops[-2:] == ["matching route", "worker ActivityTask"], hops
-    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[3:-2]), hops
-    queued = [span for span in services if span.name != "history batch"]
-    assert all("kadence.queue_ms" in span.attributes for span in queued), "each hop says how long its record waited"
+    assert hops[:4] == ["history StartWorkflowExecution", "matching route", "matching WorkflowTask", "worker WorkflowTask"], hops
+    assert hops[-3:] == ["matching route", "matching ActivityTask", "worker ActivityTask"], hops
+    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[4:-3]), hops
+    # Through the timer: set by the batch of the workflow task that started it, fired as a command
+    # whose hop in history is the firing's child, and on to the next workflow task.
+    fired = next(span for span in spans if span.name == "timer fired")
+    assert by_id[fired.parent_id].service == "kadence-history", chain(fired)
+    assert fired.attributes["kadence.timer.kind"] == "USER_TIMER"
+    timeout = next(span for span in spans if span.name == "history TimeoutFired" and span.parent_id == fired.span_id)
+    assert any(chain(span)[:len(chain(timeout))] == chain(timeout) for span in spans if span.name == "worker WorkflowTask"), \
+        "the workflow task after the timer continues its chain"
+    assert all(span.service == "kadence-visibility" for span in applied(received))
+    hop_spans = [span for span in services
+                 if span.name == "matching route" or (span.name.startswith("history ") and span.name != "history batch")]
+    assert all("kadence.queue_ms" in span.attributes for span in hop_spans), "each hop says how long its record waited"

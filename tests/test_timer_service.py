@@ -4,6 +4,7 @@ of Postgres."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import time
@@ -13,10 +14,13 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from bench.timer_load import FiredTimers, TimerLoad
 from kadence.dev.local_stack import LocalStack
-from services.timer.store import now_ms
+from kadence.protocol.postgres import apply_ddl, connection_pool
+from services.projection import LogRecord
+from services.timer.store import TIMERS_DDL, TimerStore, now_ms
 from tests.conftest import local_stack
 
 HORIZON_MS = 2000  # timers due within 2 s are held in memory, later ones stored
@@ -231,3 +235,34 @@ def test_timers_read_again_after_a_kill_wait_for_their_drops_before_firing(
         load.flush()
         timer_stack.kill_service("timer", signal.SIGTERM)
         timer_stack.start_service("timer")
+
+
+async def test_a_timers_table_of_an_earlier_release_gains_the_traceparent_and_its_timers_still_fire(stack: LocalStack) -> None:
+    """The store's DDL adds `traceparent` to a kadence_timers created without it: the timers stored
+    before fire untraced, those stored after keep the traceparent of the record that set them."""
+    database = f"timers_{uuid.uuid4().hex}"
+    with psycopg.connect(stack.postgres_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {database}")
+    dsn = make_conninfo(stack.postgres_dsn, dbname=database)
+    earlier = TIMERS_DDL[0]  # the table as releases before tracing created it (the column is added by a later statement)
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(earlier)
+            await conn.execute("INSERT INTO kadence_timers VALUES ('before', 0, 'wf', 'run', 'USER_TIMER', 1, 5, 1)")
+            await apply_ddl(conn, TIMERS_DDL)
+            store = TimerStore(memory_horizon_ms=0)  # every timer stored
+            effect = {"timer_id": "after", "kind": "USER_TIMER", "fire_at_ms": now_ms() + 60_000, "scheduled_event_id": 6, "attempt": 1}
+            batch = {"workflow_id": "wf", "run_id": "run", "first_event_id": 6, "events": [], "next_run": None,
+                     "effects": [("Timer", effect)]}
+            async with conn.transaction():
+                await store.apply(conn, [LogRecord(0, 7, batch, traceparent)])
+        store.on_assign({0})
+        await asyncio.sleep(0)  # the assignment takes effect on the loop
+        store.on_caught_up(0)
+        async with connection_pool(dsn, min_size=1, max_size=1) as pool:
+            due = await store.take_due_stored(pool, now_ms() + 120_000, 10)
+        assert {(timer.timer_id, timer.traceparent) for timer in due} == {("before", ""), ("after", traceparent)}
+    finally:
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {database} WITH (FORCE)")

@@ -65,6 +65,19 @@ def _active_tracer() -> Any:
     return trace.get_tracer("kadence")
 
 
+def enabled() -> bool:
+    """Whether this process traces (a service's check before it looks at records' headers)."""
+    return _active_tracer() is not None
+
+
+def traceparent(headers: Headers | None) -> str | None:
+    """The record's traceparent as it came, for a later hop to continue (say, a timer's firing)."""
+    for key, value in headers or ():
+        if key == TRACEPARENT and value:
+            return value.decode(errors="replace")
+    return None
+
+
 def current_headers() -> Headers:
     """`traceparent` of the span current here, for a record produced within it (none outside a span)."""
     trace = sys.modules.get("opentelemetry.trace")
@@ -93,6 +106,52 @@ def hop(name: str, headers: Headers | None, *, timestamp_ms: int | None, attribu
         if start_ns is not None:
             span.set_attribute("kadence.queue_ms", max(0, _now_ms() - timestamp_ms))  # type: ignore[operator]
         yield _format(span.get_span_context())
+
+
+@contextlib.contextmanager
+def child(name: str, attributes: dict[str, Any]) -> Iterator[str | None]:
+    """A span within the current one (one record of several a hop produces), current within the
+    block; yields its traceparent (None outside a traced hop)."""
+    tracer = _active_tracer()
+    trace = sys.modules.get("opentelemetry.trace")
+    if tracer is None or trace is None or not trace.get_current_span().get_span_context().is_valid:
+        yield None
+        return
+    with tracer.start_as_current_span(name, kind=trace.SpanKind.PRODUCER, attributes=attributes) as span:
+        yield _format(span.get_span_context())
+
+
+def later(name: str, parent: str, *, start_ms: int, attributes: dict[str, Any]) -> str | None:
+    """A span, the child of `parent`, from `start_ms` to now: a hop that acts long after the record
+    that asked for it (a timer firing); the traceparent for what it produces."""
+    tracer = _active_tracer()
+    context = _parent([(TRACEPARENT, parent.encode())]) if tracer is not None else None
+    if context is None:
+        return None
+    from opentelemetry import trace
+
+    span = tracer.start_span(name, context=context, kind=trace.SpanKind.PRODUCER, start_time=start_ms * 1_000_000,
+                             attributes=attributes)
+    span.end()
+    return _format(span.get_span_context())
+
+
+@contextlib.contextmanager
+def applied(name: str, traceparents: Sequence[str], attributes: dict[str, Any]) -> Iterator[None]:
+    """A span for applying several records at once (a projection's transaction): the child of the
+    only traced one, else linked to each, as OpenTelemetry's messaging conventions do a batch."""
+    tracer = _active_tracer()
+    if tracer is None or not traceparents:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+
+    parent = _extract(traceparents[0]) if len(traceparents) == 1 else otel_context.Context()
+    contexts = [trace.get_current_span(_extract(tp)).get_span_context() for tp in traceparents] if len(traceparents) > 1 else []
+    links = [trace.Link(context) for context in contexts if context.is_valid]
+    with tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.CONSUMER, links=links, attributes=attributes):
+        yield
 
 
 def joined(name: str, traceparents: Sequence[str], attributes: dict[str, Any]) -> str | None:

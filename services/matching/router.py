@@ -97,7 +97,14 @@ class TaskRouter:
             value = self._within_record_limit(task)
             if value is None:
                 return
-            await self.send(topic, key, value, self.tasks.headers() + self._traced)
+            if self._traced:  # a span per task, under the record's: the worker's hop is its child
+                with tracing.child(f"matching {effect_type}", {
+                    "messaging.destination.name": topic, "kadence.workflow_id": workflow_id, "kadence.run_id": run_id,
+                }) as traceparent:
+                    traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+                    await self.send(topic, key, value, self.tasks.headers() + traced)
+            else:
+                await self.send(topic, key, value, self.tasks.headers())
             ROUTED.labels(effect["task_queue"], kind).inc()
 
     def _within_record_limit(self, task: dict[str, Any]) -> bytes | None:

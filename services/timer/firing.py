@@ -18,7 +18,7 @@ import psycopg
 from prometheus_client import Counter, Gauge, Histogram
 from psycopg_pool import AsyncConnectionPool
 
-from kadence.protocol import topics
+from kadence.protocol import topics, tracing
 from kadence.protocol.codec import command_codec
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.postgres import Backoff, describe
@@ -55,10 +55,11 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
         if due:
             # Until delivered: a timer is forgotten only once its firing is in kadence.commands,
             # however long the broker is away (a repeat is rejected as stale).
+            traced = [_fired_span(timer) for timer in due]
             await asyncio.gather(*(
-                producer.produce(topics.COMMANDS, codec.encode(_command(timer)), timer.workflow_id.encode(),
-                                 partition=timer.partition, headers=codec.headers(), until_delivered=True)
-                for timer in due
+                producer.produce(topics.COMMANDS, codec.encode(_command(timer)), timer.workflow_id.encode(), partition=timer.partition,
+                                 headers=codec.headers() + ([(tracing.TRACEPARENT, span.encode())] if span else []), until_delivered=True)
+                for timer, span in zip(due, traced, strict=True)
             ))
             store.fired(from_memory)
             if from_postgres:
@@ -92,6 +93,17 @@ def _command(timer: Timer) -> dict[str, object]:
         "run_id": timer.run_id, "timer_id": timer.timer_id, "kind": timer.kind,
         "scheduled_event_id": timer.scheduled_event_id, "attempt": timer.attempt,
     })}
+
+
+def _fired_span(timer: Timer) -> str | None:
+    """A span for the firing, the child of the record that set the timer (from the timer's due time
+    to now: its lag); the TimeoutFired command carries it, so the trace goes on through the timer."""
+    if not timer.traceparent:
+        return None
+    return tracing.later("timer fired", timer.traceparent, start_ms=timer.fire_at_ms, attributes={
+        "kadence.workflow_id": timer.workflow_id, "kadence.run_id": timer.run_id, "kadence.timer_id": timer.timer_id,
+        "kadence.timer.kind": timer.kind, "messaging.destination.name": topics.COMMANDS,
+    })
 
 
 def _log_fired(timers: list[Timer], now: int) -> None:

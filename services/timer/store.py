@@ -45,6 +45,8 @@ TIMERS_DDL = [
     )
     """,
     "CREATE INDEX IF NOT EXISTS kadence_timers_due ON kadence_timers (partition, fire_at_ms)",
+    # Added for tracing: a table of an earlier release gains it, its timers fire untraced.
+    "ALTER TABLE kadence_timers ADD COLUMN IF NOT EXISTS traceparent text NOT NULL DEFAULT ''",
 ]
 
 DEFAULT_MEMORY_HORIZON_MS = 60_000
@@ -67,6 +69,7 @@ class Timer:
     fire_at_ms: int
     scheduled_event_id: int
     attempt: int
+    traceparent: str = ""  # of the record that set it, when the service traces: its firing continues that trace
 
 
 class TimerStore:
@@ -103,7 +106,7 @@ class TimerStore:
                     if effect_type == "Timer":
                         timer = Timer(
                             effect["timer_id"], record.partition, record.batch["workflow_id"], section.run_id, effect["kind"],
-                            effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"],
+                            effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"], record.traceparent or "",
                         )
                         final[timer.timer_id] = (timer, record.offset)
                     elif effect_type == "DropTimer":
@@ -125,8 +128,9 @@ class TimerStore:
                 await cur.execute("DELETE FROM kadence_timers WHERE timer_id = ANY(%s)", (deleted,))
             if stored:
                 await cur.executemany(
-                    "INSERT INTO kadence_timers (timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (timer_id) DO UPDATE SET fire_at_ms = EXCLUDED.fire_at_ms",
+                    "INSERT INTO kadence_timers (timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt, "
+                    "traceparent) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (timer_id) DO UPDATE SET fire_at_ms = EXCLUDED.fire_at_ms, traceparent = EXCLUDED.traceparent",
                     [astuple(t) for t in stored],
                 )
         self._stored_in_chunk = stored
@@ -235,7 +239,7 @@ class TimerStore:
         version = self._stored_version
         async with pool.connection() as conn:
             rows = await (await conn.execute(
-                "SELECT timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt "
+                "SELECT timer_id, partition, workflow_id, run_id, kind, fire_at_ms, scheduled_event_id, attempt, traceparent "
                 "FROM kadence_timers WHERE partition = ANY(%s) AND fire_at_ms <= %s ORDER BY fire_at_ms LIMIT %s",
                 (owned, now, limit),
             )).fetchall()
