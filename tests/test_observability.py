@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
+import re
 import uuid
+from pathlib import Path
 
 import aiohttp
 import psycopg
@@ -54,6 +57,32 @@ async def test_each_service_is_healthy_ready_and_counts_its_work(stack: LocalSta
             for metric in METRICS[service]:
                 samples = [line for line in text.splitlines() if line.startswith(metric) and not line.endswith(" 0.0")]
                 assert samples, f"{service} has no {metric} samples above zero"
+
+
+DASHBOARD = Path(__file__).parent.parent / "deploy" / "base" / "dashboards" / "kadence.json"
+
+
+def scraped_series(text: str) -> set[str]:
+    """The series names a /metrics page (Prometheus text) serves, families without samples yet included."""
+    series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE):
+        series |= {name + suffix for suffix in ("_bucket", "_sum", "_count")} if kind == "histogram" else {name}
+    return series
+
+
+async def test_the_dashboard_queries_only_series_the_running_services_serve(stack: LocalStack) -> None:
+    """Every kadence_ series a panel of deploy/'s Grafana dashboard queries is on some service's
+    /metrics, scraped from the running stack (not only registered by importing the code)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    exprs.append(dashboard["templating"]["list"][1]["definition"])
+    queried = set(re.findall(r"\bkadence_[a-z_]+", " ".join(exprs)))
+    served: set[str] = set()
+    async with aiohttp.ClientSession() as http:
+        for service in SERVICES:
+            async with http.get(f"http://127.0.0.1:{stack.http_ports[service]}/metrics") as scraped:
+                served |= scraped_series(await scraped.text())
+    assert queried and queried <= served, f"the dashboard queries series no service serves: {sorted(queried - served)}"
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import aiohttp
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -132,3 +133,13 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     hop_spans = [span for span in services
                  if span.name == "matching route" or (span.name.startswith("history ") and span.name != "history batch")]
     assert all("kadence.queue_ms" in span.attributes for span in hop_spans), "each hop says how long its record waited"
+
+    # The metrics the hops counted link to the trace (exemplars, in OpenMetrics, what Prometheus asks for).
+    exemplar = f'# {{trace_id="{start.trace_id}"}}'
+    async with aiohttp.ClientSession(headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as http:
+        for service, series in (("history", "kadence_history_commands_total"), ("matching", "kadence_matching_tasks_routed_total"),
+                                ("timer", "kadence_timer_firing_lag_seconds_bucket")):
+            async with http.get(f"http://127.0.0.1:{stack.http_ports[service]}/metrics") as scraped:
+                lines = (await scraped.text()).splitlines()
+            assert any(line.startswith(series) and exemplar in line for line in lines), f"no exemplar of the trace on {series}"
+

@@ -1,6 +1,7 @@
 """Every service's HTTP endpoints: /healthz (the process is alive), /readyz (its partitions are
 assigned and caught up, Postgres answers, the Kafka broker answers: both asked in the background,
-so a probe costs neither a connection) and /metrics (Prometheus text).
+so a probe costs neither a connection) and /metrics (Prometheus text, or OpenMetrics with exemplars
+linking samples to traces when the scraper asks for it).
 
 The port is KADENCE_HTTP_PORT (0, the default, serves nothing), on the address KADENCE_HTTP_HOST
 (default 0.0.0.0, what a container's probes and Prometheus need; `kadence dev` sets 127.0.0.1, so
@@ -21,7 +22,8 @@ from typing import Any
 from aiohttp import web
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.exposition import choose_encoder
 
 from kadence.protocol import topics
 from kadence.protocol.kafka import base_config
@@ -132,7 +134,9 @@ async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = REA
         return web.Response(status=503 if found else 200, text="\n".join(found or ["ready"]) + "\n")
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        # OpenMetrics when the scraper asks for it (Prometheus does): the only format with exemplars.
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(REGISTRY), headers={"Content-Type": content_type})
 
     app = web.Application()
     app.add_routes([web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)])

@@ -78,6 +78,12 @@ def traceparent(headers: Headers | None) -> str | None:
     return None
 
 
+def exemplar(traceparent: str | None) -> dict[str, str] | None:
+    """The trace id of a hop's span as a Prometheus exemplar, linking a metric's sample to its trace
+    (served by /metrics in the OpenMetrics format); None for an untraced hop."""
+    return {"trace_id": traceparent[3:35]} if traceparent else None
+
+
 def current_headers() -> Headers:
     """`traceparent` of the span current here, for a record produced within it (none outside a span)."""
     trace = sys.modules.get("opentelemetry.trace")

@@ -302,11 +302,11 @@ class HistoryService:
             self._forward(msg, command, owner)
             return
         kind, _ = command["command"]
-        COMMANDS.labels(kind).inc()
         with tracing.hop(f"history {kind}", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
             "messaging.destination.name": topics.COMMANDS, "messaging.kafka.destination.partition": partition,
             "messaging.kafka.message.offset": offset, "kadence.workflow_id": workflow_id,
         }) as traceparent:
+            COMMANDS.labels(kind).inc(exemplar=tracing.exemplar(traceparent))
             self._step(msg, command, kind, traceparent)
 
     def _step(self, msg: Message, command: Record, kind: str, traceparent: str | None) -> None:

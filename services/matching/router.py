@@ -103,9 +103,10 @@ class TaskRouter:
                 }) as traceparent:
                     traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
                     await self.send(topic, key, value, self.tasks.headers() + traced)
+                ROUTED.labels(effect["task_queue"], kind).inc(exemplar=tracing.exemplar(traceparent))
             else:
                 await self.send(topic, key, value, self.tasks.headers())
-            ROUTED.labels(effect["task_queue"], kind).inc()
+                ROUTED.labels(effect["task_queue"], kind).inc()
 
     def _within_record_limit(self, task: dict[str, Any]) -> bytes | None:
         """The encoded task, within a record: a workflow task too large to carry its events goes

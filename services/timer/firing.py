@@ -67,8 +67,8 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             _log_fired(due, now)
             FIRED.labels("memory").inc(len(from_memory))
             FIRED.labels("postgres").inc(len(from_postgres))
-            for timer in due:
-                LAG.observe(max(0, now - timer.fire_at_ms) / 1000)
+            for timer, span in zip(due, traced, strict=True):
+                LAG.observe(max(0, now - timer.fire_at_ms) / 1000, exemplar=tracing.exemplar(span))
             PENDING.set(len(store.in_memory))
             continue
         PENDING.set(len(store.in_memory))
