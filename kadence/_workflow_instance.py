@@ -50,17 +50,14 @@ from kadence.exceptions import (
     WorkflowAlreadyStartedError,
 )
 from kadence.protocol.codec import Record
-from kadence.protocol.events import CHILD_RESULTS, CLOSE_COMMANDS, EVENT_FOR_COMMAND, INITIATED
+from kadence.protocol.events import EVENT_FOR_COMMAND
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS, payload_bytes
+from kadence.protocol.names import EventType, TaskCommandType
 
 log = logging.getLogger("kadence.worker")
 
 Command = tuple[str, Record]
 
-_EXTERNAL_ANSWERS = {
-    "ExternalWorkflowExecutionSignaled": "", "ExternalWorkflowExecutionCancelRequested": "",
-    "SignalExternalWorkflowExecutionFailed": "signal", "RequestCancelExternalWorkflowExecutionFailed": "cancel",
-}
 PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
 STACK_TRACE_QUERY = "__stack_trace"  # built in, as temporalio's: where the run's coroutines wait
@@ -360,91 +357,135 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def _apply(self, event: Record) -> None:
         kind, attrs = event["attributes"]
         self.history_bytes += payload_bytes(attrs)
-        if kind == "WorkflowExecutionStarted":
-            self._time_ms = event["event_time_ms"]
-            self.info = self._started_info(attrs, event["event_time_ms"])
-            self._start(attrs["input"])
-        elif kind == "WorkflowTaskStarted":
-            self._time_ms = event["event_time_ms"]
-            self.history_length = event["event_id"]
-        elif kind == "WorkflowTaskCompleted":
-            if attrs["scheduled_event_id"] != self.last_activated_task:
-                self._replaying = True  # a past task: replay it
-                try:
-                    self._run_activation()
-                finally:
-                    self._replaying = False
-        elif kind in ("WorkflowTaskFailed", "WorkflowTaskTimedOut"):
-            if attrs["scheduled_event_id"] == self.last_activated_task:
-                raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
-        elif kind == "WorkflowExecutionCancelRequested":
-            if self._main is not None and not self._main.done():
-                self._main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
-        elif kind == "WorkflowExecutionSignaled":
-            self._deliver_signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
-        elif kind in ("TimerStarted", "TimerCanceled"):
-            self._match(kind, attrs["timer_id"])
-        elif kind == "TimerFired":
-            handle = self._timers.pop(attrs["timer_id"], None)
-            if handle is not None and not handle.cancelled():
-                self._ready.append(handle)
-        elif kind == "ActivityTaskScheduled":
-            pending = self._match(kind, attrs["activity_type"])
-            pending.scheduled = attrs
-            pending.scheduled_event_id = event["event_id"]
-            self._activities[event["event_id"]] = pending
-        elif kind == "ActivityTaskCancelRequested":
-            self._match(kind, str(attrs["scheduled_event_id"]))
-        elif kind == "UpsertWorkflowSearchAttributes":
-            self._match(kind, "")
-        elif kind == "MarkerRecorded":
-            self._match(kind, attrs["marker_name"])
-        elif kind == "WorkflowExecutionUpdateAdmitted":
-            self.call_soon(self._admit_update, attrs)  # runs in the activation, like a signal handler
-        elif kind in ("WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateRejected", "WorkflowExecutionUpdateCompleted"):
-            self._match(kind, attrs["update_id"])
-        elif kind in INITIATED:
-            pending = self._match(kind, attrs["workflow_id"])
-            pending.scheduled_event_id = event["event_id"]
-            self._initiated[event["event_id"]] = pending
-        elif kind == "ChildWorkflowExecutionStarted":
-            _resolve(self._initiated[attrs["initiated_event_id"]].started, attrs["run_id"])
-        elif kind == "StartChildWorkflowExecutionFailed":
-            pending = self._initiated.pop(attrs["initiated_event_id"])
-            _fail(pending.started, WorkflowAlreadyStartedError(
-                attrs["workflow_id"], attrs["workflow_type"], reason="child workflow already started", cause=attrs["cause"],
-            ))
-        elif kind in CHILD_RESULTS:
-            pending = self._initiated.pop(attrs["initiated_event_id"])
-            if kind == "ChildWorkflowExecutionCompleted":
-                _resolve(pending.future, attrs["result"])
-            else:
-                _fail(pending.future, self.converter.failure_converter.child_workflow_error(kind, attrs, self.converter.payload_converter))
-        elif kind in _EXTERNAL_ANSWERS:
-            pending = self._initiated.pop(attrs["initiated_event_id"])
-            if _EXTERNAL_ANSWERS[kind]:
-                _fail(pending.future, ApplicationError(
-                    f"unable to {_EXTERNAL_ANSWERS[kind]} external workflow {attrs['workflow_id']}: {attrs['cause']}",
-                    type=attrs["cause"], non_retryable=True,
-                ))
-            else:
-                _resolve(pending.future, None)
-        elif kind == "ActivityTaskCanceled":
-            self._activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
-        elif kind == "ActivityTaskCompleted":
-            pending = self._activities.pop(attrs["scheduled_event_id"])
-            assert pending.future is not None
-            if not pending.future.done():
-                pending.future.set_result(attrs["result"])
-        elif kind in ("ActivityTaskFailed", "ActivityTaskTimedOut") and attrs["retry_state"] != RetryState.IN_PROGRESS:
-            pending = self._activities.pop(attrs["scheduled_event_id"])
-            assert pending.future is not None
-            if not pending.future.done():
-                pending.future.set_exception(self.converter.failure_converter.activity_error(
-                    kind, pending.scheduled, attrs, self.converter.payload_converter))
-        elif kind in CLOSE_COMMANDS.values():
-            self._match(kind, "")
-            self.closed = True
+        apply = _APPLY.get(kind)
+        if apply is not None:  # the rest (WorkflowTaskScheduled, ActivityTaskStarted ...) change nothing the code sees
+            apply(self, kind, attrs, event)
+
+    # Each _apply_<event> takes the event's type, its attributes and the event; _APPLY, after the
+    # class, names the one for each event type.
+
+    def _apply_workflow_execution_started(self, kind: str, attrs: Record, event: Record) -> None:
+        self._time_ms = event["event_time_ms"]
+        self.info = self._started_info(attrs, event["event_time_ms"])
+        self._start(attrs["input"])
+
+    def _apply_workflow_task_started(self, kind: str, attrs: Record, event: Record) -> None:
+        self._time_ms = event["event_time_ms"]
+        self.history_length = event["event_id"]
+
+    def _apply_workflow_task_completed(self, kind: str, attrs: Record, event: Record) -> None:
+        if attrs["scheduled_event_id"] != self.last_activated_task:
+            self._replaying = True  # a past task: replay it
+            try:
+                self._run_activation()
+            finally:
+                self._replaying = False
+
+    def _apply_workflow_task_failed(self, kind: str, attrs: Record, event: Record) -> None:
+        """A WorkflowTaskFailed or WorkflowTaskTimedOut."""
+        if attrs["scheduled_event_id"] == self.last_activated_task:
+            raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
+
+    def _apply_workflow_execution_cancel_requested(self, kind: str, attrs: Record, event: Record) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
+
+    def _apply_workflow_execution_signaled(self, kind: str, attrs: Record, event: Record) -> None:
+        self._deliver_signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
+
+    def _apply_timer_command(self, kind: str, attrs: Record, event: Record) -> None:
+        """A TimerStarted or TimerCanceled: the StartTimer or CancelTimer the code issued."""
+        self._match(kind, attrs["timer_id"])
+
+    def _apply_timer_fired(self, kind: str, attrs: Record, event: Record) -> None:
+        handle = self._timers.pop(attrs["timer_id"], None)
+        if handle is not None and not handle.cancelled():
+            self._ready.append(handle)
+
+    def _apply_activity_task_scheduled(self, kind: str, attrs: Record, event: Record) -> None:
+        pending = self._match(kind, attrs["activity_type"])
+        pending.scheduled = attrs
+        pending.scheduled_event_id = event["event_id"]
+        self._activities[event["event_id"]] = pending
+
+    def _apply_activity_task_cancel_requested(self, kind: str, attrs: Record, event: Record) -> None:
+        self._match(kind, str(attrs["scheduled_event_id"]))
+
+    def _apply_upsert_workflow_search_attributes(self, kind: str, attrs: Record, event: Record) -> None:
+        self._match(kind, "")
+
+    def _apply_marker_recorded(self, kind: str, attrs: Record, event: Record) -> None:
+        self._match(kind, attrs["marker_name"])
+
+    def _apply_workflow_execution_update_admitted(self, kind: str, attrs: Record, event: Record) -> None:
+        self.call_soon(self._admit_update, attrs)  # runs in the activation, like a signal handler
+
+    def _apply_update_command(self, kind: str, attrs: Record, event: Record) -> None:
+        """An update's WorkflowExecutionUpdateAccepted, Rejected or Completed: the command the code issued."""
+        self._match(kind, attrs["update_id"])
+
+    def _apply_initiated(self, kind: str, attrs: Record, event: Record) -> None:
+        """A request to another workflow (kadence.protocol.events.INITIATED): answered later by the
+        events INITIATED_BY_ANSWER names, which carry this event's id."""
+        pending = self._match(kind, attrs["workflow_id"])
+        pending.scheduled_event_id = event["event_id"]
+        self._initiated[event["event_id"]] = pending
+
+    def _apply_child_workflow_execution_started(self, kind: str, attrs: Record, event: Record) -> None:
+        _resolve(self._initiated[attrs["initiated_event_id"]].started, attrs["run_id"])
+
+    def _apply_start_child_workflow_execution_failed(self, kind: str, attrs: Record, event: Record) -> None:
+        pending = self._initiated.pop(attrs["initiated_event_id"])
+        _fail(pending.started, WorkflowAlreadyStartedError(
+            attrs["workflow_id"], attrs["workflow_type"], reason="child workflow already started", cause=attrs["cause"],
+        ))
+
+    def _apply_child_workflow_execution_completed(self, kind: str, attrs: Record, event: Record) -> None:
+        _resolve(self._initiated.pop(attrs["initiated_event_id"]).future, attrs["result"])
+
+    def _apply_child_workflow_execution_closed(self, kind: str, attrs: Record, event: Record) -> None:
+        """A child that failed, was canceled, timed out or was terminated."""
+        pending = self._initiated.pop(attrs["initiated_event_id"])
+        _fail(pending.future, self.converter.failure_converter.child_workflow_error(kind, attrs, self.converter.payload_converter))
+
+    def _apply_external_request_applied(self, kind: str, attrs: Record, event: Record) -> None:
+        """An ExternalWorkflowExecutionSignaled or ExternalWorkflowExecutionCancelRequested."""
+        _resolve(self._initiated.pop(attrs["initiated_event_id"]).future, None)
+
+    def _apply_signal_external_workflow_execution_failed(self, kind: str, attrs: Record, event: Record) -> None:
+        self._fail_external_request("signal", attrs)
+
+    def _apply_request_cancel_external_workflow_execution_failed(self, kind: str, attrs: Record, event: Record) -> None:
+        self._fail_external_request("cancel", attrs)
+
+    def _fail_external_request(self, verb: str, attrs: Record) -> None:
+        _fail(self._initiated.pop(attrs["initiated_event_id"]).future, ApplicationError(
+            f"unable to {verb} external workflow {attrs['workflow_id']}: {attrs['cause']}", type=attrs["cause"], non_retryable=True,
+        ))
+
+    def _apply_activity_task_canceled(self, kind: str, attrs: Record, event: Record) -> None:
+        self._activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
+
+    def _apply_activity_task_completed(self, kind: str, attrs: Record, event: Record) -> None:
+        pending = self._activities.pop(attrs["scheduled_event_id"])
+        assert pending.future is not None
+        if not pending.future.done():
+            pending.future.set_result(attrs["result"])
+
+    def _apply_activity_task_failed(self, kind: str, attrs: Record, event: Record) -> None:
+        """An ActivityTaskFailed or ActivityTaskTimedOut: the activity's error unless only an attempt ended."""
+        if attrs["retry_state"] == RetryState.IN_PROGRESS:
+            return
+        pending = self._activities.pop(attrs["scheduled_event_id"])
+        assert pending.future is not None
+        if not pending.future.done():
+            pending.future.set_exception(self.converter.failure_converter.activity_error(
+                kind, pending.scheduled, attrs, self.converter.payload_converter))
+
+    def _apply_workflow_execution_closed(self, kind: str, attrs: Record, event: Record) -> None:
+        """The event of a command that closed the run (kadence.protocol.events.CLOSE_COMMANDS)."""
+        self._match(kind, "")
+        self.closed = True
 
     def _match(self, event_type: str, key: str) -> PendingCommand:
         if not self._unmatched:
@@ -483,7 +524,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             return
         if self._handler_failure is not None:
             self._close_issued = True
-            self._issue(("FailWorkflowExecution", {"failure": self.converter.to_failure(self._handler_failure)}), None)
+            self._issue((TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(self._handler_failure)}), None)
         elif self._main is not None and self._main.done():
             command = self._close_command(self._main)
             self._close_issued = True
@@ -527,7 +568,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def _record_local_outcome(self, local: LocalActivity, details: dict[str, list[Record]]) -> None:
         self._local_activities.remove(local)
-        self._issue(("RecordMarker", {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details}), None)
+        self._issue((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details}), None)
         if "result" in details:
             _resolve(local.future, details["result"][0])
             return
@@ -550,9 +591,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         found = []
         for event in self._upcoming:
             kind, attrs = event["attributes"]
-            if kind in ("WorkflowTaskScheduled", "WorkflowTaskStarted"):
+            if kind in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
                 break
-            if kind == "MarkerRecorded" and attrs["marker_name"] == marker_name:
+            if kind == EventType.MarkerRecorded and attrs["marker_name"] == marker_name:
                 found.append(attrs["details"])
         return found
 
@@ -565,14 +606,14 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():
-            return ("CancelWorkflowExecution", {"details": []})
+            return (TaskCommandType.CancelWorkflowExecution, {"details": []})
         exc = main.exception()
         if isinstance(exc, ContinueAsNewError):
-            return ("ContinueAsNewWorkflowExecution", exc.attributes)
+            return (TaskCommandType.ContinueAsNewWorkflowExecution, exc.attributes)
         if exc is None:
-            return ("CompleteWorkflowExecution", {"result": self.converter.payload_converter.to_payload(main.result())})
+            return (TaskCommandType.CompleteWorkflowExecution, {"result": self.converter.payload_converter.to_payload(main.result())})
         if isinstance(exc, FailureError):
-            return ("FailWorkflowExecution", {"failure": self.converter.to_failure(exc)})
+            return (TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(exc)})
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
     def _deliver_signal(self, name: str, payloads: list[Record], header: Record) -> None:
@@ -668,9 +709,9 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
                 finally:
                     self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
-            self._issue(("RejectWorkflowUpdate", {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
+            self._issue((TaskCommandType.RejectWorkflowUpdate, {"update_id": update_id, "failure": self.converter.to_failure(exc)}), None)
             return
-        self._issue(("AcceptWorkflowUpdate", {"update_id": update_id}), None)
+        self._issue((TaskCommandType.AcceptWorkflowUpdate, {"update_id": update_id}), None)
         running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
         self.running_handlers.append(running)
         self.create_task(self._run_update(running, update), name=f"update:{attrs['name']}")
@@ -681,18 +722,18 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             result = await self._inbound.handle_update_handler(update)
             encoded = self.converter.payload_converter.to_payload(result)
         except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
-            self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": None,
+            self._issue((TaskCommandType.CompleteWorkflowUpdate, {"update_id": update_id, "result": None,
                                                     "failure": self.converter.to_failure(exc)}), None)
             return
         finally:
             self.running_handlers.remove(running)
-        self._issue(("CompleteWorkflowUpdate", {"update_id": update_id, "result": encoded, "failure": None}), None)
+        self._issue((TaskCommandType.CompleteWorkflowUpdate, {"update_id": update_id, "result": encoded, "failure": None}), None)
 
     def _started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:
         """The info the WorkflowExecutionStarted event gives; the first workflow task's start is the
         next WorkflowTaskStarted recorded, else the task being run now."""
         first_task_ms = next(
-            (e["event_time_ms"] for e in self._upcoming if e["attributes"][0] == "WorkflowTaskStarted"), self._task_started_ms,
+            (e["event_time_ms"] for e in self._upcoming if e["attributes"][0] == EventType.WorkflowTaskStarted), self._task_started_ms,
         )
         parent = None
         if attrs["parent_workflow_id"]:
@@ -775,7 +816,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._activity_seq += 1
         attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
         future = self.create_future()
-        pending = self._issue(("ScheduleActivityTask", attrs), future)
+        pending = self._issue((TaskCommandType.ScheduleActivityTask, attrs), future)
         future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
 
@@ -785,7 +826,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         if not future.cancelled() or self._withdraw(pending.command):
             return
         if pending.scheduled_event_id in self._activities:
-            self._issue(("RequestCancelActivityTask", {"scheduled_event_id": pending.scheduled_event_id}), None)
+            self._issue((TaskCommandType.RequestCancelActivityTask, {"scheduled_event_id": pending.scheduled_event_id}), None)
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         self.assert_not_read_only("wait condition")
@@ -817,7 +858,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def start_child_workflow(self, attrs: Record) -> PendingCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
-        pending = self._issue(("StartChildWorkflowExecution", attrs), self.create_future())
+        pending = self._issue((TaskCommandType.StartChildWorkflowExecution, attrs), self.create_future())
         pending.started = self.create_future()
         return pending
 
@@ -829,13 +870,13 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def signal_external(
         self, workflow_id: str, run_id: str, signal_name: str, payloads: list[Record], child_workflow_only: bool, header: Record,
     ) -> asyncio.Future[None]:
-        return self._issue(("SignalExternalWorkflowExecution", {
+        return self._issue((TaskCommandType.SignalExternalWorkflowExecution, {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
             "child_workflow_only": child_workflow_only, "header": header,
         }), self.create_future()).future  # type: ignore[return-value]
 
     def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
-        return self._issue(("RequestCancelExternalWorkflowExecution", {
+        return self._issue((TaskCommandType.RequestCancelExternalWorkflowExecution, {
             "workflow_id": workflow_id, "run_id": run_id, "child_workflow_only": child_workflow_only, "reason": "",
         }), self.create_future()).future  # type: ignore[return-value]
 
@@ -848,7 +889,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             if use_patch:
                 payloads = self.converter.payload_converter
                 details = {"patch_id": payloads.to_payloads([patch_id]), "deprecated": payloads.to_payloads([deprecated])}
-                self._issue(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details}), None)
+                self._issue((TaskCommandType.RecordMarker, {"marker_name": PATCH_MARKER, "details": details}), None)
         return self._patches[patch_id]
 
     def _recorded_patch_ids(self) -> set[str]:
@@ -858,7 +899,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
         payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
         self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
-        self._issue(("UpsertWorkflowSearchAttributes", {"search_attributes": payloads}), None)
+        self._issue((TaskCommandType.UpsertWorkflowSearchAttributes, {"search_attributes": payloads}), None)
 
     def query(self, name: str, payloads: list[Record], header: Record | None = None, query_id: str = "") -> Record:
         """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
@@ -918,7 +959,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         """asyncio.sleep and wait_for timeouts become durable timers (StartTimer commands)."""
         self._timer_seq += 1
         timer_id = str(self._timer_seq)
-        start = ("StartTimer", {"timer_id": timer_id, "start_to_fire_timeout_ms": max(1, round(delay * 1000))})
+        start = (TaskCommandType.StartTimer, {"timer_id": timer_id, "start_to_fire_timeout_ms": max(1, round(delay * 1000))})
         handle = DurableTimerHandle(self.time() + delay, callback, args, self, context, start)
         self._timers[timer_id] = handle
         self._issue(start, None)
@@ -933,7 +974,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         if not isinstance(handle, DurableTimerHandle) or self._timers.pop(handle.timer_id, None) is None:
             return  # already fired
         if not self._withdraw(handle.start_command):
-            self._issue(("CancelTimer", {"timer_id": handle.timer_id}), None)
+            self._issue((TaskCommandType.CancelTimer, {"timer_id": handle.timer_id}), None)
 
     def time(self) -> float:
         return self._time_ms / 1000
@@ -960,6 +1001,55 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
         self.call_exception_handler(context)
+
+
+_Apply = Callable[[WorkflowInstance, str, Record, Record], None]
+
+# What each history event does to a run, as temporalio's _WorkflowInstance._apply by activation
+# job. Every event a command records (kadence.protocol.events.EVENT_FOR_COMMAND) and every answer
+# to an initiated request (INITIATED_BY_ANSWER) has its row: tests/test_names.py checks.
+_APPLY: dict[str, _Apply] = {
+    EventType.WorkflowExecutionStarted: WorkflowInstance._apply_workflow_execution_started,
+    EventType.WorkflowExecutionSignaled: WorkflowInstance._apply_workflow_execution_signaled,
+    EventType.WorkflowExecutionCancelRequested: WorkflowInstance._apply_workflow_execution_cancel_requested,
+    EventType.WorkflowTaskStarted: WorkflowInstance._apply_workflow_task_started,
+    EventType.WorkflowTaskCompleted: WorkflowInstance._apply_workflow_task_completed,
+    EventType.WorkflowTaskFailed: WorkflowInstance._apply_workflow_task_failed,
+    EventType.WorkflowTaskTimedOut: WorkflowInstance._apply_workflow_task_failed,
+    EventType.ActivityTaskScheduled: WorkflowInstance._apply_activity_task_scheduled,
+    EventType.ActivityTaskCompleted: WorkflowInstance._apply_activity_task_completed,
+    EventType.ActivityTaskFailed: WorkflowInstance._apply_activity_task_failed,
+    EventType.ActivityTaskTimedOut: WorkflowInstance._apply_activity_task_failed,
+    EventType.ActivityTaskCancelRequested: WorkflowInstance._apply_activity_task_cancel_requested,
+    EventType.ActivityTaskCanceled: WorkflowInstance._apply_activity_task_canceled,
+    EventType.WorkflowExecutionCompleted: WorkflowInstance._apply_workflow_execution_closed,
+    EventType.WorkflowExecutionFailed: WorkflowInstance._apply_workflow_execution_closed,
+    EventType.UpsertWorkflowSearchAttributes: WorkflowInstance._apply_upsert_workflow_search_attributes,
+    EventType.TimerStarted: WorkflowInstance._apply_timer_command,
+    EventType.TimerFired: WorkflowInstance._apply_timer_fired,
+    EventType.TimerCanceled: WorkflowInstance._apply_timer_command,
+    EventType.WorkflowExecutionCanceled: WorkflowInstance._apply_workflow_execution_closed,
+    EventType.WorkflowExecutionContinuedAsNew: WorkflowInstance._apply_workflow_execution_closed,
+    EventType.MarkerRecorded: WorkflowInstance._apply_marker_recorded,
+    EventType.StartChildWorkflowExecutionInitiated: WorkflowInstance._apply_initiated,
+    EventType.StartChildWorkflowExecutionFailed: WorkflowInstance._apply_start_child_workflow_execution_failed,
+    EventType.ChildWorkflowExecutionStarted: WorkflowInstance._apply_child_workflow_execution_started,
+    EventType.ChildWorkflowExecutionCompleted: WorkflowInstance._apply_child_workflow_execution_completed,
+    EventType.ChildWorkflowExecutionFailed: WorkflowInstance._apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionCanceled: WorkflowInstance._apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionTimedOut: WorkflowInstance._apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionTerminated: WorkflowInstance._apply_child_workflow_execution_closed,
+    EventType.SignalExternalWorkflowExecutionInitiated: WorkflowInstance._apply_initiated,
+    EventType.SignalExternalWorkflowExecutionFailed: WorkflowInstance._apply_signal_external_workflow_execution_failed,
+    EventType.ExternalWorkflowExecutionSignaled: WorkflowInstance._apply_external_request_applied,
+    EventType.RequestCancelExternalWorkflowExecutionInitiated: WorkflowInstance._apply_initiated,
+    EventType.RequestCancelExternalWorkflowExecutionFailed: WorkflowInstance._apply_request_cancel_external_workflow_execution_failed,
+    EventType.ExternalWorkflowExecutionCancelRequested: WorkflowInstance._apply_external_request_applied,
+    EventType.WorkflowExecutionUpdateAdmitted: WorkflowInstance._apply_workflow_execution_update_admitted,
+    EventType.WorkflowExecutionUpdateAccepted: WorkflowInstance._apply_update_command,
+    EventType.WorkflowExecutionUpdateRejected: WorkflowInstance._apply_update_command,
+    EventType.WorkflowExecutionUpdateCompleted: WorkflowInstance._apply_update_command,
+}
 
 
 def replay(
