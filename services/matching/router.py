@@ -19,6 +19,7 @@ from kadence.protocol.events import run_sections
 from kadence.protocol.fence import PartitionFences
 from kadence.protocol.kafka import ensure_topics
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES
+from kadence.protocol.names import EffectType
 from kadence.protocol.observability import ERRORS
 from kadence.protocol.settings import KafkaSettings
 
@@ -29,7 +30,10 @@ RELAYED = Counter("kadence_matching_commands_relayed_total", "Outbound commands 
 
 Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
 
-_TASK_KINDS = {"WorkflowTask": "workflow", "QueryTask": "workflow", "ActivityTask": "activity", "ActivityCancellation": "activity"}
+_TASK_KINDS: dict[str, topics.TaskKind] = {
+    EffectType.WorkflowTask: "workflow", EffectType.QueryTask: "workflow",
+    EffectType.ActivityTask: "activity", EffectType.ActivityCancellation: "activity",
+}
 
 
 class TaskRouter:
@@ -74,20 +78,20 @@ class TaskRouter:
                 await self._dispatch(batch["workflow_id"], section.run_id, effect_type, effect)
 
     async def _dispatch(self, workflow_id: str, run_id: str, effect_type: str, effect: dict[str, Any]) -> None:
-        if effect_type == "OutboundCommand":
+        if effect_type == EffectType.OutboundCommand:
             # Keyed by the target's workflow id; the producer's default partitioner is Kafka's murmur2.
             headers = [(SCHEMA_HEADER, effect["schema_fingerprint"].encode()), *self._traced]
             await self.send(topics.COMMANDS, effect["workflow_id"].encode(), effect["command"], headers)
             RELAYED.inc()
             return
         kind = _TASK_KINDS.get(effect_type)
-        if effect_type == "ActivityTask" and 0 < effect["schedule_to_start_deadline_ms"] < time.time() * 1000:
+        if effect_type == EffectType.ActivityTask and 0 < effect["schedule_to_start_deadline_ms"] < time.time() * 1000:
             # Its schedule-to-start timeout fires instead (the timer service has it).
             log.info("event=activity_task_expired workflow_id=%s run_id=%s scheduled_event_id=%d attempt=%d",
                      workflow_id, run_id, effect["scheduled_event_id"], effect["attempt"])
             return
         if kind is not None:
-            topic = topics.task_queue_topic(effect["task_queue"], kind)  # type: ignore[arg-type]
+            topic = topics.task_queue_topic(effect["task_queue"], kind)
             await self._ensure_topic(topic)
             task = {"workflow_id": workflow_id, "run_id": run_id, "task": (effect_type, effect)}
             # Workflow tasks keyed by workflow_id: the same worker keeps the same executions (sticky
@@ -114,7 +118,7 @@ class TaskRouter:
         timeout acts for it, and the partition goes on."""
         value = self.tasks.encode(task)
         effect_type, effect = task["task"]
-        if len(value) > MAX_RECORD_VALUE_BYTES and effect_type == "WorkflowTask":
+        if len(value) > MAX_RECORD_VALUE_BYTES and effect_type == EffectType.WorkflowTask:
             effect["history"] = []
             effect["first_event_id"] = effect["scheduled_event_id"] + 1
             value = self.tasks.encode(task)

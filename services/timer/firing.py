@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import command_codec
 from kadence.protocol.kafka import AsyncProducer
+from kadence.protocol.names import CommandType
 from kadence.protocol.postgres import Backoff, describe
 from services.timer.store import Timer, TimerStore, now_ms
 
@@ -89,7 +90,7 @@ async def _forget_stored(pool: AsyncConnectionPool, store: TimerStore, timers: l
 
 
 def _command(timer: Timer) -> dict[str, object]:
-    return {"workflow_id": timer.workflow_id, "identity": IDENTITY, "command": ("TimeoutFired", {
+    return {"workflow_id": timer.workflow_id, "identity": IDENTITY, "command": (CommandType.TimeoutFired, {
         "run_id": timer.run_id, "timer_id": timer.timer_id, "kind": timer.kind,
         "scheduled_event_id": timer.scheduled_event_id, "attempt": timer.attempt,
     })}

@@ -29,6 +29,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from kadence.protocol.events import run_sections
+from kadence.protocol.names import EffectType
 from services.projection import LogRecord
 
 TIMERS_DDL = [
@@ -103,13 +104,13 @@ class TimerStore:
         for record in records:
             for section in run_sections(record.batch):
                 for effect_type, effect in section.effects:
-                    if effect_type == "Timer":
+                    if effect_type == EffectType.Timer:
                         timer = Timer(
                             effect["timer_id"], record.partition, record.batch["workflow_id"], section.run_id, effect["kind"],
                             effect["fire_at_ms"], effect["scheduled_event_id"], effect["attempt"], record.traceparent or "",
                         )
                         final[timer.timer_id] = (timer, record.offset)
-                    elif effect_type == "DropTimer":
+                    elif effect_type == EffectType.DropTimer:
                         final[effect["timer_id"]] = None
         horizon = now_ms() + self.memory_horizon_ms
         stored: list[Timer] = []

@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
+from kadence.protocol.names import EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
     OUTCOME_CHANNEL,
@@ -34,13 +35,13 @@ def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
 
 def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """Why a run closed without a result: its failure, or the cancellation or termination as one."""
-    if kind == "WorkflowExecutionCanceled":
+    if kind == EventType.WorkflowExecutionCanceled:
         return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
-    if kind == "WorkflowExecutionContinuedAsNew":
+    if kind == EventType.WorkflowExecutionContinuedAsNew:
         return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
-    if kind == "WorkflowExecutionTimedOut":
+    if kind == EventType.WorkflowExecutionTimedOut:
         return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
-    if kind == "WorkflowExecutionTerminated":
+    if kind == EventType.WorkflowExecutionTerminated:
         return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
     return attrs["failure"]
 
@@ -147,23 +148,23 @@ class VisibilityProjector:
             kind, attrs = event["attributes"]
             rows.archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
             rows.lengths[key] = event["event_id"]
-            if kind == "WorkflowExecutionStarted":
+            if kind == EventType.WorkflowExecutionStarted:
                 rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"]),
                                      _search_attributes(attrs["search_attributes"])))
-            elif kind == "UpsertWorkflowSearchAttributes":
+            elif kind == EventType.UpsertWorkflowSearchAttributes:
                 rows.upserts.append((_search_attributes(attrs["search_attributes"]), *key))
-            elif kind == "WorkflowExecutionUpdateAccepted":  # start_update(wait_for_stage=ACCEPTED) waits for this
+            elif kind == EventType.WorkflowExecutionUpdateAccepted:  # start_update(wait_for_stage=ACCEPTED) waits for this
                 rows.outcomes.append((update_accepted_request_id(key[0], attrs["update_id"]), *key, True, None, None, None, None))
-            elif kind == "WorkflowExecutionUpdateCompleted":  # the caller of execute_update waits for this
+            elif kind == EventType.WorkflowExecutionUpdateCompleted:  # the caller of execute_update waits for this
                 result = self.payloads.encode(attrs["result"]) if attrs["result"] else None
                 failure = self.failures.encode(attrs["failure"]) if attrs["failure"] else None
                 rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, True, None, None, result, failure))
-            elif kind == "WorkflowExecutionUpdateRejected":
+            elif kind == EventType.WorkflowExecutionUpdateRejected:
                 rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, False, "UPDATE_REJECTED",
                                       attrs["failure"]["message"], None, self.failures.encode(attrs["failure"])))
             elif kind in CLOSE_STATUS:
                 result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
-                failure = self.failures.encode(_close_failure(kind, attrs)) if kind != "WorkflowExecutionCompleted" else None
+                failure = self.failures.encode(_close_failure(kind, attrs)) if kind != EventType.WorkflowExecutionCompleted else None
                 rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
                                     attrs.get("new_execution_run_id"), *key))
 
