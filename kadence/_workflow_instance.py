@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVarTuple, Unpack
 
 from kadence._worker_interceptor import (
     ExecuteWorkflowInput,
@@ -281,7 +281,14 @@ class PendingCommand:
     started: asyncio.Future[str] | None = None  # a child's run id, once it started
 
 
+_Ts = TypeVarTuple("_Ts")
+
+
 class WorkflowInstance(asyncio.AbstractEventLoop):
+    """One run's deterministic event loop. It implements the subset of asyncio.AbstractEventLoop
+    workflow code may use; typeshed marks the rest abstract (at run time it raises
+    NotImplementedError), hence the type: ignore[abstract] where an instance is made."""
+
     def __init__(
         self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter,
         interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
@@ -557,7 +564,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
 
-    def resolve_local_activities(self, outcomes: dict[int, dict[str, list[Record]]]) -> list[Command]:
+    def resolve_local_activities(self, outcomes: Mapping[int, Mapping[str, Sequence[Record]]]) -> list[Command]:
         """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
         self._new_commands = []
         for local in list(self._local_activities):
@@ -566,7 +573,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._drive()
         return self._new_commands
 
-    def _record_local_outcome(self, local: LocalActivity, details: dict[str, list[Record]]) -> None:
+    def _record_local_outcome(self, local: LocalActivity, details: Mapping[str, Sequence[Record]]) -> None:
         self._local_activities.remove(local)
         self._issue((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details}), None)
         if "result" in details:
@@ -868,7 +875,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
             self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
 
     def signal_external(
-        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[Record], child_workflow_only: bool, header: Record,
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: Sequence[Record], child_workflow_only: bool, header: Record,
     ) -> asyncio.Future[None]:
         return self._issue((TaskCommandType.SignalExternalWorkflowExecution, {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
@@ -921,11 +928,12 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
     def stack_trace(self) -> str:
         """Where each of the run's coroutines waits (its main one, signal and update handlers, the
         tasks it created), one stack per task, as temporalio's `__stack_trace` query answers."""
-        stacks = []
+        stacks: list[str] = []
         for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
             # Down the chain of awaits (Task.print_stack shows the task's own coroutine only, so
             # an interceptor's execute_workflow, not the run method it awaits).
-            frames, coro = [], task.get_coro()
+            frames: list[traceback.FrameSummary] = []
+            coro: Any = task.get_coro()  # then what it awaits: a coroutine, generator or future
             while coro is not None:
                 frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
                 if frame is not None:  # named as the coroutine (`ApprovalWorkflow.run()`), as a task's repr names it
@@ -948,13 +956,15 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     # ---- the subset of asyncio.AbstractEventLoop workflow code may use ----------------------
 
-    def call_soon(self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None) -> asyncio.Handle:
+    def call_soon(
+        self, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts], context: contextvars.Context | None = None,
+    ) -> asyncio.Handle:
         handle = asyncio.Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
     def call_later(
-        self, delay: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None,
+        self, delay: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts], context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         """asyncio.sleep and wait_for timeouts become durable timers (StartTimer commands)."""
         self._timer_seq += 1
@@ -966,7 +976,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         return handle
 
     def call_at(
-        self, when: float, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None,
+        self, when: float, callback: Callable[[Unpack[_Ts]], object], *args: Unpack[_Ts], context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         return self.call_later(when - self.time(), callback, *args, context=context)
 
@@ -1059,7 +1069,7 @@ def replay(
     """The run rebuilt from its recorded history (its payloads decoded); raises NondeterminismError
     where the workflow code issues other commands than the history recorded. The commands of a
     workflow task not recorded yet are dropped."""
-    instance = WorkflowInstance(definition, info, converter, interceptor_classes)
+    instance = WorkflowInstance(definition, info, converter, interceptor_classes)  # type: ignore[abstract]  # see WorkflowInstance
     instance.replay_only = True
     last = history[-1]
     instance.activate(history, last["event_id"], last["event_time_ms"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -55,7 +56,7 @@ from kadence.exceptions import (
     WorkflowUpdateFailedError,
 )
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import codec, command_codec
+from kadence.protocol.codec import HeaderList, codec, command_codec
 from kadence.protocol.cron import parse_cron
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem, text_problem
@@ -120,7 +121,7 @@ class Client:
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
-        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, tracing.Headers, asyncio.Future[Message]]] | None = None
+        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
         # As temporalio: the first interceptor is the outermost, called first.
         self.interceptors = tuple(interceptors)
@@ -262,7 +263,7 @@ class Client:
         self._encoding.put_nowait((record, until_delivered, traced, delivered))
         return delivered
 
-    def _produce_command(self, record: dict[str, Any], until_delivered: bool, traced: tracing.Headers) -> asyncio.Future[Message]:
+    def _produce_command(self, record: dict[str, Any], until_delivered: bool, traced: HeaderList) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
         if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
             refused: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -277,19 +278,19 @@ class Client:
         )
 
     async def _encode_commands(
-        self, queue: asyncio.Queue[tuple[dict[str, Any], bool, tracing.Headers, asyncio.Future[Message]]],
+        self, queue: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]],
     ) -> None:
         while True:
             record, until_delivered, traced, delivered = await queue.get()
             try:
                 await self.data_converter.encode_payloads(record)
                 asyncio.ensure_future(self._produce_command(record, until_delivered, traced)).add_done_callback(
-                    lambda done, delivered=delivered: _chain(done, delivered))
+                    functools.partial(_chain, target=delivered))
             except Exception as exc:  # the codec failed: the caller hears it
                 delivered.set_exception(exc)
 
     def produce(
-        self, topic: str, value: bytes, key: bytes, headers: list[tuple[str, bytes]], *, partition: int | None = None,
+        self, topic: str, value: bytes, key: bytes, headers: HeaderList, *, partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce a record of Kadence's own (a worker's heartbeat on kadence.pollers, a query's answer)."""
         return self._producer.produce(topic, value, key, partition=partition, headers=headers)
@@ -416,7 +417,7 @@ class WorkflowHandle:
         pool = (await self.client._read_model()).pool
         run_id, chain = self._first_execution_run_id, [self._first_execution_run_id]
         while True:
-            row = await until_answered("client_chain_lookup", lambda run_id=run_id: _run_row(pool, self._id, run_id))
+            row = await until_answered("client_chain_lookup", functools.partial(_run_row, pool, self._id, run_id))
             if row is None:
                 raise WorkflowNotFoundError(f"workflow {self._id} run {run_id} not found")
             status, next_run_id = row
@@ -726,7 +727,8 @@ class WorkflowUpdateHandle:
             return
         closed = asyncio.ensure_future(self._client._closed_execution(self._workflow_id, self._workflow_run_id))
         try:
-            await asyncio.wait([*answers, closed], return_when=asyncio.FIRST_COMPLETED)
+            waiting: list[asyncio.Future[Any]] = [*answers, closed]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closed.cancel()
         if not any(answer.done() for answer in answers) and not await read_model.any_outcome(request_ids):

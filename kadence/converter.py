@@ -111,7 +111,7 @@ class CompositePayloadConverter(PayloadConverter):
 
 
 class BinaryNullPayloadConverter(EncodingPayloadConverter):
-    encoding = "binary/null"  # type: ignore[assignment]
+    encoding = "binary/null"
 
     def to_payload(self, value: Any) -> Payload | None:
         return Payload(metadata={"encoding": b"binary/null"}) if value is None else None
@@ -123,7 +123,7 @@ class BinaryNullPayloadConverter(EncodingPayloadConverter):
 
 
 class BinaryPlainPayloadConverter(EncodingPayloadConverter):
-    encoding = "binary/plain"  # type: ignore[assignment]
+    encoding = "binary/plain"
 
     def to_payload(self, value: Any) -> Payload | None:
         return Payload(metadata={"encoding": b"binary/plain"}, data=value) if isinstance(value, bytes) else None
@@ -147,7 +147,7 @@ def _proto_instance(payload: Payload) -> Any:
 
 
 class JSONProtoPayloadConverter(EncodingPayloadConverter):
-    encoding = "json/protobuf"  # type: ignore[assignment]
+    encoding = "json/protobuf"
 
     def to_payload(self, value: Any) -> Payload | None:
         if not _is_proto_message(value):
@@ -164,7 +164,7 @@ class JSONProtoPayloadConverter(EncodingPayloadConverter):
 
 
 class BinaryProtoPayloadConverter(EncodingPayloadConverter):
-    encoding = "binary/protobuf"  # type: ignore[assignment]
+    encoding = "binary/protobuf"
 
     def to_payload(self, value: Any) -> Payload | None:
         if not _is_proto_message(value):
@@ -323,8 +323,8 @@ def _to_class(hint: Any, origin: type, args: tuple[Any, ...], value: Any, custom
         hints = typing.get_type_hints(origin)
         return origin(**{f.name: _field_value(hint, f.name, hints.get(f.name), fields[f.name], custom_converters)
                          for f in dataclasses.fields(origin) if f.name in fields})
-    if callable(getattr(origin, "model_validate", None)):  # pydantic 2
-        return origin.model_validate(value)
+    if callable(model_validate := getattr(origin, "model_validate", None)):  # pydantic 2
+        return model_validate(value)
     if isinstance(inspect.getattr_static(origin, "parse_obj", None), (classmethod, staticmethod)):  # pydantic 1
         return origin.parse_obj(value)  # type: ignore[attr-defined]
     if issubclass(origin, collections.abc.Mapping):

@@ -45,7 +45,9 @@ class WorkflowExecution:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> WorkflowExecution:
-        return cls(*row[:4], WorkflowExecutionStatus(row[4]), *row[5:])  # type: ignore[arg-type]
+        workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes = row
+        return cls(workflow_id, run_id, workflow_type, task_queue, WorkflowExecutionStatus(status), start_time, close_time, history_length,
+                   search_attributes)
 
     def to_json(self) -> dict[str, Any]:
         return {

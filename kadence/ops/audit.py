@@ -33,7 +33,7 @@ from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, Record, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, RunSection, run_sections
 from kadence.protocol.fence import LogFence
-from kadence.protocol.kafka import read_to_end, topic_partitions
+from kadence.protocol.kafka import position, read_to_end, topic_partitions
 from kadence.protocol.settings import KafkaSettings
 
 RunKey = tuple[str, str]
@@ -178,10 +178,11 @@ def audit_history(
     codec = history_batch_codec()
     for msg in read_to_end(settings, topics.HISTORY, offsets):
         report.records += 1
-        report.offsets[msg.partition()] = (report.offsets.get(msg.partition(), (msg.offset(), 0))[0], msg.offset())
+        partition, offset = position(msg)
+        report.offsets[partition] = (report.offsets.get(partition, (offset, 0))[0], offset)
         if on_record is not None:
-            on_record(msg.partition(), msg.offset())
-        where = f"partition {msg.partition()} offset {msg.offset()}"
+            on_record(partition, offset)
+        where = f"partition {partition} offset {offset}"
         try:
             batch = codec.decode(msg.value(), msg.headers())
         except NewerSchemaVersion:
@@ -189,11 +190,11 @@ def audit_history(
         except UndecodableRecord as exc:
             report.violations.append(f"{where}: undecodable history record: {exc}")
             continue
-        if not fence.admit(msg.partition(), batch):
+        if not fence.admit(partition, batch):
             report.zombie_batches += 1
             continue
         for section in run_sections(batch):
-            _track_timers(report.pending_timers, batch["workflow_id"], section, msg.partition(), msg.offset())
+            _track_timers(report.pending_timers, batch["workflow_id"], section, partition, offset)
             if not section.events:
                 continue
             key = (batch["workflow_id"], section.run_id)
@@ -277,7 +278,7 @@ def check_timer_store(report: AuditReport, dsn: str, memory_horizon_ms: int) -> 
     """Compare the timers the log leaves pending with the timer service's store and positions
     (report.missing_timers)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        positions = dict(conn.execute(
+        positions: dict[int, int] = dict(conn.execute(
             "SELECT partition, next_offset FROM kadence_consumer_offsets WHERE consumer = 'timer'").fetchall())
         stored = {row[0] for row in conn.execute(
             "SELECT timer_id FROM kadence_timers WHERE timer_id = ANY(%s)", (list(report.pending_timers),)).fetchall()}

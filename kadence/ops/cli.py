@@ -12,6 +12,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
@@ -429,7 +430,9 @@ class _AuditProgress:
         return f"kadence.history: {len(self.done)}/{self.partitions} partitions done"
 
 
-def _write_audit_report(path: Path, summary: dict, offsets: dict[int, tuple[int, int]], modules: list, key: Path | None) -> None:
+def _write_audit_report(
+    path: Path, summary: dict[str, Any], offsets: dict[int, tuple[int, int]], modules: list[ModuleType], key: Path | None,
+) -> None:
     from kadence.ops.audit_report import build_report, sign
 
     report = build_report(summary, topic=topics.HISTORY, offsets=offsets, modules=modules)

@@ -20,7 +20,7 @@ from psycopg import sql
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, history_batch_codec
 from kadence.protocol.fence import PartitionFences
-from kadence.protocol.kafka import read_to_end
+from kadence.protocol.kafka import position, read_to_end
 from kadence.protocol.settings import KafkaSettings
 from services.projection import MAX_CHUNK_RECORDS, LogRecord
 from services.visibility.projector import VisibilityProjector
@@ -101,15 +101,16 @@ async def _fold(conn: psycopg.AsyncConnection, scratch: str, settings: KafkaSett
     codec = history_batch_codec()
     chunk: list[LogRecord] = []
     for msg in read_to_end(settings, topics.HISTORY, {p: 0 for p, end in to.items() if end > 0}):
-        if msg.offset() >= to[msg.partition()]:
+        partition, offset = position(msg)
+        if offset >= to[partition]:
             continue
         report.records += 1
         try:
             batch = codec.decode(msg.value(), msg.headers())
         except UndecodableRecord:  # the live projector dead-letters it too; `kadence audit replay` reports it
             continue
-        if fences.admit(msg.partition(), msg.offset(), batch):
-            chunk.append(LogRecord(msg.partition(), msg.offset(), batch))
+        if fences.admit(partition, offset, batch):
+            chunk.append(LogRecord(partition, offset, batch))
         if len(chunk) >= MAX_CHUNK_RECORDS:
             await _apply(conn, projector, chunk)
     await _apply(conn, projector, chunk)
@@ -126,8 +127,12 @@ def _workflow_ids_between(settings: KafkaSettings, began: dict[int, int], now: d
     """The workflow ids of the records the live projector folded while the audit ran."""
     moved = {p: began.get(p, 0) for p, offset in now.items() if offset > began.get(p, 0)}
     codec = history_batch_codec()
-    return {codec.decode(msg.value(), msg.headers())["workflow_id"]
-            for msg in read_to_end(settings, topics.HISTORY, moved) if msg.offset() < now[msg.partition()]}
+    workflow_ids: set[str] = set()
+    for msg in read_to_end(settings, topics.HISTORY, moved):
+        partition, offset = position(msg)
+        if offset < now[partition]:
+            workflow_ids.add(codec.decode(msg.value(), msg.headers())["workflow_id"])
+    return workflow_ids
 
 
 async def _compare(conn: psycopg.AsyncConnection, scratch: str, table: str, key: tuple[str, ...], columns: tuple[str, ...],

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -34,6 +34,23 @@ Record = dict[str, Any]
 SCHEMA_HEADER = "kadence-schema"
 # The records that travel in Kafka with SCHEMA_HEADER, whose every released version is archived.
 KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "Task")
+
+# A record's headers as confluent-kafka types them: a consumed record's are (name, bytes or None)
+# pairs; a producer takes a list of pairs with str values too, or a dict.
+HeaderList = list[tuple[str, str | bytes | None]]
+Headers = Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | None]
+
+
+def header_pairs(headers: Headers | None) -> Sequence[tuple[str, str | bytes | None]]:
+    """The (name, value) pairs of headers in either of confluent-kafka's forms."""
+    if headers is None:
+        return ()
+    return list(headers.items()) if isinstance(headers, dict) else headers
+
+
+def header_text(value: str | bytes | None) -> str:
+    """A header's value as text (ours are UTF-8)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
 
 
 class UndecodableRecord(ValueError):
@@ -60,7 +77,7 @@ class RecordCodec:
         fastavro.schemaless_writer(out, self.writer_schema, record)
         return out.getvalue()
 
-    def decode(self, data: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> dict[str, Any]:
+    def decode(self, data: bytes | None, headers: Headers | None = None) -> dict[str, Any]:
         """Decode `data`; raises UndecodableRecord with the reason if it is not this record."""
         if data is None:
             raise UndecodableRecord(f"{self.name}: record has no value")
@@ -75,17 +92,18 @@ class RecordCodec:
             raise UndecodableRecord(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         if buf.tell() != len(data):
             raise UndecodableRecord(f"{self.name}: {len(data) - buf.tell()} trailing bytes after the record")
+        assert isinstance(record, dict), f"{self.name} is an Avro record"
         return record
 
-    def headers(self) -> list[tuple[str, bytes]]:
+    def headers(self) -> HeaderList:
         return [(SCHEMA_HEADER, self.fingerprint.encode())]
 
-    def _writer_schema(self, headers: list[tuple[str, bytes]] | None) -> Any:
+    def _writer_schema(self, headers: Headers | None) -> Any:
         """The schema the record was written with: its header's version (none: this build's)."""
-        for key, value in headers or ():
+        for key, value in header_pairs(headers):
             if key != SCHEMA_HEADER or value is None:
                 continue
-            fingerprint = value.decode(errors="replace")
+            fingerprint = header_text(value)
             if fingerprint == self.current_fingerprint:
                 return self.schema
             if fingerprint in self.versions:

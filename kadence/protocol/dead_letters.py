@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from kadence.protocol import topics
-from kadence.protocol.kafka import make_producer, read_to_end
+from kadence.protocol.codec import HeaderList, Headers, header_pairs, header_text
+from kadence.protocol.kafka import make_producer, position, read_to_end
 from kadence.protocol.settings import KafkaSettings
 
 ERROR_HEADER = "kadence-error"
@@ -24,16 +25,14 @@ SOURCE_OFFSET_HEADER = "kadence-source-offset"
 DEAD_LETTER_HEADERS = (ERROR_HEADER, SOURCE_TOPIC_HEADER, SOURCE_PARTITION_HEADER, SOURCE_OFFSET_HEADER)
 
 
-def dead_letter_headers(source: Message, error: str) -> list[tuple[str, bytes]]:
+def dead_letter_headers(source: Message, error: str) -> HeaderList:
     """The source record's headers plus why and where from: what a service writes to kadence.dlq."""
-    return headers_for_dead_letter(source.headers() or [], source.topic(), source.partition(), source.offset(), error)
+    return headers_for_dead_letter(source.headers() or [], source.topic() or "", *position(source), error)
 
 
-def headers_for_dead_letter(
-    headers: list[tuple[str, bytes]], topic: str, partition: int, offset: int, error: str,
-) -> list[tuple[str, bytes]]:
+def headers_for_dead_letter(headers: Headers, topic: str, partition: int, offset: int, error: str) -> HeaderList:
     """dead_letter_headers for a record read by another client than confluent-kafka's (faust's)."""
-    return [*headers, (ERROR_HEADER, error.encode(errors="backslashreplace")), (SOURCE_TOPIC_HEADER, topic.encode()),
+    return [*header_pairs(headers), (ERROR_HEADER, error.encode(errors="backslashreplace")), (SOURCE_TOPIC_HEADER, topic.encode()),
             (SOURCE_PARTITION_HEADER, str(partition).encode()), (SOURCE_OFFSET_HEADER, str(offset).encode())]
 
 
@@ -46,14 +45,14 @@ class DeadLetter:
     source_offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]  # the source record's own
+    headers: HeaderList  # the source record's own
 
     @classmethod
     def from_message(cls, msg: Message) -> "DeadLetter":
-        headers = msg.headers() or []
-        added = {key: value.decode(errors="replace") for key, value in headers if key in DEAD_LETTER_HEADERS}
+        headers = header_pairs(msg.headers())
+        added = {key: header_text(value) for key, value in headers if key in DEAD_LETTER_HEADERS}
         return cls(
-            offset=msg.offset(), error=added.get(ERROR_HEADER, ""), source_topic=added.get(SOURCE_TOPIC_HEADER, ""),
+            offset=position(msg)[1], error=added.get(ERROR_HEADER, ""), source_topic=added.get(SOURCE_TOPIC_HEADER, ""),
             source_partition=int(added.get(SOURCE_PARTITION_HEADER, -1)), source_offset=int(added.get(SOURCE_OFFSET_HEADER, -1)),
             key=msg.key(), value=msg.value(), headers=[(k, v) for k, v in headers if k not in DEAD_LETTER_HEADERS],
         )
@@ -83,8 +82,10 @@ def replay(settings: KafkaSettings, letters: list[DeadLetter]) -> None:
             )
     producer = make_producer(settings)
     for letter in letters:
-        placement = {"partition": letter.source_partition} if letter.source_partition >= 0 else {}
-        producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers, **placement)
+        if letter.source_partition >= 0:
+            producer.produce(letter.source_topic, letter.value, letter.key, partition=letter.source_partition, headers=letter.headers)
+        else:
+            producer.produce(letter.source_topic, letter.value, letter.key, headers=letter.headers)
     remaining = producer.flush(30)
     if remaining:
         raise RuntimeError(f"{remaining} replayed records were not acknowledged within 30 s; list kadence.dlq and retry")

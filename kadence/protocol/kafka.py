@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, NewTopic, OffsetSpec
 from prometheus_client import Counter, Gauge
 
+from kadence.protocol.codec import HeaderList
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from kadence.protocol.settings import KafkaSettings
 from kadence.protocol.topics import topic_config
@@ -189,7 +191,7 @@ def _lag_recorder(settings: KafkaSettings, group_id: str) -> Callable[[str], Non
             admin = AdminClient(base_config(settings))
         ends = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in current}, request_timeout=10)
         for tp, future in ends.items():
-            future.add_done_callback(lambda end, tp=tp: record_end(tp.topic, tp.partition, end))
+            future.add_done_callback(functools.partial(record_end, tp.topic, tp.partition))
 
     def record_end(topic: str, partition: int, end: Future[ListOffsetsResultInfo]) -> None:
         position = positions.get((topic, partition))
@@ -361,7 +363,7 @@ class AsyncProducer:
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None = None, *, partition: int | None = None,
-        headers: list[tuple[str, bytes]] | None = None, until_delivered: bool = False,
+        headers: HeaderList | None = None, until_delivered: bool = False,
     ) -> asyncio.Future[Message]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Message] = loop.create_future()
@@ -370,7 +372,7 @@ class AsyncProducer:
 
     def _send(
         self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Message], topic: str, value: bytes, key: bytes | None,
-        partition: int | None, headers: list[tuple[str, bytes]] | None, until_delivered: bool, attempt: int,
+        partition: int | None, headers: HeaderList | None, until_delivered: bool, attempt: int,
     ) -> None:
         def settle(err: KafkaError | None, msg: Message | None) -> None:
             if err is not None and until_delivered and not self._closing and _passes(err) and not future.done():
@@ -430,6 +432,15 @@ def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Messag
         future.set_result(msg)
 
 
+def position(msg: Message) -> tuple[int, int]:
+    """A consumed record's partition and offset. confluent-kafka types both optional (a message
+    not yet produced has neither); a consumed record, or a partition-end event, has both."""
+    partition, offset = msg.partition(), msg.offset()
+    if partition is None or offset is None:
+        raise ValueError(f"a message of {msg.topic()} without a partition or offset: not a consumed record")
+    return partition, offset
+
+
 def poll_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
     """Wait up to `timeout` for one message, then take what else is already fetched.
 
@@ -461,7 +472,7 @@ async def consume_batches(
                 batch.append(msg)
             elif error.code() == KafkaError._PARTITION_EOF:
                 if on_end is not None:  # read to the end of the partition: caught up
-                    on_end(msg.partition())
+                    on_end(position(msg)[0])
             else:
                 log.warning("event=consume_error topic=%s error=%s", msg.topic(), error)
         yield batch
@@ -501,14 +512,14 @@ def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, in
             if ends is None:
                 remaining -= _past_the_fetched_end(consumer, topic, remaining, start_offsets)
             for msg in poll_batch(consumer, 1000, 0.05):
-                partition, error = msg.partition(), msg.error()
+                (partition, offset), error = position(msg), msg.error()
                 if partition not in remaining:
                     continue  # read to its end already: what follows came later
                 if error is None:
                     end = None if ends is None else ends[partition]
-                    if end is None or msg.offset() < end:
+                    if end is None or offset < end:
                         yield msg
-                    if end is not None and msg.offset() >= end - 1:
+                    if end is not None and offset >= end - 1:
                         remaining.discard(partition)
                 elif error.code() == KafkaError._PARTITION_EOF:
                     remaining.discard(partition)
@@ -536,7 +547,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
     import faust
 
     config = settings.client_config
-    credentials = None
+    credentials: faust.SASLCredentials | faust.SSLCredentials | None = None
     if config.get("security.protocol", "").upper().startswith("SASL"):
         ssl_context = None
         if config["security.protocol"].upper() == "SASL_SSL":
@@ -582,8 +593,8 @@ def _set_faust_idempotence(enabled: bool) -> None:
     def settings_extra(self: Any) -> Any:
         return {**original(self), "enable_idempotence": True} if enabled else original(self)
 
-    producer_class._kadence_original_settings_extra = original
-    producer_class._settings_extra = settings_extra
+    setattr(producer_class, "_kadence_original_settings_extra", original)  # noqa: B010 (a monkeypatch)
+    setattr(producer_class, "_settings_extra", settings_extra)  # noqa: B010
 
 
 def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
@@ -599,8 +610,8 @@ def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
         consumer._fetch_max_wait_ms = fetch_wait_max_ms
         return consumer
 
-    thread_class._kadence_original_create_worker_consumer = original
-    thread_class._create_worker_consumer = create_worker_consumer
+    setattr(thread_class, "_kadence_original_create_worker_consumer", original)  # noqa: B010 (a monkeypatch)
+    setattr(thread_class, "_create_worker_consumer", create_worker_consumer)  # noqa: B010
 
 
 def _survive_closed_aiokafka_connections() -> None:

@@ -92,7 +92,8 @@ async def watch(dsn: str, reachability: Reachability) -> None:
         while True:
             try:
                 if conn is None or conn.closed:
-                    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=PROBE_TIMEOUT_S)
+                    # libpq's connect_timeout is whole seconds.
+                    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=int(PROBE_TIMEOUT_S))
                 await asyncio.wait_for(conn.execute("SELECT 1"), PROBE_TIMEOUT_S)
                 reachability.answered()
             except (psycopg.OperationalError, TimeoutError) as exc:

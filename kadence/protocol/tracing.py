@@ -22,8 +22,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from kadence.protocol.codec import HeaderList, Headers, header_pairs, header_text
+
 TRACEPARENT = "traceparent"
-Headers = list[tuple[str, bytes]]
 
 log = logging.getLogger("kadence.tracing")
 
@@ -72,9 +73,9 @@ def enabled() -> bool:
 
 def traceparent(headers: Headers | None) -> str | None:
     """The record's traceparent as it came, for a later hop to continue (say, a timer's firing)."""
-    for key, value in headers or ():
+    for key, value in header_pairs(headers):
         if key == TRACEPARENT and value:
-            return value.decode(errors="replace")
+            return header_text(value)
     return None
 
 
@@ -84,7 +85,7 @@ def exemplar(traceparent: str | None) -> dict[str, str] | None:
     return {"trace_id": traceparent[3:35]} if traceparent else None
 
 
-def current_headers() -> Headers:
+def current_headers() -> HeaderList:
     """`traceparent` of the span current here, for a record produced within it (none outside a span)."""
     trace = sys.modules.get("opentelemetry.trace")
     if trace is None:
@@ -180,9 +181,9 @@ def _parent(headers: Headers | None) -> Any:
     """The context of the record's traceparent; None without one (or with one that does not parse)."""
     from opentelemetry import trace
 
-    for key, value in headers or ():
+    for key, value in header_pairs(headers):
         if key == TRACEPARENT and value:
-            context = _extract(value.decode(errors="replace"))
+            context = _extract(header_text(value))
             return context if trace.get_current_span(context).get_span_context().is_valid else None
     return None
 

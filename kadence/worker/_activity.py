@@ -143,7 +143,13 @@ class ActivityWorker:
             raise
         job = asyncio.create_task(self._run_activity_once_started(task, answer, problem))
         running.add(job)
-        job.add_done_callback(lambda j: (running.discard(j), slots.release(), _log_lost_activity(j, task)))
+
+        def finished(job: asyncio.Task[None]) -> None:
+            running.discard(job)
+            slots.release()
+            _log_lost_activity(job, task)
+
+        job.add_done_callback(finished)
         return [started]
 
     async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:

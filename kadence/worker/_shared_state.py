@@ -67,7 +67,7 @@ class _MultiprocessingSharedStateManager(SharedStateManager):
         self._poller = queue_poller_executor
         self._queue: queue.Queue[tuple[bytes, Sequence[Any]]] = mgr.Queue(QUEUE_CAPACITY)
         self._heartbeaters: dict[bytes, Callable[..., None]] = {}
-        self._unregistered: dict[bytes, Callable[[], None]] = {}
+        self._unregistered: dict[bytes, Callable[[], object]] = {}
         self._lock = threading.Lock()
         self._reading = False
 

@@ -81,7 +81,11 @@ class Worker:
             max_task_queue_activities_per_second,
         )
         self._workflow_worker = WorkflowWorker(self, definitions, self._activity_worker, max_cached_workflows)
-        self._kinds: list[topics.TaskKind] = (["workflow"] if definitions else []) + (["activity"] if activities else [])
+        self._kinds: list[topics.TaskKind] = []  # the task kinds this worker polls
+        if definitions:
+            self._kinds.append("workflow")
+        if activities:
+            self._kinds.append("activity")
         self.ready = asyncio.Event()
         """Set once every poller of this worker has partitions assigned (useful for tests and probes)."""
 

@@ -26,6 +26,7 @@ from kadence._workflow_instance import (
     WorkflowTaskError,
     replay,
 )
+from kadence.api.common.v1 import Payload
 from kadence.common import next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
@@ -111,7 +112,7 @@ class WorkflowWorker:
 
     async def _handle_workflow_task(
         self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
-    ) -> list[asyncio.Future[Message]]:
+    ) -> list[asyncio.Future[Any]]:
         if task["task"][0] == "QueryTask":
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
@@ -249,7 +250,7 @@ class WorkflowWorker:
             return
         await self._complete_workflow_task(task, instance, commands)
 
-    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Record]]]:
+    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
         """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
         attrs = local.attributes
         payloads = self.client.data_converter.payload_converter
@@ -337,5 +338,5 @@ class WorkflowWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
-        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)
+        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)  # type: ignore[abstract]  # see WorkflowInstance
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)

@@ -115,11 +115,11 @@ class CheckpointStore:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             loaded: dict[int, Checkpoint | None] = {}
             for partition in partitions:
-                self.epochs[partition] = conn.execute(
+                [(self.epochs[partition],)] = conn.execute(
                     "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
                     "ON CONFLICT (partition) DO UPDATE SET epoch = kadence_history_owners.epoch + 1 RETURNING epoch",
                     (partition,),
-                ).fetchone()[0]
+                ).fetchall()
                 row = conn.execute(
                     "SELECT history_offset, last_source_offset, state, schema_fingerprint FROM kadence_history_checkpoints "
                     "WHERE partition = %s", (partition,),

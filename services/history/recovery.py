@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
-from kadence.protocol.kafka import read_to_end
+from kadence.protocol.kafka import position, read_to_end
 from kadence.protocol.settings import KafkaSettings
+from services.history.machine.records import HistoryBatch
 from services.history.partition import PartitionState
 
 log = logging.getLogger("kadence.history.recovery")
@@ -28,15 +30,16 @@ def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState
     records = skipped = 0
     for msg in read_to_end(settings, topics.HISTORY, read_from):
         records += 1
-        states[msg.partition()].history_offset = msg.offset() + 1
+        partition, offset = position(msg)
+        states[partition].history_offset = offset + 1
         try:
-            batch = codec.decode(msg.value(), msg.headers())
+            batch = cast(HistoryBatch, codec.decode(msg.value(), msg.headers()))  # what the schema decodes to
         except NewerSchemaVersion:
             raise  # skipping it would recover a state missing what it records
         except UndecodableRecord as exc:
-            log.error("event=history_record_undecodable partition=%d offset=%d error=%s", msg.partition(), msg.offset(), exc)
+            log.error("event=history_record_undecodable partition=%d offset=%d error=%s", partition, offset, exc)
             continue
-        if not states[msg.partition()].apply(batch):
+        if not states[partition].apply(batch):
             skipped += 1
     log.info(
         "event=partitions_recovered partitions=%s read_from=%s records=%d zombie_batches_skipped=%d executions=%d "

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
+from kadence.protocol.codec import HeaderList, NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.events import run_sections
 from kadence.protocol.kafka import (
@@ -23,6 +23,7 @@ from kadence.protocol.kafka import (
     make_consumer,
     make_producer,
     partition_for_key,
+    position,
     topic_partitions,
 )
 from kadence.protocol.limits import (
@@ -281,11 +282,13 @@ class HistoryService:
         checkpoints = self.checkpoints
         if checkpoints is None:
             return
-        wanted = sorted({
-            (msg.partition(), command["workflow_id"]) for msg, command in commands
-            if not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[msg.partition()].executions
-            and text_problem("workflow_id", command["workflow_id"]) is None  # refused in handle: no run to look up
-        })
+        unknown: set[tuple[int, str]] = set()
+        for msg, command in commands:
+            partition = position(msg)[0]
+            if (not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[partition].executions
+                    and text_problem("workflow_id", command["workflow_id"]) is None):  # refused in handle: no run to look up
+                unknown.add((partition, command["workflow_id"]))
+        wanted = sorted(unknown)
         if wanted:
             loop = asyncio.get_running_loop()
             closed = await until_answered(
@@ -295,7 +298,7 @@ class HistoryService:
                 self.partitions[partition].executions.setdefault(execution.workflow_id, execution)
 
     def handle(self, msg: Message, command: Record) -> None:
-        partition, offset = msg.partition(), msg.offset()
+        partition, offset = position(msg)
         workflow_id = command["workflow_id"]
         owner = partition_for_key(workflow_id.encode(), self.partition_count)
         if owner != partition:
@@ -310,9 +313,9 @@ class HistoryService:
             self._step(msg, command, kind, traceparent)
 
     def _step(self, msg: Message, command: Record, kind: str, traceparent: str | None) -> None:
-        partition, offset, workflow_id = msg.partition(), msg.offset(), command["workflow_id"]
-        if kind != CommandType.QueryWorkflow and len(msg.value()) > WARN_PAYLOAD_BYTES:
-            log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value()))
+        (partition, offset), workflow_id = position(msg), command["workflow_id"]
+        if kind != CommandType.QueryWorkflow and len(msg.value() or b"") > WARN_PAYLOAD_BYTES:
+            log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value() or b""))
         written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
                        whole_histories=not self._workflow_task_deltas)
         if written.rejected is not None:
@@ -370,7 +373,7 @@ class HistoryService:
         traceparent = tracing.joined("history batch", self._unwritten_traces.pop(partition, []), {
             "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
         })
-        traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+        traced: HeaderList = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
         self.producer.produce(
             topics.HISTORY, value, batch["workflow_id"].encode(),
             partition=partition, headers=self.batches.headers() + traced, on_delivery=self._on_delivery(),
@@ -385,8 +388,10 @@ class HistoryService:
             self._fatal = self._fatal or err
         elif err is not None:
             self._produce_error = err
-        elif msg.topic() == topics.HISTORY and (state := self.partitions.get(msg.partition())) is not None:
-            state.history_offset = max(state.history_offset, msg.offset() + 1)
+        elif msg.topic() == topics.HISTORY:
+            partition, offset = position(msg)
+            if (state := self.partitions.get(partition)) is not None:
+                state.history_offset = max(state.history_offset, offset + 1)
 
     def _on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
         """The delivery callback for the current producer: a replaced one's reports are ignored."""
@@ -428,5 +433,5 @@ class HistoryService:
         (forwarded, dead-lettered): the resume position passes it, so a restart does not deal
         with it again. Written after the forward or dead letter, so a crash between the two
         repeats that (at least once), never loses it."""
-        partition = msg.partition()
-        self._write(partition, eventless(self.partitions[partition], workflow_id, partition, msg.offset(), effects=[]))
+        partition, offset = position(msg)
+        self._write(partition, eventless(self.partitions[partition], workflow_id, partition, offset, effects=[]))

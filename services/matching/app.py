@@ -6,12 +6,12 @@ import asyncio
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 
 from kadence.protocol import topics
-from kadence.protocol.codec import NewerSchemaVersion
+from kadence.protocol.codec import HeaderList, NewerSchemaVersion
 from kadence.protocol.kafka import CONSUMER_LAG, faust_broker_settings
 from kadence.protocol.observability import READINESS, serve
 from kadence.protocol.runner import stop_for_newer_schema
@@ -33,23 +33,26 @@ def create_app(settings: KafkaSettings) -> faust.App:
     )
     history = app.topic(topics.HISTORY, key_serializer="raw", value_serializer="raw")
 
-    async def send(topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]]) -> Any:
+    async def send(topic: str, key: bytes | None, value: bytes, headers: HeaderList) -> Any:
         # Not awaited to delivery: faust flushes its producer before it commits source offsets.
-        return await app.producer.send(topic, key, value, partition=None, timestamp=None, headers=headers)
+        # faust's stub says bytes values; aiokafka sends str and None values too (a dead letter keeps its source's).
+        return await app.producer.send(topic, key, value, partition=None, timestamp=None, headers=cast(list[tuple[str, bytes]], headers))
 
     router = TaskRouter(settings, send)
 
     servers: list[Any] = []  # held: the endpoints live as long as the app
 
-    @app.task
     async def endpoints() -> None:
         servers.append(await serve("matching"))
+
+    app.task(endpoints)  # a call, not a decorator: faust's decorators are untyped
 
     # Per assigned partition of kadence.history, the offset after the last record routed.
     consumed: dict[Any, int] = {}
     measured: set[Any] = set()  # the partitions the lag gauge has a value for
 
-    @app.on_partitions_assigned.connect
+    # faust sends the partitions as the handler's second argument; its stub says handlers take none.
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         # faust reads on from its committed offsets; readiness here is the assignment.
         history_tps = {tp for tp in assigned if tp.topic == topics.HISTORY}
@@ -60,7 +63,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
             READINESS.reached_end(partition)
         given_away(set(consumed) - history_tps)
 
-    @app.on_partitions_revoked.connect
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         router.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
         READINESS.revoke()
@@ -74,7 +77,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
                 CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
 
     @app.agent(history)
-    async def route_tasks(stream: faust.StreamT) -> None:
+    async def route_tasks(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
             try:
@@ -84,7 +87,6 @@ def create_app(settings: KafkaSettings) -> faust.App:
                 stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
             consumed[event.message.tp] = event.message.offset + 1
 
-    @app.timer(LAG_INTERVAL_S)
     async def record_lag() -> None:
         """The consumer lag gauge, as the other services report it: per assigned partition, its end
         (ListOffsets: aiokafka's end_offsets) minus the offset after the last record routed (before
@@ -102,5 +104,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
                     measured.add(tp)
         except Exception as exc:  # a gauge not updated this round must not stop the routing
             log.info("event=consumer_lag_not_measured error=%r", exc)
+
+    app.timer(LAG_INTERVAL_S)(record_lag)
 
     return app

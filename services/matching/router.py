@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import SCHEMA_HEADER, NewerSchemaVersion, history_batch_codec, task_codec
+from kadence.protocol.codec import SCHEMA_HEADER, HeaderList, NewerSchemaVersion, history_batch_codec, task_codec
 from kadence.protocol.dead_letters import headers_for_dead_letter
 from kadence.protocol.events import run_sections
 from kadence.protocol.fence import PartitionFences
@@ -28,7 +28,7 @@ log = logging.getLogger("kadence.matching")
 ROUTED = Counter("kadence_matching_tasks_routed_total", "Tasks routed to task queue topics", ["task_queue", "kind"])
 RELAYED = Counter("kadence_matching_commands_relayed_total", "Outbound commands relayed to kadence.commands")
 
-Send = Callable[[str, bytes | None, bytes, list[tuple[str, bytes]]], Awaitable[Any]]
+Send = Callable[[str, bytes | None, bytes, HeaderList], Awaitable[Any]]
 
 _TASK_KINDS: dict[str, topics.TaskKind] = {
     EffectType.WorkflowTask: "workflow", EffectType.QueryTask: "workflow",
@@ -44,10 +44,10 @@ class TaskRouter:
         self.batches = history_batch_codec()
         self.tasks = task_codec()
         self.known_topics: set[str] = set()
-        self._traced: list[tuple[str, bytes]] = []  # the traceparent of the record being routed, for what it produces
+        self._traced: HeaderList = []  # the traceparent of the record being routed, for what it produces
 
     async def route(
-        self, partition: int, offset: int, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]],
+        self, partition: int, offset: int, key: bytes | None, value: bytes, headers: HeaderList,
         timestamp_ms: int | None = None,
     ) -> None:
         """Route one record's effects; a record that cannot be routed goes to the DLQ with the reason."""
@@ -66,7 +66,7 @@ class TaskRouter:
             log.error("event=history_record_dead_lettered partition=%d offset=%d error=%r", partition, offset, reason)
             await self.send(topics.DLQ, key, value, headers_for_dead_letter(headers, topics.HISTORY, partition, offset, reason))
 
-    async def _route(self, partition: int, offset: int, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+    async def _route(self, partition: int, offset: int, value: bytes, headers: HeaderList) -> None:
         batch = self.batches.decode(value, headers)  # UndecodableRecord: dead-lettered by route
         if not self.fences.admit(partition, offset, batch):
             # Within one read of the partition: a history instance that just lost it repeating the owner.
@@ -105,7 +105,7 @@ class TaskRouter:
                 with tracing.child(f"matching {effect_type}", {
                     "messaging.destination.name": topic, "kadence.workflow_id": workflow_id, "kadence.run_id": run_id,
                 }) as traceparent:
-                    traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+                    traced: HeaderList = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
                     await self.send(topic, key, value, self.tasks.headers() + traced)
                 ROUTED.labels(effect["task_queue"], kind).inc(exemplar=tracing.exemplar(traceparent))
             else:

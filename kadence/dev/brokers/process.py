@@ -83,7 +83,8 @@ class LocalBroker:
         return elapsed
 
     def _wait_until_ready(self, deadline: float) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": logging.getLogger("kadence.dev.readiness")})
+        # confluent-kafka takes a logging.Logger as "logger"; its stub allows only str and number values.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": logging.getLogger("kadence.dev.readiness")})  # type: ignore[dict-item]
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 code = None if self.process is None else self.process.returncode

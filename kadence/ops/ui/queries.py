@@ -100,7 +100,7 @@ async def runs_of(pool: AsyncConnectionPool, workflow_id: str, limit: int = 50) 
             "SELECT run_id, status, start_time FROM kadence_executions WHERE workflow_id = %s ORDER BY start_time DESC LIMIT %s",
             (workflow_id, limit),
         )).fetchall()
-    return [tuple(row) for row in rows]  # type: ignore[misc]
+    return [tuple(row) for row in rows]
 
 
 def _encode_cursor(values: list[str]) -> str:

@@ -38,7 +38,7 @@ from kadence.ops.ui import pages
 from kadence.ops.ui.codec_server import RemotePayloadCodec
 from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pending_activities, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
-from kadence.ops.ui.html import Html, render
+from kadence.ops.ui.html import Html, raw, render
 from kadence.ops.ui.queries import count_by_status, execution_row, list_page, runs_of
 from kadence.protocol.postgres import connection_pool, describe
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -144,8 +144,8 @@ CSRF_KEY = web.RequestKey("csrf", str)  # the form token of this request's brows
 @web.middleware
 async def security(request: web.Request, handler: Any) -> web.StreamResponse:
     """Form tokens, the cross-site check on POSTs, and the pages' security headers."""
-    token = request.cookies.get(CSRF_COOKIE)
-    fresh = not token or len(token) != 64
+    token = request.cookies.get(CSRF_COOKIE, "")
+    fresh = len(token) != 64
     request[CSRF_KEY] = secrets.token_hex(32) if fresh else token
     if request.method == "POST":
         origin = request.headers.get("Origin")
@@ -393,11 +393,11 @@ async def unavailable(request: web.Request, handler: Any) -> web.StreamResponse:
     except psycopg.OperationalError as exc:
         viewer = request.app[UI_KEY].viewer(request)
         return html_response(pages.outcome_page(viewer, "Read model unavailable", f"Postgres does not answer: {describe(exc)}",
-                                                pages.raw('<a href="">try again</a>'), failed=True), 503)
+                                                raw('<a href="">try again</a>'), failed=True), 503)
     except KafkaException as exc:
         viewer = request.app[UI_KEY].viewer(request)
         return html_response(pages.outcome_page(viewer, "Kafka unavailable", f"the Kafka broker does not answer: {exc}",
-                                                pages.raw('<a href="">try again</a>'), failed=True), 503)
+                                                raw('<a href="">try again</a>'), failed=True), 503)
 
 
 def make_app(ui: Ui) -> web.Application:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from kadence.protocol.codec import Record
+from kadence.protocol.codec import Record as Record  # re-exported: the machine's modules import it from here
 
 Effect = tuple[str, Record]  # (record name, fields): a branch of HistoryBatch.effects
 

@@ -28,11 +28,11 @@ class Payload(dict[str, Any]):
 
     @property
     def metadata(self) -> dict[str, bytes]:
-        return self["metadata"]  # type: ignore[no-any-return]
+        return self["metadata"]
 
     @property
     def data(self) -> bytes:
-        return self["data"]  # type: ignore[no-any-return]
+        return self["data"]
 
     @data.setter
     def data(self, value: bytes) -> None:
