@@ -45,6 +45,7 @@ from kadence.exceptions import (
     ApplicationError,
     AsyncActivityCancelledError,
     CancelledError,
+    ClientClosedError,
     CommandRejectedError,
     CommandTooLargeError,
     TerminatedError,
@@ -123,6 +124,7 @@ class Client:
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
         self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
+        self._closed = False
         # As temporalio: the first interceptor is the outermost, called first.
         self.interceptors = tuple(interceptors)
         impl: OutboundInterceptor = _ClientImpl(self)
@@ -252,6 +254,8 @@ class Client:
         With `until_delivered`, a delivery that fails for a passing reason (the broker away past
         the delivery timeout) is tried again until it succeeds: for commands whose repetition is
         rejected as stale (a worker's task results)."""
+        if self._closed:
+            raise ClientClosedError(f"{kind} for {workflow_id}")
         record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if self.data_converter.payload_codec is None:
@@ -332,6 +336,8 @@ class Client:
         return [problem] if problem is not None else []
 
     async def _read_model(self) -> "_ReadModel":
+        if self._closed:
+            raise ClientClosedError("reading the read model")
         if self._results is None:
             self._results = _ReadModel(self._postgres_dsn or postgres_dsn())
         await self._results.started()
@@ -341,6 +347,8 @@ class Client:
         return await (await self._read_model()).wait_closed(workflow_id, run_id)
 
     async def _replies(self) -> ReplyListener:
+        if self._closed:
+            raise ClientClosedError("waiting for a reply")
         if self._reply_listener is None:
             self._reply_listener = asyncio.ensure_future(self._start_replies())
         return await asyncio.shield(self._reply_listener)
@@ -351,6 +359,8 @@ class Client:
         return listener
 
     async def close(self) -> None:
+        """Stop sending and listening; any later call raises ClientClosedError instead of waiting."""
+        self._closed = True
         if self._encoder is not None:
             self._encoder.cancel()
         if self._reply_listener is not None:

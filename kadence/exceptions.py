@@ -205,6 +205,13 @@ class WorkflowNotFoundError(KadenceError):
     """The read model has no such workflow execution."""
 
 
+class ClientClosedError(KadenceError):
+    """A call on a Client after its close(): nothing could send the command or hear the answer."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(f"{call}: this Client was closed; connect a new one (Client.connect) for further calls")
+
+
 class ReadOnlyContextError(KadenceError):
     """Workflow code in a query handler or update validator tried to change the run (issue a
     command, wait, set a handler), as temporalio's."""

@@ -14,11 +14,13 @@ import pytest
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import RetryPolicy
+from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
     ApplicationErrorCategory,
     CancelledError,
+    ClientClosedError,
     FailureError,
     TemporalError,
     TerminatedError,
@@ -105,3 +107,12 @@ def test_exception_constructors_take_temporalios_arguments() -> None:
                           activity_id="1", retry_state=None)
     error.__cause__ = ApplicationError("root")
     assert error.cause is error.__cause__ and error.identity == "w"
+
+
+async def test_a_closed_clients_handles_raise_instead_of_waiting(stack: LocalStack) -> None:
+    closed = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    handle = closed.get_workflow_handle(f"closed-client-{uuid.uuid4()}")
+    await closed.close()
+    for call in (handle.terminate(reason="late"), handle.signal("s"), handle.result(), handle.describe()):
+        with pytest.raises(ClientClosedError, match="this Client was closed"):
+            await asyncio.wait_for(call, 10)
