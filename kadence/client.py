@@ -61,6 +61,7 @@ from kadence.protocol.codec import HeaderList, codec, command_codec
 from kadence.protocol.cron import parse_cron
 from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem, text_problem
+from kadence.protocol.names import CommandType
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, RETRY_MAX_S, Backoff, Reachability, apply_ddl, connection_pool, until_answered
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
@@ -769,9 +770,9 @@ class _ClientImpl(OutboundInterceptor):
             "header": dict(input.headers),
         }
         if input.start_signal is None:
-            run_id = await client._request(input.id, "StartWorkflowExecution", start, request_id)
+            run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
         else:
-            run_id = await client._request(input.id, "SignalWithStartWorkflowExecution", {
+            run_id = await client._request(input.id, CommandType.SignalWithStartWorkflowExecution, {
                 "start": start, "signal_name": input.start_signal, "signal_input": payloads.to_payloads(list(input.start_signal_args)),
             }, request_id)
         log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", input.id, run_id, input.workflow)
@@ -787,7 +788,7 @@ class _ClientImpl(OutboundInterceptor):
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
-        await handle._request_in_chain("RequestCancelWorkflowExecution", {"reason": input.reason}, str(uuid.uuid4()))
+        await handle._request_in_chain(CommandType.RequestCancelWorkflowExecution, {"reason": input.reason}, str(uuid.uuid4()))
 
     async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecution:
         return await self._handle(input.id, input.run_id)._execution(input.run_id)
@@ -824,7 +825,7 @@ class _ClientImpl(OutboundInterceptor):
         # workflow task is done, so its restart (or a worker's) would otherwise cost the whole timeout.
         # Every copy has the same query id; history holds it once, and the first answer wins.
         while not answer.done() and loop.time() < deadline:
-            await client.send_command(input.id, "QueryWorkflow", command)
+            await client.send_command(input.id, CommandType.QueryWorkflow, command)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(answer), min(QUERY_RESEND_S, max(0.0, deadline - loop.time())))
         if not answer.done():
@@ -841,7 +842,7 @@ class _ClientImpl(OutboundInterceptor):
 
     async def signal_workflow(self, input: SignalWorkflowInput) -> None:
         request_id = str(uuid.uuid4())
-        await self._client._request(input.id, "SignalWorkflowExecution", {
+        await self._client._request(input.id, CommandType.SignalWorkflowExecution, {
             "run_id": input.run_id or "", "signal_name": input.signal,
             "input": self._client.data_converter.payload_converter.to_payloads(list(input.args)), "request_id": request_id,
             "header": dict(input.headers),
@@ -849,7 +850,7 @@ class _ClientImpl(OutboundInterceptor):
 
     async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
-        await handle._request_in_chain("TerminateWorkflowExecution", {
+        await handle._request_in_chain(CommandType.TerminateWorkflowExecution, {
             "reason": input.reason or "", "details": self._client.data_converter.payload_converter.to_payloads(list(input.args)),
         }, str(uuid.uuid4()))
 
@@ -861,7 +862,8 @@ class _ClientImpl(OutboundInterceptor):
         reached = [read_model.expect_outcome(update_request_id(workflow_id, update_id))]
         if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED:
             reached.append(read_model.expect_outcome(update_accepted_request_id(workflow_id, update_id)))
-        run_id = await self._handle(workflow_id, input.run_id, input.first_execution_run_id)._request_in_chain("UpdateWorkflowExecution", {
+        workflow_handle = self._handle(workflow_id, input.run_id, input.first_execution_run_id)
+        run_id = await workflow_handle._request_in_chain(CommandType.UpdateWorkflowExecution, {
             "update_id": update_id, "name": input.update,
             "args": client.data_converter.payload_converter.to_payloads(list(input.args)), "header": dict(input.headers),
         }, f"admit/{workflow_id}/{update_id}")
@@ -874,7 +876,7 @@ class _ClientImpl(OutboundInterceptor):
     async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
         client, id_or_token = self._client, input.id_or_token
         run_id = await AsyncActivityHandle(client, id_or_token)._report(
-            "RecordActivityTaskHeartbeat", {"details": client.data_converter.payload_converter.to_payloads(list(input.details))},
+            CommandType.RecordActivityTaskHeartbeat, {"details": client.data_converter.payload_converter.to_payloads(list(input.details))},
         )
         if isinstance(id_or_token, AsyncActivityIDReference):
             asked: dict[str, Any] = {"activity_id": id_or_token.activity_id}
@@ -891,7 +893,7 @@ class _ClientImpl(OutboundInterceptor):
     async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
         payloads = self._client.data_converter.payload_converter
         await AsyncActivityHandle(self._client, input.id_or_token)._report(
-            "RespondActivityTaskCompleted", {"result": None if input.result is _UNSET else payloads.to_payload(input.result)},
+            CommandType.RespondActivityTaskCompleted, {"result": None if input.result is _UNSET else payloads.to_payload(input.result)},
         )
 
     async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
@@ -901,12 +903,13 @@ class _ClientImpl(OutboundInterceptor):
                 rpc_timeout=input.rpc_timeout,
             ))
         await AsyncActivityHandle(self._client, input.id_or_token)._report(
-            "RespondActivityTaskFailed", {"failure": self._client.data_converter.to_failure(input.error)},
+            CommandType.RespondActivityTaskFailed, {"failure": self._client.data_converter.to_failure(input.error)},
         )
 
     async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
         await AsyncActivityHandle(self._client, input.id_or_token)._report(
-            "RespondActivityTaskCanceled", {"details": self._client.data_converter.payload_converter.to_payloads(list(input.details))},
+            CommandType.RespondActivityTaskCanceled,
+            {"details": self._client.data_converter.payload_converter.to_payloads(list(input.details))},
         )
 
     def _handle(self, workflow_id: str, run_id: str | None, first_execution_run_id: str | None = None) -> WorkflowHandle:

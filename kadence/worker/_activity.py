@@ -27,6 +27,7 @@ from kadence.exceptions import ApplicationError, ApplicationErrorCategory, Cance
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record
 from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
@@ -108,7 +109,7 @@ class ActivityWorker:
         if decoded is None:
             return []
         task, problem = decoded
-        if task["task"][0] == "ActivityCancellation":
+        if task["task"][0] == EffectType.ActivityCancellation:
             self._cancel_attempt(task)
             return []
         with tracing.hop("worker ActivityTask", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
@@ -134,7 +135,7 @@ class ActivityWorker:
             # route a task again, and the copy's refusal must not read as the first's acceptance.
             request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
             answer = await self.client.expect_outcome(request_id)
-            started = self._send(task["workflow_id"], "RecordActivityTaskStarted", {
+            started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
                 "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
                 "request_id": request_id,
             })
@@ -205,24 +206,24 @@ class ActivityWorker:
             return
         except (asyncio.CancelledError, CancelledError) as exc:
             if heartbeater.cancel_requested:
-                await self._send(workflow_id, "RespondActivityTaskCanceled", {**reply, "details": []})
+                await self._send(workflow_id, CommandType.RespondActivityTaskCanceled, {**reply, "details": []})
                 return
             if isinstance(exc, CancelledError):
-                await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+                await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(exc)})
                 return
             # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
-            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(shutdown)})
+            await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(shutdown)})
             return
         except Exception as exc:  # an activity's failure is data: it goes back to history
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
-            await self._send(workflow_id, "RespondActivityTaskFailed", {**reply, "failure": converter.to_failure(exc)})
+            await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(exc)})
             return
         finally:
             self._attempts.pop(key, None)
             heartbeater.close()
-        await self._send(workflow_id, "RespondActivityTaskCompleted", {**reply, "result": result})
+        await self._send(workflow_id, CommandType.RespondActivityTaskCompleted, {**reply, "result": result})
 
     async def _execute_activity(self, task: Record, heartbeater: Heartbeater) -> Any:
         at = task["task"][1]

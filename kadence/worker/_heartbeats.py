@@ -12,6 +12,7 @@ from confluent_kafka import Message
 
 from kadence.exceptions import CancelledError
 from kadence.protocol.codec import Record
+from kadence.protocol.names import CommandType
 
 if TYPE_CHECKING:
     from kadence.worker._activity import ActivityWorker
@@ -84,7 +85,7 @@ class Heartbeater:
         payloads = self._worker.client.data_converter.payload_converter.to_payloads(details)
         # Not tried again: a late heartbeat could overwrite newer details.
         sent = self._worker._send(
-            self._workflow_id, "RecordActivityTaskHeartbeat", {**self._reply, "details": payloads}, until_delivered=False,
+            self._workflow_id, CommandType.RecordActivityTaskHeartbeat, {**self._reply, "details": payloads}, until_delivered=False,
         )
         sent.add_done_callback(_log_failed_heartbeat)
 

@@ -33,6 +33,7 @@ from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.protocol.names import CommandType, EffectType
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, failure_log_level
 
@@ -93,7 +94,7 @@ class WorkflowWorker:
             task, problem = decoded
             if problem is None:
                 tasks.append((task, msg))
-            elif task["task"][0] == "QueryTask":
+            elif task["task"][0] == EffectType.QueryTask:
                 deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
             else:
                 deliveries.append((task, self._fail_workflow_task(task, problem)))
@@ -113,7 +114,7 @@ class WorkflowWorker:
     async def _handle_workflow_task(
         self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
     ) -> list[asyncio.Future[Any]]:
-        if task["task"][0] == "QueryTask":
+        if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         wt = task["task"][1]
@@ -121,7 +122,7 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
-        started = self._send(workflow_id, "RecordWorkflowTaskStarted", {
+        started = self._send(workflow_id, CommandType.RecordWorkflowTaskStarted, {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
         })
         try:
@@ -142,7 +143,7 @@ class WorkflowWorker:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
         cache nor the task holds: the task brings those after the previous task's (what a worker
         that ran it has), or none when they were too large to carry."""
-        if task["task"][0] != "WorkflowTask":
+        if task["task"][0] != EffectType.WorkflowTask:
             return None
         wt = task["task"][1]
         cached = self._cache.get(task["run_id"])
@@ -203,14 +204,14 @@ class WorkflowWorker:
         self._cache.pop(run_id, None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-        return self._send(workflow_id, "RespondWorkflowTaskFailed", {
+        return self._send(workflow_id, CommandType.RespondWorkflowTaskFailed, {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
         })
 
     def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
         run_id = task["run_id"]
-        sent = self._send(task["workflow_id"], "RespondWorkflowTaskCompleted", {
+        sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
             "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
         })
         completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
@@ -233,7 +234,7 @@ class WorkflowWorker:
             self._cache.pop(task["run_id"], None)
             log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                       task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
-            return await self._send(task["workflow_id"], "RespondWorkflowTaskFailed", {
+            return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
                 "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
                 "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
             })
