@@ -401,8 +401,14 @@ async def test_read_only_and_auth_proxy_modes(stack: LocalStack, client: Client,
                                    headers={"X-Forwarded-User": "alice"}) as shown:
                 assert "terminate-form" in await shown.text()
             csrf = session.cookie_jar.filter_cookies(URL(proxied_url))["kadence_ui_csrf"].value
-            done = await session.post(f"{proxied_url}/workflow/terminate", headers={"X-Forwarded-User": "alice"},
-                                      data={"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes", "reason": "proxied"})
+            form = {"workflow_id": handle.id, "csrf": csrf, "confirmed": "yes", "reason": "proxied"}
+            # The TLS-terminating proxy: the browser's Origin is https, the UI is reached over http.
+            behind_tls = {"X-Forwarded-User": "alice", "X-Forwarded-Proto": "https",
+                          "Origin": f"https://{URL(proxied_url).host}:{URL(proxied_url).port}"}
+            cross_site = await session.post(f"{proxied_url}/workflow/terminate", data=form,
+                                            headers={**behind_tls, "Origin": "https://evil.example"})
+            assert cross_site.status == 403 and "evil.example" not in await cross_site.text()
+            done = await session.post(f"{proxied_url}/workflow/terminate", headers=behind_tls, data=form)
             assert done.status == 200
     assert (await handle.describe()).status.value == "Terminated"
     events = (await handle.fetch_history()).events

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import psycopg
 from aiohttp import web
@@ -149,8 +149,8 @@ async def security(request: web.Request, handler: Any) -> web.StreamResponse:
     request[CSRF_KEY] = secrets.token_hex(32) if fresh else token
     if request.method == "POST":
         origin = request.headers.get("Origin")
-        if origin and origin != f"{request.scheme}://{request.host}":
-            raise web.HTTPForbidden(text=f"refused: a POST from another site ({origin})")
+        if origin and not same_site(origin, request):
+            raise web.HTTPForbidden(text="refused: a POST from another site (its Origin is not this server's host)")
         form = await request.post()
         sent = str(form.get("csrf", ""))
         if fresh or not hmac.compare_digest(sent.encode(), request[CSRF_KEY].encode()):
@@ -163,6 +163,13 @@ async def security(request: web.Request, handler: Any) -> web.StreamResponse:
     response.headers.setdefault("Referrer-Policy", "same-origin")
     response.headers.setdefault("X-Frame-Options", "DENY")
     return response
+
+
+def same_site(origin: str, request: web.Request) -> bool:
+    """Whether `origin` names this server: its host[:port] only, since behind a TLS-terminating
+    proxy the browser's Origin says https while this server is reached over http."""
+    origin_host = urlsplit(origin).netloc
+    return bool(origin_host) and origin_host.lower() == request.host.lower()
 
 
 def html_response(body: Html, status: int = 200) -> web.Response:
