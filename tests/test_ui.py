@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator
@@ -102,10 +103,17 @@ async def browser() -> AsyncIterator[Any]:
 @pytest.fixture
 async def page(browser: Any, ui_url: str) -> AsyncIterator[Any]:
     context = await browser.new_context(base_url=ui_url, viewport={"width": 1400, "height": 900})
+    urls: list[str] = []
+    context.on("request", lambda request: urls.append(request.url))
     signed_in = await context.new_page()
-    await signed_in.goto(f"/login?token={TOKEN}")
+    await signed_in.goto("/workflows")
+    await signed_in.fill("header input[name=token]", TOKEN)
+    async with signed_in.expect_navigation():
+        await signed_in.click("header form button[type=submit]")
+    assert await signed_in.inner_text("#mode") == "actions enabled"
     yield signed_in
     await context.close()
+    assert not [url for url in urls if TOKEN in url]  # the token never sits in a URL (history, proxies' logs)
 
 
 async def test_the_list_filters_counts_and_pages_by_keyset(page: Any, client: Client, worker: None) -> None:
@@ -422,7 +430,10 @@ def test_kadence_ui_listens_on_loopback_and_prints_its_sign_in_link(stack: Local
     try:
         assert process.stderr is not None
         link = process.stderr.readline().strip().removeprefix("Kadence UI: ")
-        assert link.startswith(f"http://127.0.0.1:{port}/login?token=")
+        hint = process.stderr.readline()
+        assert link.startswith(f"http://127.0.0.1:{port}/login?code=")  # a one-time code, not the token
+        token = hint.strip().removesuffix(")").rsplit(" ", 1)[-1]
+        assert "signs in once" in hint and token not in link
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
         deadline = time.monotonic() + 30
         while True:
@@ -434,6 +445,9 @@ def test_kadence_ui_listens_on_loopback_and_prints_its_sign_in_link(stack: Local
                     raise
                 time.sleep(0.1)
         assert "actions enabled" in page and "<h1>Workflows</h1>" in page
+        with pytest.raises(urllib.error.HTTPError) as spent:  # used once: the link no longer signs in
+            urllib.request.build_opener(urllib.request.HTTPCookieProcessor()).open(link, timeout=5)
+        assert spent.value.code == 403 and "used or is older than" in spent.value.read().decode()
         listening = [c for c in psutil.Process(process.pid).net_connections() if c.status == psutil.CONN_LISTEN]
         assert [c.laddr.ip for c in listening] == ["127.0.0.1"]
     finally:

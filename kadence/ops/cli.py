@@ -115,7 +115,7 @@ def serve(service: str) -> None:
 @click.option("--port", type=int, default=8233, show_default=True, help="The port to listen on.")
 @click.option("--token", envvar="KADENCE_UI_TOKEN", default=None,
               help="Actions (signal, query, cancel, terminate, DLQ replay) need this token; default: $KADENCE_UI_TOKEN, else a "
-                   "new one, printed in the sign-in link.")
+                   "new one, printed (the printed link signs in once, within 60 s, without it).")
 @click.option("--auth-proxy-header", envvar="KADENCE_UI_AUTH_PROXY_HEADER", default=None,
               help="Behind the operator's auth proxy: actions are allowed to requests carrying this header (the user's name), "
                    "which the proxy sets (X-Forwarded-User, X-Auth-Request-User ...).")
@@ -127,15 +127,22 @@ def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, r
     the last audit, from the read model and the log (settings from KADENCE_* env, as the CLI)."""
     import secrets
 
-    from kadence.ops.ui.server import UiSettings, login_url, run
+    from kadence.ops.ui.server import SIGN_IN_CODE_TTL_S, UiSettings, run
 
-    if token is None and auth_proxy_header is None and not read_only:
+    made_token = token is None and auth_proxy_header is None and not read_only
+    if made_token:
         token = secrets.token_urlsafe(24)
     settings = UiSettings(host=host, port=port, token=token, auth_proxy_header=auth_proxy_header, read_only=read_only,
                           codec_endpoint=codec_endpoint)
     configure_logging("ui")
-    click.echo(f"Kadence UI: {login_url(settings)}", err=True)
-    run(settings)
+
+    def announce(link: str) -> None:
+        click.echo(f"Kadence UI: {link}", err=True)
+        if "/login?" in link:
+            click.echo(f"  (the link signs in once, within {SIGN_IN_CODE_TTL_S:g} s; after that, sign in with the token"
+                       + (f" {token})" if made_token else ")"), err=True)
+
+    run(settings, announce)
 
 
 @main.group("topics")

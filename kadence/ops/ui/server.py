@@ -51,6 +51,7 @@ AUTH_COOKIE = "kadence_ui_auth"
 DEFAULT_PORT = 8233  # Temporal's Web UI in `temporal server start-dev`
 QUERY_TIMEOUT = timedelta(seconds=15)
 ACTION_TIMEOUT_S = 30.0
+SIGN_IN_CODE_TTL_S = 60.0  # the link `kadence ui` prints signs in once, within this
 _SESSION_MESSAGE = b"kadence-ui-session"
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -91,6 +92,7 @@ class Ui:
         self.dsn = dsn
         self.pool = connection_pool(dsn, min_size=1, max_size=4, timeout_s=10.0)
         self.client: Client | None = None
+        self._sign_in_codes: dict[str, float] = {}  # code: when it expires (time.monotonic)
 
     async def start(self) -> None:
         await self.pool.open()
@@ -107,6 +109,18 @@ class Ui:
     def session_value(self) -> str:
         assert self.settings.token is not None
         return hmac.new(self.settings.token.encode(), _SESSION_MESSAGE, hashlib.sha256).hexdigest()
+
+    def issue_sign_in_code(self) -> str:
+        """A code that signs in once, within SIGN_IN_CODE_TTL_S: the link `kadence ui` prints carries
+        it rather than the token, which would stay in the browser's history and proxies' logs."""
+        code = secrets.token_urlsafe(24)
+        self._sign_in_codes[code] = time.monotonic() + SIGN_IN_CODE_TTL_S
+        return code
+
+    def redeem_sign_in_code(self, code: str) -> bool:
+        now = time.monotonic()
+        self._sign_in_codes = {c: expires for c, expires in self._sign_in_codes.items() if expires > now}
+        return self._sign_in_codes.pop(code, None) is not None
 
     def actor(self, request: web.Request) -> str | None:
         """Who is acting, or None if this request may not act."""
@@ -369,10 +383,17 @@ async def query(request: web.Request) -> web.Response:
 
 
 async def login(request: web.Request) -> web.Response:
-    """POST: the token from the sign-in form; GET ?token=: the link `kadence ui` prints."""
+    """POST: the token from the sign-in form; GET ?code=: the one-time link `kadence ui` prints."""
     ui = request.app[UI_KEY]
-    sent = str((await request.post()).get("token", "")) if request.method == "POST" else request.query.get("token", "")
-    if ui.settings.token is None or not hmac.compare_digest(sent.encode(), ui.settings.token.encode()):
+    if ui.settings.token is None:
+        raise web.HTTPForbidden(text="refused: this UI has no token to sign in with")
+    if request.method == "GET":
+        if not ui.redeem_sign_in_code(request.query.get("code", "")):
+            return html_response(pages.outcome_page(
+                ui.viewer(request), "Sign-in link spent",
+                f"this sign-in link was used or is older than {SIGN_IN_CODE_TTL_S:g} s (it works once): sign in with the UI's token",
+                raw('<a href="/workflows">workflows</a>'), failed=True), 403)
+    elif not hmac.compare_digest(str((await request.post()).get("token", "")).encode(), ui.settings.token.encode()):
         raise web.HTTPForbidden(text="refused: that is not the UI's token")
     response = web.HTTPSeeOther("/workflows")
     response.set_cookie(AUTH_COOKIE, ui.session_value(), httponly=True, samesite="Strict", path="/")
@@ -443,15 +464,18 @@ async def root(request: web.Request) -> web.Response:
     raise web.HTTPFound("/workflows")
 
 
-def login_url(settings: UiSettings) -> str:
+def sign_in_link(settings: UiSettings, code: str | None) -> str:
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     base = f"http://{host}:{settings.port}"
-    return f"{base}/login?{urlencode({'token': settings.token})}" if settings.token else f"{base}/workflows"
+    return f"{base}/login?{urlencode({'code': code})}" if code else f"{base}/workflows"
 
 
-def run(settings: UiSettings) -> None:
-    """Serve until interrupted, with the broker and Postgres from the KADENCE_* settings."""
+def run(settings: UiSettings, announce: Any = None) -> None:
+    """Serve until interrupted, with the broker and Postgres from the KADENCE_* settings; `announce`
+    gets the link to open (a one-time sign-in link when there is a token)."""
     ui = Ui(settings, KafkaSettings.from_env(), postgres_dsn())
+    if announce is not None:
+        announce(sign_in_link(settings, ui.issue_sign_in_code() if settings.token and not settings.read_only else None))
     log.info("event=ui_listening host=%s port=%d read_only=%s auth=%s started=%s", settings.host, settings.port, settings.read_only,
              "proxy" if settings.auth_proxy_header else ("token" if settings.token else "none"), datetime.now(UTC).isoformat())
     web.run_app(make_app(ui), host=settings.host, port=settings.port, print=None, access_log=None)
