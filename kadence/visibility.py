@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,10 +12,11 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from kadence.list_filter import parse
+from kadence.list_filter import ListFilterError, parse
 from kadence.protocol.codec import codec
 
-_COLUMNS = "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes"
+# What WorkflowExecution.from_row reads, in its order.
+EXECUTION_COLUMNS = "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes"
 
 
 class WorkflowExecutionStatus(str, Enum):
@@ -107,25 +109,74 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+# The sort key of each column a filter may ORDER BY, and its type. close_time is NULL while a run
+# is open; 'infinity' puts open runs where Postgres puts NULLs (last ascending) and keeps row
+# comparison total. A cursor holds the key as text, cast back when compared.
+_SORT_KEYS = {"close_time": "coalesce(close_time, 'infinity'::timestamptz)"}
+_KEY_TYPES = {"start_time": "timestamptz", "close_time": "timestamptz", "history_length": "bigint"}
+
+
+@dataclass(frozen=True)
+class ExecutionsPage:
+    executions: list[WorkflowExecution]
+    next_cursor: str | None  # None on the last page
+
+
+async def executions_page(pool: AsyncConnectionPool, query: str, cursor: str | None, size: int) -> ExecutionsPage:
+    """One page of the executions matching the list filter, in its ORDER BY (newest first by
+    default), after `cursor` (the `next_cursor` of the page before). Ties are broken by workflow id
+    and run id in the same direction, so (key, workflow_id, run_id) orders every row and the next
+    page is `WHERE (key, workflow_id, run_id) < the last row's`: an index range however deep, never
+    an OFFSET that scans every row before the page."""
+    sql = parse(query)
+    column, direction = sql.order_by.split()
+    key = _SORT_KEYS.get(column, column)
+    where, params = sql.where, list(sql.params)
+    if cursor:
+        after = _decode_cursor(cursor)
+        cast = _KEY_TYPES.get(column, "text")
+        where = f"({where}) AND ({key}, workflow_id, run_id) {'<' if direction == 'DESC' else '>'} (%s::{cast}, %s, %s)"
+        params += after
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            f"SELECT {EXECUTION_COLUMNS}, ({key})::text AS sort_key FROM kadence_executions WHERE {where} "
+            f"ORDER BY {key} {direction}, workflow_id {direction}, run_id {direction} LIMIT %s",
+            [*params, size + 1],
+        )).fetchall()
+    executions = [WorkflowExecution.from_row(row[:-1]) for row in rows[:size]]
+    next_cursor = None
+    if len(rows) > size:
+        last = rows[size - 1]
+        next_cursor = _encode_cursor([last[-1], last[0], last[1]])
+    return ExecutionsPage(executions, next_cursor)
+
+
+def _encode_cursor(values: list[str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> list[str]:
+    try:
+        values = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        if not (isinstance(values, list) and len(values) == 3 and all(isinstance(v, str) for v in values)):
+            raise ValueError(values)
+    except ValueError as exc:
+        raise ListFilterError(f"the page cursor {cursor[:40]!r} is not one Kadence made: start again from the first page") from exc
+    return values
+
+
 async def list_executions(pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int) -> AsyncIterator[WorkflowExecution]:
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None (every execution) or at least 0, not {limit}")
-    sql = parse(query)
-    offset, returned = 0, 0
-    async with pool.connection() as conn:
-        while limit is None or returned < limit:
-            size = page_size if limit is None else min(page_size, limit - returned)
-            rows = await (await conn.execute(
-                f"SELECT {_COLUMNS} FROM kadence_executions WHERE {sql.where} ORDER BY {sql.order_by}, workflow_id, run_id "
-                "LIMIT %s OFFSET %s",
-                [*sql.params, size, offset],
-            )).fetchall()
-            for row in rows:
-                yield WorkflowExecution.from_row(row)
-            returned += len(rows)
-            offset += len(rows)
-            if len(rows) < size:
-                return
+    cursor, returned = None, 0
+    while limit is None or returned < limit:
+        page = await executions_page(pool, query, cursor, page_size if limit is None else min(page_size, limit - returned))
+        for execution in page.executions:
+            yield execution
+        returned += len(page.executions)
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
 
 
 async def count_executions(pool: AsyncConnectionPool, query: str) -> int:
@@ -140,7 +191,7 @@ async def find_execution(pool: AsyncConnectionPool, workflow_id: str, run_id: st
     condition, params = ("workflow_id = %s AND run_id = %s", [workflow_id, run_id]) if run_id else ("workflow_id = %s", [workflow_id])
     async with pool.connection() as conn:
         row = await (await conn.execute(
-            f"SELECT {_COLUMNS} FROM kadence_executions WHERE {condition} ORDER BY start_time DESC LIMIT 1", params,
+            f"SELECT {EXECUTION_COLUMNS} FROM kadence_executions WHERE {condition} ORDER BY start_time DESC LIMIT 1", params,
         )).fetchone()
     return None if row is None else WorkflowExecution.from_row(row)
 

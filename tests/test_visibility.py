@@ -47,6 +47,8 @@ async def test_list_and_count_with_temporal_filters(client: Client, task_queue: 
         ordered = await ids(client, f"{mine} ORDER BY WorkflowId ASC")
         assert ordered == sorted(ordered)
         assert len([e async for e in client.list_workflows(mine, limit=2, page_size=1)]) == 2
+        for order in ("", " ORDER BY StartTime ASC", " ORDER BY CloseTime DESC"):  # pages of one row, by keyset
+            assert [e.id async for e in client.list_workflows(mine + order, page_size=1)] == await ids(client, mine + order), order
 
         described = await running.describe()
         assert (described.status, described.workflow_type, described.task_queue) == (

@@ -39,10 +39,10 @@ from kadence.ops.ui.codec_server import RemotePayloadCodec
 from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pending_activities, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, raw, render
-from kadence.ops.ui.queries import count_by_status, execution_row, list_page, runs_of
+from kadence.ops.ui.queries import count_by_status, execution_row, runs_of
 from kadence.protocol.postgres import connection_pool, describe
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
-from kadence.visibility import WorkflowHistory, fetch_events
+from kadence.visibility import WorkflowHistory, executions_page, fetch_events
 
 log = logging.getLogger("kadence.ops.ui")
 
@@ -199,7 +199,7 @@ async def workflows(request: web.Request) -> web.Response:
     cursor = request.query.get("cursor") or None
     error, executions, counts, next_cursor = None, [], {}, None
     try:
-        page = await list_page(ui.pool, query, cursor, ui.settings.page_size)
+        page = await executions_page(ui.pool, query, cursor, ui.settings.page_size)
         executions, next_cursor = page.executions, page.next_cursor
         counts = await count_by_status(ui.pool, query)
     except ListFilterError as exc:
