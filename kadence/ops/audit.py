@@ -28,12 +28,14 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
+from kadence.exceptions import RetryState
 from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, Record, UndecodableRecord, history_batch_codec, task_codec
 from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, RunSection, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import position, read_to_end, topic_partitions
+from kadence.protocol.names import EffectType, EventType
 from kadence.protocol.settings import KafkaSettings
 
 RunKey = tuple[str, str]
@@ -239,10 +241,10 @@ def audit_history(
 
 def _track_timers(pending: dict[str, PendingTimer], workflow_id: str, section: RunSection, partition: int, offset: int) -> None:
     for effect_type, effect in section.effects:
-        if effect_type == "Timer":
+        if effect_type == EffectType.Timer:
             pending[effect["timer_id"]] = PendingTimer(
                 workflow_id, section.run_id, effect["kind"], effect["fire_at_ms"], partition, offset)
-        elif effect_type == "DropTimer":
+        elif effect_type == EffectType.DropTimer:
             pending.pop(effect["timer_id"], None)
 
 
@@ -303,7 +305,7 @@ BEGUN_BEFORE_THE_READ = "(begun before the read)"
 
 
 def _choose_for_code_replay(run: RunAudit, first: Record, code: WorkflowCodeAudit) -> None:
-    if first["attributes"][0] != "WorkflowExecutionStarted":
+    if first["attributes"][0] != EventType.WorkflowExecutionStarted:
         code.skip(BEGUN_BEFORE_THE_READ)
         return
     workflow_type = first["attributes"][1]["workflow_type"]
@@ -376,13 +378,13 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
         return f"event id {event['event_id']} where {run.next_event_id} was due"
     if run.closed:
         return f"{kind} after the run closed"
-    if from_start and run.event_count == 0 and kind != "WorkflowExecutionStarted":
+    if from_start and run.event_count == 0 and kind != EventType.WorkflowExecutionStarted:
         return f"history starts with {kind}"
     run.closed = kind in CLOSE_STATUS
     _track_pending(run, event, kind, attrs)
-    if kind == "ActivityTaskScheduled":
+    if kind == EventType.ActivityTaskScheduled:
         run.activity_attempts[event["event_id"]] = 1
-    elif kind == "ActivityTaskStarted":
+    elif kind == EventType.ActivityTaskStarted:
         due = run.activity_attempts.get(attrs["scheduled_event_id"])
         if due is not None and attrs["attempt"] != due:
             return f"attempt {attrs['attempt']} of activity {attrs['scheduled_event_id']} started where attempt {due} was due"
@@ -392,7 +394,7 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
         run.initiated[event["event_id"]] = kind
     elif kind in INITIATED_BY_ANSWER:
         return _check_answer(run, event, kind, attrs)
-    elif kind == "TimerFired":
+    elif kind == EventType.TimerFired:
         if attrs["timer_id"] in run.fired_timers:
             return f"timer {attrs['timer_id']} fired twice"
         run.fired_timers.add(attrs["timer_id"])
@@ -402,36 +404,36 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
 def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> None:
     """Keep `run.pending` to what the run waits for now, each with when it is due at the latest."""
     at, event_id = event["event_time_ms"], event["event_id"]
-    if kind == "WorkflowExecutionStarted":
+    if kind == EventType.WorkflowExecutionStarted:
         run.workflow_task_timeout_ms = attrs.get("workflow_task_timeout_ms") or 0
         run.first_workflow_task_backoff_ms = attrs.get("first_workflow_task_backoff_ms") or 0
         if attrs.get("workflow_run_timeout_ms"):
             run.pending["run"] = Due(at + attrs["workflow_run_timeout_ms"], "the run's timeout")
-    elif kind == "WorkflowTaskScheduled":
+    elif kind == EventType.WorkflowTaskScheduled:
         backoff, run.first_workflow_task_backoff_ms = run.first_workflow_task_backoff_ms, 0  # a start delay, first task only
         task = TaskRef(topics.task_queue_topic(attrs["task_queue"], "workflow"), event_id, attrs["attempt"])
         run.pending["workflow_task"] = Due(at + backoff, f"the start of workflow task {event_id}", needs_worker=True, task=task)
-    elif kind == "WorkflowTaskStarted":
+    elif kind == EventType.WorkflowTaskStarted:
         due = at + run.workflow_task_timeout_ms
         run.pending["workflow_task"] = Due(due, f"the completion of workflow task {attrs['scheduled_event_id']} or its timeout")
-    elif kind in ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut"):
+    elif kind in (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut):
         run.pending.pop("workflow_task", None)
-    elif kind == "TimerStarted":
+    elif kind == EventType.TimerStarted:
         run.pending[f"timer {event_id}"] = Due(at + attrs["start_to_fire_timeout_ms"], f"the firing of timer {attrs['timer_id']!r}")
-    elif kind in ("TimerFired", "TimerCanceled"):
+    elif kind in (EventType.TimerFired, EventType.TimerCanceled):
         run.pending.pop(f"timer {attrs['started_event_id']}", None)
-    elif kind == "ActivityTaskScheduled":
+    elif kind == EventType.ActivityTaskScheduled:
         run.activities[event_id] = timeouts = ActivityTimeouts.of(attrs)
         task = TaskRef(timeouts.topic, event_id, 1)
         run.pending[f"activity {event_id}"] = Due(at + timeouts.to_start_ms, f"the start of activity {event_id}",
                                                   needs_worker=not timeouts.to_start_ms, task=task)
-    elif kind == "ActivityTaskStarted" and attrs["scheduled_event_id"] in run.activities:
+    elif kind == EventType.ActivityTaskStarted and attrs["scheduled_event_id"] in run.activities:
         scheduled_id = attrs["scheduled_event_id"]
         run.pending[f"activity {scheduled_id}"] = Due(
             at + run.activities[scheduled_id].to_close_ms, f"the result of attempt {attrs['attempt']} of activity {scheduled_id}")
     elif kind in ACTIVITY_RESULTS and attrs["scheduled_event_id"] in run.activities:
         scheduled_id = attrs["scheduled_event_id"]
-        if attrs.get("retry_state") == "IN_PROGRESS":  # the next attempt, after its backoff
+        if attrs.get("retry_state") == RetryState.IN_PROGRESS:  # the next attempt, after its backoff
             timeouts = run.activities[scheduled_id]
             due = at + timeouts.max_retry_interval_ms + timeouts.to_start_ms
             task = TaskRef(timeouts.topic, scheduled_id, run.activity_attempts.get(scheduled_id, 1) + 1)
@@ -448,7 +450,7 @@ def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Recor
         return f"second final result for activity {scheduled_id} (first at event {run.finished_activities[scheduled_id]})"
     if scheduled_id not in run.activity_attempts and scheduled_id >= run.first_event_id:
         return f"{kind} for scheduled_event_id {scheduled_id}, which is not an ActivityTaskScheduled event"
-    if attrs.get("retry_state") == "IN_PROGRESS":
+    if attrs.get("retry_state") == RetryState.IN_PROGRESS:
         run.activity_attempts[scheduled_id] = run.activity_attempts.get(scheduled_id, 1) + 1
     else:
         run.finished_activities[scheduled_id] = event["event_id"]
@@ -460,7 +462,7 @@ def _check_answer(run: RunAudit, event: Record, kind: str, attrs: Record) -> str
     expected = INITIATED_BY_ANSWER[kind]
     if run.initiated.get(initiated_id) != expected and initiated_id >= run.first_event_id:
         return f"{kind} for initiated_event_id {initiated_id}, which is not a {expected} event"
-    answer = (initiated_id, kind != "ChildWorkflowExecutionStarted")
+    answer = (initiated_id, kind != EventType.ChildWorkflowExecutionStarted)
     if answer in run.answered:
         return f"second answer {kind} to initiated event {initiated_id} (first at event {run.answered[answer]})"
     run.answered[answer] = event["event_id"]
