@@ -35,6 +35,7 @@ from kadence.exceptions import (
     TimeoutType,
 )
 from kadence.protocol.limits import iter_payloads
+from kadence.protocol.names import EventType
 
 try:  # the protobuf converters work where protobuf is installed, as in temporalio
     import google.protobuf.json_format as _proto_json
@@ -447,7 +448,7 @@ class FailureConverter:
     ) -> ActivityError:
         """The ActivityError a workflow sees when an activity fails for good, caused by its last failure."""
         error = ActivityError(
-            "Activity task timed out" if event_type == "ActivityTaskTimedOut" else "Activity task failed",
+            "Activity task timed out" if event_type == EventType.ActivityTaskTimedOut else "Activity task failed",
             scheduled_event_id=attrs["scheduled_event_id"], started_event_id=attrs["started_event_id"],
             identity=attrs.get("identity", ""), activity_type=scheduled["activity_type"], activity_id=scheduled["activity_id"],
             retry_state=RetryState(attrs["retry_state"]),
@@ -463,11 +464,11 @@ class FailureConverter:
             started_event_id=attrs["started_event_id"], retry_state=RetryState(attrs["retry_state"]) if "retry_state" in attrs else None,
         )
         cause: FailureError
-        if event_type == "ChildWorkflowExecutionFailed":
+        if event_type == EventType.ChildWorkflowExecutionFailed:
             cause = self.from_failure(attrs["failure"], payloads)
-        elif event_type == "ChildWorkflowExecutionCanceled":
+        elif event_type == EventType.ChildWorkflowExecutionCanceled:
             cause = CancelledError("Workflow cancelled")
-        elif event_type == "ChildWorkflowExecutionTerminated":
+        elif event_type == EventType.ChildWorkflowExecutionTerminated:
             cause = TerminatedError("Workflow terminated")
         else:
             cause = TimeoutError("Workflow timed out", type=TimeoutType.START_TO_CLOSE)

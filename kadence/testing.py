@@ -13,6 +13,7 @@ from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInp
 from kadence._workflow_instance import WorkflowDefinition, WorkflowInfo, WorkflowTaskError, replay
 from kadence.converter import DataConverter
 from kadence.exceptions import NondeterminismError
+from kadence.protocol.names import EventType
 from kadence.visibility import WorkflowHistory
 
 __all__ = ["Replayer", "WorkflowReplayResult", "workflows_in"]
@@ -52,7 +53,7 @@ class Replayer:
         return [await self.replay_workflow(h, raise_on_replay_failure=raise_on_replay_failure) for h in histories]
 
     async def _replay(self, history: WorkflowHistory) -> None:
-        if not history.events or history.events[0]["attributes"][0] != "WorkflowExecutionStarted":
+        if not history.events or history.events[0]["attributes"][0] != EventType.WorkflowExecutionStarted:
             raise ValueError(f"history of {history.workflow_id} does not start with WorkflowExecutionStarted")
         started = history.events[0]["attributes"][1]
         definition = self.workflows.get(started["workflow_type"])

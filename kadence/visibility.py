@@ -14,6 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from kadence.list_filter import ListFilterError, parse
 from kadence.protocol.codec import codec
+from kadence.protocol.names import EventType
 
 # What WorkflowExecution.from_row reads, in its order.
 EXECUTION_COLUMNS = "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes"
@@ -241,8 +242,8 @@ async def activity_cancel_requested(
     for row in rows:
         event = events.decode(row[0])
         kind, attrs = event["attributes"]
-        if kind == "ActivityTaskScheduled" and activity_id and attrs["activity_id"] == activity_id:
+        if kind == EventType.ActivityTaskScheduled and activity_id and attrs["activity_id"] == activity_id:
             scheduled_event_id = event["event_id"]
-        elif kind == "ActivityTaskCancelRequested":
+        elif kind == EventType.ActivityTaskCancelRequested:
             cancelled.add(attrs["scheduled_event_id"])
     return scheduled_event_id in cancelled
