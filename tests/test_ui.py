@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -217,7 +218,8 @@ async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any
     assert await page.evaluate("window.pwned") is None
 
 
-async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Client, worker: None) -> None:
+async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Client, worker: None,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     workflow_id = f"ui-refused-{uuid.uuid4()}"
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-9", id=workflow_id, task_queue=QUEUE)
     form = {"workflow_id": workflow_id, "run_id": "", "reason": "x", "confirmed": "yes"}
@@ -235,8 +237,33 @@ async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Cl
         csrf = signed_in.cookie_jar.filter_cookies(URL(ui_url))["kadence_ui_csrf"].value
         cross_site = await signed_in.post("/workflow/terminate", data={**form, "csrf": csrf}, headers={"Origin": "https://evil.example"})
         assert cross_site.status == 403
+        # A refusal carries the pages' security headers too.
+        assert cross_site.headers["X-Content-Type-Options"] == "nosniff" and cross_site.headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in cross_site.headers["Content-Security-Policy"]
+        # A query name that would forge log fields is logged quoted, on one line.
+        forged = "nope\nevent=ui_action action=terminate actor=mallory"
+        with caplog.at_level(logging.INFO, logger="kadence.ops.ui"):
+            await signed_in.post("/workflow/query", data={"workflow_id": workflow_id, "name": forged, "args": "[]", "csrf": csrf})
+        logged = [r.getMessage() for r in caplog.records if "action=query" in r.getMessage()]
+        assert logged and "\n" not in logged[0] and logged[0].endswith("actor='token'")
     assert (await handle.describe()).status.value == "Running"
     await handle.terminate(reason="test over")
+
+
+async def test_a_loopback_ui_answers_only_loopback_host_names_and_a_strange_cookie_is_no_error(ui_url: str) -> None:
+    port = URL(ui_url).port
+    async with aiohttp.ClientSession(ui_url) as session:
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            async with session.get("/workflows", headers={"Host": host}) as shown:
+                assert shown.status == 200, host
+        # A DNS-rebinding page: its name resolves to 127.0.0.1, and the browser sends that name.
+        async with session.get("/workflows", headers={"Host": f"rebound.evil.example:{port}"}) as rebound:
+            assert rebound.status == 421 and "Workflows" not in await rebound.text()
+            assert rebound.headers["X-Frame-Options"] == "DENY"
+        async with session.get("/healthz", headers={"Host": "10.0.0.7:8233"}) as probed:  # the kubelet's probe
+            assert probed.status == 200
+        async with session.get("/workflows", headers={"Cookie": "kadence_ui_auth=caf\u00e9"}) as strange:
+            assert strange.status == 200
 
 
 async def test_the_stack_trace_query_from_the_ui_shows_where_the_workflow_waits(page: Any, client: Client, worker: None) -> None:

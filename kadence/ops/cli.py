@@ -122,7 +122,11 @@ def serve(service: str) -> None:
 @click.option("--read-only", is_flag=True, envvar="KADENCE_UI_READ_ONLY", help="Show, never act.")
 @click.option("--codec-endpoint", envvar="KADENCE_UI_CODEC_ENDPOINT", default=None,
               help="A codec server (Temporal's protocol) that decodes payloads a codec encrypted; without one they show as encoded.")
-def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, read_only: bool, codec_endpoint: str | None) -> None:
+@click.option("--allowed-hosts", envvar="KADENCE_UI_ALLOWED_HOSTS", default="",
+              help="Comma-separated host names the UI answers to (what browsers put in Host); default: 127.0.0.1, localhost "
+                   "and [::1] when it listens on loopback (a DNS-rebinding page names its own), any otherwise.")
+def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, read_only: bool, codec_endpoint: str | None,
+       allowed_hosts: str) -> None:
     """The web UI: workflows, their histories and timelines, actions, task queues, dead letters and
     the last audit, from the read model and the log (settings from KADENCE_* env, as the CLI)."""
     import secrets
@@ -133,7 +137,7 @@ def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, r
     if made_token:
         token = secrets.token_urlsafe(24)
     settings = UiSettings(host=host, port=port, token=token, auth_proxy_header=auth_proxy_header, read_only=read_only,
-                          codec_endpoint=codec_endpoint)
+                          codec_endpoint=codec_endpoint, allowed_hosts=tuple(h.strip() for h in allowed_hosts.split(",") if h.strip()))
     configure_logging("ui")
 
     def announce(link: str) -> None:

@@ -152,7 +152,7 @@ async def dlq_replay(request: web.Request) -> web.Response:
     if missing:
         return html_response(pages.outcome_page(viewer, "Nothing replayed", f"kadence.dlq has no records at offsets {sorted(missing)}",
                                                 back, failed=True), 404)
-    log.info("event=ui_action action=dlq_replay offsets=%s actor=%s", ",".join(map(str, wanted)), actor)
+    log.info("event=ui_action action=dlq_replay offsets=%s actor=%r", ",".join(map(str, wanted)), actor)
     try:
         await asyncio.to_thread(replay, ui.kafka, chosen)
     except (ValueError, RuntimeError) as exc:

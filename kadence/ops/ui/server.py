@@ -53,6 +53,8 @@ QUERY_TIMEOUT = timedelta(seconds=15)
 ACTION_TIMEOUT_S = 30.0
 SIGN_IN_CODE_TTL_S = 60.0  # the link `kadence ui` prints signs in once, within this
 _SESSION_MESSAGE = b"kadence-ui-session"
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+_PROBES = frozenset({"/healthz", "/readyz"})  # the kubelet's probes name the pod's IP
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -67,17 +69,32 @@ class UiSettings:
     codec_endpoint: str | None = None  # a Temporal codec server: payloads are decoded (and signal inputs encoded) there
     page_size: int = 50  # executions a list page
     events_page: int = 1000  # events in an execution's table per page (the JSON export has them all)
+    allowed_hosts: tuple[str, ...] = ()  # the Host names it answers; none: loopback's when bound to loopback, else any
+
+    def served_hosts(self) -> frozenset[str] | None:
+        """The host names requests may name (a DNS-rebinding page names its own), None for any."""
+        if self.allowed_hosts:
+            return frozenset(h.lower() for h in self.allowed_hosts)
+        return _LOOPBACK if self.host in _LOOPBACK else None
 
     @classmethod
     def from_env(cls) -> UiSettings:
-        """KADENCE_UI_HOST, _PORT, _TOKEN, _AUTH_PROXY_HEADER, _READ_ONLY (true/1), _CODEC_ENDPOINT."""
+        """KADENCE_UI_HOST, _PORT, _TOKEN, _AUTH_PROXY_HEADER, _READ_ONLY (true/1), _CODEC_ENDPOINT,
+        _ALLOWED_HOSTS (comma-separated host names)."""
         env = os.environ
         return cls(
             host=env.get("KADENCE_UI_HOST") or "127.0.0.1", port=int(env.get("KADENCE_UI_PORT") or DEFAULT_PORT),
             token=env.get("KADENCE_UI_TOKEN") or None, auth_proxy_header=env.get("KADENCE_UI_AUTH_PROXY_HEADER") or None,
             read_only=(env.get("KADENCE_UI_READ_ONLY") or "").lower() in ("1", "true", "yes"),
             codec_endpoint=env.get("KADENCE_UI_CODEC_ENDPOINT") or None,
+            allowed_hosts=tuple(h.strip() for h in (env.get("KADENCE_UI_ALLOWED_HOSTS") or "").split(",") if h.strip()),
         )
+
+
+def same_secret(sent: str, expected: str) -> bool:
+    """A constant-time comparison of what a request sent, whatever its characters (compare_digest
+    refuses a non-ASCII str, which would make every page with such a cookie a 500)."""
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass"))
 
 
 class Ui:
@@ -131,10 +148,10 @@ class Ui:
         if self.settings.token is None:
             return None
         bearer = request.headers.get("Authorization", "")
-        if bearer.startswith("Bearer ") and hmac.compare_digest(bearer[7:].encode(), self.settings.token.encode()):
+        if bearer.startswith("Bearer ") and same_secret(bearer[7:], self.settings.token):
             return "token"
         cookie = request.cookies.get(AUTH_COOKIE, "")
-        return "token" if cookie and hmac.compare_digest(cookie, self.session_value()) else None
+        return "token" if cookie and same_secret(cookie, self.session_value()) else None
 
     def viewer(self, request: web.Request) -> pages.Viewer:
         can_act = self.actor(request) is not None
@@ -157,7 +174,30 @@ CSRF_KEY = web.RequestKey("csrf", str)  # the form token of this request's brows
 
 @web.middleware
 async def security(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Form tokens, the cross-site check on POSTs, and the pages' security headers."""
+    """The Host check, form tokens, the cross-site check on POSTs, and the security headers, on
+    every answer (a refusal raised as an HTTPException too)."""
+    try:
+        response = await _checked(request, handler)
+    except web.HTTPException as exc:
+        _secure(exc)
+        raise
+    return _secure(response)
+
+
+def _secure(response: web.StreamResponse) -> web.StreamResponse:
+    response.headers.setdefault("Content-Security-Policy", _CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    return response
+
+
+async def _checked(request: web.Request, handler: Any) -> web.StreamResponse:
+    allowed = request.app[UI_KEY].settings.served_hosts()
+    if allowed is not None and request.path not in _PROBES and host_name(request.host) not in allowed:
+        raise web.HTTPMisdirectedRequest(
+            text="refused: this UI does not answer to that host name (a loopback UI answers 127.0.0.1, localhost and [::1]; "
+                 "name others in KADENCE_UI_ALLOWED_HOSTS)")
     token = request.cookies.get(CSRF_COOKIE, "")
     fresh = len(token) != 64
     request[CSRF_KEY] = secrets.token_hex(32) if fresh else token
@@ -167,16 +207,17 @@ async def security(request: web.Request, handler: Any) -> web.StreamResponse:
             raise web.HTTPForbidden(text="refused: a POST from another site (its Origin is not this server's host)")
         form = await request.post()
         sent = str(form.get("csrf", ""))
-        if fresh or not hmac.compare_digest(sent.encode(), request[CSRF_KEY].encode()):
+        if fresh or not same_secret(sent, request[CSRF_KEY]):
             raise web.HTTPForbidden(text="refused: the form's token does not match this browser's (reload the page and try again)")
     response = await handler(request)
     if fresh:
         response.set_cookie(CSRF_COOKIE, request[CSRF_KEY], httponly=True, samesite="Strict", path="/")
-    response.headers.setdefault("Content-Security-Policy", _CSP)
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("Referrer-Policy", "same-origin")
-    response.headers.setdefault("X-Frame-Options", "DENY")
     return response
+
+
+def host_name(host: str) -> str:
+    """The name in a Host header, without its port (and an IPv6 address without its brackets)."""
+    return (urlsplit(f"//{host}").hostname or "") if host else ""
 
 
 def same_site(origin: str, request: web.Request) -> bool:
@@ -344,7 +385,7 @@ async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_
                done: str) -> web.Response:
     assert ui.client is not None
     handle = ui.client.get_workflow_handle(workflow_id, run_id=run_id or None)
-    log.info("event=ui_action action=%s workflow_id=%s run_id=%s actor=%s", action, workflow_id, run_id, actor)
+    log.info("event=ui_action action=%s workflow_id=%r run_id=%r actor=%r", action, workflow_id, run_id, actor)
     try:
         await asyncio.wait_for(call(handle), ACTION_TIMEOUT_S)
     except (KadenceError, TimeoutError) as exc:
@@ -366,7 +407,7 @@ async def query(request: web.Request) -> web.Response:
         return html_response(pages.outcome_page(viewer, "Query not sent", f"the arguments are not a JSON array: {exc}",
                                                 _back(workflow_id, run_id), failed=True), 400)
     assert ui.client is not None
-    log.info("event=ui_action action=query workflow_id=%s run_id=%s query=%s actor=%s", workflow_id, run_id, name, actor)
+    log.info("event=ui_action action=query workflow_id=%r run_id=%r query=%r actor=%r", workflow_id, run_id, name, actor)
     handle = ui.client.get_workflow_handle(workflow_id, run_id=run_id or None)
     try:
         answer = await handle.query(name, args=args, timeout=QUERY_TIMEOUT)
@@ -393,7 +434,7 @@ async def login(request: web.Request) -> web.Response:
                 ui.viewer(request), "Sign-in link spent",
                 f"this sign-in link was used or is older than {SIGN_IN_CODE_TTL_S:g} s (it works once): sign in with the UI's token",
                 raw('<a href="/workflows">workflows</a>'), failed=True), 403)
-    elif not hmac.compare_digest(str((await request.post()).get("token", "")).encode(), ui.settings.token.encode()):
+    elif not same_secret(str((await request.post()).get("token", "")), ui.settings.token):
         raise web.HTTPForbidden(text="refused: that is not the UI's token")
     response = web.HTTPSeeOther("/workflows")
     response.set_cookie(AUTH_COOKIE, ui.session_value(), httponly=True, samesite="Strict", path="/")
