@@ -11,17 +11,17 @@ from typing import Any
 
 from kadence.api.common.v1 import Payload
 from kadence.converter import NOT_ENCODED, DataConverter
+from kadence.exceptions import RetryState
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS
 from kadence.protocol.limits import iter_payloads
+from kadence.protocol.names import EventType
 
 Record = dict[str, Any]
 
-ACTIVITY_CLOSES = ("ActivityTaskCompleted", "ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCanceled")
-CHILD_CLOSES = ("ChildWorkflowExecutionCompleted", "ChildWorkflowExecutionFailed", "ChildWorkflowExecutionCanceled",
-                "ChildWorkflowExecutionTimedOut", "ChildWorkflowExecutionTerminated")
-WORKFLOW_TASK_CLOSES = ("WorkflowTaskCompleted", "WorkflowTaskFailed", "WorkflowTaskTimedOut")
+WORKFLOW_TASK_CLOSES = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
 # Events shown as points on the timeline's first row.
-MARKED = ("WorkflowExecutionSignaled", "WorkflowExecutionCancelRequested", "WorkflowExecutionUpdateAdmitted", "MarkerRecorded",
-          "UpsertWorkflowSearchAttributes")
+MARKED = (EventType.WorkflowExecutionSignaled, EventType.WorkflowExecutionCancelRequested, EventType.WorkflowExecutionUpdateAdmitted,
+          EventType.MarkerRecorded, EventType.UpsertWorkflowSearchAttributes)
 
 
 @dataclass
@@ -95,57 +95,57 @@ def timeline(events: list[Record], now_ms: int) -> Timeline:
     for event in events:
         at, event_id = event["event_time_ms"], event["event_id"]
         kind, attrs = event["attributes"]
-        if kind == "WorkflowTaskScheduled":
+        if kind == EventType.WorkflowTaskScheduled:
             bars[("wft", event_id)] = Bar("workflow task", f"workflow task {event_id}" + (
                 f" (attempt {attrs['attempt']})" if attrs["attempt"] > 1 else ""))
             begin(("wft", event_id), at, "scheduled", "scheduled", event_id)
-        elif kind == "WorkflowTaskStarted":
+        elif kind == EventType.WorkflowTaskStarted:
             key = ("wft", attrs["scheduled_event_id"])
             end(key, at, "scheduled", event_id)
             if key in bars:
                 begin(key, at, "running", "started", event_id)
         elif kind in WORKFLOW_TASK_CLOSES:
-            state = {"WorkflowTaskCompleted": "completed", "WorkflowTaskFailed": "failed"}.get(kind, "timed-out")
+            state = {EventType.WorkflowTaskCompleted: "completed", EventType.WorkflowTaskFailed: "failed"}.get(kind, "timed-out")
             label = attrs.get("cause") or state
             end(("wft", attrs["scheduled_event_id"]), at, state, event_id, label)
-        elif kind == "ActivityTaskScheduled":
+        elif kind == EventType.ActivityTaskScheduled:
             bars[("activity", event_id)] = Bar("activity", f"{attrs['activity_type']} (activity {attrs['activity_id']})")
             begin(("activity", event_id), at, "scheduled", "scheduled", event_id)
-        elif kind == "ActivityTaskStarted":
+        elif kind == EventType.ActivityTaskStarted:
             key = ("activity", attrs["scheduled_event_id"])
             end(key, at, open_segments[key].state if key in open_segments else "scheduled", event_id)
             if key in bars:
                 begin(key, at, "running", f"attempt {attrs['attempt']}", event_id)
-        elif kind in ACTIVITY_CLOSES:
+        elif kind in ACTIVITY_RESULTS:
             key = ("activity", attrs["scheduled_event_id"])
-            state = {"ActivityTaskCompleted": "completed", "ActivityTaskFailed": "failed",
-                     "ActivityTaskTimedOut": "timed-out"}.get(kind, "canceled")
+            state = {EventType.ActivityTaskCompleted: "completed", EventType.ActivityTaskFailed: "failed",
+                     EventType.ActivityTaskTimedOut: "timed-out"}.get(kind, "canceled")
             segment = open_segments.get(key)
             label = segment.label if segment else state
             if attrs.get("failure"):
                 label = f"{label}: {attrs['failure']['message']}"
             end(key, at, state, event_id, label)
-            if attrs.get("retry_state") == "IN_PROGRESS" and key in bars:
+            if attrs.get("retry_state") == RetryState.IN_PROGRESS and key in bars:
                 begin(key, at, "backoff", "waiting to retry", event_id)
-        elif kind == "TimerStarted":
+        elif kind == EventType.TimerStarted:
             key = ("timer", event_id)
             bars[key] = Bar("timer", f"timer {attrs['timer_id']} ({attrs['start_to_fire_timeout_ms'] / 1000:g} s)")
             begin(key, at, "running", "waiting", event_id)
-        elif kind in ("TimerFired", "TimerCanceled"):
-            end(("timer", attrs["started_event_id"]), at, "completed" if kind == "TimerFired" else "canceled", event_id,
-                "fired" if kind == "TimerFired" else "canceled")
-        elif kind == "StartChildWorkflowExecutionInitiated":
+        elif kind in (EventType.TimerFired, EventType.TimerCanceled):
+            end(("timer", attrs["started_event_id"]), at, "completed" if kind == EventType.TimerFired else "canceled", event_id,
+                "fired" if kind == EventType.TimerFired else "canceled")
+        elif kind == EventType.StartChildWorkflowExecutionInitiated:
             key = ("child", event_id)
             bars[key] = Bar("child workflow", f"child {attrs['workflow_type']} {attrs['workflow_id']}")
             begin(key, at, "scheduled", "initiated", event_id)
-        elif kind == "ChildWorkflowExecutionStarted":
+        elif kind == EventType.ChildWorkflowExecutionStarted:
             key = ("child", attrs["initiated_event_id"])
             end(key, at, "scheduled", event_id)
             if key in bars:
                 begin(key, at, "running", "running", event_id)
-        elif kind in CHILD_CLOSES or kind == "StartChildWorkflowExecutionFailed":
-            state = {"ChildWorkflowExecutionCompleted": "completed", "ChildWorkflowExecutionCanceled": "canceled",
-                     "ChildWorkflowExecutionTimedOut": "timed-out"}.get(kind, "failed")
+        elif kind in CHILD_RESULTS or kind == EventType.StartChildWorkflowExecutionFailed:
+            state = {EventType.ChildWorkflowExecutionCompleted: "completed", EventType.ChildWorkflowExecutionCanceled: "canceled",
+                     EventType.ChildWorkflowExecutionTimedOut: "timed-out"}.get(kind, "failed")
             end(("child", attrs["initiated_event_id"]), at, state, event_id, kind.removeprefix("ChildWorkflowExecution").lower())
         elif kind in MARKED:
             label = attrs.get("signal_name") or attrs.get("name") or attrs.get("marker_name") or kind
@@ -164,17 +164,17 @@ def pending_activities(events: list[Record]) -> list[PendingActivity]:
     pending: dict[int, PendingActivity] = {}
     for event in events:
         kind, attrs = event["attributes"]
-        if kind == "ActivityTaskScheduled":
+        if kind == EventType.ActivityTaskScheduled:
             policy = attrs.get("retry_policy") or {}
             pending[event["event_id"]] = PendingActivity(
                 event["event_id"], attrs["activity_id"], attrs["activity_type"], attrs["task_queue"], "SCHEDULED", 1,
                 policy.get("maximum_attempts", 0), None, None,
             )
-        elif kind == "ActivityTaskStarted" and attrs["scheduled_event_id"] in pending:
+        elif kind == EventType.ActivityTaskStarted and attrs["scheduled_event_id"] in pending:
             activity = pending[attrs["scheduled_event_id"]]
             activity.state, activity.attempt, activity.last_started_ms = "STARTED", attrs["attempt"], event["event_time_ms"]
-        elif kind in ACTIVITY_CLOSES and attrs["scheduled_event_id"] in pending:
-            if attrs.get("retry_state") == "IN_PROGRESS":
+        elif kind in ACTIVITY_RESULTS and attrs["scheduled_event_id"] in pending:
+            if attrs.get("retry_state") == RetryState.IN_PROGRESS:
                 activity = pending[attrs["scheduled_event_id"]]
                 activity.state, activity.attempt, activity.last_failure = "SCHEDULED", activity.attempt + 1, attrs["failure"]
             else:
@@ -196,9 +196,9 @@ def children(events: list[Record]) -> list[tuple[str, str, str]]:
     found: dict[int, list[str]] = {}
     for event in events:
         kind, attrs = event["attributes"]
-        if kind == "StartChildWorkflowExecutionInitiated":
+        if kind == EventType.StartChildWorkflowExecutionInitiated:
             found[event["event_id"]] = [attrs["workflow_id"], "", attrs["workflow_type"]]
-        elif kind == "ChildWorkflowExecutionStarted" and attrs["initiated_event_id"] in found:
+        elif kind == EventType.ChildWorkflowExecutionStarted and attrs["initiated_event_id"] in found:
             found[attrs["initiated_event_id"]][1] = attrs["run_id"]
     return [(w, r, t) for w, r, t in found.values()]
 
