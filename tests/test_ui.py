@@ -481,3 +481,21 @@ def test_kadence_ui_listens_on_loopback_and_prints_its_sign_in_link(stack: Local
         process.terminate()
         process.wait(10)
 
+
+
+async def test_a_codec_server_that_does_not_answer_fails_an_action_with_its_error(stack: LocalStack, client: Client,
+                                                                                   worker: None) -> None:
+    handle = await client.start_workflow(ApprovalWorkflow.run, "order-13", id=f"ui-codec-down-{uuid.uuid4()}", task_queue=QUEUE)
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    async with serving(make_app(Ui(UiSettings(token=TOKEN, codec_endpoint=gone), stack.settings, stack.postgres_dsn))) as url:
+        async with aiohttp.ClientSession(url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                         cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+            await session.get("/workflows")
+            csrf = session.cookie_jar.filter_cookies(URL(url))["kadence_ui_csrf"].value
+            form = {"workflow_id": handle.id, "run_id": "", "csrf": csrf}
+            signalled = await session.post("/workflow/signal", data={**form, "name": "approve", "input": '"yes"', "confirmed": "yes"})
+            assert signalled.status == 502 and f"the codec server at {gone}/encode does not answer" in await signalled.text()
+            queried = await session.post("/workflow/query", data={**form, "name": "__stack_trace", "args": "[]"})
+            assert queried.status == 502 and f"the codec server at {gone}/" in await queried.text()
+    assert (await handle.describe()).status.value == "Running"
+    await handle.terminate(reason="test over")

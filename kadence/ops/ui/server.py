@@ -35,7 +35,7 @@ from kadence.converter import DataConverter
 from kadence.exceptions import KadenceError, WorkflowQueryFailedError
 from kadence.list_filter import ListFilterError
 from kadence.ops.ui import pages
-from kadence.ops.ui.codec_server import RemotePayloadCodec
+from kadence.ops.ui.codec_server import CodecServerError, RemotePayloadCodec
 from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pending_activities, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, raw, render
@@ -392,6 +392,9 @@ async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_
         message = str(exc) or f"no answer from the history service within {ACTION_TIMEOUT_S:g} s: is it running?"
         return html_response(pages.outcome_page(viewer, f"{action.capitalize()} refused", f"{action} refused: {message}",
                                                 _back(workflow_id, run_id), failed=True), 409)
+    except CodecServerError as exc:  # the input could not be encoded: nothing was sent
+        return html_response(pages.outcome_page(viewer, f"{action.capitalize()} not sent", f"{action} not sent: {exc}",
+                                                _back(workflow_id, run_id), failed=True), 502)
     return html_response(pages.outcome_page(viewer, f"{action.capitalize()} done", done, _back(workflow_id, run_id)))
 
 
@@ -417,6 +420,9 @@ async def query(request: web.Request) -> web.Response:
     except KadenceError as exc:
         return html_response(pages.outcome_page(viewer, "Query not answered", f"query {name!r}: {exc}", _back(workflow_id, run_id),
                                                 failed=True), 409)
+    except CodecServerError as exc:  # its arguments could not be encoded, or its answer decoded
+        return html_response(pages.outcome_page(viewer, "Query not answered", f"query {name!r}: {exc}", _back(workflow_id, run_id),
+                                                failed=True), 502)
     shown = render('<pre class="answer" id="answer">{text}</pre>',
                    text=answer if isinstance(answer, str) else json.dumps(answer, indent=2, default=str))
     return html_response(pages.outcome_page(viewer, "Query answered", f"{workflow_id} answered query {name!r}:",
