@@ -337,6 +337,28 @@ async def test_a_pending_activity_shows_its_attempt_and_last_heartbeat(page: Any
     assert await handle.result() == "1234 rows"
 
 
+async def test_a_broker_that_stops_answering_fails_a_page_in_time_and_postgres_statements_are_bounded(stack: LocalStack) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # accepts, never answers
+        await reader.read(-1)
+        writer.close()
+
+    black_hole = await asyncio.start_server(silent, "127.0.0.1", 0)
+    ui = Ui(UiSettings(kafka_timeout_s=1.0), stack.settings, stack.postgres_dsn)
+    try:
+        async with serving(make_app(ui)) as url, aiohttp.ClientSession(url) as session:
+            async with ui.pool.connection() as conn:
+                assert await (await conn.execute("SHOW statement_timeout")).fetchone() == ("15s",)
+            port = black_hole.sockets[0].getsockname()[1]
+            ui.kafka = dataclasses.replace(stack.settings, bootstrap_servers=f"127.0.0.1:{port}")  # the broker goes silent
+            for path in ("/task-queues", "/dlq"):
+                started = time.monotonic()
+                async with session.get(path) as page:
+                    assert page.status == 504 and "did not answer within 1 s" in await page.text()
+                assert time.monotonic() - started < 10, path
+    finally:
+        black_hole.close()
+
+
 async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_server(stack: LocalStack, client: Client, ui_url: str) -> None:
     codec = AesGcmCodec(AESGCM.generate_key(bit_length=256))
     sealing = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn,
@@ -499,3 +521,4 @@ async def test_a_codec_server_that_does_not_answer_fails_an_action_with_its_erro
             assert queried.status == 502 and f"the codec server at {gone}/" in await queried.text()
     assert (await handle.describe()).status.value == "Running"
     await handle.terminate(reason="test over")
+

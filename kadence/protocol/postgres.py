@@ -42,15 +42,19 @@ async def apply_ddl(conn: psycopg.AsyncConnection[Any], statements: Sequence[str
             await conn.execute(statement)
 
 
-def connection_pool(dsn: str, *, min_size: int, max_size: int, timeout_s: float = RETRY_MAX_S) -> AsyncConnectionPool:
+def connection_pool(dsn: str, *, min_size: int, max_size: int, timeout_s: float = RETRY_MAX_S,
+                    statement_timeout_s: float | None = None) -> AsyncConnectionPool:
     """A pool (opened by the caller) that serves again soon after an outage. psycopg_pool tries
     to replace a lost connection with doubling delays for 5 minutes, so after a minute's outage
     its next try may be a minute away; here each try gives up after RETRY_MAX_S, and the next
     request for a connection (an operation tried again) starts a fresh one. A request waits
-    `timeout_s` for a connection, then fails (PoolTimeout, an OperationalError)."""
+    `timeout_s` for a connection, then fails (PoolTimeout, an OperationalError). With
+    `statement_timeout_s`, Postgres cancels a statement that runs longer (QueryCanceled, an
+    OperationalError too)."""
+    options = {"options": f"-c statement_timeout={int(statement_timeout_s * 1000)}"} if statement_timeout_s else {}
     return AsyncConnectionPool(
         dsn, min_size=min_size, max_size=max_size, open=False, timeout=timeout_s, reconnect_timeout=RETRY_MAX_S,
-        kwargs={"connect_timeout": CONNECT_TIMEOUT_S},
+        kwargs={"connect_timeout": CONNECT_TIMEOUT_S, **options},
     )
 
 

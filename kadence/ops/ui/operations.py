@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from urllib.parse import urlencode
 
@@ -14,7 +13,7 @@ from kadence.ops.audit_report import last_audit
 from kadence.ops.task_queues import POLLER_WINDOW_S, RATE_WINDOW_S, describe_task_queue
 from kadence.ops.ui import pages
 from kadence.ops.ui.html import Html, join, raw, render
-from kadence.ops.ui.server import UI_KEY, html_response
+from kadence.ops.ui.server import UI_KEY, KafkaTimeout, from_kafka, html_response
 from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, dead_letters, replay
 from kadence.protocol.kafka import base_config
@@ -49,7 +48,7 @@ def task_queue_names(settings: KafkaSettings) -> list[str]:
 
 async def task_queues(request: web.Request) -> web.Response:
     ui = request.app[UI_KEY]
-    names = await asyncio.to_thread(task_queue_names, ui.kafka)
+    names = await from_kafka(ui, task_queue_names, ui.kafka)
     items = join(render('<li><a href="/task-queue?{q}">{name}</a></li>', q=urlencode({"name": n}), name=n) for n in names)
     body = render('<h1>Task queues</h1><ul class="queues" id="queues">{items}</ul>{none}', items=items,
                   none=raw("") if names else render("<p>{m}</p>", m="No task queue has a topic yet."))
@@ -59,7 +58,7 @@ async def task_queues(request: web.Request) -> web.Response:
 async def task_queue(request: web.Request) -> web.Response:
     ui = request.app[UI_KEY]
     name = request.query.get("name", "")
-    described = await asyncio.to_thread(describe_task_queue, ui.kafka, name)
+    described = await from_kafka(ui, describe_task_queue, ui.kafka, name)
     kinds = join(
         render('<tr><td>{kind}</td><td>{topic}</td><td class="num">{partitions}</td><td class="num">{backlog}</td>'
                '<td class="num">{rate}</td></tr>', kind=k.kind, topic=k.topic, partitions=k.partitions, backlog=k.backlog,
@@ -90,7 +89,7 @@ async def task_queue(request: web.Request) -> web.Response:
 async def dlq(request: web.Request) -> web.Response:
     ui = request.app[UI_KEY]
     from_offset = _offset(request.query.get("from", "0"))
-    letters = await asyncio.to_thread(_dead_letters_page, ui.kafka, from_offset)
+    letters = await from_kafka(ui, _dead_letters_page, ui.kafka, from_offset)
     viewer = ui.viewer(request)
     return html_response(pages.layout("Dead letters", dlq_body(viewer, letters, from_offset), viewer, "dlq"))
 
@@ -147,16 +146,19 @@ async def dlq_replay(request: web.Request) -> web.Response:
         return html_response(pages.confirm_page(
             viewer, "Replay", f"Produce dead letters {', '.join(map(str, wanted))} again to the topics they came from?",
             "/dlq/replay", {}, back, multi={"offset": [str(o) for o in wanted]}))
-    chosen = [letter for letter in await asyncio.to_thread(dead_letters, ui.kafka, wanted[0]) if letter.offset in wanted]
+    chosen = [letter for letter in await from_kafka(ui, dead_letters, ui.kafka, wanted[0]) if letter.offset in wanted]
     missing = set(wanted) - {letter.offset for letter in chosen}
     if missing:
         return html_response(pages.outcome_page(viewer, "Nothing replayed", f"kadence.dlq has no records at offsets {sorted(missing)}",
                                                 back, failed=True), 404)
     log.info("event=ui_action action=dlq_replay offsets=%s actor=%r", ",".join(map(str, wanted)), actor)
     try:
-        await asyncio.to_thread(replay, ui.kafka, chosen)
+        await from_kafka(ui, replay, ui.kafka, chosen)
     except (ValueError, RuntimeError) as exc:
         return html_response(pages.outcome_page(viewer, "Replay refused", str(exc), back, failed=True), 409)
+    except KafkaTimeout as exc:
+        return html_response(pages.outcome_page(viewer, "Replay unconfirmed", f"{exc}: the records may still be replayed; "
+                                                "look at their topics before replaying them again", back, failed=True), 504)
     done = "; ".join(f"{letter.offset} to {letter.source_topic}/{letter.source_partition}" for letter in chosen)
     return html_response(pages.outcome_page(viewer, "Replayed", f"replayed {done}", back))
 

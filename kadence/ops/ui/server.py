@@ -51,6 +51,7 @@ AUTH_COOKIE = "kadence_ui_auth"
 DEFAULT_PORT = 8233  # Temporal's Web UI in `temporal server start-dev`
 QUERY_TIMEOUT = timedelta(seconds=15)
 ACTION_TIMEOUT_S = 30.0
+STATEMENT_TIMEOUT_S = 15.0  # a page's query that runs longer is cancelled: the page says so
 SIGN_IN_CODE_TTL_S = 60.0  # the link `kadence ui` prints signs in once, within this
 _SESSION_MESSAGE = b"kadence-ui-session"
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -69,6 +70,7 @@ class UiSettings:
     codec_endpoint: str | None = None  # a Temporal codec server: payloads are decoded (and signal inputs encoded) there
     page_size: int = 50  # executions a list page
     events_page: int = 1000  # events in an execution's table per page (the JSON export has them all)
+    kafka_timeout_s: float = 20.0  # a page's read of the log (or a replay) that takes longer fails, saying so
     allowed_hosts: tuple[str, ...] = ()  # the Host names it answers; none: loopback's when bound to loopback, else any
 
     def served_hosts(self) -> frozenset[str] | None:
@@ -107,7 +109,7 @@ class Ui:
         self.converter = DataConverter(payload_codec=codec)
         self.reader = PayloadReader(self.converter)
         self.dsn = dsn
-        self.pool = connection_pool(dsn, min_size=1, max_size=4, timeout_s=10.0)
+        self.pool = connection_pool(dsn, min_size=1, max_size=4, timeout_s=10.0, statement_timeout_s=STATEMENT_TIMEOUT_S)
         self.client: Client | None = None
         self._sign_in_codes: dict[str, float] = {}  # code: when it expires (time.monotonic)
 
@@ -166,6 +168,19 @@ class Ui:
         return pages.Viewer(csrf=request[CSRF_KEY], can_act=can_act, why_not=why,
                             can_sign_in=self.settings.token is not None and not self.settings.read_only
                             and not self.settings.auth_proxy_header)
+
+
+class KafkaTimeout(Exception):
+    """A read of the log (or a replay) took longer than the UI's kafka_timeout_s."""
+
+
+async def from_kafka(ui: Ui, function: Any, *args: Any) -> Any:
+    """`function(*args)`, a blocking Kafka call, in a thread, given up after kafka_timeout_s: a broker
+    that stops answering mid-read would otherwise hold the page forever (the thread ends on its own)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(function, *args), ui.settings.kafka_timeout_s)
+    except TimeoutError:
+        raise KafkaTimeout(f"the Kafka broker did not answer within {ui.settings.kafka_timeout_s:g} s") from None
 
 
 UI_KEY = web.AppKey("ui", Ui)
@@ -264,8 +279,8 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
                         if a.state == "STARTED" and a.last_started_ms is not None}
     heartbeat_problem = None
     try:
-        heartbeats = await asyncio.to_thread(latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
-    except KafkaException as exc:  # the rest of the page comes from Postgres: show it, saying what is missing
+        heartbeats = await from_kafka(ui, latest_heartbeats, ui.kafka, workflow_id, execution.run_id, started_attempts)
+    except (KafkaException, KafkaTimeout) as exc:  # the rest of the page comes from Postgres: show it, saying what is missing
         heartbeats, heartbeat_problem = {}, f"the last heartbeats are not shown: the Kafka broker does not answer ({exc})"
     table = [e for e in events if e["event_id"] >= events_from][:ui.settings.events_page]
     # One pass of the reader (one codec round trip) over everything shown.
@@ -473,6 +488,9 @@ async def unavailable(request: web.Request, handler: Any) -> web.StreamResponse:
         viewer = request.app[UI_KEY].viewer(request)
         return html_response(pages.outcome_page(viewer, "Kafka unavailable", f"the Kafka broker does not answer: {exc}",
                                                 raw('<a href="">try again</a>'), failed=True), 503)
+    except KafkaTimeout as exc:
+        viewer = request.app[UI_KEY].viewer(request)
+        return html_response(pages.outcome_page(viewer, "Kafka unavailable", str(exc), raw('<a href="">try again</a>'), failed=True), 504)
 
 
 def make_app(ui: Ui) -> web.Application:
