@@ -33,8 +33,9 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.converter import DataConverter
 from kadence.dev.local_stack import LocalStack, free_port
-from kadence.exceptions import WorkflowFailureError
+from kadence.exceptions import RetryState, WorkflowFailureError
 from kadence.ops.ui.codec_server import from_json, to_json
+from kadence.ops.ui.execution import timeline
 from kadence.ops.ui.server import Ui, UiSettings, make_app
 from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, dead_letters
@@ -386,6 +387,25 @@ async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_serv
             assert SECRET in shown and "binary/encrypted" not in shown
     await client.get_workflow_handle(workflow_id).terminate(reason="test over")
 
+
+
+def test_the_timeline_of_a_run_closed_with_work_open_ends_at_its_close() -> None:
+    def event(event_id: int, at_ms: int, kind: str, **attrs: Any) -> dict[str, Any]:
+        return {"event_id": event_id, "event_time_ms": at_ms, "attributes": (kind, attrs)}
+
+    closed_at = 1_000_000_003_000
+    events = [  # terminated while its activity waited to retry
+        event(1, 1_000_000_000_000, "WorkflowExecutionStarted"),
+        event(5, 1_000_000_000_100, "ActivityTaskScheduled", activity_type="charge", activity_id="5"),
+        event(6, 1_000_000_000_200, "ActivityTaskStarted", scheduled_event_id=5, attempt=1),
+        event(7, 1_000_000_000_300, "ActivityTaskFailed", scheduled_event_id=5, failure={"message": "declined"},
+              retry_state=RetryState.IN_PROGRESS),
+        event(8, closed_at, "WorkflowExecutionTerminated", reason="stuck"),
+    ]
+    drawn = timeline(events, now_ms=closed_at + 86_400_000)  # looked at a day later
+    assert drawn.end_ms == closed_at
+    backoff = drawn.bars[0].segments[-1]
+    assert (backoff.end_ms, backoff.state, backoff.label) == (closed_at, "canceled", "dropped: the run terminated")
 
 @contextlib.asynccontextmanager
 async def serving(app: web.Application) -> AsyncIterator[str]:

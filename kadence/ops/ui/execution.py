@@ -12,7 +12,7 @@ from typing import Any
 from kadence.api.common.v1 import Payload
 from kadence.converter import NOT_ENCODED, DataConverter
 from kadence.exceptions import RetryState
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS
 from kadence.protocol.limits import iter_payloads
 from kadence.protocol.names import EventType
 
@@ -150,6 +150,9 @@ def timeline(events: list[Record], now_ms: int) -> Timeline:
         elif kind in MARKED:
             label = attrs.get("signal_name") or attrs.get("name") or attrs.get("marker_name") or kind
             points.append(Point(at, event_id, f"{kind}: {label}" if label != kind else kind))
+        elif kind in CLOSE_STATUS:  # work still open (terminated while an activity waited to retry) ends with the run
+            for key in list(open_segments):
+                end(key, at, "canceled", event_id, f"dropped: the run {CLOSE_STATUS[kind].lower()}")
     start = events[0]["event_time_ms"] if events else now_ms
     last = events[-1]["event_time_ms"] if events else now_ms
     end_ms = now_ms if open_segments else last
