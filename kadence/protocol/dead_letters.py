@@ -9,6 +9,8 @@ by every reader as a zombie's repeat; its readers apply it again when their proj
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator
 from dataclasses import dataclass
 
 from confluent_kafka import Message
@@ -65,7 +67,15 @@ class DeadLetter:
 
 
 def dead_letters(settings: KafkaSettings, from_offset: int = 0) -> list[DeadLetter]:
-    return [DeadLetter.from_message(msg) for msg in read_to_end(settings, topics.DLQ, {0: from_offset})]
+    return list(read_dead_letters(settings, from_offset))
+
+
+def read_dead_letters(settings: KafkaSettings, from_offset: int = 0) -> Generator[DeadLetter]:
+    """The dead letters from `from_offset` as they are read: a reader that needs a page stops
+    there (close() the generator to close its consumer at once)."""
+    with contextlib.closing(read_to_end(settings, topics.DLQ, {0: from_offset})) as messages:
+        for msg in messages:
+            yield DeadLetter.from_message(msg)
 
 
 def replay(settings: KafkaSettings, letters: list[DeadLetter]) -> None:

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from concurrent.futures import Future
 from typing import Any
 
@@ -478,7 +478,7 @@ async def consume_batches(
         yield batch
 
 
-def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Iterator[Message]:
+def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Generator[Message]:
     """Every record of the given partitions, each from its start offset to the partition's end as
     it is when the read begins (ListOffsets).
 

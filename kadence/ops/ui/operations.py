@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 from urllib.parse import urlencode
 
@@ -15,7 +17,7 @@ from kadence.ops.ui import pages
 from kadence.ops.ui.html import Html, join, raw, render
 from kadence.ops.ui.server import UI_KEY, KafkaTimeout, from_kafka, html_response
 from kadence.protocol import topics
-from kadence.protocol.dead_letters import DeadLetter, dead_letters, replay
+from kadence.protocol.dead_letters import DeadLetter, read_dead_letters, replay
 from kadence.protocol.kafka import base_config
 from kadence.protocol.settings import KafkaSettings
 
@@ -95,12 +97,16 @@ async def dlq(request: web.Request) -> web.Response:
 
 
 def _dead_letters_page(settings: KafkaSettings, from_offset: int) -> list[DeadLetter]:
-    letters = []
-    for letter in dead_letters(settings, from_offset):
-        letters.append(letter)
-        if len(letters) > DLQ_PAGE:
-            break
-    return letters
+    """A page and one more (whether there is a next page): the read stops there, not at the topic's end."""
+    with contextlib.closing(read_dead_letters(settings, from_offset)) as letters:
+        return list(itertools.islice(letters, DLQ_PAGE + 1))
+
+
+def _chosen_letters(settings: KafkaSettings, wanted: list[int]) -> list[DeadLetter]:
+    """The dead letters at the `wanted` offsets (sorted): the read stops after the last of them."""
+    with contextlib.closing(read_dead_letters(settings, wanted[0])) as letters:
+        return [letter for letter in itertools.takewhile(lambda letter: letter.offset <= wanted[-1], letters)
+                if letter.offset in wanted]
 
 
 def dlq_body(viewer: pages.Viewer, letters: list[DeadLetter], from_offset: int) -> Html:
@@ -146,7 +152,7 @@ async def dlq_replay(request: web.Request) -> web.Response:
         return html_response(pages.confirm_page(
             viewer, "Replay", f"Produce dead letters {', '.join(map(str, wanted))} again to the topics they came from?",
             "/dlq/replay", {}, back, multi={"offset": [str(o) for o in wanted]}))
-    chosen = [letter for letter in await from_kafka(ui, dead_letters, ui.kafka, wanted[0]) if letter.offset in wanted]
+    chosen = await from_kafka(ui, _chosen_letters, ui.kafka, wanted)
     missing = set(wanted) - {letter.offset for letter in chosen}
     if missing:
         return html_response(pages.outcome_page(viewer, "Nothing replayed", f"kadence.dlq has no records at offsets {sorted(missing)}",
