@@ -4,7 +4,6 @@ another template). A workflow id or a search attribute holding markup shows as t
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,9 +31,3 @@ def raw(markup: str) -> Html:
     """Markup written in this package's code (never from data)."""
     return Html(markup)
 
-
-def script_json(value: Any) -> Html:
-    """JSON to embed in <script type="application/json">: `<`, `>` and `&` escaped, so no value can
-    close the script element."""
-    text = json.dumps(value, default=str)
-    return Html(text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e"))

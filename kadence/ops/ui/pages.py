@@ -170,7 +170,7 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
     summary = join(render("<tr><th>{k}</th><td>{v}</td></tr>", k=k, v=v) for k, v in summary_rows)
     failure = raw("")
     if view.failures:
-        failure = render('<section id="failure"><h2>Failure</h2>{chain}</section>', chain=failure_chain(view.failures))
+        failure = render('<section id="failure"><h2>Failure</h2>{chain}</section>', chain=failure_chain_html(view.failures))
     result = raw("")
     if e.status.value == "Completed":
         result = render('<section id="result"><h2>Result</h2>{value}</section>', value=pretty(view.result))
@@ -189,7 +189,7 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
     return layout(e.id, body, viewer, "workflows")
 
 
-def failure_chain(failures: list[dict[str, Any]]) -> Html:
+def failure_chain_html(failures: list[dict[str, Any]]) -> Html:
     return join(
         render('<div class="failure"><p><strong>{type}</strong>: {message}{flags}</p>{stack}{details}</div>',
                type=f.get("type") or "Failure", message=f.get("message", ""),
@@ -208,7 +208,7 @@ def pending_section(view: ExecutionView) -> Html:
                '<td>{failure}</td><td>{heartbeat}</td></tr>',
                id=a.scheduled_event_id, type=a.activity_type, aid=a.activity_id, state=a.state,
                attempt=f"{a.attempt}" + (f" of {a.maximum_attempts}" if a.maximum_attempts else ""),
-               failure=failure_chain(view.pending_failures[a.scheduled_event_id]) if a.last_failure else "",
+               failure=failure_chain_html(view.pending_failures[a.scheduled_event_id]) if a.last_failure else "",
                heartbeat=pretty(view.heartbeats[a.scheduled_event_id]) if a.scheduled_event_id in view.heartbeats else "")
         for a in view.pending
     )
