@@ -40,6 +40,7 @@ from kadence.ops.ui.execution import PayloadReader, children, failure_chain, pen
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, raw, render
 from kadence.ops.ui.queries import count_by_status, execution_row, runs_of
+from kadence.protocol.names import EventType
 from kadence.protocol.postgres import connection_pool, describe
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.visibility import WorkflowHistory, executions_page, fetch_events
@@ -290,7 +291,7 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
         "pending_failures": {str(a.scheduled_event_id): failure_chain(a.last_failure) for a in pending},
         "heartbeats": {str(k): v for k, v in heartbeats.items()},
     })
-    started = shown["started"] if events and events[0]["attributes"][0] == "WorkflowExecutionStarted" else {}
+    started = shown["started"] if events and events[0]["attributes"][0] == EventType.WorkflowExecutionStarted else {}
     for failure in shown["failures"]:
         failure.pop("cause", None)  # each cause is shown on its own
     return pages.ExecutionView(
