@@ -55,10 +55,10 @@ class CpuMeter:
         1,000 of them, so runs of different sizes compare."""
         spent = {name: cpu_seconds(pid) - self._before[name] for name, pid in self.pids.items()}
         total = sum(spent.values())
-        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in sorted(spent.items(), key=lambda item: -item[1]))
+        ranked = sorted(spent.items(), key=lambda item: -item[1])
+        parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked)
         line = f"CPU-seconds:          {total:.1f} in all: {parts}"
         if per_thousand:
-            scaled = ", ".join(f"{name} {seconds * 1000 / per_thousand:.1f}"
-                               for name, seconds in sorted(spent.items(), key=lambda item: -item[1]))
+            scaled = ", ".join(f"{name} {seconds * 1000 / per_thousand:.1f}" for name, seconds in ranked)
             line += f"\nper 1,000 workflows:  {total * 1000 / per_thousand:.1f} CPU-s: {scaled}"
         return line
