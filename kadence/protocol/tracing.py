@@ -85,6 +85,11 @@ def exemplar(traceparent: str | None) -> dict[str, str] | None:
     return {"trace_id": traceparent[3:35]} if traceparent else None
 
 
+def headers_of(traceparent: str | None) -> HeaderList:
+    """The record headers that carry `traceparent` (none when there is none: the record is untraced)."""
+    return [(TRACEPARENT, traceparent.encode())] if traceparent else []
+
+
 def current_headers() -> HeaderList:
     """`traceparent` of the span current here, for a record produced within it (none outside a span)."""
     trace = sys.modules.get("opentelemetry.trace")
@@ -93,7 +98,7 @@ def current_headers() -> HeaderList:
     context = trace.get_current_span().get_span_context()
     if not context.is_valid:
         return []
-    return [(TRACEPARENT, _format(context).encode())]
+    return headers_of(_format(context))
 
 
 @contextlib.contextmanager
@@ -132,7 +137,7 @@ def later(name: str, parent: str, *, start_ms: int, attributes: dict[str, Any]) 
     """A span, the child of `parent`, from `start_ms` to now: a hop that acts long after the record
     that asked for it (a timer firing); the traceparent for what it produces."""
     tracer = _active_tracer()
-    context = _parent([(TRACEPARENT, parent.encode())]) if tracer is not None else None
+    context = _parent(headers_of(parent)) if tracer is not None else None
     if context is None:
         return None
     from opentelemetry import trace

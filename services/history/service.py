@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import HeaderList, NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
+from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.events import run_sections
 from kadence.protocol.kafka import (
@@ -373,7 +373,7 @@ class HistoryService:
         traceparent = tracing.joined("history batch", self._unwritten_traces.pop(partition, []), {
             "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
         })
-        traced: HeaderList = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+        traced = tracing.headers_of(traceparent)
         self.producer.produce(
             topics.HISTORY, value, batch["workflow_id"].encode(),
             partition=partition, headers=self.batches.headers() + traced, on_delivery=self._on_delivery(),

@@ -56,7 +56,7 @@ class TaskRouter:
                 "messaging.destination.name": topics.HISTORY, "messaging.kafka.destination.partition": partition,
                 "messaging.kafka.message.offset": offset,
             }) as traceparent:
-                self._traced = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
+                self._traced = tracing.headers_of(traceparent)
                 await self._route(partition, offset, value, headers)
         except NewerSchemaVersion:
             raise
@@ -105,8 +105,7 @@ class TaskRouter:
                 with tracing.child(f"matching {effect_type}", {
                     "messaging.destination.name": topic, "kadence.workflow_id": workflow_id, "kadence.run_id": run_id,
                 }) as traceparent:
-                    traced: HeaderList = [(tracing.TRACEPARENT, traceparent.encode())] if traceparent else []
-                    await self.send(topic, key, value, self.tasks.headers() + traced)
+                    await self.send(topic, key, value, self.tasks.headers() + tracing.headers_of(traceparent))
                 ROUTED.labels(effect["task_queue"], kind).inc(exemplar=tracing.exemplar(traceparent))
             else:
                 await self.send(topic, key, value, self.tasks.headers())

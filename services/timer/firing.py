@@ -59,7 +59,7 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             traced = [_fired_span(timer) for timer in due]
             await asyncio.gather(*(
                 producer.produce(topics.COMMANDS, codec.encode(_command(timer)), timer.workflow_id.encode(), partition=timer.partition,
-                                 headers=codec.headers() + ([(tracing.TRACEPARENT, span.encode())] if span else []), until_delivered=True)
+                                 headers=codec.headers() + tracing.headers_of(span), until_delivered=True)
                 for timer, span in zip(due, traced, strict=True)
             ))
             store.fired(from_memory)
