@@ -1,5 +1,5 @@
 """One real local stack (broker, embedded Postgres, the four services) per test session and broker.
-Its services export their spans to an OTLP receiver of the session (tests/otlp.py).
+Its services export their spans to an OTLP receiver of the session (kadence/dev/otlp.py).
 
 The suite runs on Apache Kafka. Tests marked `also_on_tansu` run on the Tansu broker too, so
 the zero-Java path stays tested. On a machine that cannot run Apache Kafka (no Java 17) the
@@ -27,8 +27,8 @@ import uvloop
 from kadence.client import Client
 from kadence.dev.brokers import ApacheKafka, choose_broker
 from kadence.dev.local_stack import SERVICES, LocalStack
+from kadence.dev.otlp import OtlpReceiver, exporting_to, otlp_receiver
 from kadence.protocol.kafka import partition_for_key
-from tests.otlp import OtlpReceiver, exporting_to, otlp_receiver
 
 
 def _main_broker() -> tuple[str, str]:

@@ -2,7 +2,7 @@
 activities, a durable timer and a child, started by a traced client, makes one trace through the
 commands topic, history, matching, the task queues, the worker, the timer service and back, and
 the visibility projector's transactions are linked to it. The session stack's services export by
-OTLP/HTTP to the session's receiver (tests/otlp.py, decoding the real protobuf); the client's and
+OTLP/HTTP to the session's receiver (kadence/dev/otlp.py, decoding the real protobuf); the client's and
 worker's spans go to the OpenTelemetry SDK's in-memory exporter in this process."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.contrib.opentelemetry import TracingInterceptor
 from kadence.dev.local_stack import LocalStack
+from kadence.dev.otlp import OtlpReceiver, Span
 from kadence.worker import Worker
-from tests.otlp import OtlpReceiver, Span
 
 
 def in_memory_spans() -> InMemorySpanExporter:
@@ -75,8 +75,7 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     finally:
         await client.close()
 
-    local = [Span("test", s.name, f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}",
-                  f"{s.parent.span_id:016x}" if s.parent else "", dict(s.attributes or {})) for s in exporter.get_finished_spans()]
+    local = [Span.of(span, "test") for span in exporter.get_finished_spans()]
     start = next(span for span in local if span.name == "StartWorkflow:Fulfil")
     expected = {"history StartWorkflowExecution", "matching route", "matching WorkflowTask", "history RespondWorkflowTaskCompleted",
                 "matching ActivityTask", "history RespondActivityTaskCompleted", "timer fired", "history TimeoutFired",

@@ -1,5 +1,6 @@
-"""A small OTLP/HTTP trace receiver for the tests: what the services export, decoded from the real
-protobuf. The session stack's services export to one (conftest's `otlp` fixture)."""
+"""A small OTLP/HTTP trace receiver: what the services export, decoded from the real protobuf.
+The tests' session stack exports to one (conftest's `otlp` fixture), and so does the stack of
+`python -m bench.trace_workflow`. Needs opentelemetry-proto (the test extra)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+from opentelemetry.sdk.trace import ReadableSpan
 
 # How often the services export (the SDK's default waits 5 s): a test waits that long for its spans.
 EXPORT_DELAY_MS = 100
@@ -24,7 +26,16 @@ class Span:
     span_id: str
     parent_id: str
     attributes: dict[str, object]
-    links: tuple[str, ...] = ()  # span ids
+    links: tuple[str, ...]  # span ids
+    start_ns: int  # Unix time
+    end_ns: int
+
+    @classmethod
+    def of(cls, span: ReadableSpan, service: str) -> Span:
+        """A span of this process's OpenTelemetry SDK (say, from its in-memory exporter)."""
+        return cls(service, span.name, f"{span.context.trace_id:032x}", f"{span.context.span_id:016x}",
+                   f"{span.parent.span_id:016x}" if span.parent else "", dict(span.attributes or {}),
+                   tuple(f"{link.context.span_id:016x}" for link in span.links), span.start_time or 0, span.end_time or 0)
 
 
 class OtlpReceiver(ThreadingHTTPServer):
@@ -68,9 +79,10 @@ class _OtlpHandler(BaseHTTPRequestHandler):
             service = next(a.value.string_value for a in resource.resource.attributes if a.key == "service.name")
             for scope in resource.scope_spans:
                 for span in scope.spans:
-                    attributes = {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
+                    attributes: dict[str, object] = {a.key: a.value.string_value or a.value.int_value for a in span.attributes}
                     found.append(Span(service, span.name, span.trace_id.hex(), span.span_id.hex(), span.parent_span_id.hex(),
-                                      attributes, tuple(link.span_id.hex() for link in span.links)))
+                                      attributes, tuple(link.span_id.hex() for link in span.links),
+                                      span.start_time_unix_nano, span.end_time_unix_nano))
         self.server.received(found)
         body = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
