@@ -1,0 +1,37 @@
+"""What the benchmark tools for docs/performance.md make of what they collect: bench.trace_workflow's
+table of one workflow's spans."""
+
+from __future__ import annotations
+
+from bench.trace_workflow import hop_table, trace_of
+from kadence.dev.otlp import Span
+
+TRACE, OTHER = "a" * 32, "b" * 32
+MS = 1_000_000
+T0 = 1_700_000_000_000 * MS  # the client's StartWorkflow span begins
+
+
+def span(service: str, name: str, span_id: str, start_ms: float, end_ms: float, *, trace_id: str = TRACE, parent_id: str = "",
+         queue_ms: int | None = None, links: tuple[str, ...] = ()) -> Span:
+    attributes: dict[str, object] = {} if queue_ms is None else {"kadence.queue_ms": queue_ms}
+    return Span(service, name, trace_id, span_id, parent_id, attributes, links, T0 + int(start_ms * MS), T0 + int(end_ms * MS))
+
+
+def test_the_table_has_every_span_of_the_trace_and_those_linked_to_it_by_start_time() -> None:
+    start = span("client+worker", "StartWorkflow:BenchWorkflow", "01", 0, 21)
+    received = [  # as they come: each process exports when its spans end
+        span("kadence-matching", "matching route", "03", 6.7, 16.7, parent_id="02", queue_ms=9),
+        span("kadence-history", "history StartWorkflowExecution", "02", 0.5, 7.5, parent_id="01", queue_ms=6),
+        span("kadence-history", "history StartWorkflowExecution", "09", 1.0, 3.0, trace_id=OTHER, queue_ms=1),
+        span("kadence-visibility", "visibility apply", "04", 13.4, 20.6, trace_id=OTHER, links=("03", "99")),
+        span("client+worker", "worker WorkflowTask", "05", 15.7, 22.5, parent_id="03", queue_ms=5),
+    ]
+    spans = trace_of([start, *received], TRACE)
+    assert [s.span_id for s in spans] == ["01", "02", "03", "04", "05"], "the other trace's own span is left out; its link is kept"
+
+    header, *rows = hop_table(spans, start.start_ns)
+    assert header.split() == ["at", "ms", "took", "ms", "queued", "ms", "service", "span"]
+    assert [row.split()[:2] for row in rows] == [["0.0", "21.0"], ["0.5", "7.0"], ["6.7", "10.0"], ["13.4", "7.2"], ["15.7", "6.8"]]
+    assert rows[1].split()[2:] == ["6", "kadence-history", "history", "StartWorkflowExecution"]
+    assert rows[3].split()[2:] == ["kadence-visibility", "visibility", "apply"], "no queue time where the span has none"
+
