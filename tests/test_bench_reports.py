@@ -1,8 +1,9 @@
 """What the benchmark tools for docs/performance.md make of what they collect: bench.trace_workflow's
-table of one workflow's spans."""
+table of one workflow's spans, and bench.profile_services' shares from py-spy's collapsed stacks."""
 
 from __future__ import annotations
 
+from bench.profile_services import Profile
 from bench.trace_workflow import hop_table, trace_of
 from kadence.dev.otlp import Span
 
@@ -35,3 +36,19 @@ def test_the_table_has_every_span_of_the_trace_and_those_linked_to_it_by_start_t
     assert rows[1].split()[2:] == ["6", "kadence-history", "history", "StartWorkflowExecution"]
     assert rows[3].split()[2:] == ["kadence-visibility", "visibility", "apply"], "no queue time where the span has none"
 
+
+def test_profile_shares_count_each_sample_once_per_function_below_the_threads_trunk() -> None:
+    collapsed = [
+        "<module> (svc.py:9);main (svc.py:5);handle (svc.py:20);encode (codec.py:77) 6",
+        "<module> (svc.py:9);main (svc.py:5);handle (svc.py:21);walk (tree.py:3);walk (tree.py:4) 3",
+        "<module> (svc.py:9);main (svc.py:5) 1",
+        "Thread._bootstrap (threading.py:1002);_worker (thread.py:81) 2",
+        "Thread._bootstrap (threading.py:1002);_worker (thread.py:83);encode (codec.py:77) 4",
+    ]
+    profile = Profile.parse(collapsed)
+    assert profile.samples == 16
+    assert profile.own == {"encode (codec.py:77)": 10, "walk (tree.py:4)": 3, "_worker (thread.py:81)": 2, "main (svc.py:5)": 1}
+    # <module> and main are on every stack of the main thread, Thread._bootstrap and _worker on every
+    # one of the other: their trunks. walk recursing counts its samples once.
+    assert profile.inclusive == {"handle (svc.py)": 9, "encode (codec.py)": 10, "walk (tree.py)": 3}
+    assert profile.report()[1] == "     62.5%  encode (codec.py:77)"
