@@ -283,7 +283,7 @@ def test_alerts_watch_what_the_code_counts_and_each_has_a_runbook() -> None:
 
 def exported_metrics() -> set[str]:
     """Every series name the services' code can export (importing a service registers its metrics)."""
-    for module in ("services.history.service", "services.matching.router", "services.timer.firing", "services.visibility.retention",
+    for module in ("services.history.service", "services.matching.relay", "services.timer.firing", "services.visibility.retention",
                    "services.projection", "kadence.protocol.observability"):
         importlib.import_module(module)
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}

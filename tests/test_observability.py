@@ -23,8 +23,9 @@ from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
 # Each service reports its consumer lag per partition of the topic it follows.
 LAGGING = {"history": "kadence.commands", "matching": "kadence.history", "timer": "kadence.history", "visibility": "kadence.history"}
 METRICS = {
-    "history": ["kadence_history_commands_total", "kadence_history_batches_written_total", "kadence_history_recovery_seconds"],
-    "matching": ["kadence_matching_tasks_routed_total"],
+    "history": ["kadence_history_commands_total", "kadence_history_batches_written_total", "kadence_history_recovery_seconds",
+                "kadence_tasks_dispatched_total"],
+    "matching": ["kadence_matching_commands_relayed_total"],
     "timer": ["kadence_timer_fired_total", "kadence_timer_firing_lag_seconds_bucket"],
     "visibility": ["kadence_projection_records_total"],
 }

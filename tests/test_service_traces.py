@@ -77,9 +77,9 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
 
     local = [Span.of(span, "test") for span in exporter.get_finished_spans()]
     start = next(span for span in local if span.name == "StartWorkflow:Fulfil")
-    expected = {"history StartWorkflowExecution", "matching route", "matching WorkflowTask", "history RespondWorkflowTaskCompleted",
-                "matching ActivityTask", "history RespondActivityTaskCompleted", "timer fired", "history TimeoutFired",
-                "history RecordChildExecutionClosed"}  # the services' (the worker's are this process's)
+    expected = {"history StartWorkflowExecution", "dispatch WorkflowTask", "history RespondWorkflowTaskCompleted",
+                "dispatch ActivityTask", "history RespondActivityTaskCompleted", "timer fired", "history TimeoutFired",
+                "matching relay", "history RecordChildExecutionClosed"}  # the services' (the worker's are this process's)
 
     def in_trace(received: list[Span]) -> list[Span]:
         return [span for span in received if span.trace_id == start.trace_id]
@@ -117,9 +117,9 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     # The first activity's attempt, hop by hop from the client's start (the worker's start and
     # completion of the workflow task may be joined in one batch, whose span links both).
     hops = chain(next(span for span in spans if span.name == "worker ActivityTask"))
-    assert hops[:4] == ["history StartWorkflowExecution", "matching route", "matching WorkflowTask", "worker WorkflowTask"], hops
-    assert hops[-3:] == ["matching route", "matching ActivityTask", "worker ActivityTask"], hops
-    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[4:-3]), hops
+    assert hops[:3] == ["history StartWorkflowExecution", "dispatch WorkflowTask", "worker WorkflowTask"], hops
+    assert hops[-2:] == ["dispatch ActivityTask", "worker ActivityTask"], hops
+    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[3:-2]), hops
     # Through the timer: set by the batch of the workflow task that started it, fired as a command
     # whose hop in history is the firing's child, and on to the next workflow task.
     fired = next(span for span in spans if span.name == "timer fired")
@@ -130,13 +130,13 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
         "the workflow task after the timer continues its chain"
     assert all(span.service == "kadence-visibility" for span in applied(received))
     hop_spans = [span for span in services
-                 if span.name == "matching route" or (span.name.startswith("history ") and span.name != "history batch")]
+                 if span.name == "matching relay" or (span.name.startswith("history ") and span.name != "history batch")]
     assert all("kadence.queue_ms" in span.attributes for span in hop_spans), "each hop says how long its record waited"
 
     # The metrics the hops counted link to the trace (exemplars, in OpenMetrics, what Prometheus asks for).
     exemplar = f'# {{trace_id="{start.trace_id}"}}'
     async with aiohttp.ClientSession(headers={"Accept": "application/openmetrics-text; version=1.0.0"}) as http:
-        for service, series in (("history", "kadence_history_commands_total"), ("matching", "kadence_matching_tasks_routed_total"),
+        for service, series in (("history", "kadence_history_commands_total"), ("history", "kadence_tasks_dispatched_total"),
                                 ("timer", "kadence_timer_firing_lag_seconds_bucket")):
             async with http.get(f"http://127.0.0.1:{stack.http_ports[service]}/metrics") as scraped:
                 lines = (await scraped.text()).splitlines()

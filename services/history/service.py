@@ -41,6 +41,7 @@ from services.history.machine.records import HistoryBatch, Record
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
 from services.history.step import Step, eventless, step
+from services.matching.dispatch import TaskRecord, TaskRecords, counted
 
 log = logging.getLogger("kadence.history")
 
@@ -82,6 +83,13 @@ def _leave_out_workflow_task_events(batch: HistoryBatch) -> int:
     return left_out
 
 
+def _task_delivered(err: KafkaError | None, msg: Message) -> None:
+    """A task record not written is not fatal: its re-dispatch timer sends the task again."""
+    if err is not None:
+        ERRORS.labels("task_not_written").inc()
+        log.warning("event=task_not_written topic=%s error=%r", msg.topic(), err.str())
+
+
 class FatalProduceError(RuntimeError):
     """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
 
@@ -111,6 +119,9 @@ class HistoryService:
         # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the
         # workers of that release expect the whole history in each task.
         self._workflow_task_deltas = writes_field(self.batches, EffectType.WorkflowTask, "first_event_id")
+        self.task_records = TaskRecords()
+        self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
+        self._task_topics: set[str] = set()  # the task queue topics known to exist
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -156,11 +167,13 @@ class HistoryService:
                     else:
                         self.handle(msg, command)
                 self._flush()
+                await self._dispatch_tasks()
                 self.producer.poll(0)
                 self._raise_produce_error()
                 if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
                     await self._checkpoint()
         finally:
+            self._produce_tasks()
             self.producer.flush(10)
             self.consumer.close()
             if self.checkpoints is not None:
@@ -378,6 +391,28 @@ class HistoryService:
             topics.HISTORY, value, batch["workflow_id"].encode(),
             partition=partition, headers=self.batches.headers() + traced, on_delivery=self._on_delivery(),
         )
+        self._dispatching += self.task_records.of(batch, traceparent)
+
+    async def _dispatch_tasks(self) -> None:
+        """Produce the tasks of the batches just produced to their task queue topics, creating a
+        topic the first time a task queue is seen (docs/architecture.md, "Task dispatch")."""
+        new = {record.topic for record in self._dispatching} - self._task_topics
+        if new:
+            await asyncio.get_running_loop().run_in_executor(
+                None, ensure_topics, self.settings, dict.fromkeys(new, self.settings.task_queue_partitions),
+            )
+            self._task_topics |= new
+        self._produce_tasks()
+
+    def _produce_tasks(self) -> None:
+        """Not waiting for the batch's acknowledgement: a task whose batch never reaches the log
+        (this process died first) is answered by a worker's command that follows the dispatching
+        command on the partition, so the next owner decides that command again (the same run,
+        ids and task, by the determinism of decisions) before it reads the answer."""
+        dispatching, self._dispatching = self._dispatching, []
+        for record in dispatching:
+            self.producer.produce(record.topic, record.value, record.key, headers=record.headers, on_delivery=_task_delivered)
+            counted(record)
 
     def _flush(self) -> None:
         for partition in list(self._unwritten):

@@ -1,4 +1,4 @@
-"""The faust app: one agent over kadence.history feeding the task router."""
+"""The faust app: one agent over kadence.history feeding the outbound relay."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from kadence.protocol.kafka import CONSUMER_LAG, faust_broker_settings
 from kadence.protocol.observability import READINESS, serve
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings
-from services.matching.router import TaskRouter
+from services.matching.relay import OutboundRelay
 
 log = logging.getLogger("kadence.matching")
 
@@ -38,7 +38,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
         # faust's stub says bytes values; aiokafka sends str and None values too (a dead letter keeps its source's).
         return await app.producer.send(topic, key, value, partition=None, timestamp=None, headers=cast(list[tuple[str, bytes]], headers))
 
-    router = TaskRouter(settings, send)
+    relay = OutboundRelay(send)
 
     servers: list[Any] = []  # held: the endpoints live as long as the app
 
@@ -47,7 +47,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     app.task(endpoints)  # a call, not a decorator: faust's decorators are untyped
 
-    # Per assigned partition of kadence.history, the offset after the last record routed.
+    # Per assigned partition of kadence.history, the offset after the last record read.
     consumed: dict[Any, int] = {}
     measured: set[Any] = set()  # the partitions the lag gauge has a value for
 
@@ -57,7 +57,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
         # faust reads on from its committed offsets; readiness here is the assignment.
         history_tps = {tp for tp in assigned if tp.topic == topics.HISTORY}
         partitions = {tp.partition for tp in history_tps}
-        router.fences.forget(partitions)
+        relay.fences.forget(partitions)
         READINESS.assign(partitions)
         for partition in partitions:
             READINESS.reached_end(partition)
@@ -65,7 +65,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
-        router.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
+        relay.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
         READINESS.revoke()
 
     def given_away(tps: set[Any]) -> None:
@@ -77,11 +77,11 @@ def create_app(settings: KafkaSettings) -> faust.App:
                 CONSUMER_LAG.remove(APP_ID, tp.topic, str(tp.partition))
 
     @app.agent(history)
-    async def route_tasks(stream: faust.StreamT[bytes]) -> None:
+    async def relay_commands(stream: faust.StreamT[bytes]) -> None:
         async for event in stream.events():
             headers = list(event.headers.items()) if isinstance(event.headers, dict) else list(event.headers or ())
             try:
-                await router.route(event.message.partition, event.message.offset, event.key, event.value, headers,
+                await relay.relay(event.message.partition, event.message.offset, event.key, event.value, headers,
                                    int(event.message.timestamp * 1000) if event.message.timestamp else None)
             except NewerSchemaVersion as exc:
                 stop_for_newer_schema("matching", exc)  # faust would restart the agent past the record
@@ -89,7 +89,7 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     async def record_lag() -> None:
         """The consumer lag gauge, as the other services report it: per assigned partition, its end
-        (ListOffsets: aiokafka's end_offsets) minus the offset after the last record routed (before
+        (ListOffsets: aiokafka's end_offsets) minus the offset after the last record read (before
         any, the consumer's position)."""
         try:
             assigned = [tp for tp in app.consumer.assignment() if tp.topic == topics.HISTORY]
