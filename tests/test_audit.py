@@ -125,7 +125,7 @@ async def test_a_timer_nothing_fires_is_reported_as_stuck_until_it_fires(stack: 
 
 
 def test_a_waiting_task_no_task_queue_holds_is_reported_as_never_routed(broker: LocalStack) -> None:
-    """Nothing routes tasks here (no matching): the task waits, never routed, and the audit fails;
+    """Nothing dispatches tasks here (no history service): the task waits, never routed, and the audit fails;
     once its record is in the queue's topic, it only waits for a worker."""
     run = {"workflow_id": "order-9", "run_id": "run-9"}
     started = event(1, "WorkflowExecutionStarted", workflow_type="OrderWorkflow", task_queue="unpolled", input=[],

@@ -53,12 +53,12 @@ class Due:
     at_ms: int
     what: str
     needs_worker: bool = False  # waits for a worker to take it, with no deadline Kadence keeps
-    task: TaskRef | None = None  # the task record matching routes for it
+    task: TaskRef | None = None  # the task record dispatched for it
 
 
 @dataclass(frozen=True)
 class TaskRef:
-    """Where matching routes a task, and which one it is."""
+    """Where the history service dispatches a task, and which one it is."""
 
     topic: str
     scheduled_event_id: int
