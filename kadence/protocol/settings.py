@@ -37,9 +37,10 @@ class KafkaSettings:
     # Apache Kafka answers a long poll as soon as data arrives, so a long wait costs no latency and
     # keeps idle consumers cheap. The Tansu broker does not wake long polls: `kadence dev` on it uses 5 ms.
     fetch_wait_max_ms: int = 500
-    # Every hop of a workflow waits for it once. Measured on the local Apache Kafka (README, "Configuration"):
-    # 5 ms doubled one-at-a-time latency against 1 ms and bought no throughput or CPU at 50 workflows in flight.
-    linger_ms: int = 1
+    # Every hop of a workflow waits for it once, and librdkafka's timers make any linger above 0 cost
+    # a hop 1.5-2 ms (docs/performance.md, "Producer linger"). At 0, records produced while a request
+    # is in flight still go out together, so a loaded producer batches anyway.
+    linger_ms: int = 0
     # group.instance.id of the services that own partitions (history, matching, timer, visibility):
     # stable per instance, e.g. the StatefulSet pod's name, so a restarted instance rejoins its
     # consumer group as the same static member and gets its partitions back without a rebalance.
