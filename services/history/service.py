@@ -71,16 +71,14 @@ def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
     )
 
 
-def _leave_out_workflow_task_events(batch: HistoryBatch) -> int:
-    """Send the batch's workflow tasks without events: their workers read them from the read model."""
-    left_out = 0
+def _leave_out_workflow_task_events(batch: HistoryBatch) -> None:
+    """The batch's workflow tasks without their events, as the log holds them: the task records
+    carry the events, and every event is in the log already as the batch's own."""
     for section in run_sections(batch):
         for kind, effect in section.effects:
             if kind == EffectType.WorkflowTask and effect["history"]:
-                left_out += len(effect["history"])
                 effect["history"] = []
                 effect["first_event_id"] = effect["scheduled_event_id"] + 1
-    return left_out
 
 
 def _task_delivered(err: KafkaError | None, msg: Message) -> None:
@@ -370,28 +368,22 @@ class HistoryService:
         if batch is None:
             return
         BATCHES.inc()
-        value = self.batches.encode(batch)
-        if len(value) > MAX_RECORD_VALUE_BYTES:
-            # The workflow tasks' events are what may be left out (the worker reads them instead):
-            # what remains is within the limit, as every transition written was measured.
-            left_out = _leave_out_workflow_task_events(batch)
-            value = self.batches.encode(batch)
-            log.info("event=workflow_task_events_left_out workflow_id=%s run_id=%s events=%d record_bytes=%d",
-                     batch["workflow_id"], batch["run_id"], left_out, len(value))
-            if len(value) > MAX_RECORD_VALUE_BYTES:
-                raise FatalProduceError(
-                    f"history batch of {batch['workflow_id']} (run {batch['run_id']}) is {len(value)} bytes, over the "
-                    f"{MAX_RECORD_VALUE_BYTES}-byte record limit its transition was measured within: a bug in batch_bytes_bound"
-                )
         traceparent = tracing.joined("history batch", self._unwritten_traces.pop(partition, []), {
             "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
         })
-        traced = tracing.headers_of(traceparent)
-        self.producer.produce(
-            topics.HISTORY, value, batch["workflow_id"].encode(),
-            partition=partition, headers=self.batches.headers() + traced, on_delivery=self._on_delivery(),
-        )
         self._dispatching += self.task_records.of(batch, traceparent)
+        # The tasks carry their events; the log holds them once, as the batches' events.
+        _leave_out_workflow_task_events(batch)
+        value = self.batches.encode(batch)
+        if len(value) > MAX_RECORD_VALUE_BYTES:
+            raise FatalProduceError(
+                f"history batch of {batch['workflow_id']} (run {batch['run_id']}) is {len(value)} bytes, over the "
+                f"{MAX_RECORD_VALUE_BYTES}-byte record limit its transition was measured within: a bug in batch_bytes_bound"
+            )
+        self.producer.produce(
+            topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
+            headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(),
+        )
 
     async def _dispatch_tasks(self) -> None:
         """Produce the tasks of the batches just produced to their task queue topics, creating a

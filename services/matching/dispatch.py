@@ -91,9 +91,12 @@ class TaskRecords:
         value = self.tasks.encode(task)
         effect_type, effect = task["task"]
         if len(value) > MAX_RECORD_VALUE_BYTES and effect_type == EffectType.WorkflowTask:
+            events = len(effect["history"])
             effect["history"] = []
             effect["first_event_id"] = effect["scheduled_event_id"] + 1
             value = self.tasks.encode(task)
+            log.info("event=workflow_task_events_left_out workflow_id=%s run_id=%s events=%d record_bytes=%d",
+                     task["workflow_id"], task["run_id"], events, len(value))
         if len(value) <= MAX_RECORD_VALUE_BYTES:
             return value
         ERRORS.labels("task_too_large").inc()
