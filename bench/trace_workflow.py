@@ -9,9 +9,9 @@ more, traced from its client (kadence.contrib.opentelemetry.TracingInterceptor).
 trace's spans by start time: when each began after the client's StartWorkflow span did, how long
 it took, and how long its record waited in its topic (kadence.queue_ms: a hop's span starts when
 its record was produced); then the start-to-result total; then every record the workflow made,
-read back from the topics, with the time it was produced, which shows hops that make no span.
-A record's timestamp has millisecond resolution, so a hop's span may seem to start up to 1 ms
-before the span that produced its record.
+read back from the topics, with the time it was produced (and since the one before), which shows
+hops that make no span. A record's timestamp has millisecond resolution, so a hop's span may
+seem to start up to 1 ms before the span that produced its record.
 """
 
 from __future__ import annotations
@@ -143,10 +143,12 @@ async def trace_one(stack: LocalStack, receiver: OtlpReceiver, workload: str) ->
     print("\n".join(hop_table(spans, start.start_ns)))
     print(f"\nstart-to-result:      {(result_ns - start.start_ns) / 1e6:.1f} ms (the StartWorkflow span's start to the result in hand)\n")
     records = records_of(stack.settings, workflow_id, start.start_ns // 1_000_000)
-    print(f"{'at ms':>8}  {'topic':<28} {'partition@offset':>16}  record")
+    print(f"{'at ms':>8} {'+ms':>5}  {'topic':<28} {'partition@offset':>16}  record")
+    origin_ms = previous_ms = start.start_ns / 1e6
     for record in records:
-        where = f"{record.partition}@{record.offset}"
-        print(f"{record.timestamp_ms - start.start_ns / 1e6:8.1f}  {record.topic:<28} {where:>16}  {record.what}")
+        at, since, where = record.timestamp_ms - origin_ms, record.timestamp_ms - previous_ms, f"{record.partition}@{record.offset}"
+        print(f"{at:8.1f} {since:5.0f}  {record.topic:<28} {where:>16}  {record.what}")
+        previous_ms = record.timestamp_ms
 
 
 def main() -> None:
