@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import signal
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from kadence.client import Client
+from kadence import activity
+from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import audit_history
 from kadence.ops.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.protocol import topics
-from kadence.protocol.kafka import make_consumer, make_producer, read_to_end, topic_partitions
+from kadence.protocol.codec import command_codec
+from kadence.protocol.kafka import make_consumer, make_producer, partition_for_key, read_to_end, topic_partitions, watermarks
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
+from tests.test_crash_recovery import wait_for_file
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, touch
 
 
@@ -31,9 +37,11 @@ async def until_logged(caplog: pytest.LogCaptureFixture, event: str, timeout: fl
     await asyncio.wait_for(poll(), timeout)
 
 
-async def test_an_activity_task_of_a_closed_execution_never_runs(
+async def test_an_activity_task_of_a_closed_execution_is_refused_and_changes_nothing(
     stack: LocalStack, client: Client, task_queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The worker runs the attempt at once; history refuses its start, the worker hears it and
+    reports nothing, and the closed run's history stays as it was."""
     caplog.set_level(logging.INFO, logger="kadence.worker")
     ran = tmp_path / "ran"
     activity_queue = f"{task_queue}-activities"
@@ -42,11 +50,13 @@ async def test_an_activity_task_of_a_closed_execution_never_runs(
         handle = await client.start_workflow(ElsewhereWorkflow.run, args=[activity_queue, str(ran)], id=workflow_id, task_queue=task_queue)
         await wait_for_event(stack, workflow_id, "ActivityTaskScheduled", timeout=30)
         await handle.terminate(reason="closed before any worker took the task")
+    closed = [e["attributes"][0] for e in (await handle.fetch_history()).events]
 
     async with Worker(client, task_queue=activity_queue, activities=[touch]):
-        await until_logged(caplog, "event=activity_task_dropped")
-    assert not ran.exists()
-    assert any("cause=WORKFLOW_CLOSED" in r.getMessage() for r in caplog.records if "activity_task_dropped" in r.getMessage())
+        await until_logged(caplog, "event=activity_start_refused")
+    refusals = [r.getMessage() for r in caplog.records if "event=activity_start_refused" in r.getMessage()]
+    assert len(refusals) == 1 and f"workflow_id={workflow_id}" in refusals[0] and "cause=WORKFLOW_CLOSED" in refusals[0]
+    assert [e["attributes"][0] for e in (await handle.fetch_history()).events] == closed
 
 
 async def test_an_activity_task_past_its_schedule_to_start_deadline_is_not_dispatched(
@@ -69,8 +79,9 @@ async def test_an_activity_task_past_its_schedule_to_start_deadline_is_not_dispa
 async def test_an_activity_task_delivered_twice_to_one_worker_runs_once(
     stack: LocalStack, client: Client, task_queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Matching routes a task again when it re-reads history after a rebalance, and both copies
-    may reach the same worker, even in one poll: the second start must be refused."""
+    """A task is produced again when a crash or rebalance makes history's next owner decide its
+    command again, and both copies may reach the same worker, even in one poll: the worker drops the copy of an attempt it asked
+    to start (history would refuse its start, but not a report from the identity that started it)."""
     caplog.set_level(logging.INFO, logger="kadence.worker")
     ran = tmp_path / "ran"
     activity_queue = f"{task_queue}-activities"
@@ -85,11 +96,137 @@ async def test_an_activity_task_delivered_twice_to_one_worker_runs_once(
         async with Worker(client, task_queue=activity_queue, activities=[touch]):
             assert await asyncio.wait_for(handle.result(), 60) == "touched"
 
-            async def copy_handled() -> bool:  # refused, or run a second time
-                return any("event=activity_task_dropped" in r.getMessage() for r in caplog.records) or len(ran.read_text().splitlines()) > 1
+            async def copy_handled() -> bool:  # dropped, or run a second time
+                dropped = any("event=activity_task_duplicate" in r.getMessage() for r in caplog.records)
+                return dropped or len(ran.read_text().splitlines()) > 1
 
             await until(copy_handled)
     assert ran.read_text().splitlines() == ["ran"]
+
+
+async def test_an_activity_attempt_runs_without_waiting_for_history_to_accept_its_start(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    """With the history service paused, no start can be accepted: the attempt runs all the same,
+    and its start and result count once history is back."""
+    ran = tmp_path / "ran"
+    activity_queue = f"{task_queue}-activities"
+    workflow_id = f"unanswered-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS):
+        handle = await client.start_workflow(ElsewhereWorkflow.run, args=[activity_queue, str(ran)], id=workflow_id, task_queue=task_queue)
+        activity_topic = topics.task_queue_topic(activity_queue, "activity")
+        routed = await until_routed(stack, activity_topic, workflow_id)
+        skip_past(stack, activity_queue, routed)  # handed to the worker below, once history is paused
+        async with Worker(client, task_queue=activity_queue, activities=[touch]) as worker:
+            await asyncio.wait_for(worker.ready.wait(), 30)
+            with paused(stack, "history"):
+                produce_copy(stack, routed, routed.partition())
+                await wait_for_file(ran, 10)
+            assert await asyncio.wait_for(handle.result(), 60) == "touched"
+    assert ran.read_text().splitlines() == ["ran"]
+    assert [e["attributes"][0] for e in (await handle.fetch_history()).events].count("ActivityTaskStarted") == 1
+
+
+@dataclasses.dataclass
+class ContestedAttempts:
+    """The runs of the activity `touch` on two workers. The first run for a path (the original
+    task) waits until released; a later one (a copy) returns at once, or waits until cancelled
+    when its path ends in "cancelled"."""
+
+    ran_on: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    released: dict[str, asyncio.Event] = dataclasses.field(default_factory=dict)
+    cancelled: set[str] = dataclasses.field(default_factory=set)
+
+    def on(self, worker: str) -> Callable[..., Any]:
+        @activity.defn(name="touch")
+        async def contested(path: str) -> str:
+            runs = self.ran_on.setdefault(path, [])
+            runs.append(worker)
+            if len(runs) == 1:
+                await self.released.setdefault(path, asyncio.Event()).wait()
+                return "first"
+            if path.endswith("cancelled"):
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    self.cancelled.add(path)
+                    raise
+            return "copy"
+
+        return contested
+
+
+async def test_a_copy_whose_start_is_refused_is_cancelled_or_has_its_result_refused(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A copy of a started attempt's task reaches another worker (as after a crash or rebalance of
+    the history service) and runs at once. If it still runs when the refusal of its start arrives, it is
+    cancelled and reports nothing; if it finished first (history paused meanwhile), history
+    refuses its result. Either way the workflow sees the first attempt's result only."""
+    caplog.set_level(logging.INFO, logger="kadence.worker")
+    attempts = ContestedAttempts()
+    activity_queue = f"{task_queue}-activities"
+    activity_topic = topics.task_queue_topic(activity_queue, "activity")
+    history_log = stack.data_dir / "logs" / "history.log"
+    async with (
+        Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS),
+        Worker(client, task_queue=activity_queue, activities=[attempts.on("worker-a")], identity="worker-a") as worker_a,
+        Worker(client, task_queue=activity_queue, activities=[attempts.on("worker-b")], identity="worker-b") as worker_b,
+    ):
+        workers = {"worker-a": worker_a, "worker-b": worker_b}
+        partitions = stack.settings.task_queue_partitions
+
+        async def shared() -> bool:  # each worker holds some of the queue's partitions
+            held = [worker._partitions.get("activity", []) for worker in workers.values()]
+            return all(held) and sorted(p for mine in held for p in mine) == list(range(partitions))
+
+        await until(shared)
+
+        async def started_elsewhere(path: str) -> tuple[WorkflowHandle[Any, Any], Message, int]:
+            """The workflow, its attempt started on one worker; its task, and a partition of the other worker."""
+            handle = await client.start_workflow(ElsewhereWorkflow.run, args=[activity_queue, path], id=f"contested-{uuid.uuid4()}",
+                                                 task_queue=task_queue)
+            await wait_for_event(stack, handle.id, "ActivityTaskStarted", timeout=30)
+            routed = await until_routed(stack, activity_topic, handle.id)
+            other = next(worker for name, worker in workers.items() if name != attempts.ran_on[path][0])
+            return handle, routed, other._partitions["activity"][0]
+
+        cancelled = str(tmp_path / "cancelled")
+        first, routed, elsewhere = await started_elsewhere(cancelled)
+        produce_copy(stack, routed, elsewhere)
+        async def copy_cancelled() -> bool:
+            return cancelled in attempts.cancelled
+
+        await until(copy_cancelled)
+        refusals = [r.getMessage() for r in caplog.records if f"event=activity_start_refused workflow_id={first.id}" in r.getMessage()]
+        assert len(refusals) == 1 and "running=True" in refusals[0]
+        attempts.released[cancelled].set()
+        assert await asyncio.wait_for(first.result(), 30) == "first"
+
+        returned = str(tmp_path / "returned")
+        second, routed, elsewhere = await started_elsewhere(returned)
+        copy_identity = next(name for name in workers if name != attempts.ran_on[returned][0])
+        since = await asyncio.to_thread(command_offset, stack, second.id)
+
+        async def copy_reported() -> bool:
+            commands = await asyncio.to_thread(commands_of, stack, second.id, since)
+            return ("RespondActivityTaskCompleted", copy_identity) in commands
+
+        async def copy_result_refused() -> bool:
+            return any(f"event=command_rejected workflow_id={second.id} " in line and "command=RespondActivityTaskCompleted" in line
+                       for line in history_log.read_text().splitlines())
+
+        with paused(stack, "history"):
+            produce_copy(stack, routed, elsewhere)
+            await until(copy_reported)
+        await until(copy_result_refused)
+        attempts.released[returned].set()
+        assert await asyncio.wait_for(second.result(), 30) == "first"
+    for handle, path in ((first, cancelled), (second, returned)):
+        assert len(attempts.ran_on[path]) == 2 and len(set(attempts.ran_on[path])) == 2
+        events = [e["attributes"] for e in (await handle.fetch_history()).events]
+        assert [attrs["identity"] for kind, attrs in events if kind == "ActivityTaskStarted"] == [attempts.ran_on[path][0]]
+        assert [kind for kind, _ in events].count("ActivityTaskCompleted") == 1
 
 
 async def test_an_activity_task_lost_on_its_way_to_the_workers_is_dispatched_again(
@@ -129,6 +266,49 @@ async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout:
         return found
 
     return await asyncio.wait_for(poll(), timeout)
+
+
+def skip_past(stack: LocalStack, task_queue: str, routed: Message) -> None:
+    """The workers' group of the queue's activity topic moves past the routed task (no worker of
+    the queue may have joined yet)."""
+    workers = make_consumer(stack.settings, topics.worker_group(task_queue, "activity"))
+    workers.commit(offsets=[TopicPartition(routed.topic(), routed.partition(), routed.offset() + 1)], asynchronous=False)
+    workers.close()
+
+
+def produce_copy(stack: LocalStack, routed: Message, partition: int) -> None:
+    producer = make_producer(stack.settings)
+    producer.produce(routed.topic(), routed.value(), routed.key(), partition=partition, headers=routed.headers())
+    assert producer.flush(30) == 0
+
+
+@contextlib.contextmanager
+def paused(stack: LocalStack, instance: str) -> Iterator[None]:
+    """The service stopped (SIGSTOP) for the block: it reads and answers nothing until it goes on."""
+    process = stack.services[instance]
+    process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        process.send_signal(signal.SIGCONT)
+
+
+def command_offset(stack: LocalStack, workflow_id: str) -> int:
+    """The end of the workflow's partition of kadence.commands: where its next command goes."""
+    partition = partition_for_key(workflow_id.encode(), topic_partitions(stack.settings, topics.COMMANDS))
+    consumer = make_consumer(stack.settings, "kadence-test-reader")
+    try:
+        return watermarks(consumer, topics.COMMANDS, [partition])[partition][1]
+    finally:
+        consumer.close()
+
+
+def commands_of(stack: LocalStack, workflow_id: str, since: int) -> list[tuple[str, str]]:
+    """The workflow's commands from offset `since` of its partition: (kind, identity) each."""
+    partition = partition_for_key(workflow_id.encode(), topic_partitions(stack.settings, topics.COMMANDS))
+    commands = command_codec()
+    decoded = (commands.decode(msg.value(), msg.headers()) for msg in read_to_end(stack.settings, topics.COMMANDS, {partition: since}))
+    return [(c["command"][0], c["identity"]) for c in decoded if c["workflow_id"] == workflow_id]
 
 
 async def until(condition: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:

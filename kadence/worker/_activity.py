@@ -1,13 +1,16 @@
 """The activity side of a worker (as temporalio.worker's _ActivityWorker): polls the task queue's
-activity topic, runs an attempt once history accepted its start (async ones on the loop, sync ones
-in the activity executor), and reports its outcome; cancels attempts the workflow cancels."""
+activity topic, asks history to start each attempt and runs it at once (async ones on the loop,
+sync ones in the activity executor), and reports its outcome; cancels attempts the workflow
+cancels, and those whose start history refuses."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextvars
 import dataclasses
+import functools
 import inspect
 import logging
 import pickle
@@ -38,6 +41,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kadence.worker")
 
+# How many attempts a worker remembers asking to start: a later copy of one of their tasks is dropped.
+REMEMBERED_STARTS = 10_000
+
+AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
+
+
+@dataclasses.dataclass
+class _Attempt:
+    """An attempt this worker runs: cancelled when the workflow asks, or when history refuses its start."""
+
+    heartbeater: Heartbeater
+    is_async: bool
+    job: asyncio.Task[None] | None = None
+    refused: bool = False
+
+    def cancel(self) -> None:
+        """An async activity is cancelled where it awaits, a sync one raises CancelledError at its
+        next heartbeat (as temporalio)."""
+        self.heartbeater.request_cancel()
+        if self.is_async and self.job is not None:
+            self.job.cancel()
 
 
 class ActivityWorker:
@@ -69,7 +93,8 @@ class ActivityWorker:
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
-        self._attempts: dict[tuple[str, int, int], tuple[asyncio.Task[Any], Heartbeater, bool]] = {}
+        self._attempts: dict[AttemptKey, _Attempt] = {}
+        self._asked: collections.OrderedDict[AttemptKey, None] = collections.OrderedDict()  # starts sent, the latest last
         self.rate = _QueueShareRate(max_task_queue_activities_per_second)
 
     @property
@@ -103,8 +128,8 @@ class ActivityWorker:
     async def _start_activity_task(
         self, msg: Message, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
     ) -> list[asyncio.Future[Message]]:
-        """Ask history to start the attempt the record holds, and run it once accepted (a record
-        whose payloads cannot be decoded runs as an attempt that fails with the reason)."""
+        """Ask history to start the attempt the record holds, and run it (a record whose payloads
+        cannot be decoded runs as an attempt that fails with the reason)."""
         decoded = await self._decode(msg)
         if decoded is None:
             return []
@@ -122,6 +147,11 @@ class ActivityWorker:
         self, task: Record, problem: Exception | None, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
     ) -> list[asyncio.Future[Message]]:
         at = task["task"][1]
+        key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
+        if key in self._asked:  # a copy (a task produced again after a crash or rebalance): history would refuse its start
+            log.info("event=activity_task_duplicate workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+            return []
         if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
             log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
@@ -129,10 +159,12 @@ class ActivityWorker:
         await slots.acquire()
         try:
             await self.rate.wait()
-            # The attempt runs only once the history service accepted its start: not for a
-            # closed run, a stale attempt or one whose schedule-to-start timeout fired. Each
-            # delivery asks with its own request id (as each Temporal poll does): matching may
-            # route a task again, and the copy's refusal must not read as the first's acceptance.
+            # The attempt runs once its start is in the log, without waiting for history to accept
+            # it; the answer comes later, and a refusal (a closed run, a stale attempt, a copy
+            # another worker started, a schedule-to-start timeout that fired) cancels it. History
+            # accepts a report only from the worker that started the attempt. Each delivery asks
+            # with its own request id (as each Temporal poll does): the copy's refusal must not
+            # read as the first's acceptance.
             request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
             answer = await self.client.expect_outcome(request_id)
             started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
@@ -142,8 +174,13 @@ class ActivityWorker:
         except BaseException:
             slots.release()
             raise
-        job = asyncio.create_task(self._run_activity_once_started(task, answer, problem))
+        self._remember_asked(key)
+        definition = self._activities.get(at["activity_type"])
+        attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
+        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
+        self._attempts[key] = attempt
         running.add(job)
+        answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
 
         def finished(job: asyncio.Task[None]) -> None:
             running.discard(job)
@@ -152,6 +189,25 @@ class ActivityWorker:
 
         job.add_done_callback(finished)
         return [started]
+
+    def _remember_asked(self, key: AttemptKey) -> None:
+        self._asked[key] = None
+        if len(self._asked) > REMEMBERED_STARTS:
+            self._asked.popitem(last=False)
+
+    def _start_answered(self, task: Record, attempt: _Attempt, answer: asyncio.Future[CommandOutcome]) -> None:
+        """History refused the attempt's start: the attempt is cancelled if it still runs, and
+        reports nothing (a report it sent already is refused too, as the start was)."""
+        if answer.cancelled() or answer.result().accepted:
+            return
+        outcome = answer.result()
+        at = task["task"][1]
+        running = self._attempts.get((task["run_id"], at["scheduled_event_id"], at["attempt"])) is attempt
+        log.info("event=activity_start_refused workflow_id=%s run_id=%s activity_type=%s attempt=%d running=%s cause=%s reason=%r",
+                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], running, outcome.cause, outcome.reason)
+        attempt.refused = True
+        if running:
+            attempt.cancel()
 
     async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:
         """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
@@ -163,67 +219,59 @@ class ActivityWorker:
         await asyncio.gather(*pending, return_exceptions=True)
 
     def _cancel_attempt(self, task: Record) -> None:
-        """The workflow asked to cancel this attempt: an async activity is cancelled where it awaits,
-        a sync one raises CancelledError at its next heartbeat (as temporalio)."""
+        """The workflow asked to cancel this attempt (or its run closed)."""
         cancellation = task["task"][1]
         attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
-        if attempt is None:
-            return  # finished already, or running elsewhere
-        job, heartbeater, is_async = attempt
-        heartbeater.request_cancel()
-        if is_async:
-            job.cancel()
+        if attempt is not None:  # else finished already, or running elsewhere
+            attempt.cancel()
 
-    async def _run_activity_once_started(
-        self, task: Record, answer: asyncio.Future[CommandOutcome], problem: Exception | None = None,
+    async def _run_activity(
+        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], problem: Exception | None = None,
     ) -> None:
-        outcome = await answer
-        if outcome.accepted:
-            await self._run_activity(task, problem)
-            return
         at = task["task"][1]
-        log.info("event=activity_task_dropped workflow_id=%s run_id=%s activity_type=%s attempt=%d cause=%s reason=%r",
-                 task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], outcome.cause, outcome.reason)
+        try:
+            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem)
+        finally:
+            self._attempts.pop((task["run_id"], at["scheduled_event_id"], at["attempt"]), None)
+            attempt.heartbeater.close()
+        if outcome is None or attempt.refused:  # completed later by task token, or its start was refused
+            return
+        kind, body = outcome
+        reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        await self._send(task["workflow_id"], kind, {**reply, **body})
 
-    async def _run_activity(self, task: Record, problem: Exception | None = None) -> None:
+    async def _attempt_outcome(
+        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], problem: Exception | None,
+    ) -> tuple[str, Record] | None:
+        """The report on the attempt (its command and what it adds to the reply), once it ran;
+        None for one completed later, by task token."""
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
-        reply = {"run_id": run_id, "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
-        key = (run_id, at["scheduled_event_id"], at["attempt"])
-        heartbeater = Heartbeater(self, task)
-        definition = self._activities.get(at["activity_type"])
-        current = asyncio.current_task()
-        assert current is not None
-        self._attempts[key] = (current, heartbeater, definition is None or definition.is_async)
         try:
+            # The start delivered first (a produce round trip): so it is in the log before
+            # anything the attempt prompts elsewhere, say another process completing it by task token.
+            await started
             if problem is not None:
                 raise problem
             result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
         except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
             log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      workflow_id, run_id, at["activity_type"], at["attempt"])
-            return
+            return None
         except (asyncio.CancelledError, CancelledError) as exc:
             if heartbeater.cancel_requested:
-                await self._send(workflow_id, CommandType.RespondActivityTaskCanceled, {**reply, "details": []})
-                return
+                return CommandType.RespondActivityTaskCanceled, {"details": []}
             if isinstance(exc, CancelledError):
-                await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(exc)})
-                return
+                return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
             # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
-            await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(shutdown)})
-            return
+            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(shutdown)}
         except Exception as exc:  # an activity's failure is data: it goes back to history
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
-            await self._send(workflow_id, CommandType.RespondActivityTaskFailed, {**reply, "failure": converter.to_failure(exc)})
-            return
-        finally:
-            self._attempts.pop(key, None)
-            heartbeater.close()
-        await self._send(workflow_id, CommandType.RespondActivityTaskCompleted, {**reply, "result": result})
+            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
+        return CommandType.RespondActivityTaskCompleted, {"result": result}
 
     async def _execute_activity(self, task: Record, heartbeater: Heartbeater) -> Any:
         at = task["task"][1]
