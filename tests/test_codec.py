@@ -37,7 +37,7 @@ def test_start_command_round_trips(workflow_id: str, inputs: list[dict]) -> None
         "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
         "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {}, "initiated_by": None, "start_delay_ms": 0,
         "cron_schedule": "", "header": {},
-    })}
+    }), "reply_partition": None}
     assert commands.decode(commands.encode(record), commands.headers()) == record
 
 
@@ -112,7 +112,7 @@ def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> Non
 
 @pytest.mark.parametrize(("name", "record", "as_released"), [
     ("PollerHeartbeat", HEARTBEAT, HEARTBEAT),
-    ("Command", TASK_STARTED, {**TASK_STARTED, "identity": ""}),
+    ("Command", TASK_STARTED, {**TASK_STARTED, "identity": "", "reply_partition": None}),
 ])
 def test_a_pinned_build_writes_what_the_earlier_release_reads(name: str, record: dict, as_released: dict) -> None:
     """Mid-upgrade, the new build writes the old version (KADENCE_SCHEMA_PIN), so old readers still

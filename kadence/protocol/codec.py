@@ -33,7 +33,7 @@ Record = dict[str, Any]
 
 SCHEMA_HEADER = "kadence-schema"
 # The records that travel in Kafka with SCHEMA_HEADER, whose every released version is archived.
-KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "Task")
+KAFKA_RECORDS = ("Command", "HistoryBatch", "PollerHeartbeat", "QueryAnswer", "Reply", "Task")
 
 # A record's headers as confluent-kafka types them: a consumed record's are (name, bytes or None)
 # pairs; a producer takes a list of pairs with str values too, or a dict.
@@ -97,6 +97,15 @@ class RecordCodec:
 
     def headers(self) -> HeaderList:
         return [(SCHEMA_HEADER, self.fingerprint.encode())]
+
+    def wrote(self, headers: Headers | None) -> bool:
+        """Whether the record's kadence-schema header names a version of this record: what tells
+        apart the records of a topic that carries several."""
+        for key, value in header_pairs(headers):
+            if key == SCHEMA_HEADER and value is not None:
+                fingerprint = header_text(value)
+                return fingerprint == self.current_fingerprint or fingerprint in self.versions
+        return False
 
     def _writer_schema(self, headers: Headers | None) -> Any:
         """The schema the record was written with: its header's version (none: this build's)."""
