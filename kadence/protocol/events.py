@@ -115,6 +115,20 @@ def failure_record(message: str, failure_type: str, source: str, details: list[d
     }
 
 
+def close_failure(kind: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Why a run closed without a result: its failure, or the cancellation or termination as one
+    (what the read model records, and what a client's result() raises from)."""
+    if kind == EventType.WorkflowExecutionCanceled:
+        return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+    if kind == EventType.WorkflowExecutionContinuedAsNew:
+        return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
+    if kind == EventType.WorkflowExecutionTimedOut:
+        return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
+    if kind == EventType.WorkflowExecutionTerminated:
+        return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
+    return attrs["failure"]
+
+
 # The cause of a workflow task failed because its completion does not fit in a record (Temporal's
 # WORKFLOW_TASK_FAILED_CAUSE_REQUEST_TOO_LARGE): the history service terminates the run.
 WORKFLOW_TASK_TOO_LARGE = "REQUEST_TOO_LARGE"

@@ -454,17 +454,19 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
 
 
 async def consume_batches(
-    consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float = 0.05,
+    consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float | Callable[[], float] = 0.05,
     on_end: Callable[[int], None] | None = None,
 ) -> AsyncIterator[list[Message]]:
     """Batches of data messages from `consumer`, polled on a worker thread, until `stop` is set.
+    `timeout`, or what it returns before each poll, bounds the wait for the first message.
 
     Yields empty batches too, so callers can do periodic work between polls. Rebalance callbacks
     run inside `consume` on that thread while the caller is suspended here, never concurrently.
     """
     loop = asyncio.get_running_loop()
     while not stop.is_set():
-        messages = await loop.run_in_executor(None, poll_batch, consumer, max_messages, timeout)
+        wait = timeout() if callable(timeout) else timeout
+        messages = await loop.run_in_executor(None, poll_batch, consumer, max_messages, wait)
         batch = []
         for msg in messages:
             error = msg.error()

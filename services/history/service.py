@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics, tracing
@@ -40,7 +40,8 @@ from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.machine.records import HistoryBatch, Record
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
-from services.history.step import Step, eventless, step
+from services.history.replies import Replies, Reply
+from services.history.step import Step, eventless, request_id_of, step
 from services.matching.dispatch import TaskRecord, TaskRecords, counted
 
 log = logging.getLogger("kadence.history")
@@ -57,6 +58,11 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
+# How long the loop waits for a command while a batch with replies awaits its acknowledgement
+# (served between polls): the reply leaves that soon after the broker acknowledged the batch.
+REPLY_POLL_S = 0.001
+IDLE_POLL_S = 0.05
+
 
 def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
     """Whether `following` may join `batch` as one record: the same run, the very next command
@@ -86,6 +92,11 @@ def _task_delivered(err: KafkaError | None, msg: Message) -> None:
     if err is not None:
         ERRORS.labels("task_not_written").inc()
         log.warning("event=task_not_written topic=%s error=%r", msg.topic(), err.str())
+
+
+def _reply_delivered(err: KafkaError | None, msg: Message) -> None:
+    if err is not None:
+        log.warning("event=reply_not_delivered partition=%s error=%r", msg.partition(), err.str())
 
 
 class FatalProduceError(RuntimeError):
@@ -120,6 +131,8 @@ class HistoryService:
         self.task_records = TaskRecords()
         self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
         self._task_topics: set[str] = set()  # the task queue topics known to exist
+        self.replies = Replies()
+        self._batches_with_replies = 0  # produced, not acknowledged yet
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -147,13 +160,14 @@ class HistoryService:
     async def run(self, stop: asyncio.Event) -> None:
         ensure_topics(self.settings, core_topics(self.settings))
         self.partition_count = self._check_partition_counts()
+        self.replies.partition_count = topic_partitions(self.settings, topics.REPLIES)
         postgres_watch = READINESS.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         try:
-            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
+            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end, timeout=self._poll_timeout):
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
                     continue
@@ -178,6 +192,9 @@ class HistoryService:
                 self.checkpoints.close()
             if postgres_watch is not None:
                 postgres_watch.cancel()
+
+    def _poll_timeout(self) -> float:
+        return REPLY_POLL_S if self._batches_with_replies else IDLE_POLL_S
 
     async def _create_tables(self) -> None:
         assert self.checkpoints is not None
@@ -262,6 +279,8 @@ class HistoryService:
         self._unwritten.clear()
         self._unwritten_bytes.clear()
         self._unwritten_traces.clear()
+        self.replies.unwritten_dropped()
+        self._batches_with_replies = 0
         partitions = sorted(self.partitions)
         recovered = self._recover(partitions)
         for p in partitions:
@@ -274,6 +293,7 @@ class HistoryService:
         self.producer.flush(10)  # narrow the window in which this instance writes as a zombie
         for tp in revoked:
             self.partitions.pop(tp.partition, None)
+            self.replies.revoked(tp.partition)
             log.info("event=partition_revoked partition=%d", tp.partition)
         READINESS.revoke()
 
@@ -329,6 +349,8 @@ class HistoryService:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value() or b""))
         written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
                        whole_histories=not self._workflow_task_deltas)
+        if written.batch is not None:
+            self._note_reply(partition, command, kind, written.batch)
         if written.rejected is not None:
             REJECTED.labels(written.rejected.cause).inc()
         if written.redispatch is not None:
@@ -337,6 +359,16 @@ class HistoryService:
                      written.redispatch.task, workflow_id, written.batch["run_id"] if written.batch else "",
                      written.redispatch.scheduled_event_id, written.redispatch.waited_ms)
         self._write(partition, written, traceparent)
+
+    def _note_reply(self, partition: int, command: Record, kind: str, batch: HistoryBatch) -> None:
+        """Where to answer the command, if it asked for an answer on kadence.replies and its batch
+        answers it (so the note goes with that batch, joined or not)."""
+        if command.get("reply_partition") is None or kind == CommandType.QueryWorkflow:
+            return
+        request_id = request_id_of(kind, command["command"][1])
+        rejection = batch["rejection"]
+        if request_id in batch["request_ids"] or (rejection is not None and rejection["request_id"] == request_id):
+            self.replies.asked(partition, command, request_id)
 
     def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
         """Hold the step's batch to produce: joined to the batch held before it when it continues
@@ -372,6 +404,7 @@ class HistoryService:
             "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
         })
         self._dispatching += self.task_records.of(batch, traceparent)
+        replies = self.replies.of_batch(partition, batch)
         # The tasks carry their events; the log holds them once, as the batches' events.
         _leave_out_workflow_task_events(batch)
         value = self.batches.encode(batch)
@@ -382,8 +415,10 @@ class HistoryService:
             )
         self.producer.produce(
             topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
-            headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(),
+            headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(replies),
         )
+        if replies:
+            self._batches_with_replies += 1
 
     async def _dispatch_tasks(self) -> None:
         """Produce the tasks of the batches just produced to their task queue topics, creating a
@@ -420,15 +455,32 @@ class HistoryService:
             if (state := self.partitions.get(partition)) is not None:
                 state.history_offset = max(state.history_offset, offset + 1)
 
-    def _on_delivery(self) -> Callable[[KafkaError | None, Message], None]:
-        """The delivery callback for the current producer: a replaced one's reports are ignored."""
+    def _on_delivery(self, replies: list[Reply] | None = None) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback for the current producer: a replaced one's reports are ignored.
+        The batch's replies are produced once the broker acknowledged it."""
         generation = self._producer_generation
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
-            if generation == self._producer_generation:
-                self._delivered(err, msg)
+            if generation != self._producer_generation:
+                return
+            self._delivered(err, msg)
+            if replies:
+                self._batches_with_replies -= 1
+                if err is None:
+                    self._send_replies(replies)
 
         return delivered
+
+    def _send_replies(self, replies: list[Reply]) -> None:
+        """Best effort: a reply lost costs its client the few milliseconds the read model takes."""
+        for reply in replies:
+            try:
+                self.producer.produce(
+                    topics.REPLIES, reply.value, reply.key, partition=reply.partition, headers=self.replies.codec.headers(),
+                    on_delivery=_reply_delivered,
+                )
+            except (BufferError, KafkaException) as exc:
+                log.warning("event=reply_not_sent partition=%d error=%r", reply.partition, str(exc))
 
     def _dead_letter(self, msg: Message, error: str) -> None:
         ERRORS.labels("dead_lettered_command").inc()

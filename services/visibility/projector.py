@@ -11,7 +11,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from kadence.protocol.codec import codec
-from kadence.protocol.events import CLOSE_STATUS, RunSection, failure_record, run_sections
+from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, run_sections
 from kadence.protocol.names import EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
@@ -31,19 +31,6 @@ def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
         if payload["metadata"].get("encoding") == b"json/plain":
             values[name] = json.loads(payload["data"])
     return Jsonb(values)
-
-
-def _close_failure(kind: str, attrs: dict[str, Any]) -> dict[str, Any]:
-    """Why a run closed without a result: its failure, or the cancellation or termination as one."""
-    if kind == EventType.WorkflowExecutionCanceled:
-        return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
-    if kind == EventType.WorkflowExecutionContinuedAsNew:
-        return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
-    if kind == EventType.WorkflowExecutionTimedOut:
-        return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
-    if kind == EventType.WorkflowExecutionTerminated:
-        return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
-    return attrs["failure"]
 
 
 def _text(value: str | None) -> str | None:
@@ -164,7 +151,7 @@ class VisibilityProjector:
                                       attrs["failure"]["message"], None, self.failures.encode(attrs["failure"])))
             elif kind in CLOSE_STATUS:
                 result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
-                failure = self.failures.encode(_close_failure(kind, attrs)) if kind != EventType.WorkflowExecutionCompleted else None
+                failure = self.failures.encode(close_failure(kind, attrs)) if kind != EventType.WorkflowExecutionCompleted else None
                 rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
                                     attrs.get("new_execution_run_id"), *key))
 
