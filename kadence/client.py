@@ -1,4 +1,5 @@
-"""The client: start workflows by producing commands, wait for results on the read model (as temporalio.client)."""
+"""The client: start workflows by producing commands, wait for answers and results on kadence.replies
+and the read model, whichever comes first (as temporalio.client)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from kadence._client_interceptor import (
     StartWorkflowUpdateInput,
     TerminateWorkflowInput,
 )
-from kadence._replies import ReplyListener
+from kadence._replies import ReplyListener, RunWatch
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.converter import DataConverter
 from kadence.exceptions import (
@@ -109,7 +110,8 @@ def default_identity() -> str:
 
 
 class Client:
-    """Talks to Kadence through Kafka (commands) and the Postgres read model (results)."""
+    """Talks to Kadence through Kafka (commands out; answers, results and query answers back on
+    kadence.replies) and the Postgres read model (lists, describe, and every answer and result again)."""
 
     def __init__(
         self, settings: KafkaSettings, *, data_converter: DataConverter, identity: str, postgres_dsn: str | None,
@@ -123,6 +125,7 @@ class Client:
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
+        self._unrecorded: dict[str, asyncio.Future[CommandOutcome]] = {}  # workflow id -> a read-model answer still awaited
         self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
         self._closed = False
@@ -249,15 +252,20 @@ class Client:
 
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
+        reply_partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
         With a payload codec, commands are encoded one at a time, so they still leave in order.
         With `until_delivered`, a delivery that fails for a passing reason (the broker away past
         the delivery timeout) is tried again until it succeeds: for commands whose repetition is
-        rejected as stale (a worker's task results)."""
+        rejected as stale (a worker's task results). With `reply_partition`, the history service
+        also answers the command's request id on that partition of kadence.replies."""
         if self._closed:
             raise ClientClosedError(f"{kind} for {workflow_id}")
-        record = {"workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body)}
+        record = {
+            "workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body),
+            "reply_partition": reply_partition,
+        }
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if self.data_converter.payload_codec is None:
             return self._produce_command(record, until_delivered, traced)
@@ -318,13 +326,56 @@ class Client:
     async def send_and_wait(
         self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str, *, identity: str | None = None,
     ) -> CommandOutcome:
-        """Send a command carrying `request_id` and wait for the history service's answer to it.
+        """Send a command carrying `request_id` and wait for the history service's answer to it:
+        on this client's partition of kadence.replies, or from the read model, whichever comes
+        first (the reply is sent once the answer is in the log; the read model holds it a few
+        milliseconds later, and holds it whatever becomes of the reply).
         The command is sent again if its delivery fails (the broker away past the delivery
         timeout), so the call waits for the broker to come back: the history service applies a
         command of one request id once (a start starts one run, a signal signals once)."""
-        answer = await self.expect_outcome(request_id)
-        await self.send_command(workflow_id, kind, body, identity=identity, until_delivered=True)
-        return await answer
+        read_model = await self._read_model()
+        stored = read_model.expect_outcome(request_id)
+        replies = await self._replies_if_listening()
+        replied = replies.expect_answer(request_id) if replies is not None else None
+        try:
+            await self.send_command(
+                workflow_id, kind, body, identity=identity, until_delivered=True,
+                reply_partition=replies.partition if replies is not None else None,
+            )
+            await asyncio.wait([stored] if replied is None else [stored, replied], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            read_model.forget_outcome(request_id, stored)
+            raise
+        finally:
+            if replies is not None:
+                replies.forget_answer(request_id)
+        if stored.done():
+            return stored.result()
+        assert replied is not None
+        self._read_model_behind(workflow_id, stored)
+        return replied.result()
+
+    def _read_model_behind(self, workflow_id: str, recorded: asyncio.Future[CommandOutcome]) -> None:
+        """A command of `workflow_id` was answered on kadence.replies before the read model recorded
+        it: until it does, this client's reads of the read model wait (a describe() right after
+        start_workflow finds the run, as it did when the answer came from the read model)."""
+        self._unrecorded[workflow_id] = recorded
+
+        def recorded_now(future: asyncio.Future[CommandOutcome]) -> None:
+            if self._unrecorded.get(workflow_id) is future:
+                del self._unrecorded[workflow_id]
+
+        recorded.add_done_callback(recorded_now)
+
+    async def _read_model_caught_up(self, workflow_id: str | None = None) -> None:
+        """Until the read model recorded what this client was answered on kadence.replies (about
+        `workflow_id`, or about any workflow), for at most NOT_FOUND_AFTER_S."""
+        if workflow_id is None:
+            pending = list(self._unrecorded.values())
+        else:
+            pending = [self._unrecorded[workflow_id]] if workflow_id in self._unrecorded else []
+        if pending:
+            await asyncio.wait(pending, timeout=NOT_FOUND_AFTER_S)
 
     async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
@@ -352,7 +403,29 @@ class Client:
             raise ClientClosedError("waiting for a reply")
         if self._reply_listener is None:
             self._reply_listener = asyncio.ensure_future(self._start_replies())
-        return await asyncio.shield(self._reply_listener)
+        starting = self._reply_listener
+        try:
+            return await asyncio.shield(starting)
+        except Exception:
+            if self._reply_listener is starting and starting.done():
+                self._reply_listener = None  # the next call tries again
+            raise
+
+    async def _replies_if_listening(self) -> ReplyListener | None:
+        """The reply listener, or None when it cannot start now (the broker away): answers then
+        come from the read model alone, and the next call tries again."""
+        try:
+            return await self._replies()
+        except ClientClosedError:
+            raise
+        except Exception as exc:
+            log.warning("event=replies_unavailable error=%r fallback=%r", str(exc), "the read model")
+            return None
+
+    async def _watch_run(self, request_id: str) -> RunWatch | None:
+        """The closes the history service sends for the run a start carrying `request_id` answers with."""
+        replies = await self._replies_if_listening()
+        return replies.watch(request_id) if replies is not None else None
 
     async def _start_replies(self) -> ReplyListener:
         listener = ReplyListener(self.settings)
@@ -399,6 +472,7 @@ class WorkflowHandle:
         self._first_execution_run_id = first_execution_run_id
         self.result_type = result_type
         self._recorded = False  # whether the read model is known to hold the run
+        self._close_watch: RunWatch | None = None  # the closes the history service sends this client, if it started the run
 
     @property
     def id(self) -> str:
@@ -425,6 +499,7 @@ class WorkflowHandle:
         workflow id's current run, whichever chain it belongs to)."""
         if self._first_execution_run_id is None:
             return self._run_id or ""
+        await self.client._read_model_caught_up(self._id)
         pool = (await self.client._read_model()).pool
         run_id, chain = self._first_execution_run_id, [self._first_execution_run_id]
         while True:
@@ -490,18 +565,17 @@ class WorkflowHandle:
         grace, for a start another process just produced to the topic)."""
         if not self._recorded:
             await self._until_recorded()
-        run_id = self._result_run_id
-        while True:
-            status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
-            if not follow_runs or not next_run_id:
-                break
-            run_id = next_run_id
+        stored = asyncio.ensure_future(self._recorded_close(follow_runs))
+        if self._close_watch is None:
+            status, payload, recorded = await stored
+        else:
+            replied = self._close_watch.last if follow_runs else self._close_watch.first
+            closed = await _first_result(asyncio.shield(replied), stored)
+            status, payload, recorded = closed if isinstance(closed, tuple) else (closed["status"], closed["result"], closed["failure"])
         converter = self.client.data_converter
         if status == "Completed":
-            payload = codec("Payload").decode(result) if result else None
             await converter.decode_payloads(payload)
             return converter.payload_converter.from_payload(payload, self.result_type)
-        recorded = codec("Failure").decode(failure) if failure else None
         await converter.decode_payloads(recorded)
         message = recorded["message"] if recorded else status
         cause: BaseException
@@ -512,6 +586,16 @@ class WorkflowHandle:
         else:
             cause = converter.from_failure(recorded) if recorded else RuntimeError(status)
         raise WorkflowFailureError(cause=cause)
+
+    async def _recorded_close(self, follow_runs: bool) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        """The close result() reports, from the read model: status, result payload and failure."""
+        run_id = self._result_run_id
+        while True:
+            status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
+            if not follow_runs or not next_run_id:
+                break
+            run_id = next_run_id
+        return status, codec("Payload").decode(result) if result else None, codec("Failure").decode(failure) if failure else None
 
     async def query(
         self, query: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
@@ -580,6 +664,7 @@ class WorkflowHandle:
         ))
 
     async def _execution(self, run_id: str | None) -> WorkflowExecution:
+        await self.client._read_model_caught_up(self.id)
         found = await find_execution((await self.client._read_model()).pool, self.id, run_id)
         if found is None:
             raise WorkflowNotFoundError(f"workflow {self.id}" + (f" run {run_id}" if run_id else "") + " not found")
@@ -759,6 +844,7 @@ class _ClientImpl(OutboundInterceptor):
         client = self._client
         payloads = client.data_converter.payload_converter
         request_id = input.request_id or str(uuid.uuid4())
+        watch = await client._watch_run(request_id)  # before the send: the close may come soon after the answer
         start = {
             "workflow_type": input.workflow, "task_queue": input.task_queue,
             "input": payloads.to_payloads(list(input.args)), "request_id": request_id,
@@ -783,7 +869,8 @@ class _ClientImpl(OutboundInterceptor):
             client, input.id, result_run_id=run_id, first_execution_run_id=run_id if input.start_signal is None else None,
             result_type=input.ret_type,
         )
-        handle._recorded = True  # the answer came from the read model
+        handle._recorded = True  # the start is in the log: result() need not look for the run first
+        handle._close_watch = watch
         return handle
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
@@ -795,6 +882,7 @@ class _ClientImpl(OutboundInterceptor):
 
     def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
         async def executions() -> AsyncIterator[WorkflowExecution]:
+            await self._client._read_model_caught_up()
             pool = (await self._client._read_model()).pool
             async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
                 yield execution
@@ -802,6 +890,7 @@ class _ClientImpl(OutboundInterceptor):
         return executions()
 
     async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
+        await self._client._read_model_caught_up()
         return WorkflowExecutionCount(await count_executions((await self._client._read_model()).pool, input.query or ""))
 
     async def query_workflow(self, input: QueryWorkflowInput) -> Any:
@@ -885,6 +974,7 @@ class _ClientImpl(OutboundInterceptor):
             token = TaskToken.decode(id_or_token)
             asked = {"scheduled_event_id": token.scheduled_event_id}
             workflow_id = token.workflow_id
+        await client._read_model_caught_up(workflow_id)
         pool = (await client._read_model()).pool
         # The cancel request was recorded before the heartbeat it answers: the read model holds it now.
         if await until_answered("client_activity_cancel_lookup", lambda: activity_cancel_requested(pool, workflow_id, run_id, **asked)):
@@ -1048,7 +1138,10 @@ class _ReadModel:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.closed_waiters.setdefault(key, []).append(future)
         self._spawn(self._recheck_closed(key))  # not awaited: a LISTEN connection restored may answer first
-        return await future
+        try:
+            return await future
+        finally:
+            _forget(self.closed_waiters, key, future)  # given up on (a reply came first), or settled
 
     async def any_outcome(self, request_ids: list[str]) -> bool:
         """Whether any of these commands' outcomes is recorded."""
@@ -1078,6 +1171,10 @@ class _ReadModel:
         future: asyncio.Future[CommandOutcome] = asyncio.get_running_loop().create_future()
         self.outcome_waiters.setdefault(request_id, []).append(future)
         return future
+
+    def forget_outcome(self, request_id: str, future: asyncio.Future[CommandOutcome]) -> None:
+        """Stop waiting for an outcome (answered on kadence.replies first)."""
+        _forget(self.outcome_waiters, request_id, future)
 
     async def _recheck_closed(self, key: tuple[str, str | None]) -> None:
         """Settle the waiters of `key` if its run is closed, once Postgres answers; an error that
@@ -1129,6 +1226,29 @@ def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
         target.set_exception(source.exception())  # type: ignore[arg-type]
     else:
         target.set_result(source.result())
+
+
+async def _first_result(first: asyncio.Future[Any], second: asyncio.Future[Any]) -> Any:
+    """The result of whichever of two futures that say the same finishes first (an answer on
+    kadence.replies and the read model's); the other is cancelled."""
+    try:
+        await asyncio.wait([first, second], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for future in (first, second):
+            if not future.done():
+                future.cancel()
+    done, other = (first, second) if first.done() and not first.cancelled() else (second, first)
+    if other.done() and not other.cancelled():
+        other.exception()  # retrieved: either would do
+    return done.result()
+
+
+def _forget(waiters: dict[Any, list[asyncio.Future[Any]]], key: Any, future: asyncio.Future[Any]) -> None:
+    futures = waiters.get(key)
+    if futures is not None and future in futures:
+        futures.remove(future)
+        if not futures:
+            del waiters[key]
 
 
 def _settle(futures: list[asyncio.Future[Any]], row: Any) -> None:
