@@ -71,15 +71,32 @@ def payload_bytes(record: Any) -> int:
 def encoded_bytes_bound(value: Any) -> int:
     """An upper bound of the Avro encoding of `value` (a decoded value, or a list of them): every
     string and bytes with a length prefix, 10 bytes for any other leaf and for each container.
-    Record field names are counted although Avro does not write them: a small overestimate."""
-    if isinstance(value, bytes):
+    Record field names are counted although Avro does not write them: a small overestimate.
+
+    The history service bounds every transition with it, so it tests exact types and loops
+    (about twice as fast as isinstance and sum over generators); subclasses (a StrEnum) take the
+    isinstance branches."""
+    kind = type(value)
+    if kind is dict:
+        total = 10
+        for key, item in value.items():
+            total += encoded_bytes_bound(key) + encoded_bytes_bound(item)
+        return total
+    if kind is str:
+        return (len(value) if value.isascii() else len(value.encode())) + 10
+    if kind is list or kind is tuple:
+        total = 10
+        for item in value:
+            total += encoded_bytes_bound(item)
+        return total
+    if kind is bytes or isinstance(value, bytes):
         return len(value) + 10
     if isinstance(value, str):
         return (len(value) if value.isascii() else len(value.encode())) + 10
     if isinstance(value, dict):
-        return 10 + sum(encoded_bytes_bound(k) + encoded_bytes_bound(v) for k, v in value.items())
+        return encoded_bytes_bound(dict(value))
     if isinstance(value, (list, tuple)):
-        return 10 + sum(encoded_bytes_bound(v) for v in value)
+        return encoded_bytes_bound(list(value))
     return 10
 
 
