@@ -252,11 +252,11 @@ async def test_an_activity_task_lost_on_its_way_to_the_workers_is_dispatched_aga
 
 
 async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout: float = 30) -> Message:
-    """The task matching routed for the workflow to `topic`, once it is there."""
+    """The task the history service dispatched for the workflow to `topic`, once it is there."""
     def find() -> Message | None:
         try:
             ends = {p: 0 for p in range(topic_partitions(stack.settings, topic))}
-        except KafkaException:  # matching creates the topic as it routes the first task
+        except KafkaException:  # the history service creates the topic as it dispatches the first task
             return None
         return next((msg for msg in read_to_end(stack.settings, topic, ends) if workflow_id.encode() in (msg.value() or b"")), None)
 
