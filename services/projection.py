@@ -27,7 +27,7 @@ from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.fence import PartitionFences
-from kadence.protocol.kafka import consume_batches, core_topics, ensure_topics, make_consumer, make_producer
+from kadence.protocol.kafka import batching_fetch, consume_batches, core_topics, ensure_topics, make_consumer, make_producer
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.settings import KafkaSettings
@@ -103,8 +103,9 @@ class ProjectionRunner:
         self.stored: dict[int, int] = {}
         self._postgres_watch: asyncio.Task[None] | None = None
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
+        # Off a workflow's critical path, so it reads in batches (`batching_fetch`).
         self.consumer: Consumer = make_consumer(
-            settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False},
+            settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False, **batching_fetch(settings)},
         )
         self.dead_letters = make_producer(settings)
 

@@ -60,3 +60,16 @@ def test_kadence_instance_id_makes_a_service_consumer_a_static_member(monkeypatc
     assert "group.instance.id" not in consumer_config(settings, "kadence.tq.orders.workflow")
     monkeypatch.delenv("KADENCE_INSTANCE_ID")
     assert "group.instance.id" not in consumer_config(KafkaSettings.from_env(), "kadence.history-service", static_member=True)
+
+
+def test_readers_off_the_critical_path_fetch_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timer service, the visibility projector and matching's relay let the broker gather
+    records before it answers; KADENCE_BATCHING_FETCH_WAIT_MS=0 makes them fetch like the rest."""
+    from kadence.protocol.kafka import BATCHING_FETCH_MIN_BYTES, batching_fetch
+
+    monkeypatch.setenv("KADENCE_BATCHING_FETCH_WAIT_MS", "35")
+    assert batching_fetch(KafkaSettings.from_env()) == {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": 35}
+    monkeypatch.setenv("KADENCE_BATCHING_FETCH_WAIT_MS", "0")
+    assert batching_fetch(KafkaSettings.from_env()) == {}
+    monkeypatch.delenv("KADENCE_BATCHING_FETCH_WAIT_MS")
+    assert batching_fetch(KafkaSettings.from_env())["fetch.wait.max.ms"] == KafkaSettings.batching_fetch_wait_ms

@@ -151,6 +151,18 @@ def consumer_config(settings: KafkaSettings, group_id: str, *, static_member: bo
     }
 
 
+# Large enough that the broker answers a batching reader when its wait is up, not at the first record.
+BATCHING_FETCH_MIN_BYTES = 1024 * 1024
+
+
+def batching_fetch(settings: KafkaSettings) -> dict[str, Any]:
+    """Consumer overrides for a reader off a workflow's critical path: the broker holds its fetch
+    up to KADENCE_BATCHING_FETCH_WAIT_MS gathering records, so one fetch answers for many."""
+    if settings.batching_fetch_wait_ms <= 0:
+        return {}
+    return {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": settings.batching_fetch_wait_ms}
+
+
 def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
@@ -565,7 +577,7 @@ def faust_broker_settings(settings: KafkaSettings) -> dict[str, Any]:
 
         credentials = faust.SSLCredentials(ssl.create_default_context(cafile=config.get("ssl.ca.location")))
     session_timeout = settings.session_timeout_ms / 1000
-    _set_faust_fetch_wait(settings.fetch_wait_max_ms)
+    _set_faust_fetch(settings)
     _set_faust_idempotence(not broker_is_tansu(settings))
     _survive_closed_aiokafka_connections()
     return {
@@ -599,17 +611,22 @@ def _set_faust_idempotence(enabled: bool) -> None:
     setattr(producer_class, "_settings_extra", settings_extra)  # noqa: B010
 
 
-def _set_faust_fetch_wait(fetch_wait_max_ms: int) -> None:
+def _set_faust_fetch(settings: KafkaSettings) -> None:
     """faust hardcodes fetch_max_wait_ms=1500 for its consumer. A broker that does not wake long
-    polls on new data (the local Tansu broker) then adds 1.5 s per hop, so apply our setting."""
+    polls on new data (the local Tansu broker) then adds 1.5 s per hop, so apply our setting; the
+    relay is off a workflow's critical path, so it fetches as a batching reader (`batching_fetch`)."""
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
+    batching = batching_fetch(settings)
+    fetch_wait_max_ms = batching.get("fetch.wait.max.ms", settings.fetch_wait_max_ms)
+    fetch_min_bytes = batching.get("fetch.min.bytes", 1)
     thread_class = faust_aiokafka.AIOKafkaConsumerThread
     original = getattr(thread_class, "_kadence_original_create_worker_consumer", thread_class._create_worker_consumer)
 
     def create_worker_consumer(self: Any, transport: Any) -> Any:
         consumer = original(self, transport)
         consumer._fetch_max_wait_ms = fetch_wait_max_ms
+        consumer._fetch_min_bytes = fetch_min_bytes
         return consumer
 
     setattr(thread_class, "_kadence_original_create_worker_consumer", original)  # noqa: B010 (a monkeypatch)
