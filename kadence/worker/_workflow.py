@@ -152,11 +152,15 @@ class WorkflowWorker:
         return (have, first) if first > have + 1 else None
 
     async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
-        """The events these workflow tasks lack, from the read model in one query, asked again
-        while the visibility projector has not written them all yet (for at most
-        HISTORY_WAIT_S). None for a run whose events did not all arrive: its task fails."""
-        wanted = {(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None}
+        """The events these workflow tasks lack (see `_read_events`)."""
+        return await self._read_events({(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None})
+
+    async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[Record] | None]:
+        """Per run, its events between (after, before), both exclusive, from the read model in one
+        query, asked again while the visibility projector has not written them all yet (for at most
+        HISTORY_WAIT_S). None for a run whose events did not all arrive."""
         found: dict[tuple[str, str], list[Record] | None] = dict.fromkeys(wanted)
+        wanted = dict(wanted)
         if not wanted:
             return found
         deadline = time.monotonic() + HISTORY_WAIT_S
@@ -319,12 +323,29 @@ class WorkflowWorker:
         definition = self._workflows.get(workflow_type)
         if definition is None:
             raise ApplicationError(f"workflow type {workflow_type!r} is not registered on this worker", type="NotFoundError")
-        history = await self.client.get_workflow_handle(task["workflow_id"], run_id=task["run_id"]).fetch_history()
-        if not history.events:
-            raise ApplicationError(f"workflow {task['workflow_id']} has no recorded history yet", type="NotFoundError")
-        await self.client.data_converter.decode_payloads(history.events)
+        events = await self._history_to_answer_from(task)
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
-        return replay(definition, info, self.client.data_converter, history.events, self._interceptor_classes)
+        return replay(definition, info, self.client.data_converter, events, self._interceptor_classes)
+
+    async def _history_to_answer_from(self, task: Record) -> list[Record]:
+        """The run's events the query's answer must see: exactly the history it had when history
+        released the query (the read model may not hold them all yet), or, from a task of a release
+        that did not say, whatever the read model holds."""
+        run = (task["workflow_id"], task["run_id"])
+        if task["history_length"] > 0:
+            events = (await self._read_events({run: (0, task["history_length"] + 1)}))[run]
+            if events is None:
+                raise ApplicationError(
+                    f"workflow {run[0]} (run {run[1]}) has {task['history_length']} events, which the read model did not hold "
+                    f"within {HISTORY_WAIT_S:.0f} s: check that the visibility service runs and keeps up (kadence_consumer_lag)",
+                    type="NotFoundError",
+                )
+            return events
+        history = await self.client.get_workflow_handle(run[0], run_id=run[1]).fetch_history()
+        if not history.events:
+            raise ApplicationError(f"workflow {run[0]} has no recorded history yet", type="NotFoundError")
+        await self.client.data_converter.decode_payloads(history.events)
+        return history.events
 
     def _activate(
         self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,

@@ -58,20 +58,22 @@ class TaskRecords:
             for effect_type, effect in section.effects:
                 kind = TASK_KINDS.get(effect_type)
                 if kind is not None and not _expired(batch["workflow_id"], section.run_id, effect_type, effect):
-                    record = self._record(batch["workflow_id"], section.run_id, effect_type, effect, kind, traceparent)
+                    # The history a query's answer must see: the run's events up to this batch's last.
+                    history_length = section.first_event_id + len(section.events) - 1 if effect_type == EffectType.QueryTask else 0
+                    record = self._record(batch["workflow_id"], section.run_id, effect_type, effect, kind, traceparent, history_length)
                     if record is not None:
                         yield record
 
     def _record(
         self, workflow_id: str, run_id: str, effect_type: str, effect: dict[str, Any], kind: topics.TaskKind,
-        traceparent: str | None,
+        traceparent: str | None, history_length: int,
     ) -> TaskRecord | None:
         if problem := task_queue_problem(effect["task_queue"]):  # the machine refuses such names: never a crash loop
             ERRORS.labels("task_queue_invalid").inc()
             log.error("event=task_not_dispatched workflow_id=%s run_id=%s task=%s error=%r", workflow_id, run_id, effect_type, problem)
             return None
         topic = topics.task_queue_topic(effect["task_queue"], kind)
-        task = {"workflow_id": workflow_id, "run_id": run_id, "task": (effect_type, effect)}
+        task = {"workflow_id": workflow_id, "run_id": run_id, "task": (effect_type, effect), "history_length": history_length}
         value = self._within_record_limit(task)
         if value is None:
             return None
