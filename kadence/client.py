@@ -13,7 +13,7 @@ import os
 import socket
 import typing
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from enum import IntEnum
 from typing import Any
@@ -99,6 +99,11 @@ log = logging.getLogger("kadence.client")
 # How long result() of a workflow the read model does not hold waits before WorkflowNotFoundError:
 # a start produced to the topic by another process is recorded within milliseconds.
 NOT_FOUND_AFTER_S = 5.0
+# How long result() of a run this client started waits for its close on kadence.replies before it
+# asks the read model too: the reply comes within milliseconds unless it was lost (the history
+# service restarted between recording the close and replying), and a read-model wait per result
+# costs the client more CPU than anything else on its path (docs/performance.md).
+READ_MODEL_AFTER_REPLY_S = 1.0
 QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
 CHAIN_MOVES_MAX = 20  # continue-as-news a cancel, terminate or update of a chain follows before giving up
 
@@ -125,7 +130,8 @@ class Client:
         self._commands = command_codec()
         self._results: _ReadModel | None = None
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
-        self._unrecorded: dict[str, asyncio.Future[CommandOutcome]] = {}  # workflow id -> a read-model answer still awaited
+        # workflow id -> what to await before reading the read model about it (see _read_model_behind)
+        self._unrecorded: dict[str, Callable[[], Awaitable[Any]]] = {}
         self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
         self._closed = False
@@ -352,30 +358,40 @@ class Client:
         if stored.done():
             return stored.result()
         assert replied is not None
-        self._read_model_behind(workflow_id, stored)
+        self._read_model_behind(workflow_id, lambda: stored)
         return replied.result()
 
-    def _read_model_behind(self, workflow_id: str, recorded: asyncio.Future[CommandOutcome]) -> None:
-        """A command of `workflow_id` was answered on kadence.replies before the read model recorded
-        it: until it does, this client's reads of the read model wait (a describe() right after
-        start_workflow finds the run, as it did when the answer came from the read model)."""
+    def _read_model_behind(self, workflow_id: str, recorded: Callable[[], Awaitable[Any]]) -> None:
+        """This client heard about `workflow_id` on kadence.replies (a command's answer, a run's
+        close) before the read model recorded it: for the next NOT_FOUND_AFTER_S, its reads of the
+        read model about that workflow first await `recorded()`, so a describe() right after
+        start_workflow or result() sees what the reply said. A factory: nothing is asked of
+        Postgres unless such a read comes."""
         self._unrecorded[workflow_id] = recorded
 
-        def recorded_now(future: asyncio.Future[CommandOutcome]) -> None:
-            if self._unrecorded.get(workflow_id) is future:
+        def expire() -> None:
+            if self._unrecorded.get(workflow_id) is recorded:
                 del self._unrecorded[workflow_id]
 
-        recorded.add_done_callback(recorded_now)
+        asyncio.get_running_loop().call_later(NOT_FOUND_AFTER_S, expire)
 
     async def _read_model_caught_up(self, workflow_id: str | None = None) -> None:
-        """Until the read model recorded what this client was answered on kadence.replies (about
+        """Until the read model recorded what this client heard on kadence.replies (about
         `workflow_id`, or about any workflow), for at most NOT_FOUND_AFTER_S."""
         if workflow_id is None:
-            pending = list(self._unrecorded.values())
+            behind = dict(self._unrecorded)
         else:
-            pending = [self._unrecorded[workflow_id]] if workflow_id in self._unrecorded else []
-        if pending:
-            await asyncio.wait(pending, timeout=NOT_FOUND_AFTER_S)
+            behind = {workflow_id: self._unrecorded[workflow_id]} if workflow_id in self._unrecorded else {}
+        if not behind:
+            return
+        pending = {asyncio.ensure_future(recorded()): (behind_id, recorded) for behind_id, recorded in behind.items()}
+        done, still = await asyncio.wait(pending, timeout=NOT_FOUND_AFTER_S)
+        for future in still:
+            future.cancel()
+        for future in done:
+            behind_id, recorded = pending[future]
+            if not future.cancelled() and future.exception() is None and self._unrecorded.get(behind_id) is recorded:
+                del self._unrecorded[behind_id]  # caught up: later reads need not wait
 
     async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
@@ -565,13 +581,18 @@ class WorkflowHandle:
         grace, for a start another process just produced to the topic)."""
         if not self._recorded:
             await self._until_recorded()
-        stored = asyncio.ensure_future(self._recorded_close(follow_runs))
         if self._close_watch is None:
-            status, payload, recorded = await stored
+            status, payload, recorded = await self._recorded_close(follow_runs)
         else:
             replied = self._close_watch.last if follow_runs else self._close_watch.first
+            stored = asyncio.ensure_future(self._recorded_close(follow_runs, after_s=READ_MODEL_AFTER_REPLY_S))
             closed = await _first_result(asyncio.shield(replied), stored)
-            status, payload, recorded = closed if isinstance(closed, tuple) else (closed["status"], closed["result"], closed["failure"])
+            if isinstance(closed, tuple):
+                status, payload, recorded = closed
+            else:
+                status, payload, recorded = closed["status"], closed["result"], closed["failure"]
+                run_id = closed["run_id"]
+                self.client._read_model_behind(self.id, lambda: self.client._closed_execution(self.id, run_id))
         converter = self.client.data_converter
         if status == "Completed":
             await converter.decode_payloads(payload)
@@ -587,8 +608,12 @@ class WorkflowHandle:
             cause = converter.from_failure(recorded) if recorded else RuntimeError(status)
         raise WorkflowFailureError(cause=cause)
 
-    async def _recorded_close(self, follow_runs: bool) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
-        """The close result() reports, from the read model: status, result payload and failure."""
+    async def _recorded_close(
+        self, follow_runs: bool, after_s: float = 0.0,
+    ) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+        """The close result() reports, from the read model (asked after `after_s`): status, result
+        payload and failure."""
+        await asyncio.sleep(after_s)
         run_id = self._result_run_id
         while True:
             status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)

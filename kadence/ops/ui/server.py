@@ -404,6 +404,8 @@ async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_
     log.info("event=ui_action action=%s workflow_id=%r run_id=%r actor=%r", action, workflow_id, run_id, actor)
     try:
         await asyncio.wait_for(call(handle), ACTION_TIMEOUT_S)
+        # The answer came on kadence.replies; the pages read the read model: the link back shows the change.
+        await ui.client._read_model_caught_up(workflow_id)
     except (KadenceError, TimeoutError) as exc:
         message = str(exc) or f"no answer from the history service within {ACTION_TIMEOUT_S:g} s: is it running?"
         return html_response(pages.outcome_page(viewer, f"{action.capitalize()} refused", f"{action} refused: {message}",
