@@ -22,7 +22,6 @@ import json
 import logging
 import random
 import traceback
-import typing
 import warnings
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from kadence._worker_interceptor import (
 )
 from kadence.api.common.v1 import Payload
 from kadence.common import RawValue
-from kadence.converter import DataConverter
+from kadence.converter import DataConverter, callable_arg_types, type_hints
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
@@ -91,12 +90,6 @@ class CacheInvalid(Exception):
 def method_arg_types(fn: Callable[..., Any]) -> list[Any]:
     """Type hints of a method's parameters after self, for decoding payloads."""
     return callable_arg_types(fn)[1:]
-
-
-def callable_arg_types(fn: Callable[..., Any]) -> list[Any]:
-    """Type hints of a callable's parameters (a bound method's without self)."""
-    hints = typing.get_type_hints(fn)
-    return [hints.get(p.name) for p in inspect.signature(fn).parameters.values()]
 
 
 class HandlerUnfinishedPolicy(enum.Enum):
@@ -161,7 +154,7 @@ class WorkflowDefinition:
         return method_arg_types(self.run_fn)
 
     def result_type(self) -> Any:
-        return typing.get_type_hints(self.run_fn).get("return")
+        return type_hints(self.run_fn).get("return")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import socket
-import typing
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
@@ -41,7 +40,7 @@ from kadence._client_interceptor import (
 )
 from kadence._replies import ReplyListener, RunWatch
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
-from kadence.converter import DataConverter
+from kadence.converter import DataConverter, type_hints
 from kadence.exceptions import (
     ApplicationError,
     AsyncActivityCancelledError,
@@ -631,7 +630,7 @@ class WorkflowHandle:
         WorkflowQueryFailedError if the query failed, WorkflowQueryTimeoutError if no worker answered."""
         name = workflow_module.query_name(query)
         if result_type is None and not isinstance(query, str):
-            result_type = typing.get_type_hints(query).get("return")
+            result_type = type_hints(query).get("return")
         return await self.client._impl.query_workflow(QueryWorkflowInput(
             id=self.id, run_id=self.run_id, query=name, args=([arg] if arg is not _UNSET else []) + list(args),
             reject_condition=None, headers={}, ret_type=result_type, rpc_metadata={}, rpc_timeout=timeout,
@@ -652,7 +651,7 @@ class WorkflowHandle:
             raise ValueError(f"wait_for_stage must be a WorkflowUpdateStage, ACCEPTED or COMPLETED, not {wait_for_stage!r}")
         name = workflow_module.update_name(update)
         if result_type is None and not isinstance(update, str):
-            result_type = typing.get_type_hints(update).get("return")
+            result_type = type_hints(update).get("return")
         return await self.client._impl.start_workflow_update(StartWorkflowUpdateInput(
             id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, update_id=id, update=name,
             args=([arg] if arg is not _UNSET else []) + list(args), wait_for_stage=wait_for_stage, headers={},
@@ -680,7 +679,7 @@ class WorkflowHandle:
     ) -> "WorkflowUpdateHandle":
         """get_update_handle with the result type of the update handler `update`."""
         workflow_module.update_name(update)  # an update handler, or TypeError
-        return self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=typing.get_type_hints(update).get("return"))
+        return self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=type_hints(update).get("return"))
 
     async def describe(self) -> WorkflowExecution:
         """This run (or the workflow id's latest run) as the read model knows it."""

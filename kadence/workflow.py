@@ -49,7 +49,7 @@ from kadence._workflow_instance import (
     current_update,
 )
 from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy, to_ms
-from kadence.converter import PayloadConverter
+from kadence.converter import PayloadConverter, type_hints
 from kadence.exceptions import NondeterminismError, ReadOnlyContextError
 
 __all__ = [
@@ -631,7 +631,7 @@ def start_activity(
         activity_definition = activity_module.definition(activity)
         activity_type = activity_definition.name
         if result_type is None:
-            result_type = typing.get_type_hints(activity_definition.fn).get("return")
+            result_type = type_hints(activity_definition.fn).get("return")
     if start_to_close_timeout is None and schedule_to_close_timeout is None:
         raise ValueError(f"activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
     return instance.outbound.start_activity(StartActivityInput(
@@ -662,7 +662,7 @@ def start_local_activity(
         activity_definition = activity_module.definition(activity)
         activity_type = activity_definition.name
         if result_type is None:
-            result_type = typing.get_type_hints(activity_definition.fn).get("return")
+            result_type = type_hints(activity_definition.fn).get("return")
     if start_to_close_timeout is None and schedule_to_close_timeout is None:
         raise ValueError(f"local activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
     return instance.outbound.start_local_activity(StartLocalActivityInput(

@@ -262,3 +262,29 @@ def test_a_payload_is_the_protobuf_message_temporal_codecs_expect() -> None:
         b'\n\x16\n\x08encoding\x12\njson/plain\n\x05\n\x01z\x12\x00\x12\x07{"a":1}')
     assert Payload.FromString(payload.SerializeToString()) == payload
     assert payload == {"metadata": {"encoding": b"json/plain", "z": b""}, "data": b'{"a":1}'}  # the record field itself
+
+
+class _Order:
+    def place(self, item: Item, quantity: int = 1) -> Receipt:  # forward references: resolved on first use
+        raise NotImplementedError
+
+
+@dataclasses.dataclass
+class Item:
+    sku: str
+
+
+@dataclasses.dataclass
+class Receipt:
+    number: int
+
+
+def test_type_hints_resolve_once_per_function_and_a_bound_method_shares_its_functions() -> None:
+    from kadence.converter import callable_arg_types, type_hints
+
+    bound = _Order().place
+    assert type_hints(bound) == {"item": Item, "quantity": int, "return": Receipt}
+    assert type_hints(bound) is type_hints(_Order.place) is type_hints(_Order().place)
+    assert callable_arg_types(bound) == [Item, int]
+    assert callable_arg_types(_Order.place) == [None, Item, int]  # the function: self has no hint
+    assert type_hints(Receipt) == {"number": int}

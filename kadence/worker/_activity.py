@@ -15,7 +15,6 @@ import inspect
 import logging
 import pickle
 import time
-import typing
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ from confluent_kafka import Message
 from kadence import activity as activity_module
 from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
 from kadence.api.common.v1 import Payload
+from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record
@@ -299,8 +299,7 @@ class ActivityWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._activities)})",
                 type="NotFoundError",
             )
-        hints = typing.get_type_hints(definition.fn)
-        arg_types = [hints.get(name) for name in inspect.signature(definition.fn).parameters]
+        arg_types = callable_arg_types(definition.fn)
         args = self.client.data_converter.payload_converter.from_payloads(payloads, arg_types)
         # As temporalio: a chain per attempt, the first interceptor outermost; activity.heartbeat()
         # and activity.info() go through the outbound chain init hands down.
