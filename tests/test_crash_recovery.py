@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import itertools
 import random
 import re
 import subprocess
@@ -259,6 +260,30 @@ async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: L
     read_from = ast.literal_eval(re.search(r"read_from=(\{[^}]*\})", recovered).group(1))  # type: ignore[union-attr]
     assert any(offset > 0 for offset in read_from.values()), recovered
     assert audit_history(stack.settings).violations == []
+
+
+async def test_a_partition_with_no_new_batch_is_not_checkpointed_again(stack: LocalStack, client: Client, task_queue: str) -> None:
+    """Every change to a partition's state comes with a batch: while workflows run on one partition,
+    its checkpoint is stored again each interval, and a partition that wrote nothing keeps its last."""
+    from kadence.protocol.kafka import partition_for_key
+
+    async def taken_at() -> dict[int, object]:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            rows = await (await conn.execute("SELECT partition, taken_at FROM kadence_history_checkpoints")).fetchall()
+            return dict(rows)
+
+    busy = 0
+    ids = (f"ckpt-busy-{uuid.uuid4()}" for _ in itertools.count())
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        before = await taken_at()
+        busy_taken = [before.get(busy)]
+        while len(set(busy_taken)) < 3:  # two checkpoints of the busy partition after the first look
+            workflow_id = next(i for i in ids if partition_for_key(i.encode(), stack.partitions) == busy)
+            assert await client.execute_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue) == "x!"
+            busy_taken.append((await taken_at()).get(busy))
+        after = await taken_at()
+    quiet = [p for p in range(stack.partitions) if p != busy and p in before and after[p] == before[p]]
+    assert quiet, f"every partition was checkpointed again: {before} -> {after}"
 
 
 def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(stack: LocalStack) -> None:

@@ -88,7 +88,7 @@ def encode_state(state: PartitionState) -> bytes:
 def decode_state(partition: int, data: bytes, last_source_offset: int, *, history_offset: int) -> PartitionState:
     """The state a checkpoint holds, as of `history_offset`: recovery reads the log on from there,
     not from its start."""
-    state = PartitionState(partition, history_offset=history_offset)
+    state = PartitionState(partition, history_offset=history_offset, checkpointed_offset=history_offset)
     for saved in checkpoint_codec().decode(data)["executions"]:
         state.executions[saved["workflow_id"]] = _restore(saved)
     for ex in state.executions.values():
@@ -164,6 +164,7 @@ class CheckpointStore:
                 (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint),
             )
         state.evict(closed)
+        state.checkpointed_offset = history_offset
         return True
 
     def closed_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:

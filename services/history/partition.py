@@ -21,6 +21,9 @@ class PartitionState:
     executions: dict[str, Execution] = field(default_factory=dict)
     fence: LogFence = field(default_factory=lambda: LogFence(strict=True))
     history_offset: int = 0  # the next kadence.history offset this state has not folded
+    # The history_offset of the checkpoint stored (or restored) last: every change to this state
+    # comes with a batch, so while history_offset has not moved past it there is nothing to store.
+    checkpointed_offset: int = -1
 
     @property
     def resume_offset(self) -> int:
