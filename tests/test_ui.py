@@ -192,6 +192,7 @@ async def test_an_execution_shows_its_timeline_with_a_retry_and_a_signal_sent_fr
 async def test_terminate_asks_for_confirmation_then_terminates(page: Any, client: Client, worker: None) -> None:
     workflow_id = f"ui-terminate-{uuid.uuid4()}"
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-8", id=workflow_id, task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     await page.goto(f"/workflow?workflow_id={workflow_id}")
     await page.fill("#terminate-reason", "stuck order")
     await page.click("#terminate-form button[type=submit]")
@@ -223,6 +224,7 @@ async def test_actions_need_the_token_and_the_form_token(ui_url: str, client: Cl
                                                          caplog: pytest.LogCaptureFixture) -> None:
     workflow_id = f"ui-refused-{uuid.uuid4()}"
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-9", id=workflow_id, task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     form = {"workflow_id": workflow_id, "run_id": "", "reason": "x", "confirmed": "yes"}
     # unsafe: the jar keeps cookies of an IP address (127.0.0.1)
     async with aiohttp.ClientSession(ui_url, cookie_jar=aiohttp.CookieJar(unsafe=True)) as anonymous:
@@ -270,6 +272,7 @@ async def test_a_loopback_ui_answers_only_loopback_host_names_and_a_strange_cook
 async def test_the_stack_trace_query_from_the_ui_shows_where_the_workflow_waits(page: Any, client: Client, worker: None) -> None:
     workflow_id = f"ui-stack-{uuid.uuid4()}"
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-10", id=workflow_id, task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     await page.goto(f"/workflow?workflow_id={workflow_id}")
     assert await page.input_value("#query-name") == "__stack_trace"
     await page.click("#query-form button[type=submit]")
@@ -447,6 +450,7 @@ async def test_cancel_asks_for_confirmation_then_the_workflow_cleans_up_and_ends
     page: Any, client: Client, worker: None,
 ) -> None:
     handle = await client.start_workflow(CancellableWorkflow.run, "order-11", id=f"ui-cancel-{uuid.uuid4()}", task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     await page.goto(f"/workflow?workflow_id={handle.id}")
     await page.click("#cancel-form button[type=submit]")
     assert "Request cancellation" in await page.inner_text("#question")
@@ -459,6 +463,7 @@ async def test_cancel_asks_for_confirmation_then_the_workflow_cleans_up_and_ends
 
 async def test_read_only_and_auth_proxy_modes(stack: LocalStack, client: Client, worker: None) -> None:
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-12", id=f"ui-modes-{uuid.uuid4()}", task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     read_only = make_app(Ui(UiSettings(token=TOKEN, read_only=True), stack.settings, stack.postgres_dsn))
     proxied = make_app(Ui(UiSettings(auth_proxy_header="X-Forwarded-User"), stack.settings, stack.postgres_dsn))
     async with serving(read_only) as read_only_url, serving(proxied) as proxied_url:
@@ -528,6 +533,7 @@ def test_kadence_ui_listens_on_loopback_and_prints_its_sign_in_link(stack: Local
 async def test_a_codec_server_that_does_not_answer_fails_an_action_with_its_error(stack: LocalStack, client: Client,
                                                                                    worker: None) -> None:
     handle = await client.start_workflow(ApprovalWorkflow.run, "order-13", id=f"ui-codec-down-{uuid.uuid4()}", task_queue=QUEUE)
+    await handle.describe()  # the UI reads the read model, which the start's reply may precede
     gone = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     async with serving(make_app(Ui(UiSettings(token=TOKEN, codec_endpoint=gone), stack.settings, stack.postgres_dsn))) as url:
         async with aiohttp.ClientSession(url, headers={"Authorization": f"Bearer {TOKEN}"},
