@@ -142,6 +142,7 @@ class Run:
     workflows: int
     concurrency: int
     worker_in_process: bool
+    warm_up: int
 
 
 async def bench(target: Target, run: Run, pings: int) -> None:
@@ -156,7 +157,7 @@ async def bench(target: Target, run: Run, pings: int) -> None:
             if run.worker_in_process:
                 await in_process.enter_async_context(bench_worker(client))
             # Warm-up: group joins, topic creation, and (one at a time) 20 workflows, as the engines compared were.
-            await run_workflows(client, run.workload, min(50 if run.concurrency > 1 else 20, run.workflows), run.concurrency)
+            await run_workflows(client, run.workload, run.warm_up, run.concurrency)
             cpu.start()
             elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
             cpu_report = cpu.report(per_thousand=run.workflows)
@@ -190,6 +191,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pings", type=int, default=500)
     parser.add_argument("--workload", choices=list(WORKLOADS), default="one-activity")
+    parser.add_argument("--warm-up", type=int, default=None,
+                        help="workflows run before the measured ones (default: 20 one at a time, as the engines compared "
+                             "were, else 50); the broker's JIT needs about 2,000 before its CPU per request settles")
     parser.add_argument("--worker-in-process", action="store_true",
                         help="run the worker in the client's process (default: a process of its own)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
@@ -199,7 +203,8 @@ def main() -> None:
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process)
+    warm_up = args.warm_up if args.warm_up is not None else min(50 if args.concurrency > 1 else 20, args.workflows)
+    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process, warm_up)
     if args.against_settings:
         uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), run, args.pings))
         return

@@ -23,13 +23,45 @@ def describe_broker(stack: LocalStack) -> str:
     return f"broker:               {stack.broker.name} ({stack.broker_choice.reason}), fetch wait {stack.fetch_wait_max_ms} ms"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU a process has spent so far (Linux /proc; 0 for a process gone)."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (field 3 on); None for a process gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def cpu_seconds(pid: int, *, with_children: bool = False) -> float:
+    """User plus system CPU a process has spent so far (Linux /proc; 0 for a process gone). With
+    `with_children`, its living descendants' too and what its exited children spent: Postgres
+    serves each connection from a process of its own."""
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    spent = int(fields[11]) + int(fields[12])  # utime, stime
+    if with_children:
+        spent += int(fields[13]) + int(fields[14])  # cutime, cstime: children exited and waited for
+        for child in _descendants(pid):
+            if (child_fields := _stat(child)) is not None:
+                spent += int(child_fields[11]) + int(child_fields[12])
+    return spent / CLOCK_TICKS
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))  # field 4: ppid
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+# Measured with their descendants (cpu_seconds(with_children=True)).
+PROCESS_TREES = {"postgres"}
 
 
 def stack_processes(stack: LocalStack) -> dict[str, int]:
@@ -37,6 +69,8 @@ def stack_processes(stack: LocalStack) -> dict[str, int]:
     pids = {name: process.pid for name, process in stack.services.items()}
     if stack.broker is not None and stack.broker.process is not None:
         pids["broker"] = stack.broker.process.pid
+    if (postgres := stack.postgres_pid()) is not None:
+        pids["postgres"] = postgres
     return pids
 
 
@@ -48,12 +82,12 @@ class CpuMeter:
         self._before: dict[str, float] = {}
 
     def start(self) -> None:
-        self._before = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._before = {name: cpu_seconds(pid, with_children=name in PROCESS_TREES) for name, pid in self.pids.items()}
 
     def report(self, per_thousand: int | None = None) -> str:
         """The CPU-seconds each process spent; with `per_thousand` (the workflows run), also per
         1,000 of them, so runs of different sizes compare."""
-        spent = {name: cpu_seconds(pid) - self._before[name] for name, pid in self.pids.items()}
+        spent = {name: cpu_seconds(pid, with_children=name in PROCESS_TREES) - self._before[name] for name, pid in self.pids.items()}
         total = sum(spent.values())
         ranked = sorted(spent.items(), key=lambda item: -item[1])
         parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked)

@@ -224,6 +224,15 @@ class LocalStack:
         self.postgres_dsn = server.get_uri()
         log.info("event=postgres_started dsn=%s", self.postgres_dsn)
 
+    def postgres_pid(self) -> int | None:
+        """The postmaster's pid (its postmaster.pid file's first line), while Postgres runs."""
+        if self._postgres is None:
+            return None
+        try:
+            return int((Path(self._postgres.pgdata) / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (FileNotFoundError, ValueError):
+            return None
+
     def stop_postgres(self) -> None:
         """Stop Postgres as a switchover does (pg_ctl's fast mode: every connection is closed) and
         leave it stopped until `start_postgres`."""
