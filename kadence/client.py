@@ -1031,7 +1031,7 @@ class _ClientImpl(OutboundInterceptor):
 
 
 class _ReadModel:
-    """One LISTEN connection for run closes (a row lookup for each one awaited) and command
+    """One LISTEN connection for run closes (row lookups, batched: `_check_soon`) and command
     outcomes (carried in the notification).
 
     Notifications sent while that connection is down are lost: when it is lost (Postgres
@@ -1049,7 +1049,8 @@ class _ReadModel:
         self._listener: asyncio.Task[None] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._starting: asyncio.Future[None] | None = None
-        self._checks: set[asyncio.Task[None]] = set()
+        self._unchecked: set[tuple[str, str | None]] = set()  # awaited closes to look up in the next batch
+        self._checking: asyncio.Task[None] | None = None
 
     async def started(self) -> None:
         """Set up once; concurrent first callers all wait for the same setup. If Postgres does not
@@ -1120,7 +1121,7 @@ class _ReadModel:
             closed = json.loads(notify.payload)
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
                 if key in self.closed_waiters:
-                    self._spawn(self._recheck_closed(key))
+                    self._check_soon(key)
 
     async def _read_outcomes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
         if not self.outcome_waiters:
@@ -1135,33 +1136,61 @@ class _ReadModel:
 
     async def _read_closes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
         """Every awaited run that closed meanwhile (one query for them all)."""
-        if not self.closed_waiters:
+        return await self._settle_closed(conn, set(self.closed_waiters))
+
+    async def _settle_closed(self, conn: psycopg.AsyncConnection[Any], keys: set[tuple[str, str | None]]) -> int:
+        """Settle the waiters of each of `keys` whose run is closed, in one query; how many were."""
+        if not keys:
             return 0
         rows = await (await conn.execute(
             "SELECT workflow_id, run_id, status, result, failure, next_run_id FROM kadence_executions "
             "WHERE workflow_id = ANY(%s) ORDER BY workflow_id, start_time",
-            (sorted({workflow_id for workflow_id, _ in self.closed_waiters}),),
+            (sorted({workflow_id for workflow_id, _ in keys}),),
         )).fetchall()
         runs = {(row[0], row[1]): row[2:] for row in rows}
         latest = {row[0]: row[2:] for row in rows}  # ordered by start time: the last one stays
         found = 0
-        for key in list(self.closed_waiters):
+        for key in keys:
             row = runs.get(key) if key[1] is not None else latest.get(key[0])
             if row is not None and row[0] != "Running":
                 _settle(self.closed_waiters.pop(key, []), row)
                 found += 1
         return found
 
-    def _spawn(self, check: Any) -> None:
-        task = asyncio.create_task(check)
-        self._checks.add(task)  # held until done: the loop keeps only weak references to tasks
-        task.add_done_callback(self._checks.discard)
+    def _check_soon(self, key: tuple[str, str | None]) -> None:
+        """Look up whether `key`'s run is closed, with the other lookups asked meanwhile: one query
+        for all the closes notified or awaited while the previous one ran (under load, hundreds)."""
+        self._unchecked.add(key)
+        if self._checking is None:
+            self._checking = asyncio.create_task(self._check_unchecked())
+
+    async def _check_unchecked(self) -> None:
+        """Until nothing is left to look up; an error that is not Postgres being away (that is asked
+        again) reaches the waiters it was for."""
+        try:
+            while self._unchecked:
+                await asyncio.sleep(0)  # the lookups asked in this turn of the loop join the batch
+                keys = {key for key in self._unchecked if key in self.closed_waiters}
+                self._unchecked.clear()
+                try:
+                    await until_answered("client_result_lookup", functools.partial(self._look_up_closed, keys))
+                except Exception as exc:
+                    for key in keys:
+                        for future in self.closed_waiters.pop(key, []):
+                            if not future.done():
+                                future.set_exception(exc)
+        finally:
+            self._checking = None
+
+    async def _look_up_closed(self, keys: set[tuple[str, str | None]]) -> None:
+        async with self.pool.connection() as conn:
+            await self._settle_closed(conn, keys)
 
     async def wait_closed(self, workflow_id: str, run_id: str | None) -> Any:
         key = (workflow_id, run_id)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.closed_waiters.setdefault(key, []).append(future)
-        self._spawn(self._recheck_closed(key))  # not awaited: a LISTEN connection restored may answer first
+        self._check_soon(key)  # not awaited: a LISTEN connection restored may answer first
         try:
             return await future
         finally:
@@ -1200,36 +1229,11 @@ class _ReadModel:
         """Stop waiting for an outcome (answered on kadence.replies first)."""
         _forget(self.outcome_waiters, request_id, future)
 
-    async def _recheck_closed(self, key: tuple[str, str | None]) -> None:
-        """Settle the waiters of `key` if its run is closed, once Postgres answers; an error that
-        is not Postgres being away reaches them."""
-        try:
-            await until_answered("client_result_lookup", lambda: self._check_closed(key))
-        except Exception as exc:
-            for future in self.closed_waiters.pop(key, []):
-                if not future.done():
-                    future.set_exception(exc)
-
-    async def _check_closed(self, key: tuple[str, str | None]) -> None:
-        workflow_id, run_id = key
-        async with self.pool.connection() as conn:
-            if run_id is None:
-                cursor = await conn.execute(
-                    "SELECT status, result, failure, next_run_id FROM kadence_executions WHERE workflow_id = %s "
-                    "ORDER BY start_time DESC LIMIT 1", (workflow_id,))
-            else:
-                cursor = await conn.execute(
-                    "SELECT status, result, failure, next_run_id FROM kadence_executions WHERE workflow_id = %s AND run_id = %s",
-                    (workflow_id, run_id))
-            row = await cursor.fetchone()
-        if row is not None and row[0] != "Running":
-            _settle(self.closed_waiters.pop(key, []), row)
-
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-        for check in list(self._checks):
-            check.cancel()
+        if self._checking is not None:
+            self._checking.cancel()
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
