@@ -26,6 +26,11 @@ class PartitionState:
     checkpointed_offset: int = -1
 
     @property
+    def checkpoint_due(self) -> bool:
+        """Whether this state folded a batch its last checkpoint does not hold."""
+        return self.history_offset != self.checkpointed_offset
+
+    @property
     def resume_offset(self) -> int:
         """The first command offset no batch on this partition came from."""
         return self.fence.last_source_offset.get(self.partition, -1) + 1

@@ -206,18 +206,18 @@ class HistoryService:
             raise FatalProduceError(f"history batch not written: {self._produce_error}")
 
     async def _checkpoint(self) -> None:
-        """Store the state of every owned partition that wrote a batch since its last checkpoint,
-        once all its batches are written, so the state is exactly the fold of the log up to each
-        partition's history offset (a partition with no new batch has nothing new to store). While the broker has
-        not acknowledged them all (it is away), or Postgres does not answer, the checkpoint waits
-        for the next interval: the state stays in memory, and recovery would read more of the log.
+        """Store the state of every owned partition that wrote a batch since its last checkpoint
+        (`checkpoint_due`), once all its batches are written, so the state is exactly the fold of
+        the log up to each partition's history offset. While the broker has not acknowledged them
+        all (it is away), or Postgres does not answer, the checkpoint waits for the next interval:
+        the state stays in memory, and recovery would read more of the log.
 
         The wait and the writes run off the event loop, so /healthz and /readyz still answer;
         nothing else runs meanwhile (rebalance callbacks run inside the consumer's poll)."""
         assert self.checkpoints is not None
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
         self._flush()
-        if all(state.history_offset == state.checkpointed_offset for state in self.partitions.values()):
+        if not any(state.checkpoint_due for state in self.partitions.values()):
             return
         loop = asyncio.get_running_loop()
         outstanding = await loop.run_in_executor(None, self.producer.flush, CHECKPOINT_FLUSH_TIMEOUT_S)
@@ -232,7 +232,7 @@ class HistoryService:
         try:
             await loop.run_in_executor(None, lambda: stored.extend(
                 p for p, state in self.partitions.items()
-                if state.history_offset != state.checkpointed_offset and checkpoints.save(state, state.history_offset)
+                if state.checkpoint_due and checkpoints.save(state, state.history_offset)
             ))
         except psycopg.OperationalError as exc:
             log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
