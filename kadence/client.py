@@ -1172,6 +1172,8 @@ class _ReadModel:
                 await asyncio.sleep(0)  # the lookups asked in this turn of the loop join the batch
                 keys = {key for key in self._unchecked if key in self.closed_waiters}
                 self._unchecked.clear()
+                if not keys:  # settled meanwhile (a reply, or the lookup before): nothing to ask
+                    continue
                 try:
                     await until_answered("client_result_lookup", functools.partial(self._look_up_closed, keys))
                 except Exception as exc:
