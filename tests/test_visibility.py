@@ -6,13 +6,15 @@ import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from kadence.client import Client, WorkflowExecutionStatus
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowNotFoundError
 from kadence.list_filter import ListFilterError, parse
-from kadence.protocol.postgres import connection_pool
+from kadence.protocol.postgres import apply_ddl, connection_pool
+from kadence.protocol.read_model import VISIBILITY_DDL
 from kadence.worker import Worker
 from services.visibility.retention import expire_outcomes
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, EchoWorkflow, IndexedWorkflow
@@ -112,3 +114,27 @@ async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stac
             stop.set()
             await expiring
     assert sorted(left) == sorted(request_id for request_id, age in rows if age == "6 days")
+
+
+async def test_schema_setup_beside_a_writer_of_two_tables_waits_instead_of_deadlocking(stack: LocalStack, client: Client) -> None:
+    """A client sets the read model's schema up while the projector's transaction writes executions,
+    then outcomes: the setup holds one table's lock at a time, so the writer goes on and the setup
+    finishes after it (one transaction for the whole setup deadlocked here, and CI saw it)."""
+    await client.count_workflows()  # the tables exist, as when a client starts beside a running projector
+    tag = f"ddl-{uuid.uuid4().hex[:8]}"
+    dsn = stack.postgres_dsn
+    async with (await psycopg.AsyncConnection.connect(dsn) as writer,
+                await psycopg.AsyncConnection.connect(dsn, autocommit=True) as setup,
+                await psycopg.AsyncConnection.connect(dsn, autocommit=True) as observer):
+        await writer.execute(
+            "INSERT INTO kadence_executions (workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length) "
+            "VALUES (%s, 'run', 'T', 'q', 'RUNNING', now(), 1)", (tag,))
+        applying = asyncio.create_task(apply_ddl(setup, VISIBILITY_DDL))
+        async with asyncio.timeout(10):  # the setup's CREATE INDEX waits for the writer's lock on executions
+            while (await (await observer.execute(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (setup.info.backend_pid,))).fetchone()) != ("Lock",):
+                await asyncio.sleep(0.01)
+        await writer.execute(
+            "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted) VALUES (%s, %s, 'run', true)", (tag, tag))
+        await writer.rollback()
+        await asyncio.wait_for(applying, 10)

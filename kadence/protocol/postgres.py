@@ -35,11 +35,19 @@ T = TypeVar("T")
 
 
 async def apply_ddl(conn: psycopg.AsyncConnection[Any], statements: Sequence[str]) -> None:
-    """Run idempotent DDL under an advisory lock: concurrent CREATE ... IF NOT EXISTS races in Postgres."""
+    """Run idempotent DDL under a session advisory lock (concurrent CREATE ... IF NOT EXISTS races
+    in Postgres), each statement in its own transaction: even a no-op ALTER TABLE or CREATE INDEX
+    locks its table, and one transaction holding several tables' locks deadlocks with a writer that
+    touches the same tables in another order (the visibility projector, while a client starts)."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+        await conn.execute("SELECT pg_advisory_lock(%s)", (_DDL_LOCK,))
+    try:
         for statement in statements:
-            await conn.execute(statement)
+            async with conn.transaction():
+                await conn.execute(statement)
+    finally:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (_DDL_LOCK,))
 
 
 def connection_pool(dsn: str, *, min_size: int, max_size: int, timeout_s: float = RETRY_MAX_S,
