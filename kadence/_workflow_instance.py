@@ -295,6 +295,7 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         self._ready: collections.deque[asyncio.Handle] = collections.deque()
         self._time_ms = 0
         self._unmatched: collections.deque[PendingCommand] = collections.deque()
+        self._eager_disabled: set[str] = set()  # activity ids: see eager_execution_disabled
         self._new_commands: list[Command] = []
         self._activities: dict[int, PendingCommand] = {}
         self._activity_seq = 0
@@ -812,17 +813,25 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
 
     # ---- the workflow API's view of the run --------------------------------------------------
 
-    def schedule_activity(self, attrs: Record) -> asyncio.Future[Any]:
+    def schedule_activity(self, attrs: Record, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
         self._activity_seq += 1
         attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
+        if disable_eager_execution:
+            self._eager_disabled.add(attrs["activity_id"])
         future = self.create_future()
         pending = self._issue((TaskCommandType.ScheduleActivityTask, attrs), future)
         future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
 
+    def eager_execution_disabled(self, activity_id: str) -> bool:
+        """Whether the workflow code asked that this activity go through the task queue, never run
+        eagerly by the worker that schedules it (temporalio's `disable_eager_execution`)."""
+        return activity_id in self._eager_disabled
+
     def _activity_settled(self, pending: PendingCommand, future: asyncio.Future[Any]) -> None:
         """A cancelled activity (by workflow code, or with the workflow) is withdrawn if it was
         never sent, else its cancellation is requested (Temporal's TRY_CANCEL)."""
+        self._eager_disabled.discard(pending.command[1]["activity_id"])
         if not future.cancelled() or self._withdraw(pending.command):
             return
         if pending.scheduled_event_id in self._activities:

@@ -619,10 +619,13 @@ def start_activity(
     retry_policy: RetryPolicy | None = None,
     activity_id: str | None = None,
     result_type: type | None = None,
+    disable_eager_execution: bool = False,
 ) -> asyncio.Task[Any]:
     """Schedule an activity; the returned task resolves to its result or raises ActivityError.
 
     Arguments go positionally (`start_activity(fn, a, b)`) or, as in temporalio, as `args=[a, b]`.
+    A worker that polls the activity's task queue and has a free slot runs it itself (eager
+    execution, as Temporal's) unless `disable_eager_execution` is set.
     """
     instance = _instance()
     if isinstance(activity, str):
@@ -638,7 +641,7 @@ def start_activity(
         activity=activity_type, args=[*positional, *args], activity_id=activity_id, task_queue=task_queue,
         schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        cancellation_type=None, headers={}, disable_eager_execution=False, versioning_intent=None, summary=None,
+        cancellation_type=None, headers={}, disable_eager_execution=disable_eager_execution, versioning_intent=None, summary=None,
         arg_types=None, ret_type=result_type,
     ))
 
@@ -811,13 +814,14 @@ async def execute_activity(
     retry_policy: RetryPolicy | None = None,
     activity_id: str | None = None,
     result_type: type | None = None,
+    disable_eager_execution: bool = False,
 ) -> Any:
     """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_activity(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
         schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        activity_id=activity_id, result_type=result_type,
+        activity_id=activity_id, result_type=result_type, disable_eager_execution=disable_eager_execution,
     )
 
 
@@ -1012,7 +1016,7 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
             "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
             "header": dict(input.headers),
-        })
+        }, disable_eager_execution=input.disable_eager_execution)
 
         async def result() -> Any:
             return instance.converter.payload_converter.from_payload(await future, input.ret_type)

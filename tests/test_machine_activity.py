@@ -6,6 +6,7 @@ import pytest
 
 from kadence.common import retry_backoff_ms
 from kadence.protocol.task_token import TaskToken
+from kadence.worker._workflow import SINGLE_EVENT_COMMANDS
 from services.history.checkpoint import decode_state, encode_state
 from services.history.machine.activity import activity_retry_state
 from services.history.machine.dispatch import decide
@@ -13,6 +14,7 @@ from services.history.machine.effects import TASK_REDISPATCH_MS
 from services.history.machine.execution import ActivityState
 from services.history.machine.transition import Redispatch, Rejected
 from tests.machine_steps import (
+    ACTIVITY,
     BIG,
     NOW,
     apply,
@@ -208,3 +210,61 @@ def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying(
     _, attrs = fired["events"][0]["attributes"]
     assert (attrs["retry_state"], attrs["failure"]["timeout_type"]) == ("TIMEOUT", "SCHEDULE_TO_START")
     assert state.executions["order-1"].activities == {}
+
+
+def test_an_eager_activity_whose_id_the_worker_foresaw_is_not_dispatched_and_starts_by_that_id() -> None:
+    """The completing worker runs activity "0" itself and foresaw event 5: history dispatches no task
+    for it (its retry timer stays, in case the worker never starts it) and accepts a start naming
+    it. Activity "1" was foreseen as 7 but is 6: it is dispatched as usual, and a start naming it
+    at the wrong id is refused."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    completed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "0", "eager_scheduled_event_id": 5}),
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "1", "eager_scheduled_event_id": 7}),
+    ]}, 2)
+    assert [(k, e["scheduled_event_id"]) for k, e in completed["effects"] if k in ("ActivityTask", "Timer")] == [
+        ("Timer", 5), ("ActivityTask", 6), ("Timer", 6)]
+    assert all("eager_scheduled_event_id" not in e["attributes"][1] for e in completed["events"])
+    ex = state.executions["order-1"]
+    eager_start = {"run_id": run_id, "attempt": 1}
+    with pytest.raises(Rejected, match="no pending activity attempt scheduled_event_id=7"):
+        decide(ex, "RecordActivityTaskStarted", {**eager_start, "scheduled_event_id": 7, "activity_id": "1"}, "worker", NOW)
+    with pytest.raises(Rejected, match="activity 6 is '1', not '0'"):
+        decide(ex, "RecordActivityTaskStarted", {**eager_start, "scheduled_event_id": 6, "activity_id": "0"}, "worker", NOW)
+    started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "activity_id": "0"}, 3)
+    assert [e["attributes"][0] for e in started["events"]] == ["ActivityTaskStarted"]
+    assert ("DropTimer", {"timer_id": f"{run_id}/ACTIVITY_RETRY/5/1"}) in started["effects"]
+
+
+def test_an_eager_activity_its_worker_never_started_is_dispatched_by_its_retry_timer() -> None:
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "0", "eager_scheduled_event_id": 5}),
+    ]}, 2)
+    fire = {"run_id": run_id, "timer_id": f"{run_id}/ACTIVITY_RETRY/5/1", "kind": "ACTIVITY_RETRY", "scheduled_event_id": 5, "attempt": 1}
+    dispatched = apply(state, decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + TASK_REDISPATCH_MS), 3)
+    assert [(k, e.get("activity_id")) for k, e in dispatched["effects"]] == [("DropTimer", None), ("ActivityTask", "0"), ("Timer", None)]
+
+
+def test_the_commands_a_worker_counts_one_event_for_write_one_event_each() -> None:
+    """A worker foresees an eager activity's scheduled_event_id by counting one event for each
+    command before it (SINGLE_EVENT_COMMANDS): each of those writes exactly one."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    first = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("StartTimer", {"timer_id": "t", "start_to_fire_timeout_ms": 60_000}),
+        ("RecordMarker", {"marker_name": "m", "details": {}}),
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "0"}),
+    ]}, 2)
+    assert [e["attributes"][0] for e in first["events"]] == [
+        "WorkflowTaskCompleted", "TimerStarted", "MarkerRecorded", "ActivityTaskScheduled"]
+    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 3)
+    task = state.executions["order-1"].workflow_task
+    assert task is not None
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id}, 4)
+    second = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id,
+                                                             "commands": [("CancelTimer", {"timer_id": "t"})]}, 5)
+    assert [e["attributes"][0] for e in second["events"]] == ["WorkflowTaskCompleted", "TimerCanceled"]
+    assert SINGLE_EVENT_COMMANDS == {"StartTimer", "RecordMarker", "ScheduleActivityTask", "CancelTimer"}

@@ -20,6 +20,7 @@ from kadence.client import Client
 from kadence.common import RetryPolicy
 from kadence.exceptions import CancelledError
 from kadence.worker import SharedStateManager, Worker
+from tests.test_crash_recovery import wait_for_file
 
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 
@@ -86,6 +87,9 @@ async def test_sync_activities_run_on_a_process_pool_with_heartbeats_and_cancell
             result = await client.execute_workflow(
                 ProcessPoolWorkflow.run, str(marker), id=f"process-pool-{uuid.uuid4()}", task_queue=task_queue,
             )
+            # The run closes in the batch that requests the cancellation: the result can reach the
+            # client before the cancellation reaches the attempt, which a worker shut down would miss.
+            await wait_for_file(marker, 10)
     pid, counted, cancelled = result
     assert pid != os.getpid() and counted == 10 and cancelled == "cancelled"
     assert int(marker.read_text()) != os.getpid()

@@ -57,7 +57,8 @@ class Fulfil:
     @workflow.run
     async def run(self, order: str) -> list[str]:
         packed = await workflow.execute_activity(pack, order, start_to_close_timeout=timedelta(seconds=10))
-        labelled = await workflow.execute_activity(label, order, start_to_close_timeout=timedelta(seconds=10))
+        # The first activity runs eagerly on the worker that scheduled it; this one goes through the queue.
+        labelled = await workflow.execute_activity(label, order, start_to_close_timeout=timedelta(seconds=10), disable_eager_execution=True)
         await workflow.sleep(0.2)  # a durable timer: the timer service fires it
         notified = await workflow.execute_child_workflow(Notify.run, order, id=f"{workflow.info().workflow_id}-notify")
         return [packed, labelled, notified]
@@ -101,7 +102,7 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
     by_id = {span.span_id: span for span in spans}
     names = [span.name for span in spans]
     # Every hop of the path, each the child of the hop that produced its record.
-    assert expected | {"worker WorkflowTask", "worker ActivityTask"} <= set(names)
+    assert expected | {"worker WorkflowTask", "worker eager ActivityTask", "worker ActivityTask"} <= set(names)
     assert {"test", "kadence-history", "kadence-matching", "kadence-timer"} <= {span.service for span in spans}
     for span in spans:
         if span is not start:
@@ -114,12 +115,15 @@ async def test_one_trace_covers_every_hop_in_order(stack: LocalStack, otlp: Otlp
             span = by_id[span.parent_id]
         return names[::-1]
 
-    # The first activity's attempt, hop by hop from the client's start (the worker's start and
-    # completion of the workflow task may be joined in one batch, whose span links both).
+    # The first activity's attempt, run by the worker whose workflow task scheduled it; the second,
+    # hop by hop from the client's start (the worker's start and completion of the workflow task
+    # may be joined in one batch, whose span links both).
+    eager = chain(next(span for span in spans if span.name == "worker eager ActivityTask"))
+    assert eager == ["history StartWorkflowExecution", "dispatch WorkflowTask", "worker WorkflowTask", "worker eager ActivityTask"], eager
     hops = chain(next(span for span in spans if span.name == "worker ActivityTask"))
-    assert hops[:3] == ["history StartWorkflowExecution", "dispatch WorkflowTask", "worker WorkflowTask"], hops
+    assert hops[:4] == eager, hops
     assert hops[-2:] == ["dispatch ActivityTask", "worker ActivityTask"], hops
-    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[3:-2]), hops
+    assert {"history RespondWorkflowTaskCompleted", "history batch"} & set(hops[4:-2]), hops
     # Through the timer: set by the batch of the workflow task that started it, fired as a command
     # whose hop in history is the firing's child, and on to the next workflow task.
     fired = next(span for span in spans if span.name == "timer fired")

@@ -38,6 +38,14 @@ def task_queue_topic(task_queue: str, kind: TaskKind) -> str:
     return f"kadence.tq.{task_queue}.{kind}"
 
 
+def activity_task_key(workflow_id: str, scheduled_event_id: int) -> bytes:
+    """An activity task record's key: the activity, so activities spread over all workers, and a
+    cancellation lands on the partition (so the worker) that holds the attempt; which is why a
+    worker runs an activity eagerly only when it owns that partition. (Workflow tasks are keyed by
+    workflow_id: the same worker keeps the same executions, its sticky cache.)"""
+    return f"{workflow_id}/{scheduled_event_id}".encode()
+
+
 def worker_group(task_queue: str, kind: TaskKind) -> str:
     """Workers on one queue share this consumer group: that is the load balancing."""
     return f"kadence.worker.{task_queue}.{kind}"

@@ -74,11 +74,13 @@ class ActivityWorker:
         max_concurrent_activities: int,
         graceful_shutdown_timeout: timedelta,
         max_task_queue_activities_per_second: float | None,
+        disable_eager_activity_execution: bool,
     ) -> None:
         self.client = worker.client
         self.task_queue = worker.task_queue
         self._stop = worker._stop
         self._subscribe = worker._subscribe
+        self._owns_partition = worker._owns_partition
         self._send = worker._send
         self._decode = worker._decode
         self._interceptors = worker.interceptors
@@ -92,7 +94,10 @@ class ActivityWorker:
         self._executor = executor
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
+        self._slots = _Slots(max_concurrent_activities)
+        self._running: set[asyncio.Task[None]] = set()
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
+        self._eager = not disable_eager_activity_execution and max_task_queue_activities_per_second is None
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._asked: collections.OrderedDict[AttemptKey, None] = collections.OrderedDict()  # starts sent, the latest last
         self.rate = _QueueShareRate(max_task_queue_activities_per_second)
@@ -105,14 +110,12 @@ class ActivityWorker:
     async def poll(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
         await self._subscribe(consumer, "activity")
-        slots = asyncio.Semaphore(self._max_concurrent_activities)
-        running: set[asyncio.Task[None]] = set()
         try:
             async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
                 started = []
                 for msg in messages:
                     try:
-                        started += await self._start_activity_task(msg, slots, running)
+                        started += await self._start_activity_task(msg)
                     except Exception as exc:  # a bug must not stop the poller: history dispatches the attempt again
                         log.exception("event=activity_task_not_started topic=%s partition=%d offset=%d error=%r",
                                       msg.topic(), msg.partition(), msg.offset(), str(exc))
@@ -121,13 +124,11 @@ class ActivityWorker:
                         log.error("event=activity_start_not_sent task_queue=%s error=%r", self.task_queue, str(outcome))
                 for msg in messages:
                     consumer.store_offsets(msg)
-            await self._drain_activities(running)
+            await self._drain_activities(self._running)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
-    async def _start_activity_task(
-        self, msg: Message, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
-    ) -> list[asyncio.Future[Message]]:
+    async def _start_activity_task(self, msg: Message) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the record holds, and run it (a record whose payloads
         cannot be decoded runs as an attempt that fails with the reason)."""
         decoded = await self._decode(msg)
@@ -141,22 +142,51 @@ class ActivityWorker:
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
-            return await self._start_attempt(task, problem, slots, running)
+            return await self._start_attempt(task, problem)
 
-    async def _start_attempt(
-        self, task: Record, problem: Exception | None, slots: asyncio.Semaphore, running: set[asyncio.Task[None]],
-    ) -> list[asyncio.Future[Message]]:
+    def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
+        """Whether this worker runs an activity that a workflow task it completes schedules itself
+        (Temporal's eager activity execution), taking a slot for it if so: eager execution is on,
+        the activity is for this worker's queue and registered here, a slot is free now, and the
+        attempt's cancellation would come to this worker (it owns the activity topic's partition
+        for the foreseen id). The slot is given back by `run_eagerly` or `release_eager_slot`."""
+        return (
+            self._eager and activity["task_queue"] in ("", self.task_queue) and activity["activity_type"] in self._activities
+            and not self._stop.is_set()
+            and self._owns_partition("activity", topics.activity_task_key(workflow_id, scheduled_event_id))
+            and self._slots.try_acquire()
+        )
+
+    def release_eager_slot(self) -> None:
+        """An eager attempt that will not run (its workflow task's completion was not delivered)."""
+        self._slots.release()
+
+    def run_eagerly(self, task: Record) -> None:
+        """Start an eager attempt, in the slot claimed for it, once its workflow task's completion
+        is delivered: as an attempt from the task queue, except that its start names the activity,
+        since its scheduled_event_id was foreseen. A worker shutting down leaves it to the attempt's
+        retry timer, which sends it to the queue."""
+        if self._stop.is_set():
+            self._slots.release()
+            return
+        with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
+            started = asyncio.ensure_future(self._start_attempt(task, None, eager=True))
+        started.add_done_callback(functools.partial(_log_eager_start, task))
+
+    async def _start_attempt(self, task: Record, problem: Exception | None, *, eager: bool = False) -> list[asyncio.Future[Message]]:
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
-        if key in self._asked:  # a copy (a task produced again after a crash or rebalance): history would refuse its start
-            log.info("event=activity_task_duplicate workflow_id=%s run_id=%s activity_type=%s attempt=%d",
-                     task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+        # A copy (a task produced again after a crash or rebalance): history would refuse its start.
+        # Past its schedule-to-start deadline: its timeout fires instead.
+        skipped = "duplicate" if key in self._asked else "expired" if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000 else None
+        if skipped:
+            log.info("event=activity_task_%s workflow_id=%s run_id=%s activity_type=%s attempt=%d",
+                     skipped, task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
+            if eager:
+                self._slots.release()
             return []
-        if 0 < at["schedule_to_start_deadline_ms"] < time.time() * 1000:
-            log.info("event=activity_task_expired workflow_id=%s run_id=%s activity_type=%s attempt=%d",
-                     task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
-            return []  # its schedule-to-start timeout fires instead
-        await slots.acquire()
+        if not eager:  # an eager attempt has its slot already
+            await self._slots.acquire()
         try:
             await self.rate.wait()
             # The attempt runs once its start is in the log, without waiting for history to accept
@@ -169,22 +199,22 @@ class ActivityWorker:
             answer = await self.client.expect_outcome(request_id)
             started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
                 "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-                "request_id": request_id,
+                "request_id": request_id, "activity_id": at["activity_id"] if eager else "",
             })
         except BaseException:
-            slots.release()
+            self._slots.release()
             raise
         self._remember_asked(key)
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
         job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
         self._attempts[key] = attempt
-        running.add(job)
+        self._running.add(job)
         answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
 
         def finished(job: asyncio.Task[None]) -> None:
-            running.discard(job)
-            slots.release()
+            self._running.discard(job)
+            self._slots.release()
             _log_lost_activity(job, task)
 
         job.add_done_callback(finished)
@@ -382,6 +412,17 @@ class _ActivityOutboundImpl(ActivityOutboundInterceptor):
         self._heartbeat(*details)
 
 
+class _Slots(asyncio.Semaphore):
+    """The worker's activity slots (max_concurrent_activities): an attempt from the task queue
+    waits for one; an eager attempt is taken only when one is free at once."""
+
+    def try_acquire(self) -> bool:
+        if self.locked():
+            return False
+        self._value -= 1  # what acquire() does when not locked, without waiting
+        return True
+
+
 class _QueueShareRate:
     """temporalio's max_task_queue_activities_per_second: the queue's rate is shared among its
     workers by the partitions they own (a worker with 2 of 8 partitions starts a quarter of it)."""
@@ -421,6 +462,13 @@ def _check_sync_activities(
                 pickle.dumps(definition.fn)
             except Exception as err:
                 raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
+
+
+def _log_eager_start(task: Record, started: asyncio.Future[list[asyncio.Future[Message]]]) -> None:
+    """An eager attempt whose start could not be sent: its retry timer dispatches it to the queue."""
+    if not started.cancelled() and started.exception() is not None:
+        log.error("event=activity_start_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
+                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(started.exception()))
 
 
 def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:

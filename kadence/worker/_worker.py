@@ -26,7 +26,7 @@ from kadence._workflow_instance import WorkflowDefinition
 from kadence.client import Client
 from kadence.protocol import topics
 from kadence.protocol.codec import Record, UndecodableRecord, codec, task_codec
-from kadence.protocol.kafka import ensure_topics
+from kadence.protocol.kafka import ensure_topics, partition_for_key
 from kadence.worker._activity import ActivityWorker
 from kadence.worker._shared_state import SharedStateManager
 from kadence.worker._workflow import WorkflowWorker
@@ -53,6 +53,7 @@ class Worker:
         identity: str | None = None,
         shared_state_manager: SharedStateManager | None = None,
         interceptors: Sequence[Interceptor] = (),
+        disable_eager_activity_execution: bool = False,
     ) -> None:
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
@@ -75,10 +76,11 @@ class Worker:
         self._running: asyncio.Task[None] | None = None
         self._assigned: set[str] = set()
         self._partitions: dict[str, list[int]] = {}  # per kind, this worker's partitions of the queue's topic
+        self._partition_counts: dict[str, int] = {}  # per kind, how many partitions the queue's topic has
         self._assignment_changed = asyncio.Event()
         self._activity_worker = ActivityWorker(
             self, activities, activity_executor, shared_state_manager, max_concurrent_activities, graceful_shutdown_timeout,
-            max_task_queue_activities_per_second,
+            max_task_queue_activities_per_second, disable_eager_activity_execution,
         )
         self._workflow_worker = WorkflowWorker(self, definitions, self._activity_worker, max_cached_workflows)
         self._kinds: list[topics.TaskKind] = []  # the task kinds this worker polls
@@ -153,12 +155,18 @@ class Worker:
 
     def _mark_assigned(self, kind: str, partitions: list[int], total: int) -> None:
         self._partitions[kind] = partitions
+        self._partition_counts[kind] = total
         self._assignment_changed.set()
         if kind == "activity":
             self._activity_worker.rate.share = len(partitions) / total
         self._assigned.add(kind)
         if self._assigned >= set(self._kinds):
             self.ready.set()
+
+    def _owns_partition(self, kind: str, key: bytes) -> bool:
+        """Whether a task record with this key would come to this worker (as the assignment stands)."""
+        total = self._partition_counts.get(kind)
+        return total is not None and partition_for_key(key, total) in self._partitions.get(kind, ())
 
     def _send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
         """A task's result (or start) goes to history however long the broker is away: a failed

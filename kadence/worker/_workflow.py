@@ -33,7 +33,7 @@ from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, codec
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, failure_log_level
 
@@ -47,6 +47,28 @@ log = logging.getLogger("kadence.worker")
 HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
+
+
+# Commands that each write exactly one event when a workflow task completes with them (history's
+# services/history/machine; tests/test_machine_activity.py keeps the two in step): the ids of the
+# events after them can be foreseen, for eager activities.
+SINGLE_EVENT_COMMANDS = frozenset({
+    TaskCommandType.ScheduleActivityTask, TaskCommandType.StartTimer, TaskCommandType.CancelTimer, TaskCommandType.RecordMarker,
+})
+
+
+def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms: int) -> Record:
+    """An eager attempt's task, as history's dispatch would make it (its payloads copied: sending
+    the completion runs the payload codec over the command's in place)."""
+    wt = task["task"][1]
+    return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": (EffectType.ActivityTask, {
+        "task_queue": attrs["task_queue"] or wt["task_queue"], "workflow_type": wt["workflow_type"],
+        "scheduled_event_id": scheduled_event_id, "attempt": 1, "activity_id": attrs["activity_id"],
+        "activity_type": attrs["activity_type"], "input": [dict(payload) for payload in attrs["input"]],
+        "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
+        "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
+        "schedule_to_start_deadline_ms": 0, "header": {name: dict(payload) for name, payload in (attrs.get("header") or {}).items()},
+    })}
 
 
 class WorkflowWorker:
@@ -215,10 +237,11 @@ class WorkflowWorker:
 
     def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
         run_id = task["run_id"]
+        commands, eager = self._eager_attempts(task, instance, commands)
         sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
             "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
         })
-        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent, eager))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
@@ -228,13 +251,42 @@ class WorkflowWorker:
                 self._cache.popitem(last=False)
         return completed
 
-    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message]) -> Message:
-        """A completion too large for a record fails the workflow task instead, with the cause that
-        ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
-        workflow code would issue the same commands on every attempt."""
+    def _eager_attempts(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Record]]:
+        """The commands to send, and the first attempts of the activities they schedule that this
+        worker runs itself (eager execution, saving the task queue's hop), made as history would
+        dispatch them; their commands name the scheduled_event_id foreseen. The ids follow the task's:
+        WorkflowTaskStarted right after its WorkflowTaskScheduled, WorkflowTaskCompleted, then one
+        event per command, and nothing is foreseen past a command that may write more or fewer. An
+        activity attempt that started or failed between the task's dispatch and its start shifts
+        them: then history dispatches the activity as usual and refuses this worker's start."""
+        if any(kind in CLOSE_COMMANDS for kind, _ in commands):
+            return commands, []
+        wt = task["task"][1]
+        now_ms = int(time.time() * 1000)
+        sent, attempts = list(commands), []
+        scheduled_event_id = wt["scheduled_event_id"] + 3
+        for index, (kind, attrs) in enumerate(commands):
+            if kind not in SINGLE_EVENT_COMMANDS:
+                break
+            if (kind == TaskCommandType.ScheduleActivityTask and not instance.eager_execution_disabled(attrs["activity_id"])
+                    and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)):
+                sent[index] = (kind, {**attrs, "eager_scheduled_event_id": scheduled_event_id})
+                attempts.append(_activity_task(task, attrs, scheduled_event_id, now_ms))
+            scheduled_event_id += 1
+        return sent, attempts
+
+    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message], eager: list[Record]) -> Message:
+        """Once the completion is delivered, its eager attempts start. A completion too large for a
+        record fails the workflow task instead, with the cause that ends the run (as Temporal ends a
+        run whose completion exceeds gRPC's message size): the workflow code would issue the same
+        commands on every attempt."""
         try:
-            return await completed
-        except CommandTooLargeError as exc:
+            delivered = await completed
+        except BaseException as exc:
+            for _ in eager:
+                self._activities.release_eager_slot()
+            if not isinstance(exc, CommandTooLargeError):
+                raise
             self._cache.pop(task["run_id"], None)
             log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                       task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
@@ -242,6 +294,9 @@ class WorkflowWorker:
                 "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
                 "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
             })
+        for attempt in eager:
+            self._activities.run_eagerly(attempt)
+        return delivered
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until

@@ -77,10 +77,8 @@ class TaskRecords:
         value = self._within_record_limit(task)
         if value is None:
             return None
-        # Workflow tasks keyed by workflow_id: the same worker keeps the same executions (sticky
-        # cache). Activity tasks keyed by the activity: spread over all workers, and a
-        # cancellation lands on the partition (so the worker) that holds the attempt.
-        key = (workflow_id if kind == "workflow" else f"{workflow_id}/{effect['scheduled_event_id']}").encode()
+        # Workflow tasks by workflow_id: the same worker keeps the same executions (its sticky cache).
+        key = workflow_id.encode() if kind == "workflow" else topics.activity_task_key(workflow_id, effect["scheduled_event_id"])
         traced = tracing.later(f"dispatch {effect_type}", traceparent, start_ms=int(time.time() * 1000), attributes={
             "messaging.destination.name": topic, "kadence.workflow_id": workflow_id, "kadence.run_id": run_id,
         }) if traceparent is not None else None

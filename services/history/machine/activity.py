@@ -126,12 +126,17 @@ def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | Non
 
 
 def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add(EventType.ActivityTaskScheduled, {
-        **attrs, "task_queue": attrs["task_queue"] or t.execution.task_queue,
+    """The activity is scheduled; its first attempt goes to the task queue, unless the completing
+    worker runs it itself and foresaw the event's id, which its start will name."""
+    recorded = {name: value for name, value in attrs.items() if name != "eager_scheduled_event_id"}
+    scheduled_id = t.add(EventType.ActivityTaskScheduled, {
+        **recorded, "task_queue": attrs["task_queue"] or t.execution.task_queue,
         # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
         "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
         "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
+    if attrs.get("eager_scheduled_event_id") == scheduled_id:
+        t.eager_activities.add(scheduled_id)
 
 
 def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
@@ -163,6 +168,8 @@ def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> 
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
         raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
+    if cmd.get("activity_id") and cmd["activity_id"] != activity.activity_id:  # an eager start whose foreseen id was wrong
+        raise Rejected(f"activity {cmd['scheduled_event_id']} is {activity.activity_id!r}, not {cmd['activity_id']!r}")
     t = Transition(ex, now_ms)
     t.add(EventType.ActivityTaskStarted, {
         "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity,
@@ -395,11 +402,15 @@ def activity_cancellation_effect(activity: ActivityState) -> Record:
 
 
 def _dispatch(ex: Execution, activity: ActivityState, now_ms: int) -> list[Effect]:
-    """The attempt's task for a worker, and its retry timer, which dispatches it again if no worker
-    starts it (as a workflow task's)."""
+    """The attempt's task for a worker, and its retry timer."""
+    return [(EffectType.ActivityTask, activity_task_effect(ex, activity)), _retry_timer(ex, activity, now_ms)]
+
+
+def _retry_timer(ex: Execution, activity: ActivityState, now_ms: int) -> Effect:
+    """The timer that dispatches the attempt again if no worker starts it (as a workflow task's):
+    also what sends an eager attempt to the task queue when its worker never started it."""
     delay = redispatch_delay_ms(now_ms - activity.dispatch_due_ms)
-    return [(EffectType.ActivityTask, activity_task_effect(ex, activity)),
-            timer(ex, TimerKind.ACTIVITY_RETRY, now_ms + delay, activity.scheduled_event_id, activity.attempt)]
+    return timer(ex, TimerKind.ACTIVITY_RETRY, now_ms + delay, activity.scheduled_event_id, activity.attempt)
 
 
 def _schedule_to_start_timer(ex: Execution, activity: ActivityState) -> list[Effect]:
@@ -415,7 +426,8 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     activity = ex.activities.get(event["event_id"])
     if activity is None:  # ended in the same transition
         return []
-    effects = _dispatch(ex, activity, t.now_ms)
+    eager = activity.scheduled_event_id in t.eager_activities
+    effects = [_retry_timer(ex, activity, t.now_ms)] if eager else _dispatch(ex, activity, t.now_ms)
     if activity.schedule_to_close_timeout_ms:
         fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
         effects.append(timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, fire_at, activity.scheduled_event_id, 1))

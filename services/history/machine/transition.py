@@ -51,6 +51,8 @@ class Transition:
     heartbeats: list[ActivityHeartbeat] = field(default_factory=list)
     next_run: "Transition | None" = None  # the run a continue-as-new starts in the same record
     redispatch: "Redispatch | None" = None
+    # Activities whose first attempt the completing worker runs itself (eager execution): no task is dispatched.
+    eager_activities: set[int] = field(default_factory=set)
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:
