@@ -149,7 +149,8 @@ class ActivityWorker:
         (Temporal's eager activity execution), taking a slot for it if so: eager execution is on,
         the activity is for this worker's queue and registered here, a slot is free now, and the
         attempt's cancellation would come to this worker (it owns the activity topic's partition
-        for the foreseen id). The slot is given back by `run_eagerly` or `release_eager_slot`."""
+        for the foreseen id). The attempt `run_eagerly` starts holds the slot, or
+        `release_eager_slots` gives it back."""
         return (
             self._eager and activity["task_queue"] in ("", self.task_queue) and activity["activity_type"] in self._activities
             and not self._stop.is_set()
@@ -157,15 +158,18 @@ class ActivityWorker:
             and self._slots.try_acquire()
         )
 
-    def release_eager_slot(self) -> None:
-        """An eager attempt that will not run (its workflow task's completion was not delivered)."""
-        self._slots.release()
+    def release_eager_slots(self, count: int) -> None:
+        """Slots claimed for eager attempts that will not run (their completion was refused at once)."""
+        for _ in range(count):
+            self._slots.release()
 
     def run_eagerly(self, task: Record) -> None:
-        """Start an eager attempt, in the slot claimed for it, once its workflow task's completion
-        is delivered: as an attempt from the task queue, except that its start names the activity,
-        since its scheduled_event_id was foreseen. A worker shutting down leaves it to the attempt's
-        retry timer, which sends it to the queue."""
+        """Start an eager attempt, in the slot claimed for it, right after its workflow task's
+        completion was produced: its start follows the completion on the workflow's partition, and
+        it runs once the start is delivered (so both are in the log), as an attempt from the task
+        queue does; its start names the activity, since its scheduled_event_id was foreseen. A
+        completion that never reaches the log leaves the start refused, which cancels the attempt.
+        A worker shutting down leaves it to the attempt's retry timer, which sends it to the queue."""
         if self._stop.is_set():
             self._slots.release()
             return

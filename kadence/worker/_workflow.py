@@ -241,7 +241,12 @@ class WorkflowWorker:
         sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
             "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
         })
-        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent, eager))
+        if sent.done() and sent.exception() is not None:  # refused before it left (too large): nothing to run
+            self._activities.release_eager_slots(len(eager))
+        else:
+            for attempt in eager:  # its start follows the completion on the workflow's partition
+                self._activities.run_eagerly(attempt)
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
@@ -275,18 +280,13 @@ class WorkflowWorker:
             scheduled_event_id += 1
         return sent, attempts
 
-    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message], eager: list[Record]) -> Message:
-        """Once the completion is delivered, its eager attempts start. A completion too large for a
-        record fails the workflow task instead, with the cause that ends the run (as Temporal ends a
-        run whose completion exceeds gRPC's message size): the workflow code would issue the same
-        commands on every attempt."""
+    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message]) -> Message:
+        """A completion too large for a record fails the workflow task instead, with the cause that
+        ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
+        workflow code would issue the same commands on every attempt."""
         try:
-            delivered = await completed
-        except BaseException as exc:
-            for _ in eager:
-                self._activities.release_eager_slot()
-            if not isinstance(exc, CommandTooLargeError):
-                raise
+            return await completed
+        except CommandTooLargeError as exc:
             self._cache.pop(task["run_id"], None)
             log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                       task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
@@ -294,9 +294,6 @@ class WorkflowWorker:
                 "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
                 "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
             })
-        for attempt in eager:
-            self._activities.run_eagerly(attempt)
-        return delivered
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
