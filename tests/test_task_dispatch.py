@@ -268,6 +268,14 @@ async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout:
     return await asyncio.wait_for(poll(), timeout)
 
 
+def records_in(stack: LocalStack, topic: str) -> int:
+    consumer = make_consumer(stack.settings, "kadence-test-reader")
+    try:
+        return sum(end - first for first, end in watermarks(consumer, topic, range(topic_partitions(stack.settings, topic))).values())
+    finally:
+        consumer.close()
+
+
 def skip_past(stack: LocalStack, task_queue: str, routed: Message) -> None:
     """The workers' group of the queue's activity topic moves past the routed task (no worker of
     the queue may have joined yet)."""
@@ -329,13 +337,15 @@ async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and
     async def described() -> TaskQueueDescription:
         return await asyncio.get_running_loop().run_in_executor(None, describe_task_queue, stack.settings, activity_queue)
 
-    async def backlog_is(count: int) -> bool:
+    async def backlog(matches: Callable[[int], bool]) -> bool:
         kinds = {k.kind: k for k in (await described()).kinds}
-        return "activity" in kinds and kinds["activity"].backlog == count
+        return "activity" in kinds and matches(kinds["activity"].backlog)
 
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS):
         waiting = await client.start_workflow(FanOutWorkflow.run, args=[activity_queue, 40], id=f"{workflow_id}-a", task_queue=task_queue)
-        await until(lambda: backlog_is(40))  # routed, and no worker polls the queue yet
+        # Routed, and no worker polls the queue yet (10 s on, history dispatches them again: a
+        # loaded machine may first look after that).
+        await until(lambda: backlog(lambda count: count >= 40))
 
         workers = [Worker(client, task_queue=activity_queue, activities=ALL_ACTIVITIES, identity=f"worker-{i}") for i in range(4)]
         async with contextlib.AsyncExitStack() as running:
@@ -346,8 +356,9 @@ async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and
             # With the four in the group, new tasks spread over all of them.
             handle = await client.start_workflow(FanOutWorkflow.run, args=[activity_queue, 40], id=workflow_id, task_queue=task_queue)
             assert await handle.result() == 40
-            await until(lambda: backlog_is(0))
+            await until(lambda: backlog(lambda count: count == 0))
             description = await described()
+            routed = await asyncio.to_thread(records_in, stack, topics.task_queue_topic(activity_queue, "activity"))
 
     events = audit_history(stack.settings).history(workflow_id, handle.result_run_id)
     started_by = [a["identity"] for kind, a in (e["attributes"] for e in events) if kind == "ActivityTaskStarted"]
@@ -356,7 +367,7 @@ async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and
     assert sorted(p.identity for p in pollers) == [f"worker-{i}" for i in range(4)]
     assert sorted(p for poller in pollers for p in poller.partitions) == list(range(stack.settings.task_queue_partitions))
     (activity,) = [k for k in description.kinds if k.kind == "activity"]
-    assert activity.dispatch_rate_per_s == round(80 / RATE_WINDOW_S, 2)
+    assert routed >= 80 and activity.dispatch_rate_per_s == round(routed / RATE_WINDOW_S, 2)  # the test is shorter than the window
 
 
 async def test_the_queue_rate_limit_spaces_activity_starts(stack: LocalStack, client: Client, task_queue: str) -> None:
