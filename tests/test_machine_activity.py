@@ -268,3 +268,16 @@ def test_the_commands_a_worker_counts_one_event_for_write_one_event_each() -> No
                                                              "commands": [("CancelTimer", {"timer_id": "t"})]}, 5)
     assert [e["attributes"][0] for e in second["events"]] == ["WorkflowTaskCompleted", "TimerCanceled"]
     assert SINGLE_EVENT_COMMANDS == {"StartTimer", "RecordMarker", "ScheduleActivityTask", "CancelTimer"}
+
+
+def test_an_activity_id_names_one_pending_activity() -> None:
+    """As Temporal: a second pending activity with the same id fails the workflow task (reports and
+    eager starts find an activity by its id)."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    completed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"}), ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"}),
+    ]}, 2)
+    (failed,) = [attrs for kind, attrs in (e["attributes"] for e in completed["events"]) if kind == "WorkflowTaskFailed"]
+    assert failed["cause"] == "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES"
+    assert "activity id 'a' is already in use by a pending activity" in failed["failure"]["message"]

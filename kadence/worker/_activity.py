@@ -95,7 +95,7 @@ class ActivityWorker:
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
         self._slots = _Slots(max_concurrent_activities)
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: set[asyncio.Future[Any]] = set()  # attempts, and eager attempts being started
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
         self._eager = not disable_eager_activity_execution and max_task_queue_activities_per_second is None
         self._attempts: dict[AttemptKey, _Attempt] = {}
@@ -163,21 +163,28 @@ class ActivityWorker:
         for _ in range(count):
             self._slots.release()
 
-    def run_eagerly(self, task: Record) -> None:
+    def run_eagerly(self, task: Record, completion: asyncio.Future[Message]) -> None:
         """Start an eager attempt, in the slot claimed for it, right after its workflow task's
         completion was produced: its start follows the completion on the workflow's partition, and
-        it runs once the start is delivered (so both are in the log), as an attempt from the task
-        queue does; its start names the activity, since its scheduled_event_id was foreseen. A
-        completion that never reaches the log leaves the start refused, which cancels the attempt.
-        A worker shutting down leaves it to the attempt's retry timer, which sends it to the queue."""
+        it runs once the start is delivered, as an attempt from the task queue does, and only if the
+        completion was delivered too (a payload codec's failure, say, shows only then); its start
+        names the activity, since its scheduled_event_id was foreseen. A worker shutting down leaves
+        it to the attempt's retry timer, which sends it to the queue."""
         if self._stop.is_set():
             self._slots.release()
             return
         with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
-            started = asyncio.ensure_future(self._start_attempt(task, None, eager=True))
-        started.add_done_callback(functools.partial(_log_eager_start, task))
+            starting = asyncio.ensure_future(self._start_attempt(task, None, completion=completion))
+        self._running.add(starting)  # a shutdown's drain waits for it too
+        starting.add_done_callback(self._running.discard)
+        starting.add_done_callback(functools.partial(_log_eager_start, task))
 
-    async def _start_attempt(self, task: Record, problem: Exception | None, *, eager: bool = False) -> list[asyncio.Future[Message]]:
+    async def _start_attempt(
+        self, task: Record, problem: Exception | None, *, completion: asyncio.Future[Message] | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Ask history to start the attempt and run it; `completion`, for an eager attempt, is its
+        workflow task's completion, which must be delivered before the attempt runs."""
+        eager = completion is not None
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
@@ -201,6 +208,9 @@ class ActivityWorker:
             # read as the first's acceptance.
             request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
             answer = await self.client.expect_outcome(request_id)
+            if eager and self._stop.is_set():  # shutting down: the attempt's retry timer sends it to the queue
+                self._slots.release()
+                return []
             started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
                 "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
                 "request_id": request_id, "activity_id": at["activity_id"] if eager else "",
@@ -208,10 +218,11 @@ class ActivityWorker:
         except BaseException:
             self._slots.release()
             raise
-        self._remember_asked(key)
+        if not eager:  # a refused eager start (a wrong foreseen id) must not hide the task that id is
+            self._remember_asked(key)
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
-        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
+        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem, completion))
         self._attempts[key] = attempt
         self._running.add(job)
         answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
@@ -243,7 +254,7 @@ class ActivityWorker:
         if running:
             attempt.cancel()
 
-    async def _drain_activities(self, running: set[asyncio.Task[None]]) -> None:
+    async def _drain_activities(self, running: set[asyncio.Future[Any]]) -> None:
         """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
         if not running:
             return
@@ -261,10 +272,11 @@ class ActivityWorker:
 
     async def _run_activity(
         self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], problem: Exception | None = None,
+        completion: asyncio.Future[Message] | None = None,
     ) -> None:
         at = task["task"][1]
         try:
-            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem)
+            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem, completion)
         finally:
             self._attempts.pop((task["run_id"], at["scheduled_event_id"], at["attempt"]), None)
             attempt.heartbeater.close()
@@ -276,6 +288,7 @@ class ActivityWorker:
 
     async def _attempt_outcome(
         self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], problem: Exception | None,
+        completion: asyncio.Future[Message] | None = None,
     ) -> tuple[str, Record] | None:
         """The report on the attempt (its command and what it adds to the reply), once it ran;
         None for one completed later, by task token."""
@@ -286,6 +299,10 @@ class ActivityWorker:
             # The start delivered first (a produce round trip): so it is in the log before
             # anything the attempt prompts elsewhere, say another process completing it by task token.
             await started
+            if completion is not None and not await _delivered(completion):
+                log.info("event=activity_eager_dropped workflow_id=%s run_id=%s activity_type=%s reason=%r",
+                         workflow_id, run_id, at["activity_type"], "its workflow task's completion was not delivered")
+                return None  # history refuses its start: the activity was never scheduled
             if problem is not None:
                 raise problem
             result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
@@ -466,6 +483,11 @@ def _check_sync_activities(
                 pickle.dumps(definition.fn)
             except Exception as err:
                 raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
+
+
+async def _delivered(sent: asyncio.Future[Message]) -> bool:
+    await asyncio.wait({sent})
+    return not sent.cancelled() and sent.exception() is None
 
 
 def _log_eager_start(task: Record, started: asyncio.Future[list[asyncio.Future[Message]]]) -> None:

@@ -64,11 +64,15 @@ def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms:
     return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": (EffectType.ActivityTask, {
         "task_queue": attrs["task_queue"] or wt["task_queue"], "workflow_type": wt["workflow_type"],
         "scheduled_event_id": scheduled_event_id, "attempt": 1, "activity_id": attrs["activity_id"],
-        "activity_type": attrs["activity_type"], "input": [dict(payload) for payload in attrs["input"]],
+        "activity_type": attrs["activity_type"], "input": [_copy(payload) for payload in attrs["input"]],
         "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
         "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
-        "schedule_to_start_deadline_ms": 0, "header": {name: dict(payload) for name, payload in (attrs.get("header") or {}).items()},
+        "schedule_to_start_deadline_ms": 0, "header": {name: _copy(payload) for name, payload in (attrs.get("header") or {}).items()},
     })}
+
+
+def _copy(payload: Record) -> Record:
+    return {"metadata": dict(payload["metadata"]), "data": payload["data"]}
 
 
 class WorkflowWorker:
@@ -238,14 +242,18 @@ class WorkflowWorker:
     def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
-        sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
-            "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
-        })
+        try:
+            sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
+                "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
+            })
+        except BaseException:
+            self._activities.release_eager_slots(len(eager))
+            raise
         if sent.done() and sent.exception() is not None:  # refused before it left (too large): nothing to run
             self._activities.release_eager_slots(len(eager))
         else:
             for attempt in eager:  # its start follows the completion on the workflow's partition
-                self._activities.run_eagerly(attempt)
+                self._activities.run_eagerly(attempt, sent)
         completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)

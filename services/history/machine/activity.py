@@ -122,6 +122,11 @@ def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | Non
         return "ScheduleActivityTask needs an activity_type"
     if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
         return f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
+    # As Temporal: an activity id names one pending activity (reports and eager starts find it by it).
+    if attrs["activity_id"]:
+        if attrs["activity_id"] in planned.activity_ids:
+            return f"activity id {attrs['activity_id']!r} is already in use by a pending activity of this run"
+        planned.activity_ids.add(attrs["activity_id"])
     return None
 
 

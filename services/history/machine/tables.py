@@ -22,10 +22,11 @@ class Planned:
 
     timers: set[str]
     updates: dict[str, str]
+    activity_ids: set[str]
 
     @classmethod
     def of(cls, ex: Execution) -> Planned:
-        return cls(set(ex.timers), dict(ex.updates))
+        return cls(set(ex.timers), dict(ex.updates), {activity.activity_id for activity in ex.activities.values()})
 
 
 def _no_check(ex: Execution, attrs: Record, planned: Planned) -> str | None:
