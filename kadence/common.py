@@ -67,6 +67,12 @@ def to_ms(duration: timedelta | None) -> int:
     return 0 if duration is None else int(duration.total_seconds() * 1000)
 
 
+def attempt_timeout_ms(activity: dict[str, Any]) -> int:
+    """How long one attempt of an activity (a ScheduleActivityTask's attributes) may run: its
+    start-to-close timeout, else, as Temporal, the whole schedule-to-close."""
+    return int(activity["start_to_close_timeout_ms"] or activity["schedule_to_close_timeout_ms"])
+
+
 DEFAULT_INITIAL_INTERVAL_MS = 1000
 DEFAULT_BACKOFF_COEFFICIENT = 2.0
 

@@ -169,10 +169,7 @@ class ActivityWorker:
         it runs once the start is delivered, as an attempt from the task queue does, and only if the
         completion was delivered too (a payload codec's failure, say, shows only then); its start
         names the activity, since its scheduled_event_id was foreseen. A worker shutting down leaves
-        it to the attempt's retry timer, which sends it to the queue."""
-        if self._stop.is_set():
-            self._slots.release()
-            return
+        it to the attempt's retry timer, which sends it to the queue (`_start_attempt` checks)."""
         with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
             starting = asyncio.ensure_future(self._start_attempt(task, None, completion=completion))
         self._running.add(starting)  # a shutdown's drain waits for it too

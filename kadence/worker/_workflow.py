@@ -27,7 +27,7 @@ from kadence._workflow_instance import (
     replay,
 )
 from kadence.api.common.v1 import Payload
-from kadence.common import next_attempt_backoff_ms, retry_state
+from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, codec
@@ -65,7 +65,7 @@ def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms:
         "task_queue": attrs["task_queue"] or wt["task_queue"], "workflow_type": wt["workflow_type"],
         "scheduled_event_id": scheduled_event_id, "attempt": 1, "activity_id": attrs["activity_id"],
         "activity_type": attrs["activity_type"], "input": [_copy(payload) for payload in attrs["input"]],
-        "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
+        "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
         "schedule_to_start_deadline_ms": 0, "header": {name: _copy(payload) for name, payload in (attrs.get("header") or {}).items()},
     })}
@@ -270,8 +270,9 @@ class WorkflowWorker:
         dispatch them; their commands name the scheduled_event_id foreseen. The ids follow the task's:
         WorkflowTaskStarted right after its WorkflowTaskScheduled, WorkflowTaskCompleted, then one
         event per command, and nothing is foreseen past a command that may write more or fewer. An
-        activity attempt that started or failed between the task's dispatch and its start shifts
-        them: then history dispatches the activity as usual and refuses this worker's start."""
+        activity attempt's start or retried failure written between the task's WorkflowTaskScheduled
+        and its completion shifts them: then history dispatches the activity as usual and refuses
+        this worker's start."""
         if any(kind in CLOSE_COMMANDS for kind, _ in commands):
             return commands, []
         wt = task["task"][1]
@@ -334,7 +335,7 @@ class WorkflowWorker:
             try:
                 result = await asyncio.wait_for(
                     self._activities.call(attrs["activity_type"], attrs["input"], context, attrs.get("header") or {}, heartbeat=None),
-                    (attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"]) / 1000,
+                    attempt_timeout_ms(attrs) / 1000,
                 )
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
             except Exception as exc:  # an attempt failed: retry, or record the failure

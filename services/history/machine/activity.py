@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kadence.common import next_attempt_backoff_ms, retry_state
+from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import RetryState
 from kadence.protocol.events import ACTIVITY_RESULTS
 from kadence.protocol.limits import MAX_PENDING_ACTIVITIES, payload_problem
@@ -136,8 +136,7 @@ def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: 
     recorded = {name: value for name, value in attrs.items() if name != "eager_scheduled_event_id"}
     scheduled_id = t.add(EventType.ActivityTaskScheduled, {
         **recorded, "task_queue": attrs["task_queue"] or t.execution.task_queue,
-        # As Temporal: an attempt without its own limit is bounded by the whole schedule-to-close.
-        "start_to_close_timeout_ms": attrs["start_to_close_timeout_ms"] or attrs["schedule_to_close_timeout_ms"],
+        "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
     if attrs.get("eager_scheduled_event_id") == scheduled_id:
