@@ -257,14 +257,16 @@ class Client:
 
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
-        reply_partition: int | None = None,
+        reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
         With a payload codec, commands are encoded one at a time, so they still leave in order.
         With `until_delivered`, a delivery that fails for a passing reason (the broker away past
         the delivery timeout) is tried again until it succeeds: for commands whose repetition is
         rejected as stale (a worker's task results). With `reply_partition`, the history service
-        also answers the command's request id on that partition of kadence.replies."""
+        also answers the command's request id on that partition of kadence.replies. With `loop`,
+        called from another thread on that loop's behalf: produced at once, so only for a command
+        without payloads (the payload codec's encoding runs on the loop)."""
         if self._closed:
             raise ClientClosedError(f"{kind} for {workflow_id}")
         record = {
@@ -272,8 +274,8 @@ class Client:
             "reply_partition": reply_partition,
         }
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
-        if self.data_converter.payload_codec is None:
-            return self._produce_command(record, until_delivered, traced)
+        if loop is not None or self.data_converter.payload_codec is None:
+            return self._produce_command(record, until_delivered, traced, loop)
         if self._encoding is None:
             self._encoding = asyncio.Queue()
             self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
@@ -281,10 +283,12 @@ class Client:
         self._encoding.put_nowait((record, until_delivered, traced, delivered))
         return delivered
 
-    def _produce_command(self, record: dict[str, Any], until_delivered: bool, traced: HeaderList) -> asyncio.Future[Message]:
+    def _produce_command(
+        self, record: dict[str, Any], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop | None = None,
+    ) -> asyncio.Future[Message]:
         value = self._commands.encode(record)
         if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
-            refused: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+            refused: asyncio.Future[Message] = (loop or asyncio.get_running_loop()).create_future()
             refused.set_exception(CommandTooLargeError(
                 f"{record['command'][0]} for {record['workflow_id']} is {len(value) / 1e6:.1f} MB; a kadence.commands record "
                 f"holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
@@ -292,7 +296,7 @@ class Client:
             return refused
         return self._producer.produce(
             topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers() + traced,
-            until_delivered=until_delivered,
+            until_delivered=until_delivered, loop=loop,
         )
 
     async def _encode_commands(

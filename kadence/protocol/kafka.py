@@ -375,9 +375,11 @@ class AsyncProducer:
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None = None, *, partition: int | None = None,
-        headers: HeaderList | None = None, until_delivered: bool = False,
+        headers: HeaderList | None = None, until_delivered: bool = False, loop: asyncio.AbstractEventLoop | None = None,
     ) -> asyncio.Future[Message]:
-        loop = asyncio.get_running_loop()
+        """Produce now; the future, of the running loop or of `loop` (given when called from another
+        thread), resolves on delivery."""
+        loop = loop or asyncio.get_running_loop()
         future: asyncio.Future[Message] = loop.create_future()
         self._send(loop, future, topic, value, key, partition, headers, until_delivered, 1)
         return future
@@ -411,7 +413,7 @@ class AsyncProducer:
             except BufferError:
                 producer.poll(0.01)
             except KafkaException as exc:  # _FATAL: this producer is being replaced
-                settle(exc.args[0], None)
+                loop.call_soon_threadsafe(settle, exc.args[0], None)  # on the loop: this may be another thread
                 return
 
     async def flush(self) -> None:

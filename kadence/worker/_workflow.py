@@ -36,6 +36,7 @@ from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, failure_log_level
+from kadence.worker._task_starts import HeldStarts
 
 if TYPE_CHECKING:
     from kadence.worker._worker import Worker
@@ -88,6 +89,7 @@ class WorkflowWorker:
         self._activities = activities  # a local activity runs as the worker's activities do
         self._max_cached = max_cached
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
+        self._starts = HeldStarts()
 
     @property
     def types(self) -> list[str]:
@@ -107,6 +109,7 @@ class WorkflowWorker:
                 for msg in messages:
                     consumer.store_offsets(msg)
         finally:
+            self._starts.close()
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
     async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
@@ -148,9 +151,9 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
-        started = self._send(workflow_id, CommandType.RecordWorkflowTaskStarted, {
-            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
-        })
+        start_body = {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms}
+        # Sent with the task's answer (or by HeldStarts' thread if the task takes long): see _task_starts.
+        start = self._starts.hold(lambda loop: self._send(workflow_id, CommandType.RecordWorkflowTaskStarted, start_body, loop=loop))
         try:
             history = await self._task_history(task, earlier)
             try:
@@ -160,7 +163,8 @@ class WorkflowWorker:
                 self._cache.pop(run_id, None)
                 instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
-            return [started, self._fail_workflow_task(task, exc)]
+            return [self._starts.release(start), self._fail_workflow_task(task, exc)]
+        started = self._starts.release(start)  # before the answer, which must follow it on the partition
         if instance.local_activities_to_run():
             return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
         return [started, self._complete_workflow_task(task, instance, commands)]

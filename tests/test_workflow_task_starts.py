@@ -1,0 +1,109 @@
+"""A workflow task's start leaves with its answer, or, while the task is still running after
+HOLD_S, from the worker's thread for held starts (docs/architecture.md, "Workflow task start")."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kadence import workflow
+from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
+from kadence.protocol import topics
+from kadence.protocol.codec import command_codec, history_batch_codec
+from kadence.protocol.kafka import partition_for_key, read_to_end, topic_partitions
+from kadence.worker import Worker
+from kadence.worker._task_starts import HOLD_S, HeldStarts
+
+QUICK_S = HOLD_S / 2
+BLOCKED_S = HOLD_S * 5
+
+
+@workflow.defn
+class BusyFirstTaskWorkflow:
+    """Its first workflow task takes `seconds` of the event loop (deliberately outside the workflow API)."""
+
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        if not workflow.unsafe.is_replaying():
+            time.sleep(seconds)
+        return "done"
+
+
+def first_task_and_start_ms(stack: LocalStack, task_queue: str, workflow_id: str) -> tuple[int, int]:
+    """When the workflow's first task was produced, and when its RecordWorkflowTaskStarted was."""
+    tasks = topics.task_queue_topic(task_queue, "workflow")
+    every_partition = dict.fromkeys(range(topic_partitions(stack.settings, tasks)), 0)
+    task_ms = min(msg.timestamp()[1] for msg in read_to_end(stack.settings, tasks, every_partition) if msg.key() == workflow_id.encode())
+    commands = command_codec()
+    partition = partition_for_key(workflow_id.encode(), stack.partitions)
+    starts = [msg.timestamp()[1] for msg in read_to_end(stack.settings, topics.COMMANDS, {partition: 0})
+              if msg.key() == workflow_id.encode()
+              and commands.decode(msg.value(), msg.headers())["command"][0] == "RecordWorkflowTaskStarted"]
+    return task_ms, starts[0]
+
+
+def batches_with(stack: LocalStack, workflow_id: str, event_type: str) -> list[list[str]]:
+    """The event types of each of the workflow's history records that holds an event of `event_type`."""
+    batches = history_batch_codec()
+    found = []
+    for msg in read_to_end(stack.settings, topics.HISTORY, {partition_for_key(workflow_id.encode(), stack.partitions): 0}):
+        batch = batches.decode(msg.value(), msg.headers())
+        kinds = [event["attributes"][0] for event in batch["events"]]
+        if batch["workflow_id"] == workflow_id and event_type in kinds:
+            found.append(kinds)
+    return found
+
+
+async def test_a_start_leaves_with_the_answer_and_a_task_still_running_is_started_meanwhile(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """A task done within HOLD_S records its start only once its code has run; one that blocks the
+    event loop longer has its start sent by the thread while it is still blocked, so history
+    records the start (and would time the task out) before the task's answer comes."""
+    async with Worker(client, task_queue=task_queue, workflows=[BusyFirstTaskWorkflow]) as worker:
+        await asyncio.wait_for(worker.ready.wait(), 30)
+        quick = await client.start_workflow(BusyFirstTaskWorkflow.run, QUICK_S, id=f"quick-{uuid.uuid4()}", task_queue=task_queue)
+        assert await asyncio.wait_for(quick.result(), 30) == "done"
+        blocked = await client.start_workflow(BusyFirstTaskWorkflow.run, BLOCKED_S, id=f"blocked-{uuid.uuid4()}", task_queue=task_queue)
+        assert await asyncio.wait_for(blocked.result(), 30) == "done"
+
+    task_ms, start_ms = await asyncio.to_thread(first_task_and_start_ms, stack, task_queue, quick.id)
+    assert start_ms - task_ms >= QUICK_S * 1000, "the start of a quick task leaves after its code ran, with the answer"
+    task_ms, start_ms = await asyncio.to_thread(first_task_and_start_ms, stack, task_queue, blocked.id)
+    assert HOLD_S * 1000 <= start_ms - task_ms < BLOCKED_S * 1000, "a blocked task's start leaves while it is still blocked"
+    for handle in (quick, blocked):
+        kinds = [e["attributes"][0] for e in (await handle.fetch_history()).events]
+        assert kinds == ["WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
+                         "WorkflowExecutionCompleted"]
+    # The quick task's start and answer were written together; the blocked one's start alone, long before.
+    assert await asyncio.to_thread(batches_with, stack, blocked.id, "WorkflowTaskStarted") == [["WorkflowTaskStarted"]]
+
+
+async def test_held_starts_are_sent_once_by_release_or_by_the_thread() -> None:
+    loop = asyncio.get_running_loop()
+    sent: list[tuple[str, bool]] = []  # (start, sent from the thread)
+
+    def sender(name: str) -> Callable[[asyncio.AbstractEventLoop | None], asyncio.Future[Any]]:
+        def send(on_behalf_of: asyncio.AbstractEventLoop | None) -> asyncio.Future[Any]:
+            sent.append((name, threading.current_thread() is not threading.main_thread()))
+            assert on_behalf_of in (None, loop)
+            return loop.create_future()
+        return send
+
+    starts = HeldStarts(hold_s=0.05)
+    try:
+        released = starts.hold(sender("released"))
+        late = starts.hold(sender("late"))
+        first = starts.release(released)
+        assert starts.release(released) is first
+        await asyncio.sleep(0.2)
+        assert sent == [("released", False), ("late", True)]
+        assert starts.release(late) is late.sent
+        assert len(sent) == 2
+    finally:
+        starts.close()
