@@ -131,7 +131,7 @@ class Client:
         self._reply_listener: asyncio.Future[ReplyListener] | None = None
         # workflow id -> what to await before reading the read model about it (see _read_model_behind)
         self._unrecorded: dict[str, Callable[[], Awaitable[Any]]] = {}
-        self._encoding: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]] | None = None
+        self._encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
         self._encoder: asyncio.Task[None] | None = None
         self._closed = False
         # As temporalio: the first interceptor is the outermost, called first.
@@ -267,49 +267,70 @@ class Client:
         also answers the command's request id on that partition of kadence.replies. With `loop`,
         called from another thread on that loop's behalf: produced at once, so only for a command
         without payloads (the payload codec's encoding runs on the loop)."""
+        return self.send_commands(workflow_id, [(kind, body)], identity=identity, until_delivered=until_delivered,
+                                  reply_partition=reply_partition, loop=loop)[0]
+
+    def send_commands(
+        self, workflow_id: str, commands: Sequence[tuple[str, dict[str, Any]]], *, identity: str | None = None,
+        until_delivered: bool = False, reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Commands of one workflow, as `send_command` sends one, produced back to back once all
+        are encoded: they travel in one produce request, so the history service reads them in one
+        poll and writes them as one batch (a workflow task's start and its answer)."""
         if self._closed:
-            raise ClientClosedError(f"{kind} for {workflow_id}")
-        record = {
+            raise ClientClosedError(f"{', '.join(kind for kind, _ in commands)} for {workflow_id}")
+        records = [{
             "workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body),
             "reply_partition": reply_partition,
-        }
+        } for kind, body in commands]
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if loop is not None or self.data_converter.payload_codec is None:
-            return self._produce_command(record, until_delivered, traced, loop)
+            return self._produce_commands(records, until_delivered, traced, loop)
         if self._encoding is None:
             self._encoding = asyncio.Queue()
             self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
-        delivered: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._encoding.put_nowait((record, until_delivered, traced, delivered))
+        running = asyncio.get_running_loop()
+        delivered: list[asyncio.Future[Message]] = [running.create_future() for _ in records]
+        self._encoding.put_nowait((records, until_delivered, traced, delivered))
         return delivered
 
-    def _produce_command(
-        self, record: dict[str, Any], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop | None = None,
-    ) -> asyncio.Future[Message]:
-        value = self._commands.encode(record)
-        if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
-            refused: asyncio.Future[Message] = (loop or asyncio.get_running_loop()).create_future()
-            refused.set_exception(CommandTooLargeError(
-                f"{record['command'][0]} for {record['workflow_id']} is {len(value) / 1e6:.1f} MB; a kadence.commands record "
-                f"holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
-            ))
-            return refused
-        return self._producer.produce(
-            topics.COMMANDS, value, record["workflow_id"].encode(), headers=self._commands.headers() + traced,
-            until_delivered=until_delivered, loop=loop,
-        )
+    def _produce_commands(
+        self, records: list[dict[str, Any]], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Encode them all, then produce them one right after the other; one too large for a record
+        is refused (its future says why) and the others go."""
+        values = [self._commands.encode(record) for record in records]
+        headers = self._commands.headers() + traced
+        sent = []
+        for record, value in zip(records, values, strict=True):
+            if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
+                refused: asyncio.Future[Message] = (loop or asyncio.get_running_loop()).create_future()
+                refused.set_exception(CommandTooLargeError(
+                    f"{record['command'][0]} for {record['workflow_id']} is {len(value) / 1e6:.1f} MB; a kadence.commands record "
+                    f"holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
+                ))
+                sent.append(refused)
+            else:
+                sent.append(self._producer.produce(
+                    topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers, until_delivered=until_delivered, loop=loop,
+                ))
+        return sent
 
     async def _encode_commands(
-        self, queue: asyncio.Queue[tuple[dict[str, Any], bool, HeaderList, asyncio.Future[Message]]],
+        self, queue: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]],
     ) -> None:
         while True:
-            record, until_delivered, traced, delivered = await queue.get()
-            try:
-                await self.data_converter.encode_payloads(record)
-                asyncio.ensure_future(self._produce_command(record, until_delivered, traced)).add_done_callback(
-                    functools.partial(_chain, target=delivered))
-            except Exception as exc:  # the codec failed: the caller hears it
-                delivered.set_exception(exc)
+            records, until_delivered, traced, delivered = await queue.get()
+            encoded = []
+            for record, future in zip(records, delivered, strict=True):
+                try:
+                    await self.data_converter.encode_payloads(record)
+                    encoded.append((record, future))
+                except Exception as exc:  # the codec failed: the caller hears it
+                    future.set_exception(exc)
+            sent = self._produce_commands([record for record, _ in encoded], until_delivered, traced)
+            for (_, future), produced in zip(encoded, sent, strict=True):
+                asyncio.ensure_future(produced).add_done_callback(functools.partial(_chain, target=future))
 
     def produce(
         self, topic: str, value: bytes, key: bytes, headers: HeaderList, *, partition: int | None = None,

@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from kadence import workflow
@@ -84,26 +83,23 @@ async def test_a_start_leaves_with_the_answer_and_a_task_still_running_is_starte
     assert await asyncio.to_thread(batches_with, stack, blocked.id, "WorkflowTaskStarted") == [["WorkflowTaskStarted"]]
 
 
-async def test_held_starts_are_sent_once_by_release_or_by_the_thread() -> None:
+async def test_held_starts_are_sent_once_by_the_caller_or_by_the_thread() -> None:
     loop = asyncio.get_running_loop()
-    sent: list[tuple[str, bool]] = []  # (start, sent from the thread)
+    sent: list[tuple[str, bool]] = []  # (workflow id, sent from the thread)
 
-    def sender(name: str) -> Callable[[asyncio.AbstractEventLoop | None], asyncio.Future[Any]]:
-        def send(on_behalf_of: asyncio.AbstractEventLoop | None) -> asyncio.Future[Any]:
-            sent.append((name, threading.current_thread() is not threading.main_thread()))
-            assert on_behalf_of in (None, loop)
-            return loop.create_future()
-        return send
+    def send(workflow_id: str, commands: list[tuple[str, Any]], on_behalf_of: asyncio.AbstractEventLoop | None) -> list[Any]:
+        assert on_behalf_of in (None, loop) and len(commands) == 1
+        sent.append((workflow_id, threading.current_thread() is not threading.main_thread()))
+        return []
 
-    starts = HeldStarts(hold_s=0.05)
+    starts = HeldStarts(send, hold_s=0.05)
     try:
-        released = starts.hold(sender("released"))
-        late = starts.hold(sender("late"))
-        first = starts.release(released)
-        assert starts.release(released) is first
+        taken = starts.hold("taken", ("RecordWorkflowTaskStarted", {}))
+        late = starts.hold("late", ("RecordWorkflowTaskStarted", {}))
+        assert starts.take(taken) == [("RecordWorkflowTaskStarted", {})]
+        assert starts.take(taken) == [], "taken once"
         await asyncio.sleep(0.2)
-        assert sent == [("released", False), ("late", True)]
-        assert starts.release(late) is late.sent
-        assert len(sent) == 2
+        assert sent == [("late", True)]
+        assert starts.take(late) == [], "the thread sent it"
     finally:
         starts.close()

@@ -19,9 +19,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from confluent_kafka import Message
+
+from kadence.protocol.codec import Record
 
 log = logging.getLogger("kadence.worker")
 
@@ -29,28 +31,32 @@ log = logging.getLogger("kadence.worker")
 # start-to-close timeout (10 s by default): a start sent by the thread comes at most this late.
 HOLD_S = 0.1
 
-SendStart = Callable[[asyncio.AbstractEventLoop | None], "asyncio.Future[Message]"]
+Command = tuple[str, Record]
+# (workflow id, commands, loop): produces the commands back to back; from another thread, on the loop's behalf.
+SendCommands = Callable[[str, list[Command], asyncio.AbstractEventLoop | None], list["asyncio.Future[Message]"]]
 
 
 @dataclass(eq=False)
 class HeldStart:
-    """One task's start: how to send it (in the context it was held in: its trace), when the
-    thread sends it, and its delivery once sent."""
+    """One task's start: the command, when the thread sends it, the context it was held in (its
+    trace), and whether it is sent or to be sent with the answer."""
 
-    send: SendStart
+    workflow_id: str
+    command: Command
     due: float
     context: contextvars.Context
-    sent: asyncio.Future[Message] | None = field(default=None)
+    taken: bool = False
 
 
 class HeldStarts:
     """The starts held by one worker, and the thread that sends those held past their due time.
 
-    A start is sent exactly once: by `release` (with the task's answer, which the caller produces
-    right after, so the start comes first on the workflow's partition) or by the thread, which
-    produces it while holding the lock, so a `release` that finds it sent comes after its produce."""
+    A start is sent exactly once: with the task's answer, by the caller that `take`s it, or by the
+    thread, which sends it while holding the lock, so a `take` that finds it sent comes after its
+    produce and the answer follows the start on the workflow's partition."""
 
-    def __init__(self, hold_s: float = HOLD_S) -> None:
+    def __init__(self, send: SendCommands, hold_s: float = HOLD_S) -> None:
+        self._send = send
         self._hold_s = hold_s
         self._held: collections.deque[HeldStart] = collections.deque()  # in due order: every hold is as long
         self._lock = threading.Condition()
@@ -58,26 +64,25 @@ class HeldStarts:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def hold(self, send: SendStart) -> HeldStart:
-        """Hold a start; `send(loop)` produces it, from the event loop (loop None) or from the
-        thread (on behalf of `loop`, whose future it returns)."""
+    def hold(self, workflow_id: str, command: Command) -> HeldStart:
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._send_due, name="kadence-workflow-task-starts", daemon=True)
             self._thread.start()
-        start = HeldStart(send, time.monotonic() + self._hold_s, contextvars.copy_context())
+        start = HeldStart(workflow_id, command, time.monotonic() + self._hold_s, contextvars.copy_context())
         with self._lock:
             self._held.append(start)
             if len(self._held) == 1:
                 self._lock.notify()
         return start
 
-    def release(self, start: HeldStart) -> asyncio.Future[Message]:
-        """The start's delivery: sent now, unless the thread sent it already."""
+    def take(self, start: HeldStart) -> list[Command]:
+        """The start, for the caller to send right before the task's answer; none if the thread sent it."""
         with self._lock:
-            if start.sent is None:
-                start.sent = start.send(None)
-            return start.sent
+            if start.taken:
+                return []
+            start.taken = True
+            return [start.command]
 
     def close(self) -> None:
         with self._lock:
@@ -89,7 +94,7 @@ class HeldStarts:
     def _send_due(self) -> None:
         with self._lock:
             while not self._closed:
-                while self._held and self._held[0].sent is not None:
+                while self._held and self._held[0].taken:
                     self._held.popleft()
                 if not self._held:
                     self._lock.wait()
@@ -100,6 +105,17 @@ class HeldStarts:
                     continue
                 self._held.popleft()
                 try:
-                    head.sent = head.context.run(head.send, self._loop)
-                except Exception as exc:  # left to release, which sends it with the task's answer
-                    log.warning("event=workflow_task_start_not_sent error=%r", str(exc))
+                    sent = head.context.run(self._send, head.workflow_id, [head.command], self._loop)
+                    head.taken = True
+                    for future in sent:  # callbacks are the loop's to add
+                        assert self._loop is not None
+                        self._loop.call_soon_threadsafe(future.add_done_callback, log_unsent)
+                except Exception as exc:  # left to take, which sends it with the task's answer
+                    log.warning("event=workflow_task_start_not_sent workflow_id=%s error=%r", head.workflow_id, str(exc))
+
+
+def log_unsent(start: asyncio.Future[Message]) -> None:
+    """A start not delivered (the producer closed): the task's answer is refused, and history
+    dispatches the task again by its re-dispatch timer."""
+    if not start.cancelled() and start.exception() is not None:
+        log.warning("event=workflow_task_start_not_sent error=%r", str(start.exception()))

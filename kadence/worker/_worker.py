@@ -168,13 +168,18 @@ class Worker:
         total = self._partition_counts.get(kind)
         return total is not None and partition_for_key(key, total) in self._partitions.get(kind, ())
 
-    def _send(
-        self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True, loop: asyncio.AbstractEventLoop | None = None,
-    ) -> asyncio.Future[Message]:
+    def _send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
         """A task's result (or start) goes to history however long the broker is away: a failed
         delivery is tried again until it succeeds (a repeat is rejected as stale; a loss would leave
-        the task to its timeout, or for ever when it has none). `loop`: see Client.send_command."""
-        return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered, loop=loop)
+        the task to its timeout, or for ever when it has none)."""
+        return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered)
+
+    def _send_all(
+        self, workflow_id: str, commands: list[tuple[str, Record]], loop: asyncio.AbstractEventLoop | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Commands of one task sent as `_send` sends one, back to back (Client.send_commands); `loop`:
+        sent from another thread on its behalf."""
+        return self.client.send_commands(workflow_id, commands, identity=self.identity, until_delivered=True, loop=loop)
 
     async def _decode(self, msg: Message) -> tuple[Record, Exception | None] | None:
         """The task, its payloads through the payload codec, and why the codec could not decode

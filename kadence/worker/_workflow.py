@@ -36,7 +36,7 @@ from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, failure_log_level
-from kadence.worker._task_starts import HeldStarts
+from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
 
 if TYPE_CHECKING:
     from kadence.worker._worker import Worker
@@ -72,6 +72,13 @@ def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms:
     })}
 
 
+def _answer(sent: list[asyncio.Future[Message]]) -> asyncio.Future[Message]:
+    """The delivery of the last command sent, the task's answer; a start sent before it logs its own failure."""
+    for start in sent[:-1]:
+        start.add_done_callback(log_unsent)
+    return sent[-1]
+
+
 def _copy(payload: Record) -> Record:
     return {"metadata": dict(payload["metadata"]), "data": payload["data"]}
 
@@ -83,13 +90,14 @@ class WorkflowWorker:
         self._stop = worker._stop
         self._subscribe = worker._subscribe
         self._send = worker._send
+        self._send_all = worker._send_all
         self._decode = worker._decode
         self._workflows = workflows
         self._interceptor_classes = worker.workflow_interceptor_classes
         self._activities = activities  # a local activity runs as the worker's activities do
         self._max_cached = max_cached
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
-        self._starts = HeldStarts()
+        self._starts = HeldStarts(worker._send_all)
 
     @property
     def types(self) -> list[str]:
@@ -151,9 +159,10 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
-        start_body = {"run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms}
         # Sent with the task's answer (or by HeldStarts' thread if the task takes long): see _task_starts.
-        start = self._starts.hold(lambda loop: self._send(workflow_id, CommandType.RecordWorkflowTaskStarted, start_body, loop=loop))
+        start = self._starts.hold(workflow_id, (CommandType.RecordWorkflowTaskStarted, {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
+        }))
         try:
             history = await self._task_history(task, earlier)
             try:
@@ -163,11 +172,12 @@ class WorkflowWorker:
                 self._cache.pop(run_id, None)
                 instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
-            return [self._starts.release(start), self._fail_workflow_task(task, exc)]
-        started = self._starts.release(start)  # before the answer, which must follow it on the partition
-        if instance.local_activities_to_run():
-            return [started, asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
-        return [started, self._complete_workflow_task(task, instance, commands)]
+            return [self._fail_workflow_task(task, exc, start)]
+        if instance.local_activities_to_run():  # they take a while: the start goes now
+            for started in self._send_all(workflow_id, self._starts.take(start)):
+                started.add_done_callback(log_unsent)
+            return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
+        return [self._complete_workflow_task(task, instance, commands, start)]
 
     def _lacks(self, task: Record) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
@@ -233,23 +243,30 @@ class WorkflowWorker:
             )
         return events + wt["history"]
 
-    def _fail_workflow_task(self, task: Record, exc: Exception) -> asyncio.Future[Message]:
+    def _fail_workflow_task(self, task: Record, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
+        """Fail the task with the reason, after its start if it is still held."""
         workflow_id, run_id, wt = task["workflow_id"], task["run_id"], task["task"][1]
         self._cache.pop(run_id, None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-        return self._send(workflow_id, CommandType.RespondWorkflowTaskFailed, {
+        return _answer(self._send_all(workflow_id, [*self._held(start), (CommandType.RespondWorkflowTaskFailed, {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
-        })
+        })]))
 
-    def _complete_workflow_task(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> asyncio.Future[Message]:
+    def _held(self, start: HeldStart | None) -> list[tuple[str, Record]]:
+        return self._starts.take(start) if start is not None else []
+
+    def _complete_workflow_task(
+        self, task: Record, instance: WorkflowInstance, commands: list[Any], start: HeldStart | None = None,
+    ) -> asyncio.Future[Message]:
+        """Complete the task with the commands, after its start if it is still held."""
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         try:
-            sent = self._send(task["workflow_id"], CommandType.RespondWorkflowTaskCompleted, {
+            sent = _answer(self._send_all(task["workflow_id"], [*self._held(start), (CommandType.RespondWorkflowTaskCompleted, {
                 "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
-            })
+            })]))
         except BaseException:
             self._activities.release_eager_slots(len(eager))
             raise

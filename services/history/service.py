@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -58,10 +59,6 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
-# How long the loop waits for a command while a batch with replies awaits its acknowledgement
-# (served between polls): the reply leaves that soon after the broker acknowledged the batch.
-REPLY_POLL_S = 0.001
-IDLE_POLL_S = 0.05
 
 
 def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
@@ -132,7 +129,6 @@ class HistoryService:
         self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
         self._task_topics: set[str] = set()  # the task queue topics known to exist
         self.replies = Replies()
-        self._batches_with_replies = 0  # produced, not acknowledged yet
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -166,8 +162,10 @@ class HistoryService:
             await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
         log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
+        stopped = threading.Event()
+        threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
-            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end, timeout=self._poll_timeout):
+            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
                     continue
@@ -180,21 +178,24 @@ class HistoryService:
                         self.handle(msg, command)
                 self._flush()
                 await self._dispatch_tasks()
-                self.producer.poll(0)
                 self._raise_produce_error()
                 if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
                     await self._checkpoint()
         finally:
             self._produce_tasks()
             self.producer.flush(10)
+            stopped.set()
             self.consumer.close()
             if self.checkpoints is not None:
                 self.checkpoints.close()
             if postgres_watch is not None:
                 postgres_watch.cancel()
 
-    def _poll_timeout(self) -> float:
-        return REPLY_POLL_S if self._batches_with_replies else IDLE_POLL_S
+    def _serve_deliveries(self, stop: threading.Event) -> None:
+        """Delivery reports as they come, on a thread of their own: a batch's replies leave the
+        moment the broker acknowledged it, whatever the loop is doing (waiting for a command)."""
+        while not stop.is_set():
+            self.producer.poll(0.05)
 
     async def _create_tables(self) -> None:
         assert self.checkpoints is not None
@@ -284,7 +285,6 @@ class HistoryService:
         self._unwritten_bytes.clear()
         self._unwritten_traces.clear()
         self.replies.unwritten_dropped()
-        self._batches_with_replies = 0
         partitions = sorted(self.partitions)
         recovered = self._recover(partitions)
         for p in partitions:
@@ -421,8 +421,6 @@ class HistoryService:
             topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
             headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(replies),
         )
-        if replies:
-            self._batches_with_replies += 1
 
     async def _dispatch_tasks(self) -> None:
         """Produce the tasks of the batches just produced to their task queue topics, creating a
@@ -468,10 +466,8 @@ class HistoryService:
             if generation != self._producer_generation:
                 return
             self._delivered(err, msg)
-            if replies:
-                self._batches_with_replies -= 1
-                if err is None:
-                    self._send_replies(replies)
+            if replies and err is None:
+                self._send_replies(replies)
 
         return delivered
 
