@@ -105,7 +105,8 @@ class ProjectionRunner:
         # A static member with KADENCE_INSTANCE_ID: a restart keeps its partitions and leaves the others alone.
         # Off a workflow's critical path, so it reads in batches (`batching_fetch`).
         self.consumer: Consumer = make_consumer(
-            settings, f"kadence.{projection.name}", static_member=True, **{"enable.auto.commit": False, **batching_fetch(settings)},
+            settings, f"kadence.{projection.name}", static_member=True,
+            **{"enable.auto.commit": False, **batching_fetch(settings.batching_fetch_wait_ms)},
         )
         self.dead_letters = make_producer(settings)
 

@@ -63,13 +63,16 @@ def test_kadence_instance_id_makes_a_service_consumer_a_static_member(monkeypatc
 
 
 def test_readers_off_the_critical_path_fetch_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The timer service, the visibility projector and matching's relay let the broker gather
-    records before it answers; KADENCE_BATCHING_FETCH_WAIT_MS=0 makes them fetch like the rest."""
+    """The timer service and the visibility projector let the broker gather records before it
+    answers, matching's relay for less long; a wait of 0 makes them fetch like the rest."""
     from kadence.protocol.kafka import BATCHING_FETCH_MIN_BYTES, batching_fetch
 
     monkeypatch.setenv("KADENCE_BATCHING_FETCH_WAIT_MS", "35")
-    assert batching_fetch(KafkaSettings.from_env()) == {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": 35}
-    monkeypatch.setenv("KADENCE_BATCHING_FETCH_WAIT_MS", "0")
-    assert batching_fetch(KafkaSettings.from_env()) == {}
+    monkeypatch.setenv("KADENCE_RELAY_FETCH_WAIT_MS", "7")
+    settings = KafkaSettings.from_env()
+    assert batching_fetch(settings.batching_fetch_wait_ms) == {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": 35}
+    assert batching_fetch(settings.relay_fetch_wait_ms) == {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": 7}
+    assert batching_fetch(0) == {}
     monkeypatch.delenv("KADENCE_BATCHING_FETCH_WAIT_MS")
-    assert batching_fetch(KafkaSettings.from_env())["fetch.wait.max.ms"] == KafkaSettings.batching_fetch_wait_ms
+    monkeypatch.delenv("KADENCE_RELAY_FETCH_WAIT_MS")
+    assert (KafkaSettings.from_env().batching_fetch_wait_ms, KafkaSettings.from_env().relay_fetch_wait_ms) == (100, 20)

@@ -155,12 +155,13 @@ def consumer_config(settings: KafkaSettings, group_id: str, *, static_member: bo
 BATCHING_FETCH_MIN_BYTES = 1024 * 1024
 
 
-def batching_fetch(settings: KafkaSettings) -> dict[str, Any]:
+def batching_fetch(wait_ms: int) -> dict[str, Any]:
     """Consumer overrides for a reader off a workflow's critical path: the broker holds its fetch
-    up to KADENCE_BATCHING_FETCH_WAIT_MS gathering records, so one fetch answers for many."""
-    if settings.batching_fetch_wait_ms <= 0:
+    up to `wait_ms` (KADENCE_BATCHING_FETCH_WAIT_MS, KADENCE_RELAY_FETCH_WAIT_MS) gathering
+    records, so one fetch answers for many."""
+    if wait_ms <= 0:
         return {}
-    return {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": settings.batching_fetch_wait_ms}
+    return {"fetch.min.bytes": BATCHING_FETCH_MIN_BYTES, "fetch.wait.max.ms": wait_ms}
 
 
 def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
@@ -616,10 +617,11 @@ def _set_faust_idempotence(enabled: bool) -> None:
 def _set_faust_fetch(settings: KafkaSettings) -> None:
     """faust hardcodes fetch_max_wait_ms=1500 for its consumer. A broker that does not wake long
     polls on new data (the local Tansu broker) then adds 1.5 s per hop, so apply our setting; the
-    relay is off a workflow's critical path, so it fetches as a batching reader (`batching_fetch`)."""
+    relay is off a workflow's critical path, so it fetches as a batching reader (`batching_fetch`,
+    KADENCE_RELAY_FETCH_WAIT_MS)."""
     from faust.transport.drivers import aiokafka as faust_aiokafka
 
-    batching = batching_fetch(settings)
+    batching = batching_fetch(settings.relay_fetch_wait_ms)
     fetch_wait_max_ms = batching.get("fetch.wait.max.ms", settings.fetch_wait_max_ms)
     fetch_min_bytes = batching.get("fetch.min.bytes", 1)
     thread_class = faust_aiokafka.AIOKafkaConsumerThread

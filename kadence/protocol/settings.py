@@ -37,11 +37,14 @@ class KafkaSettings:
     # Apache Kafka answers a long poll as soon as data arrives, so a long wait costs no latency and
     # keeps idle consumers cheap. The Tansu broker does not wake long polls: `kadence dev` on it uses 5 ms.
     fetch_wait_max_ms: int = 500
-    # Readers off a workflow's critical path (the timer service, the visibility projector, matching's
-    # relay) ask the broker to gather records this long before it answers: one fetch then carries
-    # many records instead of one each, which halves the broker's requests per workflow
-    # (docs/performance.md, "Readers that batch"). 0: they fetch like everyone else.
-    batching_fetch_wait_ms: int = 20
+    # The projections off a workflow's critical path (the timer service, the visibility projector)
+    # ask the broker to gather records this long before it answers: one fetch, and one Postgres
+    # transaction, then carries many records instead of one each, and their CPU no longer crowds
+    # the critical path (docs/performance.md, "Readers that batch"). 0: they fetch like everyone else.
+    batching_fetch_wait_ms: int = 100
+    # The same for matching's relay, shorter: a child's start and close, and signals and cancels
+    # to other workflows, wait for it once each.
+    relay_fetch_wait_ms: int = 20
     # Every hop of a workflow waits for it once, and librdkafka's timers make any linger above 0 cost
     # a hop 1.5-2 ms (docs/performance.md, "Producer linger"). At 0, records produced while a request
     # is in flight still go out together, so a loaded producer batches anyway.
@@ -69,6 +72,7 @@ class KafkaSettings:
             session_timeout_ms=env_int("KADENCE_SESSION_TIMEOUT_MS", cls.session_timeout_ms),
             fetch_wait_max_ms=env_int("KADENCE_FETCH_WAIT_MAX_MS", cls.fetch_wait_max_ms),
             batching_fetch_wait_ms=env_int("KADENCE_BATCHING_FETCH_WAIT_MS", cls.batching_fetch_wait_ms),
+            relay_fetch_wait_ms=env_int("KADENCE_RELAY_FETCH_WAIT_MS", cls.relay_fetch_wait_ms),
             linger_ms=env_int("KADENCE_LINGER_MS", cls.linger_ms),
             instance_id=os.environ.get("KADENCE_INSTANCE_ID", cls.instance_id).strip(),
             client_config=passthrough,
