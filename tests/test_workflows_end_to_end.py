@@ -363,6 +363,7 @@ async def test_search_attributes_from_the_start_and_from_workflow_code_reach_the
             IndexedWorkflow.run, "shipped", id=workflow_id, task_queue=task_queue, search_attributes={"CustomerId": "c-42"},
         )
         assert await handle.result() == "shipped"
+    await handle.describe()  # the result came on kadence.replies: this waits until the read model holds the close too
     async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
         row = await (await conn.execute(
             "SELECT search_attributes FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, handle.result_run_id),
