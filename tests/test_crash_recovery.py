@@ -210,7 +210,7 @@ def test_only_the_latest_owner_of_a_partition_may_store_its_checkpoint(stack: Lo
     try:
         deposed.claim([partition])
         assert deposed.save(PartitionState(partition), 7)
-        assert owner.claim([partition])[partition].history_offset == 7
+        assert owner.claim([partition])[partition].checkpoint.history_offset == 7  # type: ignore[union-attr]
         assert not deposed.save(PartitionState(partition), 9), "a deposed owner's checkpoint must be refused"
         assert owner.save(PartitionState(partition), 11)
     finally:
@@ -226,10 +226,10 @@ def test_a_checkpoint_of_another_schema_version_is_skipped_for_the_log(stack: Lo
     try:
         store.claim([partition])
         assert store.save(PartitionState(partition), 5)
-        assert store.claim([partition])[partition].history_offset == 5
+        assert store.claim([partition])[partition].checkpoint.history_offset == 5  # type: ignore[union-attr]
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
             conn.execute("UPDATE kadence_history_checkpoints SET schema_fingerprint = 'an-earlier-one' WHERE partition = %s", (partition,))
-        assert store.claim([partition])[partition] is None
+        assert store.claim([partition])[partition].checkpoint is None
     finally:
         store.close()
 
@@ -308,7 +308,16 @@ def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(s
         assert list(state.executions) == ["open-1"]
         (found,) = store.closed_runs([(partition, "done-1"), (partition, "never-started"), (partition + 1, "done-1")])
         assert found == (partition, closed_execution("done-1", "r2", "Completed", "start-7"))
-        assert list(store.claim([partition])[partition].state.executions) == ["open-1"]
+        claimed = store.claim([partition])[partition]
+        assert list(claimed.state(partition).executions) == ["open-1"]
+        # Which ids have a closed run stored, read from the table (the state stored held none).
+        assert claimed.closed_ids.may_hold("done-1") and not claimed.closed_ids.may_hold("never-started")
+        state = claimed.state(partition)
+        state.executions["done-2"] = closed_execution("done-2", "r3", "Failed", "start-8")
+        assert store.save(state, 4)
+        # Now from the checkpoint: the ids of both closed runs.
+        again = store.claim([partition])[partition].closed_ids
+        assert again.may_hold("done-1") and again.may_hold("done-2") and not again.may_hold("never-started")
     finally:
         store.close()
 

@@ -3,8 +3,9 @@
 A checkpoint is the fold of kadence.history up to its `history_offset`: the running executions
 in one blob, and the closed runs as rows of `kadence_history_closed_runs`, written in the same
 transaction and then dropped from memory. A command for a workflow id not in memory looks its
-last closed run up there (one query per consumed batch), so memory holds only open executions
-and the runs closed since the last checkpoint. Only the partition's
+last closed run up there (one query per consumed batch) unless the partition's ClosedIds, stored
+with the checkpoint, says it has none; so memory holds only open executions and the runs closed
+since the last checkpoint. Only the partition's
 current owner may write one: on gaining a partition an instance bumps the partition's owner
 epoch, and a checkpoint is stored only under the epoch it holds. A deposed instance (a zombie
 that has not noticed yet) would store a state missing the new owner's batches; its write is
@@ -21,6 +22,7 @@ import psycopg
 
 from kadence.protocol.codec import RecordCodec, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
+from services.history.closed_ids import ClosedIds
 from services.history.machine.dispatch import execution_from_events, fold
 from services.history.machine.execution import RUNNING, Execution, closed_execution
 from services.history.partition import PartitionState
@@ -59,6 +61,9 @@ CHECKPOINT_DDL = [
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS schema_fingerprint text NOT NULL DEFAULT ''",
     # Checkpoints stored before the column existed were all written with this version.
     "UPDATE kadence_history_checkpoints SET schema_fingerprint = '76d07494a7d9f5ac' WHERE schema_fingerprint = ''",
+    # The partition's ClosedIds (services/history/closed_ids.py); NULL in a checkpoint stored before
+    # the column existed, whose claim reads the ids from kadence_history_closed_runs instead.
+    "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS closed_ids bytea",
 ]
 
 
@@ -70,6 +75,21 @@ def checkpoint_codec() -> RecordCodec:
 class Checkpoint:
     state: PartitionState
     history_offset: int
+
+
+@dataclass
+class Claimed:
+    """What claiming a partition loads: its checkpoint, if one is stored and readable, and the ids
+    of its closed runs stored (always known once claimed)."""
+
+    checkpoint: Checkpoint | None
+    closed_ids: ClosedIds
+
+    def state(self, partition: int) -> PartitionState:
+        """The state recovery starts from: the checkpoint's, else an empty one."""
+        state = self.checkpoint.state if self.checkpoint is not None else PartitionState(partition)
+        state.closed_ids = self.closed_ids
+        return state
 
 
 def encode_state(state: PartitionState) -> bytes:
@@ -110,10 +130,10 @@ class CheckpointStore:
         self.epochs: dict[int, int] = {}
         self._conn: psycopg.Connection[Any] | None = None
 
-    def claim(self, partitions: list[int]) -> dict[int, Checkpoint | None]:
+    def claim(self, partitions: list[int]) -> dict[int, Claimed]:
         """Become the owner of `partitions` (bump their epochs) and load their checkpoints."""
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-            loaded: dict[int, Checkpoint | None] = {}
+            loaded: dict[int, Claimed] = {}
             for partition in partitions:
                 [(self.epochs[partition],)] = conn.execute(
                     "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
@@ -121,18 +141,16 @@ class CheckpointStore:
                     (partition,),
                 ).fetchall()
                 row = conn.execute(
-                    "SELECT history_offset, last_source_offset, state, schema_fingerprint FROM kadence_history_checkpoints "
+                    "SELECT history_offset, last_source_offset, state, schema_fingerprint, closed_ids FROM kadence_history_checkpoints "
                     "WHERE partition = %s", (partition,),
                 ).fetchone()
+                closed_ids = ClosedIds.from_bytes(row[4]) if row is not None and row[4] is not None else _read_closed_ids(conn, partition)
                 if row is not None and row[3] != checkpoint_codec().current_fingerprint:
                     log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
                                 partition, row[3], checkpoint_codec().current_fingerprint)
                     row = None
-                if row is None:
-                    loaded[partition] = None
-                    continue
-                state = decode_state(partition, row[2], row[1], history_offset=row[0])
-                loaded[partition] = Checkpoint(state, row[0])
+                checkpoint = None if row is None else Checkpoint(decode_state(partition, row[2], row[1], history_offset=row[0]), row[0])
+                loaded[partition] = Claimed(checkpoint, closed_ids)
             return loaded
 
     def save(self, state: PartitionState, history_offset: int) -> bool:
@@ -140,6 +158,9 @@ class CheckpointStore:
         the closed runs it stored leave memory."""
         partition = state.partition
         closed = [ex for ex in state.executions.values() if ex.status != RUNNING]
+        if state.closed_ids is not None:
+            for ex in closed:
+                state.closed_ids.add(ex.workflow_id)
         conn = self._connection()
         with conn.transaction():
             owner = conn.execute(
@@ -157,11 +178,13 @@ class CheckpointStore:
                     [(partition, ex.workflow_id, ex.run_id, ex.status, ex.start_request_id) for ex in closed],
                 )
             conn.execute(
-                "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
+                "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint, "
+                "closed_ids) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
                 "history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
-                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, taken_at = now()",
-                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint),
+                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, closed_ids = EXCLUDED.closed_ids, "
+                "taken_at = now()",
+                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint,
+                 state.closed_ids.to_bytes() if state.closed_ids is not None else None),
             )
         state.evict(closed)
         state.checkpointed_offset = history_offset
@@ -184,3 +207,15 @@ class CheckpointStore:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+def _read_closed_ids(conn: psycopg.Connection[Any], partition: int) -> ClosedIds:
+    """The partition's closed-run ids from their table: for a partition whose checkpoint does not
+    hold them (none stored yet, or stored by a release before ClosedIds)."""
+    closed_ids = ClosedIds()
+    with conn.transaction(), conn.cursor(name=f"closed_ids_{partition}") as cursor:  # server-side: the ids may be many
+        cursor.execute("SELECT workflow_id FROM kadence_history_closed_runs WHERE partition = %s", (partition,))
+        for (workflow_id,) in cursor:
+            closed_ids.add(workflow_id)
+    log.info("event=closed_ids_read partition=%d ids=%d", partition, len(closed_ids))
+    return closed_ids

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kadence.protocol.fence import LogFence
 from kadence.protocol.names import EventType
+from services.history.closed_ids import ClosedIds
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
 from services.history.machine.records import HistoryBatch, event_type
@@ -24,6 +25,9 @@ class PartitionState:
     # The history_offset of the checkpoint stored (or restored) last: every change to this state
     # comes with a batch, so while history_offset has not moved past it there is nothing to store.
     checkpointed_offset: int = -1
+    # The workflow ids whose closed runs a checkpoint stored (evicted from `executions`); None:
+    # not known, so every id not in memory is looked up.
+    closed_ids: ClosedIds | None = None
 
     @property
     def checkpoint_due(self) -> bool:

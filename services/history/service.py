@@ -259,13 +259,13 @@ class HistoryService:
         claimed = until_answered_blocking("history_claim_partitions", lambda: checkpoints.claim(partitions)) if checkpoints else {}
         try:
             recovered = recover_partitions(self.settings, {
-                p: checkpoint.state if (checkpoint := claimed.get(p)) else PartitionState(p) for p in partitions
+                p: claimed[p].state(p) if p in claimed else PartitionState(p) for p in partitions
             })
         except NewerSchemaVersion as exc:  # here, not above: confluent-kafka mangles exceptions from callbacks
             stop_for_newer_schema("history", exc)
-        for p, checkpoint in claimed.items():
-            if checkpoint is not None:
-                log.info("event=checkpoint_restored partition=%d history_offset=%d", p, checkpoint.history_offset)
+        for p, claim in claimed.items():
+            if claim.checkpoint is not None:
+                log.info("event=checkpoint_restored partition=%d history_offset=%d", p, claim.checkpoint.history_offset)
         self.partitions.update(recovered)
         RECOVERY.set(time.monotonic() - started)
         return recovered
@@ -320,7 +320,9 @@ class HistoryService:
         unknown: set[tuple[int, str]] = set()
         for msg, command in commands:
             partition = position(msg)[0]
-            if (not isinstance(command, UndecodableRecord) and command["workflow_id"] not in self.partitions[partition].executions
+            state = self.partitions[partition]
+            if (not isinstance(command, UndecodableRecord) and command["workflow_id"] not in state.executions
+                    and (state.closed_ids is None or state.closed_ids.may_hold(command["workflow_id"]))  # else new: nothing to look up
                     and text_problem("workflow_id", command["workflow_id"]) is None):  # refused in handle: no run to look up
                 unknown.add((partition, command["workflow_id"]))
         wanted = sorted(unknown)

@@ -1,0 +1,33 @@
+"""The filter of workflow ids with a closed run stored (services/history/closed_ids.py): it never
+says no for an id added, says yes for few others, grows past its first block, and survives its
+bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.history.closed_ids import FALSE_POSITIVES, FIRST_CAPACITY, ClosedIds
+
+
+def test_every_id_added_is_held_and_few_others_seem_so() -> None:
+    closed_ids = ClosedIds()
+    added = [f"order-{i}" for i in range(FIRST_CAPACITY * 5)]  # three blocks
+    for workflow_id in added:
+        closed_ids.add(workflow_id)
+    assert all(closed_ids.may_hold(workflow_id) for workflow_id in added)
+    others = [f"new-{i}" for i in range(20_000)]
+    false_positives = sum(closed_ids.may_hold(workflow_id) for workflow_id in others) / len(others)
+    assert false_positives < FALSE_POSITIVES * 1.5
+    assert len(closed_ids) <= len(added)  # an id that seemed held already is not added again
+
+
+def test_the_bytes_restore_the_same_filter() -> None:
+    closed_ids = ClosedIds()
+    assert not ClosedIds.from_bytes(closed_ids.to_bytes()).may_hold("order-1")
+    for i in range(FIRST_CAPACITY + 10):
+        closed_ids.add(f"order-{i}")
+    restored = ClosedIds.from_bytes(closed_ids.to_bytes())
+    assert restored.to_bytes() == closed_ids.to_bytes()
+    assert all(restored.may_hold(f"order-{i}") for i in range(FIRST_CAPACITY + 10))
+    with pytest.raises(ValueError, match="ends inside a block"):
+        ClosedIds.from_bytes(closed_ids.to_bytes()[:-1])
