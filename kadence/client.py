@@ -421,6 +421,17 @@ class Client:
         """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
         return (await self._read_model()).expect_outcome(request_id)
 
+    @property
+    def read_model_started(self) -> bool:
+        """Whether `expect_outcome_now` may be asked."""
+        return self._results is not None and self._results.is_started
+
+    def expect_outcome_now(self, request_id: str) -> asyncio.Future[CommandOutcome]:
+        """`expect_outcome` without waiting, once the read model is started (`read_model_started`)."""
+        if self._results is None or not self._results.is_started:
+            raise RuntimeError("the read model is not started yet: await expect_outcome instead, or check read_model_started")
+        return self._results.expect_outcome(request_id)
+
     def readiness_problems(self) -> list[str]:
         """Why answers from Postgres cannot reach this client now (its LISTEN connection is lost and
         being opened again): part of a worker's /readyz."""
@@ -1076,6 +1087,10 @@ class _ReadModel:
         self._starting: asyncio.Future[None] | None = None
         self._unchecked: set[tuple[str, str | None]] = set()  # awaited closes to look up in the next batch
         self._checking: asyncio.Task[None] | None = None
+
+    @property
+    def is_started(self) -> bool:
+        return self._starting is not None and self._starting.done() and self._starting.exception() is None
 
     async def started(self) -> None:
         """Set up once; concurrent first callers all wait for the same setup. If Postgres does not

@@ -64,6 +64,15 @@ class _Attempt:
             self.job.cancel()
 
 
+@dataclasses.dataclass
+class EagerStart:
+    """An eager attempt's task, the answer to its start, and the start to send."""
+
+    task: Record
+    answer: asyncio.Future[CommandOutcome]
+    command: tuple[str, Record]
+
+
 class ActivityWorker:
     def __init__(
         self,
@@ -149,11 +158,11 @@ class ActivityWorker:
         (Temporal's eager activity execution), taking a slot for it if so: eager execution is on,
         the activity is for this worker's queue and registered here, a slot is free now, and the
         attempt's cancellation would come to this worker (it owns the activity topic's partition
-        for the foreseen id). The attempt `run_eagerly` starts holds the slot, or
-        `release_eager_slots` gives it back."""
+        for the foreseen id), and the read model that answers its start is started. The attempt
+        `run_eagerly` starts holds the slot, or `release_eager_slots` gives it back."""
         return (
             self._eager and activity["task_queue"] in ("", self.task_queue) and activity["activity_type"] in self._activities
-            and not self._stop.is_set()
+            and not self._stop.is_set() and self.client.read_model_started
             and self._owns_partition("activity", topics.activity_task_key(workflow_id, scheduled_event_id))
             and self._slots.try_acquire()
         )
@@ -163,25 +172,27 @@ class ActivityWorker:
         for _ in range(count):
             self._slots.release()
 
-    def run_eagerly(self, task: Record, completion: asyncio.Future[Message]) -> None:
-        """Start an eager attempt, in the slot claimed for it, right after its workflow task's
-        completion was produced: its start follows the completion on the workflow's partition, and
-        it runs once the start is delivered, as an attempt from the task queue does, and only if the
-        completion was delivered too (a payload codec's failure, say, shows only then); its start
-        names the activity, since its scheduled_event_id was foreseen. A worker shutting down leaves
-        it to the attempt's retry timer, which sends it to the queue (`_start_attempt` checks)."""
-        with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
-            starting = asyncio.ensure_future(self._start_attempt(task, None, completion=completion))
-        self._running.add(starting)  # a shutdown's drain waits for it too
-        starting.add_done_callback(self._running.discard)
-        starting.add_done_callback(functools.partial(_log_eager_start, task))
+    def eager_start(self, task: Record) -> EagerStart:
+        """The start of an eager attempt (its slot claimed), for the workflow worker to send right
+        after the workflow task's completion that schedules it, in the same produce: the producer
+        keeps the two in order on the workflow's partition, and history reads them in one poll.
+        Its start names the activity, since its scheduled_event_id was foreseen."""
+        at = task["task"][1]
+        request_id = _start_request_id(task)
+        return EagerStart(task, self.client.expect_outcome_now(request_id), (CommandType.RecordActivityTaskStarted, {
+            "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+            "request_id": request_id, "activity_id": at["activity_id"],
+        }))
 
-    async def _start_attempt(
-        self, task: Record, problem: Exception | None, *, completion: asyncio.Future[Message] | None = None,
-    ) -> list[asyncio.Future[Message]]:
-        """Ask history to start the attempt and run it; `completion`, for an eager attempt, is its
-        workflow task's completion, which must be delivered before the attempt runs."""
-        eager = completion is not None
+    def run_eagerly(self, start: EagerStart, completion: asyncio.Future[Message], started: asyncio.Future[Message]) -> None:
+        """Run an eager attempt whose start was sent after `completion`: once the start is delivered,
+        as an attempt from the task queue runs, and only if the completion was delivered too (a
+        payload codec's failure, say, shows only then)."""
+        with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": start.task["workflow_id"]}):
+            self._run_started(start.task, start.answer, started, None, completion)
+
+    async def _start_attempt(self, task: Record, problem: Exception | None) -> list[asyncio.Future[Message]]:
+        """Ask history to start the attempt the task queue handed out, and run it."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
@@ -190,33 +201,30 @@ class ActivityWorker:
         if skipped:
             log.info("event=activity_task_%s workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      skipped, task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"])
-            if eager:
-                self._slots.release()
             return []
-        if not eager:  # an eager attempt has its slot already
-            await self._slots.acquire()
+        await self._slots.acquire()
         try:
             await self.rate.wait()
-            # The attempt runs once its start is in the log, without waiting for history to accept
-            # it; the answer comes later, and a refusal (a closed run, a stale attempt, a copy
-            # another worker started, a schedule-to-start timeout that fired) cancels it. History
-            # accepts a report only from the worker that started the attempt. Each delivery asks
-            # with its own request id (as each Temporal poll does): the copy's refusal must not
-            # read as the first's acceptance.
-            request_id = f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
+            request_id = _start_request_id(task)
             answer = await self.client.expect_outcome(request_id)
-            if eager and self._stop.is_set():  # shutting down: the attempt's retry timer sends it to the queue
-                self._slots.release()
-                return []
             started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
                 "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-                "request_id": request_id, "activity_id": at["activity_id"] if eager else "",
+                "request_id": request_id, "activity_id": "",
             })
         except BaseException:
             self._slots.release()
             raise
-        if not eager:  # a refused eager start (a wrong foreseen id) must not hide the task that id is
-            self._remember_asked(key)
+        self._remember_asked(key)
+        self._run_started(task, answer, started, problem)
+        return [started]
+
+    def _run_started(
+        self, task: Record, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message], problem: Exception | None,
+        completion: asyncio.Future[Message] | None = None,
+    ) -> None:
+        """Run an attempt whose start was sent, in the slot taken for it."""
+        at = task["task"][1]
+        key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
         job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem, completion))
@@ -230,7 +238,6 @@ class ActivityWorker:
             _log_lost_activity(job, task)
 
         job.add_done_callback(finished)
-        return [started]
 
     def _remember_asked(self, key: AttemptKey) -> None:
         self._asked[key] = None
@@ -487,11 +494,15 @@ async def _delivered(sent: asyncio.Future[Message]) -> bool:
     return not sent.cancelled() and sent.exception() is None
 
 
-def _log_eager_start(task: Record, started: asyncio.Future[list[asyncio.Future[Message]]]) -> None:
-    """An eager attempt whose start could not be sent: its retry timer dispatches it to the queue."""
-    if not started.cancelled() and started.exception() is not None:
-        log.error("event=activity_start_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
-                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(started.exception()))
+def _start_request_id(task: Record) -> str:
+    """A request id for an attempt's start. The attempt runs once its start is in the log, without
+    waiting for history to accept it; the answer comes later, and a refusal (a closed run, a stale
+    attempt, a copy another worker started, a schedule-to-start timeout that fired) cancels it.
+    History accepts a report only from the worker that started the attempt. Each delivery asks with
+    its own request id (as each Temporal poll does): the copy's refusal must not read as the first's
+    acceptance."""
+    at = task["task"][1]
+    return f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
 
 
 def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:

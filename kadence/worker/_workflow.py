@@ -263,19 +263,23 @@ class WorkflowWorker:
         """Complete the task with the commands, after its start if it is still held."""
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
+        starts = [self._activities.eager_start(attempt) for attempt in eager]
+        held = self._held(start)
         try:
-            sent = _answer(self._send_all(task["workflow_id"], [*self._held(start), (CommandType.RespondWorkflowTaskCompleted, {
+            # The workflow task's start, its completion, then its eager attempts' starts: one produce.
+            sent = self._send_all(task["workflow_id"], [*held, (CommandType.RespondWorkflowTaskCompleted, {
                 "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
-            })]))
+            }), *(eager_start.command for eager_start in starts)])
         except BaseException:
             self._activities.release_eager_slots(len(eager))
             raise
-        if sent.done() and sent.exception() is not None:  # refused before it left (too large): nothing to run
+        completion = _answer(sent[:len(held) + 1])
+        if completion.done() and completion.exception() is not None:  # refused before it left (too large): nothing to run
             self._activities.release_eager_slots(len(eager))
         else:
-            for attempt in eager:  # its start follows the completion on the workflow's partition
-                self._activities.run_eagerly(attempt, sent)
-        completed = asyncio.ensure_future(self._completed_or_too_large(task, sent))
+            for eager_start, started in zip(starts, sent[len(held) + 1:], strict=True):
+                self._activities.run_eagerly(eager_start, completion, started)
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, completion))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
