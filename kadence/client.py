@@ -48,6 +48,7 @@ from kadence.exceptions import (
     ClientClosedError,
     CommandRejectedError,
     CommandTooLargeError,
+    KadenceError,
     TerminatedError,
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
@@ -257,26 +258,29 @@ class Client:
 
     def send_command(
         self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
-        reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
+        reply_partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
         With a payload codec, commands are encoded one at a time, so they still leave in order.
         With `until_delivered`, a delivery that fails for a passing reason (the broker away past
         the delivery timeout) is tried again until it succeeds: for commands whose repetition is
         rejected as stale (a worker's task results). With `reply_partition`, the history service
-        also answers the command's request id on that partition of kadence.replies. With `loop`,
-        called from another thread on that loop's behalf: produced at once, so only for a command
-        without payloads (the payload codec's encoding runs on the loop)."""
+        also answers the command's request id on that partition of kadence.replies."""
         return self.send_commands(workflow_id, [(kind, body)], identity=identity, until_delivered=until_delivered,
-                                  reply_partition=reply_partition, loop=loop)[0]
+                                  reply_partition=reply_partition)[0]
 
     def send_commands(
         self, workflow_id: str, commands: Sequence[tuple[str, dict[str, Any]]], *, identity: str | None = None,
         until_delivered: bool = False, reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
     ) -> list[asyncio.Future[Message]]:
         """Commands of one workflow, as `send_command` sends one, produced back to back once all
-        are encoded: they travel in one produce request, so the history service reads them in one
-        poll and writes them as one batch (a workflow task's start and its answer)."""
+        are encoded, so they usually travel in one produce request and the history service reads
+        them in one poll and writes them as one batch (a workflow task's start and its answer).
+        One that cannot be sent (too large, its payloads not encodable) is refused with the reason,
+        and the commands after it with it: they may depend on it (an eager attempt's start on the
+        completion that schedules it). With `loop`, called from another thread on that loop's
+        behalf: produced at once, so only for commands without payloads (the payload codec's
+        encoding runs on the loop)."""
         if self._closed:
             raise ClientClosedError(f"{', '.join(kind for kind, _ in commands)} for {workflow_id}")
         records = [{
@@ -285,7 +289,7 @@ class Client:
         } for kind, body in commands]
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if loop is not None or self.data_converter.payload_codec is None:
-            return self._produce_commands(records, until_delivered, traced, loop)
+            return self._produce_commands(records, until_delivered, traced, loop or asyncio.get_running_loop())
         if self._encoding is None:
             self._encoding = asyncio.Queue()
             self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
@@ -295,42 +299,52 @@ class Client:
         return delivered
 
     def _produce_commands(
-        self, records: list[dict[str, Any]], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop | None = None,
+        self, records: list[dict[str, Any]], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop,
     ) -> list[asyncio.Future[Message]]:
-        """Encode them all, then produce them one right after the other; one too large for a record
-        is refused (its future says why) and the others go."""
-        values = [self._commands.encode(record) for record in records]
+        """Encode them all, then produce them one right after the other, up to the first that
+        cannot be sent; its future and those of the commands after it say why."""
+        values: list[bytes] = []
+        refusal: Exception | None = None
+        for record in records:
+            try:
+                values.append(self._commands.encode(record))
+            except Exception as exc:  # payloads the codec left unencodable: the caller hears why
+                refusal = exc
+                break
+            if len(values[-1]) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
+                refusal = CommandTooLargeError(
+                    f"{record['command'][0]} for {record['workflow_id']} is {len(values[-1]) / 1e6:.1f} MB; a kadence.commands "
+                    f"record holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
+                )
+                values.pop()
+                break
         headers = self._commands.headers() + traced
-        sent = []
-        for record, value in zip(records, values, strict=True):
-            if len(value) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
-                refused: asyncio.Future[Message] = (loop or asyncio.get_running_loop()).create_future()
-                refused.set_exception(CommandTooLargeError(
-                    f"{record['command'][0]} for {record['workflow_id']} is {len(value) / 1e6:.1f} MB; a kadence.commands record "
-                    f"holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
-                ))
-                sent.append(refused)
-            else:
-                sent.append(self._producer.produce(
-                    topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers, until_delivered=until_delivered, loop=loop,
-                ))
-        return sent
+        sent = [
+            self._producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers,
+                                   until_delivered=until_delivered, loop=loop)
+            for record, value in zip(records, values, strict=False)
+        ]
+        return sent + _refusals(loop, records[len(values):], refusal)
 
     async def _encode_commands(
         self, queue: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]],
     ) -> None:
         while True:
             records, until_delivered, traced, delivered = await queue.get()
-            encoded = []
-            for record, future in zip(records, delivered, strict=True):
-                try:
+            loop, encoded, refusal = asyncio.get_running_loop(), 0, None
+            try:
+                for record in records:
                     await self.data_converter.encode_payloads(record)
-                    encoded.append((record, future))
-                except Exception as exc:  # the codec failed: the caller hears it
-                    future.set_exception(exc)
-            sent = self._produce_commands([record for record, _ in encoded], until_delivered, traced)
-            for (_, future), produced in zip(encoded, sent, strict=True):
-                asyncio.ensure_future(produced).add_done_callback(functools.partial(_chain, target=future))
+                    encoded += 1
+            except Exception as exc:  # the codec failed: the callers hear it, and the next commands go on
+                refusal = exc
+            try:
+                sent = self._produce_commands(records[:encoded], until_delivered, traced, loop)
+            except Exception as exc:  # never leave a caller waiting
+                sent, encoded, refusal = [], 0, exc
+            sent += _refusals(loop, records[encoded:], refusal)
+            for produced, future in zip(sent, delivered, strict=True):
+                produced.add_done_callback(functools.partial(_chain, target=future))
 
     def produce(
         self, topic: str, value: bytes, key: bytes, headers: HeaderList, *, partition: int | None = None,
@@ -425,6 +439,11 @@ class Client:
     def read_model_started(self) -> bool:
         """Whether `expect_outcome_now` may be asked."""
         return self._results is not None and self._results.is_started
+
+    def forget_outcome(self, request_id: str, future: asyncio.Future[CommandOutcome]) -> None:
+        """Stop waiting for the answer to a command that was not sent."""
+        if self._results is not None:
+            self._results.forget_outcome(request_id, future)
 
     def expect_outcome_now(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """`expect_outcome` without waiting, once the read model is started (`read_model_started`)."""
@@ -1090,7 +1109,8 @@ class _ReadModel:
 
     @property
     def is_started(self) -> bool:
-        return self._starting is not None and self._starting.done() and self._starting.exception() is None
+        starting = self._starting
+        return starting is not None and starting.done() and not starting.cancelled() and starting.exception() is None
 
     async def started(self) -> None:
         """Set up once; concurrent first callers all wait for the same setup. If Postgres does not
@@ -1287,6 +1307,24 @@ async def _run_row(pool: Any, workflow_id: str, run_id: str) -> tuple[str, str |
         return await (await conn.execute(
             "SELECT status, next_run_id FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, run_id),
         )).fetchone()
+
+
+def _refusals(loop: asyncio.AbstractEventLoop, records: list[dict[str, Any]], reason: Exception | None) -> list[asyncio.Future[Message]]:
+    """The deliveries of commands not sent: the first failed with `reason`, those after it because
+    of it; failed at once on `loop`'s own thread, else (a caller on another thread) by `loop`."""
+    on_loop = asyncio._get_running_loop() is loop
+    refused: list[asyncio.Future[Message]] = []
+    for index, record in enumerate(records):
+        why = reason if index == 0 and reason is not None else KadenceError(
+            f"{record['command'][0]} for {record['workflow_id']} not sent, as {records[0]['command'][0]} before it was not: {reason}"
+        )
+        future: asyncio.Future[Message] = loop.create_future()
+        if on_loop:
+            future.set_exception(why)
+        else:
+            loop.call_soon_threadsafe(future.set_exception, why)
+        refused.append(future)
+    return refused
 
 
 def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:

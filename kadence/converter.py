@@ -587,5 +587,6 @@ def _replace_all(targets: list[dict[str, Any]], replacements: Sequence[Any]) -> 
         raise ValueError(f"the payload codec returned {len(replacements)} payloads for {len(targets)}")
     for target, replacement in zip(targets, replacements, strict=True):
         payload = Payload.of(replacement)
+        metadata, data = dict(payload.metadata), payload.data  # read first: a codec may return the very payload it was given
         target.clear()
-        target.update(metadata=dict(payload.metadata), data=payload.data)
+        target.update(metadata=metadata, data=data)

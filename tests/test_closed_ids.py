@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.history.closed_ids import FALSE_POSITIVES, FIRST_CAPACITY, ClosedIds
+from services.history.closed_ids import FALSE_POSITIVES, FIRST_CAPACITY, FORMAT, ClosedIds
 
 
 def test_every_id_added_is_held_and_few_others_seem_so() -> None:
@@ -31,3 +31,6 @@ def test_the_bytes_restore_the_same_filter() -> None:
     assert all(restored.may_hold(f"order-{i}") for i in range(FIRST_CAPACITY + 10))
     with pytest.raises(ValueError, match="ends inside a block"):
         ClosedIds.from_bytes(closed_ids.to_bytes()[:-1])
+    with pytest.raises(ValueError, match="not a closed-ids filter"):
+        ClosedIds.from_bytes(closed_ids.to_bytes()[len(FORMAT):])
+    assert not restored.changed and closed_ids.changed

@@ -318,6 +318,13 @@ def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(s
         # Now from the checkpoint: the ids of both closed runs.
         again = store.claim([partition])[partition].closed_ids
         assert again.may_hold("done-1") and again.may_hold("done-2") and not again.may_hold("never-started")
+        # A release without ClosedIds checkpointing the partition (a rollback) moves history_offset
+        # and stores closed runs without touching the filter: the claim after reads the table.
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE kadence_history_checkpoints SET history_offset = 9 WHERE partition = %s", (partition,))
+            conn.execute("INSERT INTO kadence_history_closed_runs VALUES (%s, 'done-3', 'r4', 'Completed', 'start-9')", (partition,))
+        after_rollback = store.claim([partition])[partition].closed_ids
+        assert all(after_rollback.may_hold(workflow_id) for workflow_id in ("done-1", "done-2", "done-3"))
     finally:
         store.close()
 

@@ -3,6 +3,7 @@ encryption) applied by client and worker, so payloads are unreadable in Kafka an
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import datetime
@@ -126,6 +127,37 @@ class Shipment:
 class Customer(pydantic.BaseModel):
     name: str
     since: datetime.date
+
+
+class MalformingCodec(PayloadCodec):
+    """Leaves a payload whose metadata is text, not bytes, for any value containing "poison": the
+    command's Avro encoding then fails after the codec ran. Every other payload it passes through
+    as the very object it was given, as a codec that skips small payloads does."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [Payload(metadata={"encoding": "text"}, data=p.data) if b"poison" in p.data else p  # type: ignore[dict-item]
+                for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+
+async def test_a_command_the_codec_left_unencodable_fails_with_the_reason_and_the_next_ones_still_go(
+    stack: LocalStack, task_queue: str,
+) -> None:
+    """The client's encoder serves every command after one it could not send: none waits for ever."""
+    converter = dataclasses.replace(DataConverter.default, payload_codec=MalformingCodec())
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, data_converter=converter)
+    try:
+        async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+            with pytest.raises(TypeError):
+                await asyncio.wait_for(client.start_workflow(EchoWorkflow.run, "poison", id=f"poison-{uuid.uuid4()}",
+                                                             task_queue=task_queue), 30)
+            fine = await asyncio.wait_for(client.start_workflow(EchoWorkflow.run, "fine", id=f"fine-{uuid.uuid4()}",
+                                                                task_queue=task_queue), 30)
+            assert await asyncio.wait_for(fine.result(), 60) == "fine"
+    finally:
+        await client.close()
 
 
 def test_the_json_converter_keeps_dates_uuids_enums_dataclasses_and_pydantic_models() -> None:

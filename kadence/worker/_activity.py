@@ -69,6 +69,7 @@ class EagerStart:
     """An eager attempt's task, the answer to its start, and the start to send."""
 
     task: Record
+    request_id: str
     answer: asyncio.Future[CommandOutcome]
     command: tuple[str, Record]
 
@@ -104,7 +105,7 @@ class ActivityWorker:
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
         self._slots = _Slots(max_concurrent_activities)
-        self._running: set[asyncio.Future[Any]] = set()  # attempts, and eager attempts being started
+        self._running: set[asyncio.Future[Any]] = set()  # the attempts running
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
         self._eager = not disable_eager_activity_execution and max_task_queue_activities_per_second is None
         self._attempts: dict[AttemptKey, _Attempt] = {}
@@ -159,7 +160,7 @@ class ActivityWorker:
         the activity is for this worker's queue and registered here, a slot is free now, and the
         attempt's cancellation would come to this worker (it owns the activity topic's partition
         for the foreseen id), and the read model that answers its start is started. The attempt
-        `run_eagerly` starts holds the slot, or `release_eager_slots` gives it back."""
+        `run_eagerly` starts holds the slot, or `drop_eager_starts` gives it back."""
         return (
             self._eager and activity["task_queue"] in ("", self.task_queue) and activity["activity_type"] in self._activities
             and not self._stop.is_set() and self.client.read_model_started
@@ -167,9 +168,11 @@ class ActivityWorker:
             and self._slots.try_acquire()
         )
 
-    def release_eager_slots(self, count: int) -> None:
-        """Slots claimed for eager attempts that will not run (their completion was refused at once)."""
-        for _ in range(count):
+    def drop_eager_starts(self, starts: list[EagerStart]) -> None:
+        """Eager attempts that will not run (their workflow task's answer was not sent): their
+        slots back, their starts' answers not waited for."""
+        for start in starts:
+            self.client.forget_outcome(start.request_id, start.answer)
             self._slots.release()
 
     def eager_start(self, task: Record) -> EagerStart:
@@ -179,17 +182,14 @@ class ActivityWorker:
         Its start names the activity, since its scheduled_event_id was foreseen."""
         at = task["task"][1]
         request_id = _start_request_id(task)
-        return EagerStart(task, self.client.expect_outcome_now(request_id), (CommandType.RecordActivityTaskStarted, {
-            "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-            "request_id": request_id, "activity_id": at["activity_id"],
-        }))
+        return EagerStart(task, request_id, self.client.expect_outcome_now(request_id), _start_command(task, request_id, at["activity_id"]))
 
     def run_eagerly(self, start: EagerStart, completion: asyncio.Future[Message], started: asyncio.Future[Message]) -> None:
         """Run an eager attempt whose start was sent after `completion`: once the start is delivered,
         as an attempt from the task queue runs, and only if the completion was delivered too (a
         payload codec's failure, say, shows only then)."""
         with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": start.task["workflow_id"]}):
-            self._run_started(start.task, start.answer, started, None, completion)
+            self._run_started(start.task, start.request_id, start.answer, started, None, completion)
 
     async def _start_attempt(self, task: Record, problem: Exception | None) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it."""
@@ -207,24 +207,24 @@ class ActivityWorker:
             await self.rate.wait()
             request_id = _start_request_id(task)
             answer = await self.client.expect_outcome(request_id)
-            started = self._send(task["workflow_id"], CommandType.RecordActivityTaskStarted, {
-                "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-                "request_id": request_id, "activity_id": "",
-            })
+            started = self._send(task["workflow_id"], *_start_command(task, request_id, ""))
         except BaseException:
             self._slots.release()
             raise
         self._remember_asked(key)
-        self._run_started(task, answer, started, problem)
+        self._run_started(task, request_id, answer, started, problem)
         return [started]
 
     def _run_started(
-        self, task: Record, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message], problem: Exception | None,
-        completion: asyncio.Future[Message] | None = None,
+        self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
+        problem: Exception | None, completion: asyncio.Future[Message] | None = None,
     ) -> None:
-        """Run an attempt whose start was sent, in the slot taken for it."""
+        """Run an attempt whose start was sent, in the slot taken for it; a start that could not be
+        sent is answered by nobody, so its answer is not waited for."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
+        started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
+                                  else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
         job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem, completion))
@@ -299,10 +299,13 @@ class ActivityWorker:
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
+        # The start delivered first (a produce round trip): so it is in the log before anything
+        # the attempt prompts elsewhere, say another process completing it by task token.
+        if not await _delivered(started):
+            log.warning("event=activity_start_not_sent workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
+                        workflow_id, run_id, at["activity_type"], at["attempt"], str(started.exception()))
+            return None  # not started: its retry timer dispatches it again
         try:
-            # The start delivered first (a produce round trip): so it is in the log before
-            # anything the attempt prompts elsewhere, say another process completing it by task token.
-            await started
             if completion is not None and not await _delivered(completion):
                 log.info("event=activity_eager_dropped workflow_id=%s run_id=%s activity_type=%s reason=%r",
                          workflow_id, run_id, at["activity_type"], "its workflow task's completion was not delivered")
@@ -492,6 +495,16 @@ def _check_sync_activities(
 async def _delivered(sent: asyncio.Future[Message]) -> bool:
     await asyncio.wait({sent})
     return not sent.cancelled() and sent.exception() is None
+
+
+def _start_command(task: Record, request_id: str, activity_id: str) -> tuple[str, Record]:
+    """An attempt's RecordActivityTaskStarted; `activity_id` only for an eager attempt, whose
+    scheduled_event_id was foreseen."""
+    at = task["task"][1]
+    return CommandType.RecordActivityTaskStarted, {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+        "request_id": request_id, "activity_id": activity_id,
+    }
 
 
 def _start_request_id(task: Record) -> str:

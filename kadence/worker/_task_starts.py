@@ -28,7 +28,8 @@ from kadence.protocol.codec import Record
 log = logging.getLogger("kadence.worker")
 
 # Longer than a workflow task's activation takes (about a millisecond), far shorter than its
-# start-to-close timeout (10 s by default): a start sent by the thread comes at most this late.
+# start-to-close timeout (10 s by default): a start sent by the thread comes this late, or once the
+# stuck code lets the thread run (it needs the GIL: code that spins in Python shares it in turns).
 HOLD_S = 0.1
 
 Command = tuple[str, Record]
@@ -107,8 +108,8 @@ class HeldStarts:
                 try:
                     sent = head.context.run(self._send, head.workflow_id, [head.command], self._loop)
                     head.taken = True
+                    assert self._loop is not None
                     for future in sent:  # callbacks are the loop's to add
-                        assert self._loop is not None
                         self._loop.call_soon_threadsafe(future.add_done_callback, log_unsent)
                 except Exception as exc:  # left to take, which sends it with the task's answer
                     log.warning("event=workflow_task_start_not_sent workflow_id=%s error=%r", head.workflow_id, str(exc))

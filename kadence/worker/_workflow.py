@@ -174,8 +174,8 @@ class WorkflowWorker:
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
             return [self._fail_workflow_task(task, exc, start)]
         if instance.local_activities_to_run():  # they take a while: the start goes now
-            for started in self._send_all(workflow_id, self._starts.take(start)):
-                started.add_done_callback(log_unsent)
+            if held := self._starts.take(start):
+                self._send_all(workflow_id, held)[0].add_done_callback(log_unsent)
             return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
         return [self._complete_workflow_task(task, instance, commands, start)]
 
@@ -249,12 +249,13 @@ class WorkflowWorker:
         self._cache.pop(run_id, None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-        return _answer(self._send_all(workflow_id, [*self._held(start), (CommandType.RespondWorkflowTaskFailed, {
+        return _answer(self._send_all(workflow_id, [*self._take_start(start), (CommandType.RespondWorkflowTaskFailed, {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
         })]))
 
-    def _held(self, start: HeldStart | None) -> list[tuple[str, Record]]:
+    def _take_start(self, start: HeldStart | None) -> list[tuple[str, Record]]:
+        """The task's start to send before its answer, unless the thread sent it already."""
         return self._starts.take(start) if start is not None else []
 
     def _complete_workflow_task(
@@ -264,21 +265,19 @@ class WorkflowWorker:
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = [self._activities.eager_start(attempt) for attempt in eager]
-        held = self._held(start)
+        held = self._take_start(start)
         try:
-            # The workflow task's start, its completion, then its eager attempts' starts: one produce.
+            # The workflow task's start, its completion, then its eager attempts' starts, back to
+            # back (an eager start refused with the completion if that is refused: too large, say).
             sent = self._send_all(task["workflow_id"], [*held, (CommandType.RespondWorkflowTaskCompleted, {
                 "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
             }), *(eager_start.command for eager_start in starts)])
-        except BaseException:
-            self._activities.release_eager_slots(len(eager))
+        except BaseException:  # nothing sent: the client is closed (a command it cannot send is refused, not raised)
+            self._activities.drop_eager_starts(starts)
             raise
         completion = _answer(sent[:len(held) + 1])
-        if completion.done() and completion.exception() is not None:  # refused before it left (too large): nothing to run
-            self._activities.release_eager_slots(len(eager))
-        else:
-            for eager_start, started in zip(starts, sent[len(held) + 1:], strict=True):
-                self._activities.run_eagerly(eager_start, completion, started)
+        for eager_start, started in zip(starts, sent[len(held) + 1:], strict=True):
+            self._activities.run_eagerly(eager_start, completion, started)  # runs only if both are delivered
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)

@@ -15,6 +15,7 @@ refused instead.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,9 @@ CHECKPOINT_DDL = [
     # The partition's ClosedIds (services/history/closed_ids.py); NULL in a checkpoint stored before
     # the column existed, whose claim reads the ids from kadence_history_closed_runs instead.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS closed_ids bytea",
+    # The history_offset of the checkpoint that last stored closed_ids. A release without the
+    # column moves history_offset (and adds closed runs) without it: then claim reads the table.
+    "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS closed_ids_history_offset bigint",
 ]
 
 
@@ -141,10 +145,12 @@ class CheckpointStore:
                     (partition,),
                 ).fetchall()
                 row = conn.execute(
-                    "SELECT history_offset, last_source_offset, state, schema_fingerprint, closed_ids FROM kadence_history_checkpoints "
-                    "WHERE partition = %s", (partition,),
+                    "SELECT history_offset, last_source_offset, state, schema_fingerprint, closed_ids, closed_ids_history_offset "
+                    "FROM kadence_history_checkpoints WHERE partition = %s", (partition,),
                 ).fetchone()
-                closed_ids = ClosedIds.from_bytes(row[4]) if row is not None and row[4] is not None else _read_closed_ids(conn, partition)
+                closed_ids = _stored_closed_ids(row) if row is not None else None
+                if closed_ids is None:
+                    closed_ids = _read_closed_ids(conn, partition)
                 if row is not None and row[3] != checkpoint_codec().current_fingerprint:
                     log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
                                 partition, row[3], checkpoint_codec().current_fingerprint)
@@ -179,13 +185,17 @@ class CheckpointStore:
                 )
             conn.execute(
                 "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint, "
-                "closed_ids) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET epoch = EXCLUDED.epoch, "
-                "history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
-                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, closed_ids = EXCLUDED.closed_ids, "
-                "taken_at = now()",
+                "closed_ids, closed_ids_history_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET "
+                "epoch = EXCLUDED.epoch, history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
+                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, taken_at = now(), "
+                # An unchanged filter is not written again (it may be megabytes), only said to still hold.
+                "closed_ids = COALESCE(EXCLUDED.closed_ids, kadence_history_checkpoints.closed_ids), "
+                "closed_ids_history_offset = EXCLUDED.closed_ids_history_offset",
                 (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint,
-                 state.closed_ids.to_bytes() if state.closed_ids is not None else None),
+                 *_closed_ids_to_store(state.closed_ids, history_offset)),
             )
+        if state.closed_ids is not None:
+            state.closed_ids.changed = False
         state.evict(closed)
         state.checkpointed_offset = history_offset
         return True
@@ -209,13 +219,35 @@ class CheckpointStore:
             self._conn.close()
 
 
+def _stored_closed_ids(row: tuple[Any, ...]) -> ClosedIds | None:
+    """The ClosedIds a checkpoint row holds, if they hold every closed run stored: written by the
+    checkpoint at the row's history_offset, in a format this release reads."""
+    history_offset, data, written_at = row[0], row[4], row[5]
+    if data is None or written_at != history_offset:
+        return None
+    try:
+        return ClosedIds.from_bytes(data)
+    except ValueError as exc:
+        log.warning("event=closed_ids_unreadable reason=%r", str(exc))
+        return None
+
+
+def _closed_ids_to_store(closed_ids: ClosedIds | None, history_offset: int) -> tuple[bytes | None, int | None]:
+    """The closed_ids and closed_ids_history_offset columns: none when the filter is not known,
+    no bytes when those stored are still the filter's."""
+    if closed_ids is None:
+        return None, None
+    return (closed_ids.to_bytes() if closed_ids.changed else None), history_offset
+
+
 def _read_closed_ids(conn: psycopg.Connection[Any], partition: int) -> ClosedIds:
     """The partition's closed-run ids from their table: for a partition whose checkpoint does not
-    hold them (none stored yet, or stored by a release before ClosedIds)."""
+    hold them (none stored yet, or last stored by a release before ClosedIds)."""
+    started = time.monotonic()
     closed_ids = ClosedIds()
     with conn.transaction(), conn.cursor(name=f"closed_ids_{partition}") as cursor:  # server-side: the ids may be many
         cursor.execute("SELECT workflow_id FROM kadence_history_closed_runs WHERE partition = %s", (partition,))
         for (workflow_id,) in cursor:
             closed_ids.add(workflow_id)
-    log.info("event=closed_ids_read partition=%d ids=%d", partition, len(closed_ids))
+    log.info("event=closed_ids_read partition=%d ids=%d seconds=%.3f", partition, len(closed_ids), time.monotonic() - started)
     return closed_ids

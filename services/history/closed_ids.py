@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 FALSE_POSITIVES = 0.01  # in all: the blocks' rates add up to at most this
 FIRST_CAPACITY = 4096  # ids the first block holds (about 5 KiB)
-_HEADER = struct.Struct(">IIHI")  # capacity, count, hashes, bits
+FORMAT = b"KCI1"  # leads the bytes: a filter of another format (another hash) is not read as this one
+_HEADER = struct.Struct(">IIHI")  # per block: capacity, count, hashes, length of its bits in bytes
 
 
 @dataclass
@@ -35,9 +37,9 @@ class _Block:
         hashes = max(1, round(size / capacity * math.log(2)))
         return cls(capacity, hashes, bytearray((size + 7) // 8))
 
-    def positions(self, digest: tuple[int, int]) -> list[int]:
+    def positions(self, digest: tuple[int, int]) -> Iterator[int]:
         size, (h1, h2) = len(self.bits) * 8, digest
-        return [(h1 + i * h2) % size for i in range(self.hashes)]
+        return ((h1 + i * h2) % size for i in range(self.hashes))
 
     def holds(self, digest: tuple[int, int]) -> bool:
         return all(self.bits[p >> 3] & (1 << (p & 7)) for p in self.positions(digest))
@@ -54,10 +56,12 @@ def _digest(workflow_id: str) -> tuple[int, int]:
 
 
 class ClosedIds:
-    """The workflow ids whose closed runs are stored, as a growing Bloom filter."""
+    """The workflow ids whose closed runs are stored, as a growing Bloom filter; `changed` since
+    its bytes were last stored (or read)."""
 
-    def __init__(self, blocks: list[_Block] | None = None) -> None:
+    def __init__(self, blocks: list[_Block] | None = None, *, changed: bool = True) -> None:
         self._blocks = blocks or []
+        self.changed = changed
 
     def may_hold(self, workflow_id: str) -> bool:
         """False only for an id never added."""
@@ -73,16 +77,19 @@ class ClosedIds:
             index = len(self._blocks)
             self._blocks.append(_Block.new(FIRST_CAPACITY << index, FALSE_POSITIVES / 2 ** (index + 1)))
         self._blocks[-1].add(digest)
+        self.changed = True
 
     def __len__(self) -> int:
         return sum(block.count for block in self._blocks)
 
     def to_bytes(self) -> bytes:
-        return b"".join(_HEADER.pack(b.capacity, b.count, b.hashes, len(b.bits)) + bytes(b.bits) for b in self._blocks)
+        return FORMAT + b"".join(_HEADER.pack(b.capacity, b.count, b.hashes, len(b.bits)) + bytes(b.bits) for b in self._blocks)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ClosedIds:
-        blocks, at = [], 0
+        if not data.startswith(FORMAT):
+            raise ValueError(f"not a closed-ids filter of format {FORMAT!r}: it begins {data[:len(FORMAT)]!r}")
+        blocks, at = [], len(FORMAT)
         while at < len(data):
             capacity, count, hashes, size = _HEADER.unpack_from(data, at)
             at += _HEADER.size
@@ -90,4 +97,4 @@ class ClosedIds:
             at += size
         if at != len(data):
             raise ValueError(f"a closed-ids filter of {len(data)} bytes ends inside a block")
-        return cls(blocks)
+        return cls(blocks, changed=False)

@@ -129,6 +129,7 @@ class HistoryService:
         self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
         self._task_topics: set[str] = set()  # the task queue topics known to exist
         self.replies = Replies()
+        self._offsets_lock = threading.Lock()
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -195,7 +196,11 @@ class HistoryService:
         """Delivery reports as they come, on a thread of their own: a batch's replies leave the
         moment the broker acknowledged it, whatever the loop is doing (waiting for a command)."""
         while not stop.is_set():
-            self.producer.poll(0.05)
+            try:
+                self.producer.poll(0.05)
+            except Exception:  # a callback's bug: said loudly, and the reports after it still served
+                ERRORS.labels("delivery_callback_failed").inc()
+                log.exception("event=delivery_callback_failed")
 
     async def _create_tables(self) -> None:
         assert self.checkpoints is not None
@@ -214,7 +219,8 @@ class HistoryService:
         the state stays in memory, and recovery would read more of the log.
 
         The wait and the writes run off the event loop, so /healthz and /readyz still answer;
-        nothing else runs meanwhile (rebalance callbacks run inside the consumer's poll)."""
+        no command is handled meanwhile (rebalance callbacks run inside the consumer's poll), and
+        delivery reports go on being served, here and on the delivery thread."""
         assert self.checkpoints is not None
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
         self._flush()
@@ -313,7 +319,8 @@ class HistoryService:
         that memory does not hold (checkpoints evict closed runs): one query per batch. Without
         the answer a command could start a run the reuse policy forbids or answer a closed run as
         unknown, so while Postgres is away the batch waits here (the process not ready), and
-        nothing after it is read; a batch naming only runs in memory needs no lookup."""
+        nothing after it is read; a batch naming only runs in memory, or ids the partition's
+        ClosedIds never held (new workflow ids), needs no lookup."""
         checkpoints = self.checkpoints
         if checkpoints is None:
             return
@@ -456,8 +463,9 @@ class HistoryService:
             self._produce_error = err
         elif msg.topic() == topics.HISTORY:
             partition, offset = position(msg)
-            if (state := self.partitions.get(partition)) is not None:
-                state.history_offset = max(state.history_offset, offset + 1)
+            with self._offsets_lock:  # the delivery thread and a flush elsewhere may both serve reports
+                if (state := self.partitions.get(partition)) is not None:
+                    state.history_offset = max(state.history_offset, offset + 1)
 
     def _on_delivery(self, replies: list[Reply] | None = None) -> Callable[[KafkaError | None, Message], None]:
         """The delivery callback for the current producer: a replaced one's reports are ignored.
