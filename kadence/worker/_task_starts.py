@@ -91,6 +91,8 @@ class HeldStarts:
             self._lock.notify()
         if self._thread is not None:
             self._thread.join()
+        with self._lock:  # a worker run again holds starts again, on a thread of its own
+            self._thread, self._closed = None, False
 
     def _send_due(self) -> None:
         with self._lock:
