@@ -10,7 +10,9 @@ suite runs on Tansu and the tests marked `kafka_only` are skipped, saying why; i
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -25,7 +27,7 @@ import pytest
 import uvloop
 
 from kadence.client import Client
-from kadence.dev.brokers import ApacheKafka, choose_broker
+from kadence.dev.brokers import ApacheKafka, choose_broker, free_port
 from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.dev.otlp import OtlpReceiver, exporting_to, otlp_receiver
 from kadence.protocol.kafka import partition_for_key
@@ -95,6 +97,8 @@ def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROK
     local = LocalStack(data_dir, partitions=4, broker_kind=broker_kind, **options)
     failed = True
     try:
+        if isinstance(local.broker, ApacheKafka):
+            shutil.copytree(_formatted_kafka_log_dir(), local.broker.log_dir)
         local.start(services)
         yield local
         failed = False
@@ -105,6 +109,20 @@ def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROK
             shutil.copytree(data_dir / "logs", kept, dirs_exist_ok=True)
             logging.getLogger(__name__).error("the stack's service logs are kept in %s", kept)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@functools.cache
+def _formatted_kafka_log_dir() -> Path:
+    """An empty Apache Kafka log dir, formatted once per session (kadence.dev's own format step);
+    each test stack starts on a copy, so it skips the format (a JVM of its own: about 3 s on two
+    cores, at each of the suite's 15-odd stacks). The copies share one cluster id, which nothing
+    compares across stacks: Postgres keeps the log identity per data dir. tests/test_local_brokers.py
+    still starts stacks that format their own log dir."""
+    template = Path(tempfile.mkdtemp(prefix="kadence-test-kafka-template-"))
+    atexit.register(shutil.rmtree, template, ignore_errors=True)
+    broker = ApacheKafka(template, free_port())
+    broker.prepare()
+    return broker.log_dir
 
 
 @pytest.fixture(scope="session")
