@@ -21,6 +21,24 @@ def kadence(stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+def kadence_at_once(stack: LocalStack, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Independent commands run side by side, as `kadence` runs each (a `workflow result` for a
+    workflow nobody started waits out the client's 5 s before it says not found)."""
+    processes = [subprocess.Popen([sys.executable, "-m", "kadence.ops.cli", *args], env=stack.env, cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in commands]
+    done = []
+    try:
+        for args, process in zip(commands, processes, strict=True):
+            stdout, stderr = process.communicate(timeout=120)
+            done.append(subprocess.CompletedProcess([*args], process.returncode, stdout, stderr))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return done
+
+
 @pytest.fixture
 def worker(stack: LocalStack, task_queue: str) -> Iterator[None]:
     process = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "cli-worker"], env=stack.env, cwd=REPO)
@@ -67,17 +85,20 @@ def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalSta
 @pytest.mark.also_on_tansu  # whose fetch past the end neither fails nor reaches an end by itself
 def test_the_cli_answers_at_once_at_its_edges(stack: LocalStack) -> None:
     """Each of these used to hang or print a traceback."""
-    unknown = kadence(stack, "workflow", "result", "-w", f"nobody-{uuid.uuid4()}")
+    unknown, unknown_run, past_the_end, replay_past_the_end, nested, negative = kadence_at_once(
+        stack,
+        ("workflow", "result", "-w", f"nobody-{uuid.uuid4()}"),
+        ("workflow", "result", "-w", f"nobody-{uuid.uuid4()}", "-r", "no-such-run"),
+        ("dlq", "list", "--from-offset", "999999999"),
+        ("dlq", "replay", "--offset", "999999999"),
+        ("workflow", "list", "-q", "(" * 5000 + "WorkflowId = 'a'" + ")" * 5000),
+        ("workflow", "list", "--limit", "-1"),
+    )
     assert unknown.returncode == 1 and "not found" in unknown.stderr, unknown.stderr
-    unknown_run = kadence(stack, "workflow", "result", "-w", f"nobody-{uuid.uuid4()}", "-r", "no-such-run")
     assert unknown_run.returncode == 1 and "not found" in unknown_run.stderr, unknown_run.stderr
-    past_the_end = kadence(stack, "dlq", "list", "--from-offset", "999999999")
     assert past_the_end.returncode == 0 and past_the_end.stdout == "", past_the_end.stderr
-    replay_past_the_end = kadence(stack, "dlq", "replay", "--offset", "999999999")
     assert replay_past_the_end.returncode == 2 and "no records at offsets [999999999]" in replay_past_the_end.stderr
-    nested = kadence(stack, "workflow", "list", "-q", "(" * 5000 + "WorkflowId = 'a'" + ")" * 5000)
     assert nested.returncode == 2 and "nests parentheses more than" in nested.stderr, nested.stderr
-    negative = kadence(stack, "workflow", "list", "--limit", "-1")
     assert negative.returncode == 2 and "--limit" in negative.stderr, negative.stderr
 
 
