@@ -1,5 +1,5 @@
 """A Postgres outage under load: Postgres stopped as a switchover stops it (every connection
-closed), for 10 s and then for 30 s, while workflows with activities and a durable timer are in
+closed), for 10 s and then for 15 s, while workflows with activities and a durable timer are in
 flight and more are started. Every process rides it out: the same service processes, not ready
 (saying Postgres is the reason) while it is away and ready again after; the worker says so too;
 the client made before the outage starts workflows during and after it and gets their results;
@@ -27,7 +27,14 @@ from tests.conftest import local_stack
 from tests.test_broker_faults import ReadinessLog, _logging_to, _stably_ready
 from tests.workflows import SignalOrTimerWorkflow, echo
 
-OUTAGES_S = (10.0, 30.0)
+# Both past every wait the outage can outlast: the retry backoff's 2 s cap, libpq's 5 s connect
+# timeout, and the 10 s a workflow task, the activities (start-to-close) and a task's redispatch
+# are given, by 5 s for the second (so their timers fall due while Postgres is away). The 30 s the
+# second one lasted before tested nothing 15 s does not: no wait in the services is between the
+# two (the next, max.poll.interval.ms, is 10 minutes), and the client's 30 s wait for a pooled
+# connection is still waited out (a result lookup that began in the first outage resumed on its
+# third attempt, 30.6 s later).
+OUTAGES_S = (10.0, 15.0)
 WORKFLOWS_PER_OUTAGE = 60  # started before each outage, spread so it finds them at every step
 STARTS_DURING_OUTAGE = 5  # started by the pre-outage client while Postgres is away
 START_INTERVAL_S = 0.02
