@@ -70,17 +70,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("kafka_only"):
                 item.add_marker(skip)
-    items.sort(key=_session_stack_group)
+    # Then each group's tests module by module: pytest's order split some modules' tests in two
+    # (test_ui's, test_image's), and their module fixtures (a browser, a UI server, a worker, an
+    # installed image) were made again for the second part.
+    first_of_module: dict[tuple[int, str], int] = {}
+    for position, item in enumerate(items):
+        first_of_module.setdefault(_group_and_module(item), position)
+    order = {id(item): position for position, item in enumerate(items)}
+    items.sort(key=lambda item: (_group_and_module(item)[0], first_of_module[_group_and_module(item)], order[id(item)]))
 
 
-def _session_stack_group(item: pytest.Item) -> int:
+def _group_and_module(item: pytest.Item) -> tuple[int, str]:
     """The tests without the session stack run first, then those on the main broker's, then those
     on Tansu's. pytest's own order ran the main broker's, Tansu's, then the main broker's again (it
     stops a session fixture's instance when a test needs another parameter), so the main broker's
-    session stack started twice (18 s). The sort is stable: within each group the order is pytest's."""
+    session stack started twice (18 s). Within each group and module the order is pytest's."""
     callspec = getattr(item, "callspec", None)
     kind = callspec.params.get("broker_kind") if callspec is not None else None
-    return 0 if kind is None else 1 if kind == MAIN_BROKER else 2
+    return 0 if kind is None else 1 if kind == MAIN_BROKER else 2, item.nodeid.split("::", 1)[0]
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:

@@ -64,7 +64,7 @@ def test_one_pinned_non_root_image_with_the_cli_as_entrypoint() -> None:
     assert final["ENV"].count("KADENCE_HTTP_PORT=8080")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once: this module's tests run in two parts, without the session stack and on it
 def image_layout(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """What the Dockerfile builds, on this machine: the build stage's COPY sources as the build
     context, its `pip wheel` (without the dependencies, which this environment already has), the
