@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 import uuid
 
 from kadence.client import Client
@@ -16,6 +17,10 @@ from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, FlakyWorkflow, SleepyWorkflow
 
+# Long enough that the sleepers still pin every partition when the timer service is killed: their
+# start, the flaky work and the kill take about 4 s here (the test checks it, below). It was 20 s;
+# nothing else waits on it.
+SLEEP_S = 12.0
 STALE_FIRING = re.compile(r"event=command_rejected .*command=TimeoutFired .*reason='([^']*)'")
 
 
@@ -33,8 +38,9 @@ async def test_timers_fired_before_a_sigkill_do_not_fire_again_after_the_restart
     stack: LocalStack, client: Client, task_queue: str,
 ) -> None:
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
-        # Sleepers pin every partition's stored position at their 20 s timer for the whole test.
-        sleepers = [await client.start_workflow(SleepyWorkflow.run, 20.0, id=f"pin-{i}-{uuid.uuid4()}", task_queue=task_queue)
+        # Sleepers pin every partition's stored position at their timer for the whole test.
+        pinned_from = time.monotonic()  # none of their timers is due before SLEEP_S from here (timers never fire early)
+        sleepers = [await client.start_workflow(SleepyWorkflow.run, SLEEP_S, id=f"pin-{i}-{uuid.uuid4()}", task_queue=task_queue)
                     for i in range(3 * stack.partitions)]
         for handle in sleepers:
             await wait_for_event(stack, handle.id, "TimerStarted", timeout=30)
@@ -45,6 +51,8 @@ async def test_timers_fired_before_a_sigkill_do_not_fire_again_after_the_restart
 
         mark = log_size(stack)
         stack.kill_service("timer")
+        killed_after = time.monotonic() - pinned_from
+        assert killed_after < SLEEP_S, f"the sleepers' timers may have fired before the kill ({killed_after:.1f} s): nothing was pinned"
         stack.start_service("timer")
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in sleepers)), 60)
         assert all(r.startswith("slept") for r in results)
