@@ -16,6 +16,7 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -110,8 +111,7 @@ def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROK
         yield local
         failed = False
     finally:
-        if local.restart_backoff is None:  # a supervised stack would start them again: it stops them itself
-            _kill_for_teardown(local)
+        _kill_for_teardown(local)
         local.stop()
         if failed:  # the services' logs are what explains a failure
             kept = Path(tempfile.mkdtemp(prefix="kadence-test-logs-"))
@@ -124,12 +124,10 @@ def _kill_for_teardown(local: LocalStack) -> None:
     """SIGKILL the services and the broker of a stack whose data dir is removed next: their clean
     stop (leaving groups, flushing, the broker's controlled shutdown) took about 3 s per stack, and
     no test asserts it at teardown (those that test a clean stop send SIGTERM themselves and check
-    what follows). Their logs are written as they go, so a failure's logs are complete."""
-    processes = list(local.services.values())
-    for process in processes:
-        process.kill()
-    for process in processes:
-        process.wait()
+    what follows). Their logs are written as they go, so a failure's logs are complete. kill_service
+    takes each out of the stack first, so a supervised stack does not start it again."""
+    for instance in list(local.services):
+        local.kill_service(instance, signal.SIGKILL)
     if local.broker is not None:
         local.broker.kill()
 
