@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,13 +17,14 @@ import pytest
 from confluent_kafka import Producer
 
 from kadence.client import Client
+from kadence.dev.brokers import ApacheKafka
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import AuditReport, audit_history, closed_run_digest
 from kadence.protocol import topics
 from kadence.protocol.codec import history_batch_codec, task_codec
 from kadence.protocol.kafka import core_topics, ensure_topics
 from kadence.worker import Worker
-from tests.conftest import MAIN_BROKER, wait_for_event
+from tests.conftest import MAIN_BROKER, formatted_kafka_log_dir, wait_for_event
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
 
 STUCK_AFTER_S = 2.0
@@ -33,9 +35,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """Only a broker: the test is the sole writer of kadence.history."""
     local = LocalStack(tmp_path_factory.mktemp("audit"), partitions=1, broker_kind=MAIN_BROKER)
     (local.data_dir / "logs").mkdir()
+    if isinstance(local.broker, ApacheKafka):  # the session's formatted log dir, as local_stack does
+        shutil.copytree(formatted_kafka_log_dir(), local.broker.log_dir)
     local.start_broker()
     ensure_topics(local.settings, core_topics(local.settings))
     yield local
+    assert local.broker is not None
+    local.broker.kill()  # its log goes with the temp dir: no clean stop needed (as local_stack's teardown)
     local.stop()
 
 
