@@ -67,18 +67,18 @@ def test_workflow_commands_start_signal_query_and_read_back(stack: LocalStack, t
 
 
 def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalStack, task_queue: str, worker: None) -> None:
-    executed = kadence(stack, "workflow", "execute", "-t", "EchoWorkflow", "-q", task_queue, "-w", f"cli-echo-{uuid.uuid4()}", "-i", '"hi"')
+    executed, failed, unknown, bad_filter, bad_input = kadence_at_once(
+        stack,
+        ("workflow", "execute", "-t", "EchoWorkflow", "-q", task_queue, "-w", f"cli-echo-{uuid.uuid4()}", "-i", '"hi"'),
+        ("workflow", "execute", "-t", "DeclinedWorkflow", "-q", task_queue, "-w", f"cli-declined-{uuid.uuid4()}", "-i", '"card"'),
+        ("workflow", "signal", "-w", f"nobody-{uuid.uuid4()}", "-n", "approve"),
+        ("workflow", "list", "-q", "WorkflowType ="),
+        ("workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "-i", "not json"),
+    )
     assert (executed.returncode, executed.stdout.strip()) == (0, '"hi"')
-
-    failed = kadence(stack, "workflow", "execute", "-t", "DeclinedWorkflow", "-q", task_queue, "-w", f"cli-declined-{uuid.uuid4()}",
-                     "-i", '"card"')
     assert failed.returncode == 1 and "workflow failed: ActivityError" in failed.stderr
-
-    unknown = kadence(stack, "workflow", "signal", "-w", f"nobody-{uuid.uuid4()}", "-n", "approve")
     assert unknown.returncode == 1 and "workflow execution not found" in unknown.stderr
-    bad_filter = kadence(stack, "workflow", "list", "-q", "WorkflowType =")
     assert bad_filter.returncode == 2 and "expected a value" in bad_filter.stderr
-    bad_input = kadence(stack, "workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "-i", "not json")
     assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
 
 
@@ -111,7 +111,10 @@ def test_an_exported_history_replays_against_the_code_and_a_changed_workflow_fai
     export = tmp_path / "history.json"
     export.write_text(kadence(stack, "workflow", "show", "-w", workflow_id, "--output", "json").stdout)
 
-    replayed = kadence(stack, "history", "replay", str(export), "--worker-module", "tests.workflows")
+    replayed, changed = kadence_at_once(
+        stack,
+        ("history", "replay", str(export), "--worker-module", "tests.workflows"),
+        ("history", "replay", str(export), "--worker-module", "tests.changed_workflows", "--json"),
+    )
     assert replayed.returncode == 0 and replayed.stdout.startswith("ok"), replayed.stdout + replayed.stderr
-    changed = kadence(stack, "history", "replay", str(export), "--worker-module", "tests.changed_workflows", "--json")
     assert changed.returncode == 1 and json.loads(changed.stdout)["failure"].startswith("NondeterminismError")
