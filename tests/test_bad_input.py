@@ -9,6 +9,7 @@ written by hand here would be audit findings on the shared stack.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -103,6 +104,14 @@ def hostile_records(draw: st.DrawFn) -> Hostile:
 
 
 @pytest.fixture
+def drawn_storm() -> Iterator[concurrent.futures.Future[list[Hostile]]]:
+    """The storm's 2,000 records, drawn on a thread of this process while the stack starts (the
+    drawing takes about 6 s; the test process only waits for the stack meanwhile)."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="storm") as drawing:
+        yield drawing.submit(_storm, 2000)
+
+
+@pytest.fixture
 def hostile_stack() -> Iterator[LocalStack]:
     """A stack of each test's own: the storm's backlog must not meet the history records written by hand."""
     with local_stack() as stack:
@@ -188,10 +197,9 @@ async def _every_partition_moves(stack: LocalStack, client: Client, prefix: str)
 
 
 async def test_a_storm_of_hostile_commands_and_sdk_calls_is_refused_or_dead_lettered_and_every_partition_moves(
-    hostile_stack: LocalStack, hostile_client: Client,
+    drawn_storm: concurrent.futures.Future[list[Hostile]], hostile_stack: LocalStack, hostile_client: Client,
 ) -> None:
-    stack, client = hostile_stack, hostile_client
-    storm = _storm(2000)
+    stack, client, storm = hostile_stack, hostile_client, drawn_storm.result()
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
     for record in storm:
         placement = {"partition": record.partition} if record.partition is not None else {}
