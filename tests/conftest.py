@@ -32,6 +32,7 @@ from kadence.client import Client
 from kadence.dev.brokers import ApacheKafka, choose_broker, free_port
 from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.dev.otlp import OtlpReceiver, exporting_to, otlp_receiver
+from kadence.ops.audit import AuditReport, audit_history
 from kadence.protocol.kafka import partition_for_key
 
 
@@ -206,6 +207,14 @@ def workflow_id_on(partition: int, partitions: int, prefix: str) -> str:
         candidate for candidate in (f"{prefix}-{uuid.uuid4()}" for _ in range(1000))
         if partition_for_key(candidate.encode(), partitions) == partition
     )
+
+
+def audit_of(stack: LocalStack, *workflow_ids: str) -> AuditReport:
+    """The audit of the history partitions these workflows' runs live on (a run lives on the
+    partition its workflow id hashes to), from their start: for a test that reads its runs' events
+    (what it asserts is theirs), not every test's on the session stack (about 1 s per read late
+    in the suite)."""
+    return audit_history(stack.settings, {partition_for_key(workflow_id.encode(), stack.partitions): 0 for workflow_id in workflow_ids})
 
 
 async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:

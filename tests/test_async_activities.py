@@ -17,8 +17,8 @@ from kadence.client import Client
 from kadence.common import RetryPolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, AsyncActivityCancelledError, CommandRejectedError
-from kadence.ops.audit import audit_history
 from kadence.worker import Worker
+from tests.conftest import audit_of
 
 # What each attempt of ask_approval handed out: (attempt, task token, heartbeat details it resumed from).
 ATTEMPTS: dict[str, asyncio.Queue[tuple[int, bytes, tuple[Any, ...]]]] = {}
@@ -103,7 +103,7 @@ async def test_an_activity_completed_by_its_task_token_from_another_client(
         with pytest.raises(ValueError, match="Task token cannot be present with other IDs"):
             approver.get_async_activity_handle(task_token=token, activity_id="approval")
 
-    history = audit_history(stack.settings).history(request, handle.run_id or (await handle.describe()).run_id)
+    history = audit_of(stack, request).history(request, handle.run_id or (await handle.describe()).run_id)
     completed = [attrs for kind, attrs in (e["attributes"] for e in history) if kind == "ActivityTaskCompleted"]
     assert [attrs["identity"] for attrs in completed] == ["approval-service"]
     assert not [e for e in history if e["attributes"][0] == "ActivityTaskTimedOut"]
@@ -133,7 +133,7 @@ async def test_an_activity_failed_and_completed_by_id_and_timed_out_between(
         with pytest.raises(CommandRejectedError, match="workflow execution is Completed"):
             await by_id.heartbeat()
 
-    history = audit_history(stack.settings).history(request, (await handle.describe()).run_id)
+    history = audit_of(stack, request).history(request, (await handle.describe()).run_id)
     ends = [(kind, attrs.get("retry_state"), attrs.get("identity")) for kind, attrs in (e["attributes"] for e in history)
             if kind in ("ActivityTaskFailed", "ActivityTaskTimedOut", "ActivityTaskCompleted")]
     assert ends == [
@@ -166,6 +166,6 @@ async def test_a_heartbeat_hears_that_the_workflow_cancelled_the_activity(
         await handle.signal(WithdrawableApprovalWorkflow.finish)
         assert await handle.result() == "withdrawn"
 
-    history = audit_history(stack.settings).history(request, (await handle.describe()).run_id)
+    history = audit_of(stack, request).history(request, (await handle.describe()).run_id)
     canceled = [attrs for kind, attrs in (e["attributes"] for e in history) if kind == "ActivityTaskCanceled"]
     assert [attrs["identity"] for attrs in canceled] == ["approval-service"]

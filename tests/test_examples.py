@@ -18,8 +18,8 @@ from examples.trip import Trip, TripWorkflow, book_car, book_flight, book_hotel,
 from examples.upload import UploadWorkflow, upload
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
-from kadence.ops.audit import audit_history
 from kadence.worker import Worker
+from tests.conftest import audit_of
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = [ExpenseWorkflow, BatchWorkflow, ImageWorkflow, TripWorkflow, SubscriptionWorkflow, UploadWorkflow]
@@ -74,7 +74,7 @@ async def test_subscription_charges_each_period_across_continue_as_new_runs(stac
         demo = Subscription("ada", period_s=0.2, cycles_left=5, cycles_per_run=2)
         result = await client.execute_workflow(SubscriptionWorkflow.run, demo, id=workflow_id, task_queue=task_queue)
     assert result == "ada: 5 cycles charged"
-    runs = [key for key in audit_history(stack.settings).runs if key[0] == workflow_id]
+    runs = [key for key in audit_of(stack, workflow_id).runs if key[0] == workflow_id]
     assert len(runs) == 3  # 2 + 2 + 1 cycles
 
 
@@ -85,5 +85,5 @@ async def test_upload_heartbeats_and_is_cancelled_midway(stack: LocalStack, clie
         await asyncio.sleep(1)
         await handle.signal(UploadWorkflow.stop_upload)
         assert await asyncio.wait_for(handle.result(), timedelta(seconds=30).total_seconds()) == "upload stopped"
-    kinds = audit_history(stack.settings).event_types(workflow_id, handle.result_run_id)
+    kinds = audit_of(stack, workflow_id).event_types(workflow_id, handle.result_run_id)
     assert "ActivityTaskCancelRequested" in kinds and kinds[-1] == "WorkflowExecutionCompleted"

@@ -18,13 +18,12 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from kadence import activity
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
-from kadence.ops.audit import audit_history
 from kadence.ops.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec
 from kadence.protocol.kafka import make_consumer, make_producer, partition_for_key, read_to_end, topic_partitions, watermarks
 from kadence.worker import Worker
-from tests.conftest import wait_for_event
+from tests.conftest import audit_of, wait_for_event
 from tests.test_crash_recovery import wait_for_file
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, touch
 
@@ -360,7 +359,7 @@ async def test_four_workers_share_a_queue_and_describe_shows_pollers_backlog_and
             description = await described()
             routed = await asyncio.to_thread(records_in, stack, topics.task_queue_topic(activity_queue, "activity"))
 
-    events = audit_history(stack.settings).history(workflow_id, handle.result_run_id)
+    events = audit_of(stack, workflow_id).history(workflow_id, handle.result_run_id)
     started_by = [a["identity"] for kind, a in (e["attributes"] for e in events) if kind == "ActivityTaskStarted"]
     assert sorted(set(started_by)) == [f"worker-{i}" for i in range(4)], "every worker took tasks"
     pollers = [p for p in description.pollers if p.kind == "activity"]
@@ -376,6 +375,6 @@ async def test_the_queue_rate_limit_spaces_activity_starts(stack: LocalStack, cl
                       max_task_queue_activities_per_second=5):
         handle = await client.start_workflow(FanOutWorkflow.run, args=[task_queue, 10], id=workflow_id, task_queue=task_queue)
         assert await handle.result() == 10
-    started = [e["event_time_ms"] for e in audit_history(stack.settings).history(workflow_id, handle.result_run_id)
+    started = [e["event_time_ms"] for e in audit_of(stack, workflow_id).history(workflow_id, handle.result_run_id)
                if e["attributes"][0] == "ActivityTaskStarted"]
     assert max(started) - min(started) >= 1500, "10 starts at 5 a second take at least 1.8 s"

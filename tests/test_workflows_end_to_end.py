@@ -413,7 +413,8 @@ async def test_local_activities_run_in_the_workflow_task_and_are_recorded_as_mar
         result = await client.execute_workflow(LocalStepsWorkflow.run, str(runs), id=workflow_id, task_queue=task_queue)
     assert result == [1, "local on attempt 3", "MAXIMUM_ATTEMPTS_REACHED: Declined: payment declined for card"]
     assert runs.read_text() == "ran\n"  # replays read the marker, they do not run it again
-    kinds = audited(stack).event_types(workflow_id, next(r for w, r in audited(stack).runs if w == workflow_id))
+    report = audited(stack)
+    kinds = report.event_types(workflow_id, next(r for w, r in report.runs if w == workflow_id))
     assert kinds.count("MarkerRecorded") == 3
     assert "ActivityTaskScheduled" not in kinds and "WorkflowTaskFailed" not in kinds
 
