@@ -7,6 +7,7 @@ model from the log and finds each row that differs (and repairs it)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import json
 import os
@@ -88,8 +89,10 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         assert in_processes.summary() == alone.summary() and in_processes.offsets == alone.offsets
         assert replayed is not None and replayed.by_type() == code_replay(stack, "tests.changed_workflows")
 
-        a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
-        on_a_terminal_the_audit_shows_its_progress(stack.env)
+        with concurrent.futures.ThreadPoolExecutor(1) as beside:  # two CLI audits of the same log, side by side
+            on_a_terminal = beside.submit(on_a_terminal_the_audit_shows_its_progress, stack.env)
+            a_signed_report_verifies_until_one_byte_changes(stack.env, tmp_path)
+            on_a_terminal.result()
 
         clean = await audit_read_model(stack.settings, stack.postgres_dsn)
         assert clean.differences == [], clean.summary()
