@@ -186,6 +186,12 @@ def stack(broker_kind: str, otlp: OtlpReceiver) -> Iterator[LocalStack]:
         finally:
             os.environ.clear()
             os.environ.update(saved)
+        # The tests audit the partitions their own runs live on (audit_of); here every record the
+        # session wrote is audited, once, after the last of them. A violation stays in the log for
+        # good (it is append-only and the audit reads it from the start), so this finds every one a
+        # test's audit of the whole log would have found, and those written after the last test too.
+        report = audit_history(local.settings)
+        assert report.violations == [], "\n".join(report.violations[:20])
 
 
 @pytest.fixture(scope="session")
@@ -214,6 +220,7 @@ def audit_of(stack: LocalStack, *workflow_ids: str) -> AuditReport:
     partition its workflow id hashes to), from their start: for a test that reads its runs' events
     (what it asserts is theirs), not every test's on the session stack (about 1 s per read late
     in the suite)."""
+    assert workflow_ids, "no workflow: the audit would read nothing"
     return audit_history(stack.settings, {partition_for_key(workflow_id.encode(), stack.partitions): 0 for workflow_id in workflow_ids})
 
 

@@ -10,9 +10,9 @@ import pytest
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import CancelledError, TerminatedError, WorkflowFailureError
-from kadence.ops.audit import AuditReport, audit_history
+from kadence.ops.audit import AuditReport
 from kadence.worker import Worker
-from tests.conftest import wait_for_event
+from tests.conftest import audit_of, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -27,8 +27,10 @@ from tests.workflows import (
 )
 
 
-def audited(stack: LocalStack) -> AuditReport:
-    report = audit_history(stack.settings)
+def audited(stack: LocalStack, *workflow_ids: str) -> AuditReport:
+    """The audit of the partitions these workflows' runs live on, which must find nothing wrong;
+    the session stack's whole log is audited once more at its end (conftest's stack fixture)."""
+    report = audit_of(stack, *workflow_ids)
     assert report.violations == []
     return report
 
@@ -46,7 +48,7 @@ async def test_children_complete_continue_fail_take_signals_and_time_out(stack: 
             "order approved by the parent with notes []", "TimeoutError",
         ]
 
-    report = audited(stack)
+    report = audited(stack, prefix, f"{prefix}-countdown", f"{prefix}-echo")
     family = [kind for kind in report.event_types(prefix, handle.result_run_id) if "Child" in kind or "External" in kind]
     child = ["StartChildWorkflowExecutionInitiated", "ChildWorkflowExecutionStarted"]
     assert family == [
@@ -88,7 +90,7 @@ async def test_the_parent_close_policy_terminates_abandons_or_cancels_a_running_
         abandoned = client.get_workflow_handle(f"{base}-ABANDON")
         await abandoned.signal(ApprovalWorkflow.approve, "someone")
         assert await abandoned.result() == "left behind approved by someone with notes []"
-    audited(stack)
+    audited(stack, *(f"{base}-{who}" for policy in children for who in (policy, f"parent-{policy}")))
 
 
 async def test_a_parent_hears_its_child_was_terminated(stack: LocalStack, client: Client, task_queue: str) -> None:
@@ -100,7 +102,7 @@ async def test_a_parent_hears_its_child_was_terminated(stack: LocalStack, client
         await wait_for_event(stack, child_id, "WorkflowExecutionStarted", timeout=30)
         await client.get_workflow_handle(child_id).terminate(reason="operator says no")
         assert await parent.result() == "TerminatedError: Workflow terminated"
-    kinds = audited(stack).event_types(workflow_id, parent.result_run_id)
+    kinds = audited(stack, workflow_id, child_id).event_types(workflow_id, parent.result_run_id)
     assert kinds[-5:] == [
         "ChildWorkflowExecutionTerminated", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
         "WorkflowExecutionCompleted",
@@ -113,7 +115,7 @@ async def test_a_parent_cancels_its_child_and_hears_it_ended_canceled(stack: Loc
         handle = await client.start_workflow(CancelChildWorkflow.run, f"{workflow_id}-child", id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "CancelledError"
 
-    report = audited(stack)
+    report = audited(stack, workflow_id, f"{workflow_id}-child")
     kinds = report.event_types(workflow_id, handle.result_run_id)
     assert "RequestCancelExternalWorkflowExecutionInitiated" in kinds and "ChildWorkflowExecutionCanceled" in kinds
     (child,) = runs_of(report, f"{workflow_id}-child")
@@ -136,7 +138,7 @@ async def test_a_workflow_signals_and_cancels_other_workflows(stack: LocalStack,
             await cancellable.result()
         assert isinstance(cancelled.value.cause, CancelledError)
 
-    report = audited(stack)
+    report = audited(stack, base, approval.id, cancellable.id)
     approval_events = [e["attributes"] for e in report.history(approval.id, approval.result_run_id)]
     signaled = [attrs for kind, attrs in approval_events if kind == "WorkflowExecutionSignaled"]
     assert [(s["external_workflow_id"], s["external_run_id"]) for s in signaled] == [(base, sender.result_run_id)]
@@ -154,6 +156,6 @@ async def test_a_patch_is_recorded_as_a_marker_and_replays_the_same_way(stack: L
         handle = await client.start_workflow(PatchedWorkflow.run, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "v2, then v2"
 
-    kinds = audited(stack).event_types(workflow_id, handle.result_run_id)
+    kinds = audited(stack, workflow_id).event_types(workflow_id, handle.result_run_id)
     assert kinds.count("MarkerRecorded") == 1
     assert "WorkflowTaskFailed" not in kinds

@@ -11,8 +11,8 @@ from kadence import workflow
 from kadence.client import Client, WorkflowUpdateStage
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import ApplicationError, CommandRejectedError, WorkflowUpdateFailedError
-from kadence.ops.audit import audit_history
 from kadence.worker import Worker
+from tests.conftest import audit_of
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, CartWorkflow
 
 
@@ -66,7 +66,7 @@ async def test_updates_are_validated_run_answered_and_recorded(stack: LocalStack
             await handle.execute_update(CartWorkflow.add_item, "plum")
         assert closed.value.cause == "WORKFLOW_CLOSED"
 
-    report = audit_history(stack.settings)
+    report = audit_of(stack, workflow_id)  # the session stack's whole log is audited at its end (conftest)
     assert report.violations == []
     kinds = report.event_types(workflow_id, handle.result_run_id)
     assert kinds.count("WorkflowExecutionUpdateAdmitted") == 5

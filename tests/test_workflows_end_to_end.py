@@ -24,10 +24,10 @@ from kadence.exceptions import (
     WorkflowAlreadyStartedError,
     WorkflowFailureError,
 )
-from kadence.ops.audit import audit_history
+from kadence.ops.audit import AuditReport
 from kadence.worker import Worker
 from tests.changed_workflows import ApprovalWorkflowThatSleepsFirst
-from tests.conftest import wait_for_event
+from tests.conftest import audit_of, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -50,8 +50,10 @@ from tests.workflows import (
 )
 
 
-def audited(stack: LocalStack):
-    report = audit_history(stack.settings)
+def audited(stack: LocalStack, *workflow_ids: str) -> AuditReport:
+    """The audit of the partitions these workflows' runs live on, which must find nothing wrong;
+    the session stack's whole log is audited once more at its end (conftest's stack fixture)."""
+    report = audit_of(stack, *workflow_ids)
     assert report.violations == []
     return report
 
@@ -62,7 +64,7 @@ async def test_order_workflow_ships_the_order(stack: LocalStack, client: Client,
         handle = await client.start_workflow(OrderWorkflow.run, Order(order_id, 99.99), id=order_id, task_queue=task_queue)
         assert await handle.result() == f"shipped_{order_id}"
 
-    assert audited(stack).event_types(order_id, handle.result_run_id) == [
+    assert audited(stack, order_id).event_types(order_id, handle.result_run_id) == [
         "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
         "ActivityTaskScheduled", "ActivityTaskStarted", "ActivityTaskCompleted",
         "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
@@ -86,7 +88,7 @@ async def test_activity_failing_twice_then_succeeding_records_every_attempt(stac
         handle = await client.start_workflow(FlakyWorkflow.run, "charge", id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "charge on attempt 3"
 
-    history = audited(stack).history(workflow_id, handle.result_run_id)
+    history = audited(stack, workflow_id).history(workflow_id, handle.result_run_id)
     attempts = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskStarted"]
     failures = [e["attributes"][1] for e in history if e["attributes"][0] == "ActivityTaskFailed"]
     assert [a["attempt"] for a in attempts] == [1, 2, 3]
@@ -111,7 +113,7 @@ async def test_activity_exhausting_its_attempts_fails_the_workflow_with_the_caus
     assert isinstance(activity_error.cause, ApplicationError)
     assert activity_error.cause.message == "payment declined for order-7"
     assert activity_error.cause.type == "Declined"
-    event_types = audited(stack).event_types(workflow_id, handle.result_run_id)
+    event_types = audited(stack, workflow_id).event_types(workflow_id, handle.result_run_id)
     assert event_types.count("ActivityTaskStarted") == 3
     assert event_types[-1] == "WorkflowExecutionFailed"
 
@@ -138,7 +140,7 @@ async def test_fifty_workflows_spread_over_two_workers(stack: LocalStack, client
         handles = await asyncio.gather(*(client.start_workflow(EchoWorkflow.run, i, id=i, task_queue=task_queue) for i in ids))
         assert await asyncio.gather(*(h.result() for h in handles)) == ids
 
-    report = audited(stack)
+    report = audited(stack, *ids)
     identities = {
         e["attributes"][1]["identity"]
         for h in handles for e in report.history(h.id, h.result_run_id)
@@ -155,7 +157,7 @@ async def test_durable_timers_fire_and_cancel(stack: LocalStack, client: Client,
     slept = float(result.removeprefix("slept "))
     assert 1.0 <= slept < 5.0
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
     # The short sleep runs first (timer 1): the long one's task starts when the workflow first yields.
     timers = [(kind, a["timer_id"]) for kind, a in events if kind.startswith("Timer")]
     assert timers == [("TimerStarted", "1"), ("TimerStarted", "2"), ("TimerFired", "1"), ("TimerCanceled", "2")]
@@ -172,7 +174,7 @@ async def test_signals_reach_their_handlers_in_order_and_wake_the_workflow(stack
         await handle.signal(ApprovalWorkflow.approve, "alice")
         assert await handle.result() == "order-9 approved by alice with notes ['fragile', 'gift wrap']"
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
     signals = [a["signal_name"] for kind, a in events if kind == "WorkflowExecutionSignaled"]
     assert signals == ["add_note", "add_note", "approve"]
 
@@ -208,7 +210,7 @@ async def test_cancel_reaches_the_workflow_which_cleans_up_and_ends_canceled(sta
             await handle.result()
     assert isinstance(failed.value.cause, CancelledError)
 
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
     kinds = [kind for kind, _ in events]
     assert kinds.count("WorkflowExecutionCancelRequested") == 1
     assert kinds[-1] == "WorkflowExecutionCanceled"
@@ -227,7 +229,7 @@ async def test_terminate_ends_the_run_at_once_with_the_reason(stack: LocalStack,
         with pytest.raises(CommandRejectedError):
             await handle.signal(ApprovalWorkflow.approve, "too late")
     assert isinstance(failed.value.cause, TerminatedError) and failed.value.cause.message == "stuck order"
-    events = audited(stack).history(workflow_id, handle.result_run_id)
+    events = audited(stack, workflow_id).history(workflow_id, handle.result_run_id)
     kind, attrs = events[-1]["attributes"]
     assert kind == "WorkflowExecutionTerminated" and attrs["reason"] == "stuck order"
 
@@ -261,21 +263,20 @@ async def test_id_policies_through_the_client(client: Client, task_queue: str) -
 
 async def test_run_timeout_and_schedule_to_close_timeout(stack: LocalStack, client: Client, task_queue: str) -> None:
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        ids = [f"run-timeout-{uuid.uuid4()}", f"s2c-{uuid.uuid4()}", f"s2s-{uuid.uuid4()}"]
         waiting = await client.start_workflow(
-            ApprovalWorkflow.run, "o", id=f"run-timeout-{uuid.uuid4()}", task_queue=task_queue, run_timeout=timedelta(seconds=1),
+            ApprovalWorkflow.run, "o", id=ids[0], task_queue=task_queue, run_timeout=timedelta(seconds=1),
         )
-        unserved = await client.execute_workflow(
-            UnservedActivityWorkflow.run, 1.0, id=f"s2c-{uuid.uuid4()}", task_queue=task_queue,
-        )
+        unserved = await client.execute_workflow(UnservedActivityWorkflow.run, 1.0, id=ids[1], task_queue=task_queue)
         unstarted = await client.execute_workflow(
-            UnservedActivityWorkflow.run, args=[1.0, "schedule_to_start"], id=f"s2s-{uuid.uuid4()}", task_queue=task_queue,
+            UnservedActivityWorkflow.run, args=[1.0, "schedule_to_start"], id=ids[2], task_queue=task_queue,
         )
         with pytest.raises(WorkflowFailureError) as timed_out:
             await waiting.result()
     assert unserved == "SCHEDULE_TO_CLOSE TIMEOUT"
     assert unstarted == "SCHEDULE_TO_START TIMEOUT"
     assert isinstance(timed_out.value.cause, TimeoutError)
-    assert audited(stack).event_types(waiting.id, waiting.result_run_id)[-1] == "WorkflowExecutionTimedOut"
+    assert audited(stack, *ids).event_types(waiting.id, waiting.result_run_id)[-1] == "WorkflowExecutionTimedOut"
 
 
 async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_details(
@@ -285,7 +286,7 @@ async def test_heartbeat_timeout_retries_and_the_next_attempt_resumes_from_the_d
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(HeartbeatWorkflow.run, 6, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "attempt 2 resumed from 3"
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
     timed_out = [a for kind, a in events if kind == "ActivityTaskTimedOut"]
     assert [(a["retry_state"], a["failure"]["timeout_type"], a["failure"]["details"][0]["data"]) for a in timed_out] == [
         ("IN_PROGRESS", "HEARTBEAT", b"3"),
@@ -321,7 +322,7 @@ async def test_continue_as_new_chains_runs_and_result_follows_them(stack: LocalS
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(CountdownWorkflow.run, 3, id=workflow_id, task_queue=task_queue)
         assert await handle.result() == "liftoff"
-    report = audited(stack)
+    report = audited(stack, workflow_id)
     run_id, runs = handle.result_run_id, 0
     while True:
         events = [e["attributes"] for e in report.history(workflow_id, run_id)]
@@ -350,7 +351,7 @@ async def test_a_cancelled_activity_hears_of_it_and_history_records_it(
         await handle.signal(CancelActivityWorkflow.cancel_activity)
         assert await asyncio.wait_for(handle.result(), 60) == "activity cancelled"
     assert marker.read_text() == "cancelled"
-    kinds = audited(stack).event_types(workflow_id, handle.result_run_id)
+    kinds = audited(stack, workflow_id).event_types(workflow_id, handle.result_run_id)
     assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")
 
 
@@ -369,7 +370,7 @@ async def test_search_attributes_from_the_start_and_from_workflow_code_reach_the
             "SELECT search_attributes FROM kadence_executions WHERE workflow_id = %s AND run_id = %s", (workflow_id, handle.result_run_id),
         )).fetchone()
     assert row is not None and row[0] == {"CustomerId": "c-42", "OrderStatus": "shipped", "Amount": 12.5}
-    assert audited(stack).event_types(workflow_id, handle.result_run_id).count("UpsertWorkflowSearchAttributes") == 2
+    assert audited(stack, workflow_id).event_types(workflow_id, handle.result_run_id).count("UpsertWorkflowSearchAttributes") == 2
 
 
 async def test_random_and_uuid4_draw_the_same_on_replay(stack: LocalStack, client: Client, task_queue: str) -> None:
@@ -377,7 +378,7 @@ async def test_random_and_uuid4_draw_the_same_on_replay(stack: LocalStack, clien
     # No cache: the last workflow task replays the first, which drew the UUID it recorded.
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=0):
         result = await client.execute_workflow(DrawingWorkflow.run, id=workflow_id, task_queue=task_queue)
-    report = audited(stack)
+    report = audited(stack, workflow_id)
     (run_id,) = [run for wid, run in report.runs if wid == workflow_id]
     events = [e["attributes"] for e in report.history(workflow_id, run_id)]
     (upsert,) = [attrs for kind, attrs in events if kind == "UpsertWorkflowSearchAttributes"]
@@ -397,7 +398,7 @@ async def test_a_start_delay_holds_the_first_workflow_task_and_signal_with_start
                                                    signal_args=["frank"], id=signalled_id, task_queue=task_queue)
         assert await signalled.result() == "order-2 approved by frank with notes []"
         assert await delayed.result() == "later"
-    events = audited(stack).history(delayed_id, delayed.result_run_id)
+    events = audited(stack, delayed_id, signalled_id).history(delayed_id, delayed.result_run_id)
     started, task_started = events[0], next(e for e in events if e["attributes"][0] == "WorkflowTaskStarted")
     assert started["attributes"][1]["first_workflow_task_backoff_ms"] == 1000
     assert task_started["event_time_ms"] - started["event_time_ms"] >= 1000
@@ -413,7 +414,7 @@ async def test_local_activities_run_in_the_workflow_task_and_are_recorded_as_mar
         result = await client.execute_workflow(LocalStepsWorkflow.run, str(runs), id=workflow_id, task_queue=task_queue)
     assert result == [1, "local on attempt 3", "MAXIMUM_ATTEMPTS_REACHED: Declined: payment declined for card"]
     assert runs.read_text() == "ran\n"  # replays read the marker, they do not run it again
-    report = audited(stack)
+    report = audited(stack, workflow_id)
     kinds = report.event_types(workflow_id, next(r for w, r in report.runs if w == workflow_id))
     assert kinds.count("MarkerRecorded") == 3
     assert "ActivityTaskScheduled" not in kinds and "WorkflowTaskFailed" not in kinds
@@ -429,7 +430,7 @@ async def test_asyncio_queue_lock_and_event_behave_deterministically(
         retired = await client.start_workflow(RetiredPatchWorkflow.run, id=f"retired-{uuid.uuid4()}", task_queue=task_queue)
         assert await retired.result() == "v2 only"
     assert result == ["a", "b", "c", "d"]
-    report = audited(stack)
+    report = audited(stack, workflow_id, retired.id)
     (run_id,) = [run for wid, run in report.runs if wid == workflow_id]
     # A timer may fire while the closing task is in flight (UNHANDLED_COMMAND, retried): that is
     # the protocol; a replay that differs is not.
@@ -450,6 +451,6 @@ async def test_changed_workflow_code_fails_the_workflow_task_not_the_workflow(st
     # Rolled back, the original code takes the retried task and the workflow goes on.
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         assert await handle.result() == "order-8 approved by ivan with notes []"
-    events = [e["attributes"] for e in audited(stack).history(workflow_id, handle.result_run_id)]
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
     failed = [attrs for kind, attrs in events if kind == "WorkflowTaskFailed"]
     assert failed[0]["cause"] == "NON_DETERMINISTIC_ERROR" and "TimerStarted" not in [kind for kind, _ in events]
