@@ -59,11 +59,17 @@ def test_workflow_commands_start_signal_query_and_read_back(stack: LocalStack, t
     assert kadence(stack, "workflow", "signal", "-w", workflow_id, "-n", "approve", "-i", '"dave"').returncode == 0
     assert json.loads(kadence(stack, "workflow", "result", "-w", workflow_id).stdout) == "order-9 approved by dave with notes ['fragile']"
 
-    shown = json.loads(kadence(stack, "workflow", "show", "-w", workflow_id, "--output", "json").stdout)
+    show, listing, count = kadence_at_once(
+        stack,
+        ("workflow", "show", "-w", workflow_id, "--output", "json"),
+        ("workflow", "list", "-q", f"WorkflowId = '{workflow_id}'", "--json"),
+        ("workflow", "count", "-q", f"WorkflowId = '{workflow_id}'"),
+    )
+    shown = json.loads(show.stdout)
     assert shown["run_id"] == run_id and shown["events"][0]["event_type"] == "WorkflowExecutionStarted"
-    listed = json.loads(kadence(stack, "workflow", "list", "-q", f"WorkflowId = '{workflow_id}'", "--json").stdout)
+    listed = json.loads(listing.stdout)
     assert [(e["run_id"], e["status"]) for e in listed] == [(run_id, "Completed")]
-    assert kadence(stack, "workflow", "count", "-q", f"WorkflowId = '{workflow_id}'").stdout.strip() == "1"
+    assert count.stdout.strip() == "1"
 
 
 def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalStack, task_queue: str, worker: None) -> None:
