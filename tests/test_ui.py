@@ -122,6 +122,7 @@ async def test_the_list_filters_counts_and_pages_by_keyset(page: Any, client: Cl
     prefix = f"ui-list-{uuid.uuid4()}"
     for n in range(3):
         await client.execute_workflow(EchoWorkflow.run, f"value-{n}", id=f"{prefix}-{n}", task_queue=QUEUE)
+    await client.count_workflows()  # the UI reads the read model, which the results' replies may precede
     await page.goto("/workflows")
     await page.fill("#query", f"WorkflowId STARTS_WITH '{prefix}' AND ExecutionStatus = 'Completed'")
     await page.press("#query", "Enter")
@@ -135,6 +136,7 @@ async def test_the_list_filters_counts_and_pages_by_keyset(page: Any, client: Cl
 
     # Ordered by a column open runs leave NULL, the keyset still visits every row once.
     running = await client.start_workflow(ApprovalWorkflow.run, "x", id=f"{prefix}-open", task_queue=QUEUE)
+    await running.describe()  # the UI reads the read model, which the start's reply may precede
     await page.fill("#query", f"WorkflowId STARTS_WITH '{prefix}' ORDER BY CloseTime DESC")
     await page.press("#query", "Enter")
     seen = await page.locator("#workflows tbody tr td.id a").all_inner_texts()
@@ -209,6 +211,7 @@ async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any
     hostile = f'<script>window.pwned=1</script><img src=x onerror="window.pwned=2">{uuid.uuid4()}'
     await client.execute_workflow(EchoWorkflow.run, "<b>input</b>", id=hostile, task_queue=QUEUE,
                                   search_attributes={"Customer": "<i onmouseover=alert(1)>x</i>"})
+    await client.count_workflows()  # the UI reads the read model, which the result's reply may precede
     await page.goto("/workflows")
     await page.fill("#query", f"WorkflowId = '{hostile}'")
     await page.press("#query", "Enter")
@@ -428,6 +431,7 @@ async def test_an_execution_links_its_parent_children_and_continue_as_new_chain_
 ) -> None:
     prefix = f"ui-family-{uuid.uuid4()}"
     await client.execute_workflow(FamilyWorkflow.run, prefix, id=prefix, task_queue=QUEUE)
+    await client.count_workflows()  # the UI reads the read model, which the result's reply may precede
     await page.goto(f"/workflow?workflow_id={prefix}")
     children = await page.locator("#summary ul a").all_inner_texts()
     assert {f"{prefix}-echo", f"{prefix}-countdown", f"{prefix}-declined", f"{prefix}-approval"} <= set(children)
