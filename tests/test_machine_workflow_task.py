@@ -8,9 +8,10 @@ from services.history.machine import limits
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
 from services.history.machine.lifecycle import decide_start
-from services.history.machine.transition import Redispatch, Rejected, Transition, batch_bytes_bound
+from services.history.machine.transition import Redispatch, Rejected, Transition, batch_bytes_bound, engine_failure
 from services.history.partition import PartitionState
 from tests.machine_steps import (
+    ACTIVITY,
     LARGE,
     NOW,
     START,
@@ -88,6 +89,47 @@ def test_a_workflow_task_starts_at_the_time_its_worker_gave_so_replay_reads_what
     state, run_id = started_workflow()
     unstamped = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2, "started_time_ms": 0}, 1)
     assert unstamped["events"][0]["event_time_ms"] == NOW  # a worker that gave no time: when history recorded it
+
+
+def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_would() -> None:
+    """The worker's held start rides on its answer (docs/architecture.md, "Workflow task start"):
+    WorkflowTaskStarted at the worker's time, then the answer's events; the re-dispatch timer
+    goes, and no start-to-close timer is set for a task already over."""
+    worker_time_ms = NOW + 7
+    state, run_id = started_workflow()
+    completed = command(state, "RespondWorkflowTaskCompleted", {
+        "run_id": run_id, "scheduled_event_id": 2, "started_time_ms": worker_time_ms,
+        "commands": [("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"})]}, 1)
+    assert [(e["event_id"], e["attributes"][0]) for e in completed["events"]] == [
+        (3, "WorkflowTaskStarted"), (4, "WorkflowTaskCompleted"), (5, "ActivityTaskScheduled")]
+    assert completed["events"][0]["event_time_ms"] == worker_time_ms
+    assert completed["events"][1]["attributes"][1]["started_event_id"] == 3
+    timers = [(k, e.get("timer_id") or e["kind"]) for k, e in completed["effects"] if k in ("Timer", "DropTimer")]
+    assert ("DropTimer", f"{run_id}/WORKFLOW_TASK_RETRY/2/1") in timers
+    assert not any("WORKFLOW_TASK_START_TO_CLOSE" in str(timer) for timer in timers), timers
+
+    # As two commands: the same events, and the state each leaves.
+    apart, apart_run = started_workflow()
+    command(apart, "RecordWorkflowTaskStarted", {"run_id": apart_run, "scheduled_event_id": 2, "started_time_ms": worker_time_ms}, 1)
+    command(apart, "RespondWorkflowTaskCompleted", {
+        "run_id": apart_run, "scheduled_event_id": 2, "commands": [("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"})]}, 2)
+    assert [e["attributes"] for e in apart.executions["order-1"].history] == [e["attributes"] for e in state.executions["order-1"].history]
+
+    failed_state, failed_run = started_workflow()
+    failed = command(failed_state, "RespondWorkflowTaskFailed", {
+        "run_id": failed_run, "scheduled_event_id": 2, "cause": "WORKFLOW_WORKER_UNHANDLED_FAILURE",
+        "failure": engine_failure("boom", "ValueError"), "started_time_ms": worker_time_ms}, 1)
+    assert [e["attributes"][0] for e in failed["events"]] == ["WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
+    assert failed["events"][1]["attributes"][1]["started_event_id"] == 3
+
+
+def test_an_answer_carrying_a_start_for_a_task_already_started_is_rejected() -> None:
+    """Only a pending task can be started: the thread sent the start already, or another worker's."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    with pytest.raises(Rejected, match="no pending workflow task"):
+        decide(state.executions["order-1"], "RespondWorkflowTaskCompleted", {
+            "run_id": run_id, "scheduled_event_id": 2, "commands": [], "started_time_ms": NOW}, "worker", NOW)
 
 
 def test_a_stale_or_foreign_completion_is_rejected() -> None:

@@ -13,7 +13,7 @@ from kadence import workflow
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
-from kadence.protocol.codec import command_codec, history_batch_codec
+from kadence.protocol.codec import build_codec, command_codec, history_batch_codec, writes_field
 from kadence.protocol.kafka import partition_for_key, read_to_end, topic_partitions
 from kadence.worker import Worker
 from kadence.worker._task_starts import HOLD_S, HeldStarts
@@ -33,17 +33,22 @@ class BusyFirstTaskWorkflow:
         return "done"
 
 
-def first_task_and_start_ms(stack: LocalStack, task_queue: str, workflow_id: str) -> tuple[int, int]:
-    """When the workflow's first task was produced, and when its RecordWorkflowTaskStarted was."""
+def first_task_and_start(stack: LocalStack, task_queue: str, workflow_id: str) -> tuple[int, int, str]:
+    """When the workflow's first task was produced, when the command that started it was, and
+    which command that was (a RecordWorkflowTaskStarted, or an answer carrying the start)."""
     tasks = topics.task_queue_topic(task_queue, "workflow")
     every_partition = dict.fromkeys(range(topic_partitions(stack.settings, tasks)), 0)
     task_ms = min(msg.timestamp()[1] for msg in read_to_end(stack.settings, tasks, every_partition) if msg.key() == workflow_id.encode())
     commands = command_codec()
     partition = partition_for_key(workflow_id.encode(), stack.partitions)
-    starts = [msg.timestamp()[1] for msg in read_to_end(stack.settings, topics.COMMANDS, {partition: 0})
-              if msg.key() == workflow_id.encode()
-              and commands.decode(msg.value(), msg.headers())["command"][0] == "RecordWorkflowTaskStarted"]
-    return task_ms, starts[0]
+    starts = []
+    for msg in read_to_end(stack.settings, topics.COMMANDS, {partition: 0}):
+        if msg.key() != workflow_id.encode():
+            continue
+        kind, body = commands.decode(msg.value(), msg.headers())["command"]
+        if kind == "RecordWorkflowTaskStarted" or body.get("started_time_ms") is not None:
+            starts.append((msg.timestamp()[1], kind))
+    return task_ms, *starts[0]
 
 
 def batches_with(stack: LocalStack, workflow_id: str, event_type: str) -> list[list[str]]:
@@ -71,15 +76,19 @@ async def test_a_start_leaves_with_the_answer_and_a_task_still_running_is_starte
         blocked = await client.start_workflow(BusyFirstTaskWorkflow.run, BLOCKED_S, id=f"blocked-{uuid.uuid4()}", task_queue=task_queue)
         assert await asyncio.wait_for(blocked.result(), 30) == "done"
 
-    task_ms, start_ms = await asyncio.to_thread(first_task_and_start_ms, stack, task_queue, quick.id)
+    task_ms, start_ms, kind = await asyncio.to_thread(first_task_and_start, stack, task_queue, quick.id)
     assert start_ms - task_ms >= QUICK_S * 1000, "the start of a quick task leaves after its code ran, with the answer"
-    task_ms, start_ms = await asyncio.to_thread(first_task_and_start_ms, stack, task_queue, blocked.id)
+    assert kind == "RespondWorkflowTaskCompleted", "the answer carries the start"
+    task_ms, start_ms, kind = await asyncio.to_thread(first_task_and_start, stack, task_queue, blocked.id)
     assert HOLD_S * 1000 <= start_ms - task_ms < BLOCKED_S * 1000, "a blocked task's start leaves while it is still blocked"
+    assert kind == "RecordWorkflowTaskStarted"
     for handle in (quick, blocked):
         kinds = [e["attributes"][0] for e in (await handle.fetch_history()).events]
         assert kinds == ["WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskCompleted",
                          "WorkflowExecutionCompleted"]
     # The quick task's start and answer were written together; the blocked one's start alone, long before.
+    assert await asyncio.to_thread(batches_with, stack, quick.id, "WorkflowTaskStarted") == [
+        ["WorkflowTaskStarted", "WorkflowTaskCompleted", "WorkflowExecutionCompleted"]]
     assert await asyncio.to_thread(batches_with, stack, blocked.id, "WorkflowTaskStarted") == [["WorkflowTaskStarted"]]
 
 
@@ -96,10 +105,21 @@ async def test_held_starts_are_sent_once_by_the_caller_or_by_the_thread() -> Non
     try:
         taken = starts.hold("taken", ("RecordWorkflowTaskStarted", {}))
         late = starts.hold("late", ("RecordWorkflowTaskStarted", {}))
-        assert starts.take(taken) == [("RecordWorkflowTaskStarted", {})]
-        assert starts.take(taken) == [], "taken once"
+        assert starts.take(taken)
+        assert not starts.take(taken), "taken once"
         await asyncio.sleep(0.2)
         assert sent == [("late", True)]
-        assert starts.take(late) == [], "the thread sent it"
+        assert not starts.take(late), "the thread sent it"
     finally:
         starts.close()
+
+
+def test_a_worker_pinned_to_a_command_version_without_carried_starts_sends_the_start_before_its_answer() -> None:
+    """What the worker checks (`_with_start`): Command d16539dc, the version before answers carried
+    their start, has no started_time_ms, so a build pinned to it (KADENCE_SCHEMA_PIN) sends
+    RecordWorkflowTaskStarted first, which that release's history service reads."""
+    current = command_codec()
+    before = build_codec(current.name, current.schema, current.versions, pinned={"d16539dcb234b48f"})
+    for answer in ("RespondWorkflowTaskCompleted", "RespondWorkflowTaskFailed"):
+        assert writes_field(current, answer, "started_time_ms")
+        assert not writes_field(before, answer, "started_time_ms")

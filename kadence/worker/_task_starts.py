@@ -1,10 +1,10 @@
 """A workflow task's start, held back while the task runs (docs/architecture.md, "Workflow task
 start").
 
-A worker records `RecordWorkflowTaskStarted` with the task's answer rather than before running it:
-the two commands leave together, so the history service reads them in one poll and writes them as
-one batch, where a start sent first was a batch of its own (one more record in the log, one more
-step, and the answer waiting behind it). A task that is still running after `HOLD_S` (workflow code
+A worker records a workflow task's start with the task's answer rather than before running it: the
+answer carries it (`started_time_ms`), so the history service writes both in one batch, where a
+start sent first was a command and a batch of its own (more records in the log, one more step, and
+the answer waiting behind it). A task that is still running after `HOLD_S` (workflow code
 that blocks the event loop, a read of earlier events from the read model, local activities) has its
 start sent then, by a thread of this module's own, so history records the start, and times the
 task out, however the task is stuck.
@@ -48,6 +48,10 @@ class HeldStart:
     context: contextvars.Context
     taken: bool = False
 
+    @property
+    def started_time_ms(self) -> int:
+        return int(self.command[1]["started_time_ms"])
+
 
 class HeldStarts:
     """The starts held by one worker, and the thread that sends those held past their due time.
@@ -77,13 +81,13 @@ class HeldStarts:
                 self._lock.notify()
         return start
 
-    def take(self, start: HeldStart) -> list[Command]:
-        """The start, for the caller to send right before the task's answer; none if the thread sent it."""
+    def take(self, start: HeldStart) -> bool:
+        """Whether the start is the caller's to send, with the task's answer: False if the thread sent it."""
         with self._lock:
             if start.taken:
-                return []
+                return False
             start.taken = True
-            return [start.command]
+            return True
 
     def close(self) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ from kadence.api.common.v1 import Payload
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record, codec
+from kadence.protocol.codec import Record, codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
@@ -98,6 +98,7 @@ class WorkflowWorker:
         self._max_cached = max_cached
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._starts = HeldStarts(worker._send_all)
+        self._answers_carry_starts = writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "started_time_ms")
 
     @property
     def types(self) -> list[str]:
@@ -174,8 +175,8 @@ class WorkflowWorker:
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
             return [self._fail_workflow_task(task, exc, start)]
         if instance.local_activities_to_run():  # they take a while: the start goes now
-            if held := self._starts.take(start):
-                self._send_all(workflow_id, held)[0].add_done_callback(log_unsent)
+            if self._starts.take(start):
+                self._send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
             return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
         return [self._complete_workflow_task(task, instance, commands, start)]
 
@@ -249,14 +250,19 @@ class WorkflowWorker:
         self._cache.pop(run_id, None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-        return _answer(self._send_all(workflow_id, [*self._take_start(start), (CommandType.RespondWorkflowTaskFailed, {
+        return _answer(self._send_all(workflow_id, self._with_start(start, CommandType.RespondWorkflowTaskFailed, {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
-        })]))
+        })))
 
-    def _take_start(self, start: HeldStart | None) -> list[tuple[str, Record]]:
-        """The task's start to send before its answer, unless the thread sent it already."""
-        return self._starts.take(start) if start is not None else []
+    def _with_start(self, start: HeldStart | None, kind: str, answer: Record) -> list[tuple[str, Record]]:
+        """The task's answer, carrying its start unless the thread sent that already (or after its
+        start, when this worker writes a Command version whose answers carry none: a schema pin)."""
+        if start is None or not self._starts.take(start):
+            return [(kind, answer)]
+        if not self._answers_carry_starts:
+            return [start.command, (kind, answer)]
+        return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
         self, task: Record, instance: WorkflowInstance, commands: list[Any], start: HeldStart | None = None,
@@ -265,20 +271,20 @@ class WorkflowWorker:
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = [self._activities.eager_start(attempt) for attempt in eager]
-        held = self._take_start(start)
+        answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, {
+            "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
+        })
         try:
-            # The workflow task's start, its completion, then its eager attempts' starts, back to
-            # back (an eager start refused with the completion if that is refused: too large, say).
-            sent = self._send_all(task["workflow_id"], [*held, (CommandType.RespondWorkflowTaskCompleted, {
-                "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
-            }), *(eager_start.command for eager_start in starts)])
+            # The workflow task's completion (with its start), then its eager attempts' starts, back
+            # to back (an eager start refused with the completion if that is refused: too large, say).
+            sent = self._send_all(task["workflow_id"], [*answer, *(eager_start.command for eager_start in starts)])
         except BaseException:  # nothing sent: the client is closed (a command it cannot send is refused, not raised)
             self._activities.drop_eager_starts(starts)
             raise
-        completion = _answer(sent[:len(held) + 1])
-        for eager_start, started in zip(starts, sent[len(held) + 1:], strict=True):
+        completion = _answer(sent[:len(answer)])
+        for eager_start, started in zip(starts, sent[len(answer):], strict=True):
             self._activities.run_eagerly(eager_start, completion, started)  # runs only if both are delivered
-        completed = asyncio.ensure_future(self._completed_or_too_large(task, completion))
+        completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
         else:
@@ -313,10 +319,13 @@ class WorkflowWorker:
             scheduled_event_id += 1
         return sent, attempts
 
-    async def _completed_or_too_large(self, task: Record, completed: asyncio.Future[Message]) -> Message:
+    async def _completed_or_too_large(
+        self, task: Record, completed: asyncio.Future[Message], started_time_ms: int | None,
+    ) -> Message:
         """A completion too large for a record fails the workflow task instead, with the cause that
         ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
-        workflow code would issue the same commands on every attempt."""
+        workflow code would issue the same commands on every attempt. The failure carries the start
+        the completion carried."""
         try:
             return await completed
         except CommandTooLargeError as exc:
@@ -326,6 +335,7 @@ class WorkflowWorker:
             return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
                 "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
                 "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
+                "started_time_ms": started_time_ms,
             })
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:

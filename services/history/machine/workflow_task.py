@@ -4,6 +4,7 @@ completed with the commands a worker's workflow code decided, failed or timed ou
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from kadence.common import DEFAULT_INITIAL_INTERVAL_MS
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
@@ -55,20 +56,43 @@ def _started_task(ex: Execution, scheduled_event_id: int, identity: str) -> Work
     return wt
 
 
-def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _pending_task(ex: Execution, scheduled_event_id: int) -> WorkflowTaskState:
     wt = ex.workflow_task
-    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.started_event_id != 0:
-        raise Rejected(f"no pending workflow task with scheduled_event_id={cmd['scheduled_event_id']}")
-    t = Transition(ex, now_ms)
+    if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id != 0:
+        raise Rejected(f"no pending workflow task with scheduled_event_id={scheduled_event_id}")
+    return wt
+
+
+def _record_started(t: Transition, wt: WorkflowTaskState, identity: str, started_time_ms: int | None) -> int:
     # The worker's start time, which its workflow code already read as workflow.now(): a replay reads the same.
-    t.add(EventType.WorkflowTaskStarted, {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
-          event_time_ms=cmd.get("started_time_ms") or None)
+    return t.add(EventType.WorkflowTaskStarted, {"scheduled_event_id": wt.scheduled_event_id, "identity": identity},
+                 event_time_ms=started_time_ms or None)
+
+
+def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+    wt = _pending_task(ex, cmd["scheduled_event_id"])
+    t = Transition(ex, now_ms)
+    _record_started(t, wt, identity, cmd.get("started_time_ms"))
     return t
 
 
+def _answered_task(t: Transition, cmd: Record, identity: str) -> WorkflowTaskState:
+    """The task an answer is for: started before, or started by the answer itself (it carries the
+    start the worker held back while the task ran: docs/architecture.md, "Workflow task start").
+    Then its WorkflowTaskStarted comes first in the same batch, its re-dispatch timer goes, and no
+    start-to-close timer is set for a task already over (`_on_started`)."""
+    ex = t.execution
+    if cmd.get("started_time_ms") is None:
+        return _started_task(ex, cmd["scheduled_event_id"], identity)
+    wt = _pending_task(ex, cmd["scheduled_event_id"])
+    started_event_id = _record_started(t, wt, identity, cmd["started_time_ms"])
+    t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, wt.scheduled_event_id, wt.attempt))
+    return replace(wt, started_event_id=started_event_id, started_identity=identity)
+
+
 def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    wt = _started_task(ex, cmd["scheduled_event_id"], identity)
     t = Transition(ex, now_ms)
+    wt = _answered_task(t, cmd, identity)
     if ex.buffered and any(kind in CLOSE_COMMANDS for kind, _ in cmd["commands"]):
         # New events arrived while the task ran: the workflow must see them before it may close.
         _fail(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
@@ -113,10 +137,10 @@ def _missing(kind: str, command: TaskCommand, attrs: Record) -> str | None:
 
 
 def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    wt = _started_task(ex, cmd["scheduled_event_id"], identity)
+    t = Transition(ex, now_ms)
+    wt = _answered_task(t, cmd, identity)
     if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
         return terminated_as_too_large(ex, now_ms, cmd["failure"]["message"][:10_000])
-    t = Transition(ex, now_ms)
     _fail(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
     return t
 
@@ -245,8 +269,11 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
 
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    """Its start-to-close timer is set, its re-dispatch dropped."""
+    """Its start-to-close timer is set, its re-dispatch dropped; neither for a task its start's
+    own batch answered (`_answered_task` dropped the re-dispatch)."""
     scheduled_event_id = attributes(event)["scheduled_event_id"]
+    if _ended_in(t, scheduled_event_id):
+        return []
     effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
     if ex.workflow_task is not None:
         effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, scheduled_event_id, ex.workflow_task.attempt))
@@ -254,7 +281,19 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
 
 
 def _on_ended(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, attributes(event)["scheduled_event_id"], 1)]
+    scheduled_event_id = attributes(event)["scheduled_event_id"]
+    if _started_in(t, scheduled_event_id):  # started by its answer: no start-to-close timer was set
+        return []
+    return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, scheduled_event_id, 1)]
+
+
+def _started_in(t: Transition, scheduled_event_id: int) -> bool:
+    return any(event_type(e) == EventType.WorkflowTaskStarted and attributes(e)["scheduled_event_id"] == scheduled_event_id
+               for e in t.events)
+
+
+def _ended_in(t: Transition, scheduled_event_id: int) -> bool:
+    return any(event_type(e) in _ENDED and attributes(e)["scheduled_event_id"] == scheduled_event_id for e in t.events)
 
 
 EFFECTS: dict[str, EffectsOf] = {
