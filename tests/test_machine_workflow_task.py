@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kadence.protocol.events import WORKFLOW_TASK_TOO_LARGE
 from services.history.machine import limits
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
@@ -121,6 +122,12 @@ def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_w
         "failure": engine_failure("boom", "ValueError"), "started_time_ms": worker_time_ms}, 1)
     assert [e["attributes"][0] for e in failed["events"]] == ["WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
     assert failed["events"][1]["attributes"][1]["started_event_id"] == 3
+
+    too_large_state, too_large_run = started_workflow()
+    ended = command(too_large_state, "RespondWorkflowTaskFailed", {
+        "run_id": too_large_run, "scheduled_event_id": 2, "cause": WORKFLOW_TASK_TOO_LARGE,
+        "failure": engine_failure("too large", "CommandTooLargeError"), "started_time_ms": worker_time_ms}, 1)
+    assert [e["attributes"][0] for e in ended["events"]] == ["WorkflowTaskStarted", "WorkflowExecutionTerminated"]
 
 
 def test_an_answer_carrying_a_start_for_a_task_already_started_is_rejected() -> None:

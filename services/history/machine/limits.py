@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kadence.protocol.limits import MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_RECORD_VALUE_BYTES, payload_bytes
 from kadence.protocol.names import CommandType, EventType
-from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.execution import HISTORY_IDENTITY
+from services.history.machine.records import attributes, event_type
 from services.history.machine.transition import Rejected, Transition
 
 # Commands a client or another workflow sends: refused, with the reason, when their record would be
@@ -49,12 +50,17 @@ def within_record_limit(t: Transition, command: str) -> Transition:
     )
     if command in _REFUSED_WHEN_TOO_LARGE:
         raise Rejected(too_large)
-    return terminated_as_too_large(t.execution, t.now_ms, f"{too_large}: keep large data out of workflow history "
+    return terminated_as_too_large(t, f"{too_large}: keep large data out of workflow history "
                                    "(pass a reference to it) or spread it over more workflow tasks")
 
 
-def terminated_as_too_large(ex: Execution, now_ms: int, reason: str) -> Transition:
-    """The run ends with the reason; its buffered events are left out (they may be what is too large)."""
-    terminated = Transition(ex, now_ms)
+def terminated_as_too_large(t: Transition, reason: str) -> Transition:
+    """The run ends with the reason, instead of what `t` decided: only the workflow task start an
+    answer carried is kept (as a start sent before it would have been recorded); the rest, and
+    the buffered events, are left out (they may be what is too large)."""
+    terminated = Transition(t.execution, t.now_ms)
+    for event in t.events:
+        if event_type(event) == EventType.WorkflowTaskStarted:
+            terminated.add(EventType.WorkflowTaskStarted, attributes(event), event_time_ms=event["event_time_ms"])
     terminated.add(EventType.WorkflowExecutionTerminated, {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
     return terminated

@@ -140,7 +140,7 @@ def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tran
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
     if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
-        return terminated_as_too_large(ex, now_ms, cmd["failure"]["message"][:10_000])
+        return terminated_as_too_large(t, cmd["failure"]["message"][:10_000])
     _fail(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
     return t
 
