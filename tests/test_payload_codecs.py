@@ -37,6 +37,7 @@ from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import read_to_end
 from kadence.worker import Worker
+from tests.conftest import wait_for_event
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ApprovalWorkflow, EchoWorkflow
 
 SECRET = "top-secret-order-note"
@@ -158,6 +159,30 @@ async def test_a_command_the_codec_left_unencodable_fails_with_the_reason_and_th
             assert await asyncio.wait_for(fine.result(), 60) == "fine"
     finally:
         await client.close()
+
+
+async def test_a_workflow_task_whose_payloads_the_codec_cannot_decode_fails_with_the_reason_in_its_history(
+    stack: LocalStack, task_queue: str,
+) -> None:
+    """A worker holding the wrong key: the task fails (its start carried in the failure), so the
+    history says why, where a failure of a task never started would be refused."""
+    sealing, wrong_key = [await Client.connect(
+        stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn,
+        data_converter=dataclasses.replace(DataConverter.default, payload_codec=AesGcmCodec(AESGCM.generate_key(bit_length=256))),
+    ) for _ in range(2)]
+    try:
+        async with Worker(wrong_key, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+            handle = await sealing.start_workflow(EchoWorkflow.run, "sealed", id=f"wrong-key-{uuid.uuid4()}", task_queue=task_queue)
+            await wait_for_event(stack, handle.id, "WorkflowTaskFailed", 30)
+        events = [event["attributes"] for event in (await handle.fetch_history()).events]
+        assert [kind for kind, _ in events[:5]] == [
+            "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
+        assert events[3][1]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        assert "InvalidTag" in events[3][1]["failure"]["message"] or "InvalidTag" in str(events[3][1]["failure"])
+        await handle.terminate(reason="the test is over")
+    finally:
+        await sealing.close()
+        await wrong_key.close()
 
 
 def test_the_json_converter_keeps_dates_uuids_enums_dataclasses_and_pydantic_models() -> None:

@@ -134,8 +134,8 @@ class WorkflowWorker:
                 tasks.append((task, msg))
             elif task["task"][0] == EffectType.QueryTask:
                 deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
-            else:
-                deliveries.append((task, self._fail_workflow_task(task, problem)))
+            else:  # failed with its start, so history records why (a task never started takes no failure)
+                deliveries.append((task, self._fail_workflow_task(task, problem, self._hold_start(task, int(time.time() * 1000)))))
         earlier = await self._earlier_events([task for task, _ in tasks if self._lacks(task) is not None])
         for task, msg in tasks:
             with tracing.hop(f"worker {task['task'][0]}", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
@@ -160,10 +160,7 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
-        # Sent with the task's answer (or by HeldStarts' thread if the task takes long): see _task_starts.
-        start = self._starts.hold(workflow_id, (CommandType.RecordWorkflowTaskStarted, {
-            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "started_time_ms": started_time_ms,
-        }))
+        start = self._hold_start(task, started_time_ms)
         try:
             history = await self._task_history(task, earlier)
             try:
@@ -179,6 +176,12 @@ class WorkflowWorker:
                 self._send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
             return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
         return [self._complete_workflow_task(task, instance, commands, start)]
+
+    def _hold_start(self, task: Record, started_time_ms: int) -> HeldStart:
+        """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see _task_starts."""
+        return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, {
+            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "started_time_ms": started_time_ms,
+        }))
 
     def _lacks(self, task: Record) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
