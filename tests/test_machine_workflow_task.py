@@ -92,7 +92,7 @@ def test_a_workflow_task_starts_at_the_time_its_worker_gave_so_replay_reads_what
     assert unstamped["events"][0]["event_time_ms"] == NOW  # a worker that gave no time: when history recorded it
 
 
-def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_would() -> None:
+def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_would(monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's held start rides on its answer (docs/architecture.md, "Workflow task start"):
     WorkflowTaskStarted at the worker's time, then the answer's events; the re-dispatch timer
     goes, and no start-to-close timer is set for a task already over."""
@@ -128,6 +128,17 @@ def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_w
         "run_id": too_large_run, "scheduled_event_id": 2, "cause": WORKFLOW_TASK_TOO_LARGE,
         "failure": engine_failure("too large", "CommandTooLargeError"), "started_time_ms": worker_time_ms}, 1)
     assert [e["attributes"][0] for e in ended["events"]] == ["WorkflowTaskStarted", "WorkflowExecutionTerminated"]
+    ended_timers = [(k, e.get("timer_id") or e["kind"]) for k, e in ended["effects"] if k in ("Timer", "DropTimer")]
+    assert ("DropTimer", f"{too_large_run}/WORKFLOW_TASK_RETRY/2/1") in ended_timers
+    assert not any("WORKFLOW_TASK_START_TO_CLOSE" in str(timer) for timer in ended_timers), "no timeout for a closed run"
+
+    # At the history's event limit the run ends too, after the start the answer carried.
+    limited_state, limited_run = started_workflow()
+    monkeypatch.setattr(limits, "MAX_HISTORY_EVENTS", 3)
+    limited = command(limited_state, "RespondWorkflowTaskCompleted", {
+        "run_id": limited_run, "scheduled_event_id": 2, "started_time_ms": worker_time_ms,
+        "commands": [("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"})]}, 1)
+    assert [e["attributes"][0] for e in limited["events"]] == ["WorkflowTaskStarted", "WorkflowExecutionTerminated"]
 
 
 def test_an_answer_carrying_a_start_for_a_task_already_started_is_rejected() -> None:

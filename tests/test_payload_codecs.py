@@ -161,6 +161,26 @@ async def test_a_command_the_codec_left_unencodable_fails_with_the_reason_and_th
         await client.close()
 
 
+async def test_a_workflow_task_whose_completion_the_codec_left_unencodable_fails_with_the_reason_in_its_history(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """The completion carried the task's start and was never sent: the worker fails the task with
+    the reason (and the start), so history records it rather than a task that only goes round."""
+    converter = dataclasses.replace(DataConverter.default, payload_codec=MalformingCodec())
+    malforming = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, data_converter=converter)
+    try:
+        async with Worker(malforming, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+            handle = await client.start_workflow(EchoWorkflow.run, "poison", id=f"unsent-{uuid.uuid4()}", task_queue=task_queue)
+            await wait_for_event(stack, handle.id, "WorkflowTaskFailed", 30)
+        events = [event["attributes"] for event in (await handle.fetch_history()).events]
+        assert [kind for kind, _ in events[:5]] == [
+            "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
+        assert events[3][1]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE" and "TypeError" in str(events[3][1]["failure"])
+        await handle.terminate(reason="the test is over")
+    finally:
+        await malforming.close()
+
+
 async def test_a_workflow_task_whose_payloads_the_codec_cannot_decode_fails_with_the_reason_in_its_history(
     stack: LocalStack, task_queue: str,
 ) -> None:

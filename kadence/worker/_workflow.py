@@ -327,19 +327,32 @@ class WorkflowWorker:
     ) -> Message:
         """A completion too large for a record fails the workflow task instead, with the cause that
         ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
-        workflow code would issue the same commands on every attempt. The failure carries the start
-        the completion carried."""
+        workflow code would issue the same commands on every attempt. One the client refused to
+        send for another reason (a payload codec's failure) fails the task with that reason if it
+        carried the task's start, which would otherwise be lost with it: a task never started
+        records nothing and only goes round again. Either failure carries that start. A completion
+        not sent leaves the run out of the cache, so the task, sent again, is not taken for a copy."""
         try:
             return await completed
         except CommandTooLargeError as exc:
+            return await self._fail_unsent_completion(task, WORKFLOW_TASK_TOO_LARGE, exc, started_time_ms)
+        except KafkaException:  # not delivered: the task is dispatched again (by its timeout, if it was started)
             self._cache.pop(task["run_id"], None)
-            log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
-                      task["workflow_id"], task["run_id"], WORKFLOW_TASK_TOO_LARGE, str(exc))
-            return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
-                "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
-                "cause": WORKFLOW_TASK_TOO_LARGE, "failure": self.client.data_converter.to_failure(exc),
-                "started_time_ms": started_time_ms,
-            })
+            raise
+        except Exception as exc:
+            if started_time_ms is None:  # its start is recorded: the task times out and goes again
+                self._cache.pop(task["run_id"], None)
+                raise
+            return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
+
+    async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
+        self._cache.pop(task["run_id"], None)
+        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
+                  task["workflow_id"], task["run_id"], cause, str(exc))
+        return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
+            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
+            "cause": cause, "failure": self.client.data_converter.to_failure(exc), "started_time_ms": started_time_ms,
+        })
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until

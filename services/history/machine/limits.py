@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kadence.protocol.limits import MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_RECORD_VALUE_BYTES, payload_bytes
-from kadence.protocol.names import CommandType, EventType
+from kadence.protocol.names import CommandType, EffectType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY
 from services.history.machine.records import attributes, event_type
 from services.history.machine.transition import Rejected, Transition
@@ -27,7 +27,7 @@ def within_history_limit(t: Transition) -> Transition:
         exceeded = f"the {MAX_HISTORY_BYTES // (1024 * 1024)} MB limit"
     else:
         return t
-    terminated = Transition(ex, t.now_ms)
+    terminated = _ending_in_place_of(t)
     terminated.flush_buffered()
     terminated.add(EventType.WorkflowExecutionTerminated, {
         "reason": f"history would exceed {exceeded}; continue-as-new long-running workflows",
@@ -58,9 +58,18 @@ def terminated_as_too_large(t: Transition, reason: str) -> Transition:
     """The run ends with the reason, instead of what `t` decided: only the workflow task start an
     answer carried is kept (as a start sent before it would have been recorded); the rest, and
     the buffered events, are left out (they may be what is too large)."""
-    terminated = Transition(t.execution, t.now_ms)
-    for event in t.events:
-        if event_type(event) == EventType.WorkflowTaskStarted:
-            terminated.add(EventType.WorkflowTaskStarted, attributes(event), event_time_ms=event["event_time_ms"])
+    terminated = _ending_in_place_of(t)
     terminated.add(EventType.WorkflowExecutionTerminated, {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
     return terminated
+
+
+def _ending_in_place_of(t: Transition) -> Transition:
+    """The start of a transition that ends the run instead of `t`. It keeps the workflow task start
+    an answer carried, with the timer drops `t` made (the start's re-dispatch timer), as a start
+    sent before the answer was recorded; the rest of `t` is left out."""
+    ending = Transition(t.execution, t.now_ms)
+    for event in t.events:
+        if event_type(event) == EventType.WorkflowTaskStarted:
+            ending.add(EventType.WorkflowTaskStarted, attributes(event), event_time_ms=event["event_time_ms"])
+            ending.effects.extend(effect for effect in t.effects if effect[0] == EffectType.DropTimer)
+    return ending

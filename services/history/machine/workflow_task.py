@@ -13,7 +13,7 @@ from kadence.protocol.names import CommandType, EffectType, EventType, TaskComma
 from services.history.machine import activity, child, lifecycle, messages, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
-from services.history.machine.execution import Execution, WorkflowTaskState
+from services.history.machine.execution import RUNNING, Execution, WorkflowTaskState
 from services.history.machine.limits import terminated_as_too_large
 from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
 from services.history.machine.tables import Apply, Decide, EffectsOf, Planned, TaskCommand, Timeout, recorded_as_given
@@ -270,9 +270,9 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """Its start-to-close timer is set, its re-dispatch dropped; neither for a task its start's
-    own batch answered (`_answered_task` dropped the re-dispatch)."""
+    own batch answered or whose run it ended (`_answered_task` dropped the re-dispatch)."""
     scheduled_event_id = attributes(event)["scheduled_event_id"]
-    if _ended_in(t, scheduled_event_id):
+    if _ended_in(t, scheduled_event_id) or ex.status != RUNNING:  # over, or its run ended in the same batch
         return []
     effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
     if ex.workflow_task is not None:
