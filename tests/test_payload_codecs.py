@@ -13,7 +13,7 @@ import typing
 import uuid
 import zlib
 from collections.abc import Sequence
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import psycopg
 import pydantic
@@ -161,6 +161,17 @@ async def test_a_command_the_codec_left_unencodable_fails_with_the_reason_and_th
         await client.close()
 
 
+async def first_task_failure(stack: LocalStack, handle: Any) -> dict[str, Any]:
+    """The attributes of the workflow's first WorkflowTaskFailed, once recorded after its start (the
+    history then goes on with the task's next attempt); the run is terminated, as the test is over."""
+    await wait_for_event(stack, handle.id, "WorkflowTaskFailed", 30)
+    events = [event["attributes"] for event in (await handle.fetch_history()).events]
+    assert [kind for kind, _ in events[:5]] == [
+        "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
+    await handle.terminate(reason="the test is over")
+    return dict(events[3][1])
+
+
 async def test_a_workflow_task_whose_completion_the_codec_left_unencodable_fails_with_the_reason_in_its_history(
     stack: LocalStack, client: Client, task_queue: str,
 ) -> None:
@@ -171,12 +182,8 @@ async def test_a_workflow_task_whose_completion_the_codec_left_unencodable_fails
     try:
         async with Worker(malforming, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
             handle = await client.start_workflow(EchoWorkflow.run, "poison", id=f"unsent-{uuid.uuid4()}", task_queue=task_queue)
-            await wait_for_event(stack, handle.id, "WorkflowTaskFailed", 30)
-        events = [event["attributes"] for event in (await handle.fetch_history()).events]
-        assert [kind for kind, _ in events[:5]] == [
-            "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
-        assert events[3][1]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE" and "TypeError" in str(events[3][1]["failure"])
-        await handle.terminate(reason="the test is over")
+            failed = await first_task_failure(stack, handle)
+        assert failed["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE" and "TypeError" in str(failed["failure"])
     finally:
         await malforming.close()
 
@@ -193,13 +200,9 @@ async def test_a_workflow_task_whose_payloads_the_codec_cannot_decode_fails_with
     try:
         async with Worker(wrong_key, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
             handle = await sealing.start_workflow(EchoWorkflow.run, "sealed", id=f"wrong-key-{uuid.uuid4()}", task_queue=task_queue)
-            await wait_for_event(stack, handle.id, "WorkflowTaskFailed", 30)
-        events = [event["attributes"] for event in (await handle.fetch_history()).events]
-        assert [kind for kind, _ in events[:5]] == [
-            "WorkflowExecutionStarted", "WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
-        assert events[3][1]["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
-        assert "InvalidTag" in events[3][1]["failure"]["message"] or "InvalidTag" in str(events[3][1]["failure"])
-        await handle.terminate(reason="the test is over")
+            failed = await first_task_failure(stack, handle)
+        assert failed["cause"] == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        assert "InvalidTag" in failed["failure"]["message"] or "InvalidTag" in str(failed["failure"])
     finally:
         await sealing.close()
         await wrong_key.close()

@@ -334,19 +334,16 @@ class WorkflowWorker:
         not sent leaves the run out of the cache, so the task, sent again, is not taken for a copy."""
         try:
             return await completed
-        except CommandTooLargeError as exc:
-            return await self._fail_unsent_completion(task, WORKFLOW_TASK_TOO_LARGE, exc, started_time_ms)
-        except KafkaException:  # not delivered: the task is dispatched again (by its timeout, if it was started)
-            self._cache.pop(task["run_id"], None)
-            raise
         except Exception as exc:
-            if started_time_ms is None:  # its start is recorded: the task times out and goes again
-                self._cache.pop(task["run_id"], None)
+            self._cache.pop(task["run_id"], None)
+            if isinstance(exc, CommandTooLargeError):
+                return await self._fail_unsent_completion(task, WORKFLOW_TASK_TOO_LARGE, exc, started_time_ms)
+            # Not delivered (the task is dispatched again), or its start is recorded (it times out and goes again).
+            if isinstance(exc, KafkaException) or started_time_ms is None:
                 raise
             return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
 
     async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
-        self._cache.pop(task["run_id"], None)
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                   task["workflow_id"], task["run_id"], cause, str(exc))
         return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
