@@ -216,9 +216,11 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
             results = await asyncio.wait_for(asyncio.shield(runs), COMPLETION_TIMEOUT_S)
         except TimeoutError:
             runs.cancel()
+            unfinished = [f"{task_queue}-{i}" for i in range(WORKFLOWS) if f"{task_queue}-{i}" not in completed_at]
             pytest.fail(
-                f"{WORKFLOWS - len(completed_at)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
-                f"the broker came back ({fault}); readiness since the fault:\n{readiness.describe(back_at)}"
+                f"{len(unfinished)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
+                f"the broker came back ({fault}); readiness since the fault:\n{readiness.describe(back_at)}\n"
+                + await asyncio.to_thread(_where_they_stand, stack, unfinished)
             )
         all_done_at = max(completed_at.values())
         ready_at = await _stably_ready(readiness, back_at)
@@ -271,6 +273,20 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
         assert kinds.count("WorkflowExecutionSignaled") == (1 if i % 2 == 0 else 0), f"{workflow_id}: {kinds}; {summary}"
         assert kinds.count("TimerFired") == (0 if i % 2 == 0 else 1), f"{workflow_id}: {kinds}; {summary}"
         assert kinds[-1] == "WorkflowExecutionCompleted", f"{workflow_id}: {kinds}; {summary}"
+
+
+def _where_they_stand(stack: LocalStack, workflow_ids: list[str]) -> str:
+    """The audit's view of the unfinished workflows (their events, what they wait for), so a failure
+    on CI, whose logs are gone with its machine, says where each one stopped."""
+    report = audit_history(stack.settings)
+    wanted = set(workflow_ids[:5])
+    lines = [f"audit: {len(report.violations)} violations {report.violations[:5]}"]
+    for (workflow_id, run_id), run in report.runs.items():
+        if workflow_id in wanted:
+            lines.append(f"{workflow_id} run {run_id}: {report.event_types(workflow_id, run_id)}; waits for {sorted(run.pending)}")
+    lines += [f"stuck: {line}" for line in report.stuck if any(w in line for w in wanted)]
+    lines += [f"waiting for a worker: {line}" for line in report.waiting if any(w in line for w in wanted)]
+    return "\n".join(lines)
 
 
 async def _stably_ready(readiness: ReadinessLog, back_at: float) -> float | None:
