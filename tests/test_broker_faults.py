@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -27,18 +28,20 @@ import pytest
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.metadata import MetadataRequest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import audit_history
 from kadence.protocol import topics
-from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_connections
+from kadence.protocol.codec import command_codec
+from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_connections, read_to_end
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.service import HistoryService
-from tests.conftest import local_stack
+from tests.conftest import local_stack, workflow_id_on
+from tests.machine_steps import START
 from tests.workflows import SignalOrTimerWorkflow, echo
 
 # 200, not 500 as before: the starts still spread over 5 s and the fault still lands mid-run, so it
@@ -390,3 +393,40 @@ async def test_a_history_service_whose_producer_hits_a_fatal_error_recovers_its_
             kinds = report.event_types(handle.id, handle.result_run_id or "")
             assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("TimerFired") == 1, kinds
         assert "event=history_recovered_in_place" in (tmp_path / "logs" / "test-process.log").read_text()
+
+
+@pytest.mark.kafka_only
+async def test_a_partition_assigned_again_is_recovered_only_after_the_batches_this_instance_still_holds() -> None:
+    """A revoke's flush gives up after 10 s while the broker is away and leaves the batches in the
+    producer. When the partitions come back, recovery must read the log only once they are in it:
+    one that read it before decided their commands again, and the broker kill test saw a run
+    whose log kept the first decisions while the service went on from the second, every batch
+    after skipped as a repeat. Here a long linger holds a batch as the absent broker did: the
+    partition recovered again resumes past the command that batch records."""
+    with local_stack(services=()) as stack:
+        history = HistoryService(dataclasses.replace(stack.settings, linger_ms=60_000), CheckpointStore(stack.postgres_dsn), 3600.0)
+        await history._create_tables()
+        partition = 0
+        workflow_id = workflow_id_on(partition, stack.partitions, "held")
+        assigned = [TopicPartition(topics.COMMANDS, partition)]
+        try:
+            history._on_assign(history.consumer, assigned)
+            start = {"workflow_id": workflow_id, "identity": "test", "command": ("StartWorkflowExecution", START)}
+            producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
+            producer.produce(topics.COMMANDS, command_codec().encode(start), workflow_id.encode(),
+                             partition=partition)
+            producer.flush(10)
+            [msg] = await asyncio.to_thread(history.consumer.consume, 1, 10.0)
+            history.handle(msg, history.commands.decode(msg.value(), msg.headers()))
+            history._flush()
+            assert len(history.producer) > 0, "the start's batch is held in the producer, as while the broker is away"
+            history._on_assign(history.consumer, assigned)  # as after a revoke whose flush timed out
+            assert assigned[0].offset == msg.offset() + 1, "the recovered partition would decide the start again"
+            batches = [history.batches.decode(m.value(), m.headers())
+                       for m in read_to_end(stack.settings, topics.HISTORY, {partition: 0})]
+            assert [(b["workflow_id"], b["source_offset"]) for b in batches] == [(workflow_id, msg.offset())]
+        finally:
+            history.consumer.close()
+            history.producer.flush(10)
+            assert history.checkpoints is not None
+            history.checkpoints.close()

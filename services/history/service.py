@@ -59,6 +59,7 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
+ASSIGN_FLUSH_WAIT_S = 5.0  # how often a recovery waiting for this instance's batches to be written says so
 
 
 def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
@@ -252,11 +253,28 @@ class HistoryService:
         partitions = [tp.partition for tp in assigned]
         for partition in partitions:
             log.info("event=partition_assigned partition=%d", partition)
+        self._wait_for_written_batches()
         recovered = self._recover(partitions)
         for tp in assigned:
             tp.offset = recovered[tp.partition].resume_offset
         consumer.assign(assigned)
         READINESS.assign(set(self.partitions))
+
+    def _wait_for_written_batches(self) -> None:
+        """Every batch this instance produced is in the log before it recovers a partition from
+        there. A revoke whose flush timed out (the broker away) leaves batches queued in this
+        producer; a recovery that read the log before they landed would decide their commands
+        again, perhaps joined otherwise, and readers would apply the first decisions while this
+        instance's state held the second: the run's later batches would all be skipped as repeats
+        (docs/architecture.md, "Exactly once"). The broker that assigned the partitions answers, so
+        this wait is short; while it lasts the service is not ready."""
+        self._flush()
+        waited = time.monotonic()
+        while (outstanding := self.producer.flush(ASSIGN_FLUSH_WAIT_S)) and self._fatal is None:
+            log.warning("event=recovery_waits_for_batches outstanding_batches=%d waited_s=%.1f reason=%r", outstanding,
+                        time.monotonic() - waited, "the broker has not acknowledged every batch this instance wrote")
+        # After a fatal error the old batches are lost or in the log: the producer is replaced and
+        # the partitions recovered again before any command is read (_replace_producer_and_recover).
 
     def _recover(self, partitions: list[int]) -> dict[int, PartitionState]:
         """Claim the partitions and fold their checkpoints and the log after them into state."""
