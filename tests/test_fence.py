@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kadence.protocol.fence import PartitionFences
+from kadence.protocol.fence import LogFence, PartitionFences
 
 
 def batch(run_id: str, first_event_id: int, source_offset: int, *, closes: bool = False) -> dict[str, Any]:
@@ -46,3 +46,15 @@ def test_closed_runs_and_revoked_partitions_are_forgotten() -> None:
     assert fences.admit(3, 0, batch("open", 1, 0))
     fences.forget({3})
     assert 3 not in fences._fences
+
+
+def test_a_batch_that_skips_events_of_its_run_is_told_from_a_repeat() -> None:
+    """A writer whose state holds events the log lacks (it recovered before its own batches
+    landed) writes batches that start past the run's next event: the audit reports them, where a
+    repeat or a zombie's overlapping batch is only skipped."""
+    fence = LogFence(strict=True)
+    assert fence.admit(0, batch("r", 1, 10)) and fence.admit(0, batch("r", 2, 11))
+    repeat, overlap, gap = batch("r", 2, 11), batch("r", 1, 12), batch("r", 5, 13)
+    assert not fence.admit(0, repeat) and fence.gap_before(0, repeat) is None
+    assert not fence.admit(0, overlap) and fence.gap_before(0, overlap) is None
+    assert not fence.admit(0, gap) and fence.gap_before(0, gap) == 3

@@ -193,7 +193,14 @@ def audit_history(
             report.violations.append(f"{where}: undecodable history record: {exc}")
             continue
         if not fence.admit(partition, batch):
-            report.zombie_batches += 1
+            if (expected := fence.gap_before(partition, batch)) is not None:
+                report.violations.append(
+                    f"{where} workflow_id={batch['workflow_id']} run_id={batch['run_id']}: a batch for source offset "
+                    f"{batch['source_offset']} starts at event {batch['first_event_id']}, but the log's run is at event "
+                    f"{expected}: its writer's state holds events the log lacks, and the run's later batches are skipped"
+                )
+            else:
+                report.zombie_batches += 1
             continue
         for section in run_sections(batch):
             _track_timers(report.pending_timers, batch["workflow_id"], section, partition, offset)

@@ -46,6 +46,18 @@ class LogFence:
             self.next_event_id[batch["next_run"]["run_id"]] = 1 + len(batch["next_run"]["events"])
         return True
 
+    def gap_before(self, partition: int, batch: Mapping[str, Any]) -> int | None:
+        """For a batch `admit` refused: the run's next event id, if the batch is new on its
+        partition and starts past it. That is no repeat: its writer held events the log lacks (it
+        recovered before its own earlier batches landed, say), so the run's later batches will be
+        refused too and the run waits. None for a repeat or an overlap (a zombie's batch that
+        joined other commands)."""
+        expected = self.next_event_id.get(batch["run_id"])
+        if (not batch["events"] or expected is None or batch["first_event_id"] <= expected
+                or batch["source_offset"] <= self.last_source_offset.get(partition, -1)):
+            return None
+        return expected
+
     def forget_run(self, run_id: str) -> None:
         """Closed runs take no more batches; drop them to keep memory flat."""
         self.next_event_id.pop(run_id, None)

@@ -41,6 +41,10 @@ def recover_partitions(settings: KafkaSettings, states: dict[int, PartitionState
             continue
         if not states[partition].apply(batch):
             skipped += 1
+            if (expected := states[partition].fence.gap_before(partition, batch)) is not None:
+                log.error("event=history_log_gap partition=%d offset=%d workflow_id=%s run_id=%s first_event_id=%d "
+                          "next_event_id=%d reason=%r", partition, offset, batch["workflow_id"], batch["run_id"],
+                          batch["first_event_id"], expected, "a writer's state held events the log lacks: see kadence audit")
     log.info(
         "event=partitions_recovered partitions=%s read_from=%s records=%d zombie_batches_skipped=%d executions=%d "
         "resume_offsets=%s seconds=%.3f",
