@@ -404,7 +404,8 @@ async def test_a_partition_assigned_again_is_recovered_only_after_the_batches_th
     after skipped as a repeat. Here a long linger holds a batch as the absent broker did: the
     partition recovered again resumes past the command that batch records."""
     with local_stack(services=()) as stack:
-        history = HistoryService(dataclasses.replace(stack.settings, linger_ms=60_000), CheckpointStore(stack.postgres_dsn), 3600.0)
+        checkpoints = CheckpointStore(stack.postgres_dsn)
+        history = HistoryService(dataclasses.replace(stack.settings, linger_ms=60_000), checkpoints, 3600.0)
         await history._create_tables()
         partition = 0
         workflow_id = workflow_id_on(partition, stack.partitions, "held")
@@ -428,5 +429,4 @@ async def test_a_partition_assigned_again_is_recovered_only_after_the_batches_th
         finally:
             history.consumer.close()
             history.producer.flush(10)
-            assert history.checkpoints is not None
-            history.checkpoints.close()
+            checkpoints.close()

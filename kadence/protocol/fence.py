@@ -29,7 +29,7 @@ class LogFence:
     next_event_id: dict[str, int] = field(default_factory=dict)
 
     def admit(self, partition: int, batch: Mapping[str, Any]) -> bool:
-        if batch["source_offset"] <= self.last_source_offset.get(partition, -1):
+        if not self._new_on(partition, batch):
             return False
         if not batch["events"]:  # effects or an answer only: nothing of the run's history to continue
             self.last_source_offset[partition] = batch["source_offset"]
@@ -53,10 +53,13 @@ class LogFence:
         refused too and the run waits. None for a repeat or an overlap (a zombie's batch that
         joined other commands)."""
         expected = self.next_event_id.get(batch["run_id"])
-        if (not batch["events"] or expected is None or batch["first_event_id"] <= expected
-                or batch["source_offset"] <= self.last_source_offset.get(partition, -1)):
+        if not batch["events"] or expected is None or batch["first_event_id"] <= expected or not self._new_on(partition, batch):
             return None
         return expected
+
+    def _new_on(self, partition: int, batch: Mapping[str, Any]) -> bool:
+        """Whether the batch's source offset is past the last one applied on its partition."""
+        return bool(batch["source_offset"] > self.last_source_offset.get(partition, -1))
 
     def forget_run(self, run_id: str) -> None:
         """Closed runs take no more batches; drop them to keep memory flat."""

@@ -249,14 +249,20 @@ class WorkflowWorker:
 
     def _fail_workflow_task(self, task: Record, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
         """Fail the task with the reason, after its start if it is still held."""
-        workflow_id, run_id, wt = task["workflow_id"], task["run_id"], task["task"][1]
-        self._cache.pop(run_id, None)
+        self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
-        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r", workflow_id, run_id, cause, str(exc))
-        return _answer(self._send_all(workflow_id, self._with_start(start, CommandType.RespondWorkflowTaskFailed, {
-            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "cause": cause,
+        return _answer(self._send_all(task["workflow_id"], self._with_start(
+            start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
+        )))
+
+    def _failure(self, task: Record, cause: str, exc: Exception) -> Record:
+        """The task's RespondWorkflowTaskFailed (without its start), logged as it is decided."""
+        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
+                  task["workflow_id"], task["run_id"], cause, str(exc))
+        return {
+            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
-        })))
+        }
 
     def _with_start(self, start: HeldStart | None, kind: str, answer: Record) -> list[tuple[str, Record]]:
         """The task's answer, carrying its start unless the thread sent that already (or after its
@@ -344,11 +350,8 @@ class WorkflowWorker:
             return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
 
     async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
-        log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
-                  task["workflow_id"], task["run_id"], cause, str(exc))
         return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
-            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"],
-            "cause": cause, "failure": self.client.data_converter.to_failure(exc), "started_time_ms": started_time_ms,
+            **self._failure(task, cause, exc), "started_time_ms": started_time_ms,
         })
 
     async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:

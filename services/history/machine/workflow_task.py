@@ -272,7 +272,7 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
     """Its start-to-close timer is set, its re-dispatch dropped; neither for a task its start's
     own batch answered or whose run it ended (`_answered_task` dropped the re-dispatch)."""
     scheduled_event_id = attributes(event)["scheduled_event_id"]
-    if _ended_in(t, scheduled_event_id) or ex.status != RUNNING:  # over, or its run ended in the same batch
+    if _recorded_in(t, _ENDED, scheduled_event_id) or ex.status != RUNNING:  # over, or its run ended in the same batch
         return []
     effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
     if ex.workflow_task is not None:
@@ -282,18 +282,14 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
 
 def _on_ended(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     scheduled_event_id = attributes(event)["scheduled_event_id"]
-    if _started_in(t, scheduled_event_id):  # started by its answer: no start-to-close timer was set
+    if _recorded_in(t, (EventType.WorkflowTaskStarted,), scheduled_event_id):  # started by its answer: no start-to-close timer was set
         return []
     return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, scheduled_event_id, 1)]
 
 
-def _started_in(t: Transition, scheduled_event_id: int) -> bool:
-    return any(event_type(e) == EventType.WorkflowTaskStarted and attributes(e)["scheduled_event_id"] == scheduled_event_id
-               for e in t.events)
-
-
-def _ended_in(t: Transition, scheduled_event_id: int) -> bool:
-    return any(event_type(e) in _ENDED and attributes(e)["scheduled_event_id"] == scheduled_event_id for e in t.events)
+def _recorded_in(t: Transition, kinds: tuple[str, ...], scheduled_event_id: int) -> bool:
+    """Whether the transition records an event of these kinds for the task."""
+    return any(event_type(e) in kinds and attributes(e)["scheduled_event_id"] == scheduled_event_id for e in t.events)
 
 
 EFFECTS: dict[str, EffectsOf] = {
