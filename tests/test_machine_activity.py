@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kadence.common import retry_backoff_ms
@@ -13,6 +15,8 @@ from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
 from services.history.machine.execution import ActivityState
 from services.history.machine.transition import Redispatch, Rejected
+from services.history.partition import PartitionState
+from services.history.step import step
 from tests.machine_steps import (
     ACTIVITY,
     BIG,
@@ -212,11 +216,63 @@ def test_schedule_to_start_times_out_an_attempt_no_worker_took_without_retrying(
     assert state.executions["order-1"].activities == {}
 
 
+def completed_with_eager_starts(state: PartitionState, run_id: str, foreseen: list[int], offset: int = 2) -> dict[str, Any]:
+    """The first workflow task completed by a worker that runs activities "0", "1", ... itself,
+    foreseen at the ids given, under the eager request id "eager-1"."""
+    return step(state, {"workflow_id": "order-1", "identity": "worker", "command": ("RespondWorkflowTaskCompleted", {
+        "run_id": run_id, "scheduled_event_id": 2, "eager_request_id": "eager-1", "commands": [
+            ("ScheduleActivityTask", {**ACTIVITY, "activity_id": str(i), "eager_scheduled_event_id": sid}) for i, sid in enumerate(foreseen)
+        ],
+    })}, NOW, 0, offset).batch
+
+
+def test_a_completion_starts_the_eager_activities_it_schedules_in_its_own_batch() -> None:
+    """As Temporal's RespondWorkflowTaskCompleted: the worker runs activities "0" and "1" itself,
+    foreseen at 5 and 6; the completion's batch records both started by it, after the commands'
+    events, dispatches nothing and sets their start-to-close timers, and answers its eager request
+    id. The worker's reports are accepted as any started attempt's."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    completed = completed_with_eager_starts(state, run_id, [5, 6])
+    assert [(e["event_id"], e["attributes"][0], e["attributes"][1].get("scheduled_event_id")) for e in completed["events"]] == [
+        (4, "WorkflowTaskCompleted", 2), (5, "ActivityTaskScheduled", None), (6, "ActivityTaskScheduled", None),
+        (7, "ActivityTaskStarted", 5), (8, "ActivityTaskStarted", 6)]
+    assert {e["attributes"][1]["identity"] for e in completed["events"][3:]} == {"worker"}
+    assert [(k, e.get("kind")) for k, e in completed["effects"] if k != "DropTimer"] == [("Timer", "ACTIVITY_START_TO_CLOSE")] * 2
+    assert not any("ACTIVITY" in e["timer_id"] for k, e in completed["effects"] if k == "DropTimer")
+    assert (completed["request_ids"], completed["rejection"]) == (["eager-1"], None)
+    done = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 3)
+    assert [e["attributes"][0] for e in done["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
+
+
+def test_eager_starts_foreseen_at_the_wrong_ids_are_refused_and_their_activities_go_to_the_task_queue() -> None:
+    """An event written while the task ran shifts every id after it: the completion applies, its
+    activities are dispatched as usual, and its batch refuses the eager request id (the worker
+    cancels its attempts). The batch folds like any other: the activities are pending, not started."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    completed = completed_with_eager_starts(state, run_id, [6, 7])
+    assert [e["attributes"][0] for e in completed["events"]] == ["WorkflowTaskCompleted", "ActivityTaskScheduled", "ActivityTaskScheduled"]
+    assert [k for k, _ in completed["effects"]].count("ActivityTask") == 2
+    assert completed["request_ids"] == []
+    assert completed["rejection"] is not None and completed["rejection"]["request_id"] == "eager-1"
+    assert "ids [6, 7] were foreseen, none recorded" in completed["rejection"]["reason"]
+    assert [(a.scheduled_event_id, a.started_event_id) for a in state.executions["order-1"].activities.values()] == [(5, 0), (6, 0)]
+
+
+def test_a_refused_completion_refuses_its_eager_starts() -> None:
+    state, run_id = started_workflow()
+    stale = completed_with_eager_starts(state, run_id, [5])  # its workflow task was never started
+    assert stale["events"] == [] and stale["request_ids"] == []
+    assert stale["rejection"] is not None and stale["rejection"]["request_id"] == "eager-1"
+    assert state.executions["order-1"].activities == {}
+
+
 def test_an_eager_activity_whose_id_the_worker_foresaw_is_not_dispatched_and_starts_by_that_id() -> None:
-    """The completing worker runs activity "0" itself and foresaw event 5: history dispatches no task
-    for it (its retry timer stays, in case the worker never starts it) and accepts a start naming
-    it. Activity "1" was foreseen as 7 but is 6: it is dispatched as usual, and a start naming it
-    at the wrong id is refused."""
+    """A worker of an older release sends no eager_request_id: it runs activity "0" itself and
+    foresaw event 5, so history dispatches no task for it (its retry timer stays, in case the worker
+    never starts it) and accepts a start naming it. Activity "1" was foreseen as 7 but is 6: it is
+    dispatched as usual, and a start naming it at the wrong id is refused."""
     state, run_id = started_workflow()
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     completed = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [

@@ -28,7 +28,7 @@ from kadence.api.common.v1 import Payload
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record
+from kadence.protocol.codec import Record, command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
@@ -65,13 +65,13 @@ class _Attempt:
 
 
 @dataclasses.dataclass
-class EagerStart:
-    """An eager attempt's task, the answer to its start, and the start to send."""
+class EagerStarts:
+    """The eager attempts a workflow task's completion starts (their slots claimed), and the
+    answer to the completion's eager_request_id: history starts them all with it, or refuses."""
 
-    task: Record
+    tasks: list[Record]
     request_id: str
     answer: asyncio.Future[CommandOutcome]
-    command: tuple[str, Record]
 
 
 class ActivityWorker:
@@ -107,7 +107,9 @@ class ActivityWorker:
         self._slots = _Slots(max_concurrent_activities)
         self._running: set[asyncio.Future[Any]] = set()  # the attempts running
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
-        self._eager = not disable_eager_activity_execution and max_task_queue_activities_per_second is None
+        # A build pinned to a Command version without eager_request_id runs every attempt from the queue.
+        self._eager = (not disable_eager_activity_execution and max_task_queue_activities_per_second is None
+                       and writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "eager_request_id"))
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._asked: collections.OrderedDict[AttemptKey, None] = collections.OrderedDict()  # starts sent, the latest last
         self.rate = _QueueShareRate(max_task_queue_activities_per_second)
@@ -168,28 +170,27 @@ class ActivityWorker:
             and self._slots.try_acquire()
         )
 
-    def drop_eager_starts(self, starts: list[EagerStart]) -> None:
-        """Eager attempts that will not run (their workflow task's answer was not sent): their
-        slots back, their starts' answers not waited for."""
-        for start in starts:
-            self.client.forget_outcome(start.request_id, start.answer)
+    def eager_starts(self, tasks: list[Record]) -> EagerStarts | None:
+        """The starts of the eager attempts a workflow task's completion schedules (their slots
+        claimed), which the completion carries under one request id (its eager_request_id)."""
+        if not tasks:
+            return None
+        request_id = f"{tasks[0]['run_id']}/eager/{uuid.uuid4()}"
+        return EagerStarts(tasks, request_id, self.client.expect_outcome_now(request_id))
+
+    def drop_eager_starts(self, starts: EagerStarts) -> None:
+        """Eager attempts that will not run (their workflow task's completion was not sent): their
+        slots back, their starts' answer not waited for."""
+        self.client.forget_outcome(starts.request_id, starts.answer)
+        for _ in starts.tasks:
             self._slots.release()
 
-    def eager_start(self, task: Record) -> EagerStart:
-        """The start of an eager attempt (its slot claimed), for the workflow worker to send right
-        after the workflow task's completion that schedules it, in the same produce: the producer
-        keeps the two in order on the workflow's partition, and history reads them in one poll.
-        Its start names the activity, since its scheduled_event_id was foreseen."""
-        at = task["task"][1]
-        request_id = _start_request_id(task)
-        return EagerStart(task, request_id, self.client.expect_outcome_now(request_id), _start_command(task, request_id, at["activity_id"]))
-
-    def run_eagerly(self, start: EagerStart, completion: asyncio.Future[Message], started: asyncio.Future[Message]) -> None:
-        """Run an eager attempt whose start was sent after `completion`: once the start is delivered,
-        as an attempt from the task queue runs, and only if the completion was delivered too (a
-        payload codec's failure, say, shows only then)."""
-        with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": start.task["workflow_id"]}):
-            self._run_started(start.task, start.request_id, start.answer, started, None, completion)
+    def run_eagerly(self, starts: EagerStarts, completion: asyncio.Future[Message]) -> None:
+        """Run the eager attempts once the completion that starts them is delivered, as attempts
+        from the task queue run once their starts are."""
+        for task in starts.tasks:
+            with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
+                self._run_started(task, starts.request_id, starts.answer, completion, None)
 
     async def _start_attempt(self, task: Record, problem: Exception | None) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it."""
@@ -207,7 +208,7 @@ class ActivityWorker:
             await self.rate.wait()
             request_id = _start_request_id(task)
             answer = await self.client.expect_outcome(request_id)
-            started = self._send(task["workflow_id"], *_start_command(task, request_id, ""))
+            started = self._send(task["workflow_id"], *_start_command(task, request_id))
         except BaseException:
             self._slots.release()
             raise
@@ -217,7 +218,7 @@ class ActivityWorker:
 
     def _run_started(
         self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
-        problem: Exception | None, completion: asyncio.Future[Message] | None = None,
+        problem: Exception | None,
     ) -> None:
         """Run an attempt whose start was sent, in the slot taken for it; a start that could not be
         sent is answered by nobody, so its answer is not waited for."""
@@ -227,7 +228,7 @@ class ActivityWorker:
                                   else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
-        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem, completion))
+        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
         self._attempts[key] = attempt
         self._running.add(job)
         answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
@@ -276,11 +277,10 @@ class ActivityWorker:
 
     async def _run_activity(
         self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], problem: Exception | None = None,
-        completion: asyncio.Future[Message] | None = None,
     ) -> None:
         at = task["task"][1]
         try:
-            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem, completion)
+            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem)
         finally:
             self._attempts.pop((task["run_id"], at["scheduled_event_id"], at["attempt"]), None)
             attempt.heartbeater.close()
@@ -292,7 +292,6 @@ class ActivityWorker:
 
     async def _attempt_outcome(
         self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], problem: Exception | None,
-        completion: asyncio.Future[Message] | None = None,
     ) -> tuple[str, Record] | None:
         """The report on the attempt (its command and what it adds to the reply), once it ran;
         None for one completed later, by task token."""
@@ -306,10 +305,6 @@ class ActivityWorker:
                         workflow_id, run_id, at["activity_type"], at["attempt"], str(started.exception()))
             return None  # not started: its retry timer dispatches it again
         try:
-            if completion is not None and not await _delivered(completion):
-                log.info("event=activity_eager_dropped workflow_id=%s run_id=%s activity_type=%s reason=%r",
-                         workflow_id, run_id, at["activity_type"], "its workflow task's completion was not delivered")
-                return None  # history refuses its start: the activity was never scheduled
             if problem is not None:
                 raise problem
             result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
@@ -497,13 +492,11 @@ async def _delivered(sent: asyncio.Future[Message]) -> bool:
     return not sent.cancelled() and sent.exception() is None
 
 
-def _start_command(task: Record, request_id: str, activity_id: str) -> tuple[str, Record]:
-    """An attempt's RecordActivityTaskStarted; `activity_id` only for an eager attempt, whose
-    scheduled_event_id was foreseen."""
+def _start_command(task: Record, request_id: str) -> tuple[str, Record]:
+    """An attempt's RecordActivityTaskStarted."""
     at = task["task"][1]
     return CommandType.RecordActivityTaskStarted, {
-        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
-        "request_id": request_id, "activity_id": activity_id,
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "request_id": request_id,
     }
 
 

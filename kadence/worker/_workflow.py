@@ -279,20 +279,20 @@ class WorkflowWorker:
         """Complete the task with the commands, after its start if it is still held."""
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
-        starts = [self._activities.eager_start(attempt) for attempt in eager]
-        answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, {
-            "run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands,
-        })
+        starts = self._activities.eager_starts(eager)
+        completed_with: Record = {"run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands}
+        if starts is not None:
+            completed_with["eager_request_id"] = starts.request_id
+        answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, completed_with)
         try:
-            # The workflow task's completion (with its start), then its eager attempts' starts, back
-            # to back (an eager start refused with the completion if that is refused: too large, say).
-            sent = self._send_all(task["workflow_id"], [*answer, *(eager_start.command for eager_start in starts)])
+            sent = self._send_all(task["workflow_id"], answer)
         except BaseException:  # nothing sent: the client is closed (a command it cannot send is refused, not raised)
-            self._activities.drop_eager_starts(starts)
+            if starts is not None:
+                self._activities.drop_eager_starts(starts)
             raise
-        completion = _answer(sent[:len(answer)])
-        for eager_start, started in zip(starts, sent[len(answer):], strict=True):
-            self._activities.run_eagerly(eager_start, completion, started)  # runs only if both are delivered
+        completion = _answer(sent)
+        if starts is not None:
+            self._activities.run_eagerly(starts, completion)  # once the completion, which starts them, is delivered
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
@@ -310,8 +310,8 @@ class WorkflowWorker:
         WorkflowTaskStarted right after its WorkflowTaskScheduled, WorkflowTaskCompleted, then one
         event per command, and nothing is foreseen past a command that may write more or fewer. An
         activity attempt's start or retried failure written between the task's WorkflowTaskScheduled
-        and its completion shifts them: then history dispatches the activity as usual and refuses
-        this worker's start."""
+        and its completion shifts them: then history dispatches the activities as usual and refuses
+        the completion's eager_request_id, which cancels this worker's attempts."""
         if any(kind in CLOSE_COMMANDS for kind, _ in commands):
             return commands, []
         wt = task["task"][1]

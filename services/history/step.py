@@ -69,8 +69,11 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
 
 
 def request_id_of(kind: str, body: Record) -> str:
-    """The request id a client or workflow waits on for the command's answer ('' for none)."""
-    return body["start"]["request_id"] if kind == CommandType.SignalWithStartWorkflowExecution else body.get("request_id", "")
+    """The request id a client, workflow or worker waits on for the command's answer ('' for none):
+    a workflow task completion's is its eager activity starts'."""
+    if kind == CommandType.SignalWithStartWorkflowExecution:
+        return body["start"]["request_id"]
+    return body.get("eager_request_id" if kind == CommandType.RespondWorkflowTaskCompleted else "request_id", "")
 
 
 def step(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int, *, whole_histories: bool = False) -> Step:
@@ -119,7 +122,8 @@ def commit(
     if whole_histories:
         _carry_whole_histories(effects, asked)
     queries, size = _released_queries(asked, size)
-    batch = transition.batch(partition, offset, effects + queries, next_run_effects, [request_id] if request_id else [])
+    accepted = [request_id] if request_id and transition.refused is None else []
+    batch = transition.batch(partition, offset, effects + queries, next_run_effects, accepted)
     _warn_of_long_history(batch, current, bytes_before)
     return Step(batch, size, joinable=True, redispatch=transition.redispatch)
 

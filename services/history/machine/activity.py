@@ -7,7 +7,7 @@ from collections import Counter
 
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import RetryState
-from kadence.protocol.events import ACTIVITY_RESULTS
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS
 from kadence.protocol.limits import MAX_PENDING_ACTIVITIES, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.task_token import TaskToken
@@ -132,7 +132,7 @@ def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | Non
 
 def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
     """The activity is scheduled; its first attempt goes to the task queue, unless the completing
-    worker runs it itself and foresaw the event's id, which its start will name."""
+    worker runs it itself and foresaw the event's id (`record_eager_starts`)."""
     recorded = {name: value for name, value in attrs.items() if name != "eager_scheduled_event_id"}
     scheduled_id = t.add(EventType.ActivityTaskScheduled, {
         **recorded, "task_queue": attrs["task_queue"] or t.execution.task_queue,
@@ -141,6 +141,35 @@ def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: 
     })
     if attrs.get("eager_scheduled_event_id") == scheduled_id:
         t.eager_activities.add(scheduled_id)
+
+
+def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
+    """Start, by the completing worker, the first attempts it runs itself, after the completion's
+    command events (so they shift none of the ids it foresaw): as Temporal's
+    RespondWorkflowTaskCompleted starts the eager activities it hands back. All or none, under the
+    one eager_request_id: when an id was foreseen wrong (an event written while the task ran
+    shifts every id after it), or the completion recorded no schedule (its task failed), the
+    request is refused and the attempts go to the task queue. A completion without
+    eager_request_id (a worker of an older release) leaves them for its RecordActivityTaskStarted."""
+    request_id = cmd.get("eager_request_id") or ""
+    if not request_id:
+        return
+    foreseen = [attrs["eager_scheduled_event_id"] for kind, attrs in cmd["commands"]
+                if kind == TaskCommandType.ScheduleActivityTask and attrs.get("eager_scheduled_event_id")]
+    recorded = sorted(t.eager_activities)
+    closes = any(event_type(event) in CLOSE_STATUS for event in t.events)
+    if foreseen != recorded or closes:
+        t.eager_activities.clear()
+        reason = "the run closed" if closes else f"ActivityTaskScheduled ids {foreseen} were foreseen, {recorded or 'none'} recorded"
+        t.refused = {"request_id": request_id, "command": CommandType.RespondWorkflowTaskCompleted, "cause": "INVALID_ARGUMENT",
+                     "reason": f"the eager activity attempts were not started ({reason}); any scheduled go to the task queue"}
+        return
+    for scheduled_event_id in foreseen:
+        _record_started(t, scheduled_event_id, 1, identity)
+
+
+def _record_started(t: Transition, scheduled_event_id: int, attempt: int, identity: str) -> None:
+    t.add(EventType.ActivityTaskStarted, {"scheduled_event_id": scheduled_event_id, "attempt": attempt, "identity": identity})
 
 
 def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
@@ -175,9 +204,7 @@ def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> 
     if cmd.get("activity_id") and cmd["activity_id"] != activity.activity_id:  # an eager start whose foreseen id was wrong
         raise Rejected(f"activity {cmd['scheduled_event_id']} is {activity.activity_id!r}, not {cmd['activity_id']!r}")
     t = Transition(ex, now_ms)
-    t.add(EventType.ActivityTaskStarted, {
-        "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt, "identity": identity,
-    })
+    _record_started(t, activity.scheduled_event_id, activity.attempt, identity)
     return t
 
 
@@ -430,12 +457,16 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     activity = ex.activities.get(event["event_id"])
     if activity is None:  # ended in the same transition
         return []
-    eager = activity.scheduled_event_id in t.eager_activities
-    effects = [_retry_timer(ex, activity, t.now_ms)] if eager else _dispatch(ex, activity, t.now_ms)
+    if activity.started_event_id:  # started by the completing worker in the same batch: nothing to dispatch or wait for
+        effects = []
+    elif activity.scheduled_event_id in t.eager_activities:  # its worker's start is still to come
+        effects = [_retry_timer(ex, activity, t.now_ms), *_schedule_to_start_timer(ex, activity)]
+    else:
+        effects = [*_dispatch(ex, activity, t.now_ms), *_schedule_to_start_timer(ex, activity)]
     if activity.schedule_to_close_timeout_ms:
         fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
         effects.append(timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, fire_at, activity.scheduled_event_id, 1))
-    return effects + _schedule_to_start_timer(ex, activity)
+    return effects
 
 
 def _on_cancel_requested(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
@@ -449,9 +480,11 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
     if activity is None:
         return []
     sid, attempt = activity.scheduled_event_id, activity.attempt
-    effects = [drop(ex, TimerKind.ACTIVITY_RETRY, sid, attempt)]
-    if activity.schedule_to_start_timeout_ms:
-        effects.append(drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, sid, attempt))
+    effects = []
+    if sid < t.first_event_id:  # else scheduled in this batch, and no timer set to wait for the start
+        effects.append(drop(ex, TimerKind.ACTIVITY_RETRY, sid, attempt))
+        if activity.schedule_to_start_timeout_ms:
+            effects.append(drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, sid, attempt))
     if activity.start_to_close_timeout_ms:
         effects.append(timer(ex, TimerKind.ACTIVITY_START_TO_CLOSE, t.now_ms + activity.start_to_close_timeout_ms, sid, attempt))
     if activity.heartbeat_timeout_ms:

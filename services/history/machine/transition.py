@@ -16,6 +16,7 @@ from services.history.machine.records import (
     HistoryEvent,
     NextRun,
     Record,
+    Rejection,
     event_type,
     history_batch,
 )
@@ -53,6 +54,8 @@ class Transition:
     redispatch: "Redispatch | None" = None
     # Activities whose first attempt the completing worker runs itself (eager execution): no task is dispatched.
     eager_activities: set[int] = field(default_factory=set)
+    # The refusal of a request the command carried though the command applied (its eager starts).
+    refused: Rejection | None = None
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:
@@ -104,7 +107,7 @@ class Transition:
         return history_batch(
             ex.workflow_id, ex.run_id, self.first_event_id, source_partition, source_offset, events=self.events,
             buffered=self.buffered, effects=effects or [], heartbeats=self.heartbeats, next_run=following,
-            request_ids=request_ids or [],
+            request_ids=request_ids or [], rejection=self.refused,
         )
 
 

@@ -93,27 +93,34 @@ def _answered_task(t: Transition, cmd: Record, identity: str) -> WorkflowTaskSta
 def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
+    runs_on = False
     if ex.buffered and any(kind in CLOSE_COMMANDS for kind, _ in cmd["commands"]):
         # New events arrived while the task ran: the workflow must see them before it may close.
         _fail(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
-        return t
-    problem = _invalid_command(ex, cmd["commands"])
-    if problem:
+    elif problem := _invalid_command(ex, cmd["commands"]):
         cause, message = problem
         failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
         _fail(t, wt, cause, failure, identity, next_attempt=wt.attempt + 1)
-        return t
-    completed_id = t.add(EventType.WorkflowTaskCompleted, {
-        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
-    })
-    for kind, attrs in cmd["commands"]:
-        TASK_COMMANDS[kind].record(t, attrs, completed_id, identity)
-        if kind in CLOSE_COMMANDS:
-            return t
-    if ex.buffered:
+    else:
+        runs_on = _record_commands(t, wt, cmd["commands"], identity)
+    activity.record_eager_starts(t, cmd, identity)
+    if runs_on and ex.buffered:
         t.flush_buffered()
         t.add(EventType.WorkflowTaskScheduled, {"task_queue": ex.task_queue, "attempt": 1})
     return t
+
+
+def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[tuple[str, Record]], identity: str) -> bool:
+    """WorkflowTaskCompleted and each command's events, up to a command that closes the run;
+    whether the run goes on."""
+    completed_id = t.add(EventType.WorkflowTaskCompleted, {
+        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
+    })
+    for kind, attrs in commands:
+        TASK_COMMANDS[kind].record(t, attrs, completed_id, identity)
+        if kind in CLOSE_COMMANDS:
+            return False
+    return True
 
 
 def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
