@@ -275,10 +275,9 @@ class Client:
     ) -> list[asyncio.Future[Message]]:
         """Commands of one workflow, as `send_command` sends one, produced back to back once all
         are encoded, so they usually travel in one produce request and the history service reads
-        them in one poll and writes them as one batch (a workflow task's start and its answer).
-        One that cannot be sent (too large, its payloads not encodable) is refused with the reason,
-        and the commands after it with it: they may depend on it (an eager attempt's start on the
-        completion that schedules it). With `loop`, called from another thread on that loop's
+        them in one poll (a workflow task's start and its answer). One that cannot be sent (too
+        large, its payloads not encodable) is refused with the reason, and the commands after it
+        with it: they may depend on it (an answer on the start before it). With `loop`, called from another thread on that loop's
         behalf: produced at once, so only for commands without payloads (the payload codec's
         encoding runs on the loop)."""
         if self._closed:

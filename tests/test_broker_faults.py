@@ -401,8 +401,9 @@ async def test_a_partition_assigned_again_is_recovered_only_after_the_batches_th
     producer. When the partitions come back, recovery must read the log only once they are in it:
     one that read it before decided their commands again, and the broker kill test saw a run
     whose log kept the first decisions while the service went on from the second, every batch
-    after skipped as a repeat. Here a long linger holds a batch as the absent broker did: the
-    partition recovered again resumes past the command that batch records."""
+    after skipped as a repeat. Here a long linger holds the batches of a start and a signal as the
+    absent broker did: the partition recovered again resumes past both commands, each recorded by
+    a record of its own (one record per command: a command decided again writes the same bounds)."""
     with local_stack(services=()) as stack:
         checkpoints = CheckpointStore(stack.postgres_dsn)
         history = HistoryService(dataclasses.replace(stack.settings, linger_ms=60_000), checkpoints, 3600.0)
@@ -413,19 +414,23 @@ async def test_a_partition_assigned_again_is_recovered_only_after_the_batches_th
         try:
             history._on_assign(history.consumer, assigned)
             start = {"workflow_id": workflow_id, "identity": "test", "command": ("StartWorkflowExecution", START)}
+            signal = {"workflow_id": workflow_id, "identity": "test", "command": ("SignalWorkflowExecution", {
+                "run_id": "", "signal_name": "go", "input": [], "request_id": "signal-1"})}
             producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
-            producer.produce(topics.COMMANDS, command_codec().encode(start), workflow_id.encode(),
-                             partition=partition)
+            for command in (start, signal):
+                producer.produce(topics.COMMANDS, command_codec().encode(command), workflow_id.encode(), partition=partition)
             producer.flush(10)
-            [msg] = await asyncio.to_thread(history.consumer.consume, 1, 10.0)
-            history.handle(msg, history.commands.decode(msg.value(), msg.headers()))
-            history._flush()
-            assert len(history.producer) > 0, "the start's batch is held in the producer, as while the broker is away"
+            messages = []
+            while len(messages) < 2:
+                messages += await asyncio.to_thread(history.consumer.consume, 2, 10.0)
+            for msg in messages:
+                history.handle(msg, history.commands.decode(msg.value(), msg.headers()))
+            assert len(history.producer) > 0, "the batches are held in the producer, as while the broker is away"
             history._on_assign(history.consumer, assigned)  # as after a revoke whose flush timed out
-            assert assigned[0].offset == msg.offset() + 1, "the recovered partition would decide the start again"
+            assert assigned[0].offset == messages[-1].offset() + 1, "the recovered partition would decide the commands again"
             batches = [history.batches.decode(m.value(), m.headers())
                        for m in read_to_end(stack.settings, topics.HISTORY, {partition: 0})]
-            assert [(b["workflow_id"], b["source_offset"]) for b in batches] == [(workflow_id, msg.offset())]
+            assert [(b["workflow_id"], b["source_offset"]) for b in batches] == [(workflow_id, m.offset()) for m in messages]
         finally:
             history.consumer.close()
             history.producer.flush(10)

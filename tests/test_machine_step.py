@@ -5,7 +5,6 @@ from __future__ import annotations
 from services.history.checkpoint import decode_state, encode_state
 from services.history.machine.dispatch import decide
 from services.history.machine.lifecycle import decide_start
-from services.history.service import _continues
 from tests.machine_steps import (
     NOW,
     START,
@@ -31,22 +30,6 @@ def test_recovery_folds_the_same_state_and_skips_zombie_duplicates() -> None:
         recovered.apply(batch)
     assert recovered.executions["order-1"] == live.executions["order-1"]
     assert recovered.resume_offset == 5
-
-
-def test_only_adjacent_commands_of_one_run_share_a_history_record() -> None:
-    batch = {
-        "workflow_id": "w", "run_id": "r", "source_offset": 10, "events": [{"event_id": 3}], "buffered": [],
-        "rejection": None, "next_run": None,
-    }
-    following = {**batch, "source_offset": 11, "events": [{"event_id": 4}]}
-    assert _continues(batch, following)
-    assert not _continues(batch, {**following, "source_offset": 12})
-    assert not _continues(batch, {**following, "run_id": "other"})
-    # commands passed on elsewhere (forwarded, dead-lettered) have no run: their batches join only their workflow's
-    assert not _continues({**batch, "run_id": "", "events": []}, {**following, "workflow_id": "other", "run_id": "", "events": []})
-    assert not _continues(batch, {**following, "rejection": {"request_id": "x"}})
-    # evolve applies buffered events before events, so buffering must not follow written events
-    assert not _continues(batch, {**following, "events": [], "buffered": [{"event_id": 0}]})
 
 
 def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_runs_out() -> None:

@@ -50,8 +50,8 @@ class LogFence:
         """For a batch `admit` refused: the run's next event id, if the batch is new on its
         partition and starts past it. That is no repeat: its writer held events the log lacks (it
         recovered before its own earlier batches landed, say), so the run's later batches will be
-        refused too and the run waits. None for a repeat or an overlap (a zombie's batch that
-        joined other commands)."""
+        refused too and the run waits. None for a repeat or an overlap (a batch an older
+        release joined from several commands, written again by a zombie)."""
         expected = self.next_event_id.get(batch["run_id"])
         if not batch["events"] or expected is None or batch["first_event_id"] <= expected or not self._new_on(partition, batch):
             return None

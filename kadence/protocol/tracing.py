@@ -3,8 +3,8 @@
 
 Each record a traced hop produces carries `traceparent` (W3C) in its headers; the next hop's span
 is its child, started when the record was produced, so the span shows how long the record waited
-in its topic (also its attribute `kadence.queue_ms`) as well as its handling. A record that
-answers several parents (a history batch joining several commands) gets a span linked to each.
+in its topic (also its attribute `kadence.queue_ms`) as well as its handling. Applying several
+records at once (a projection's transaction) gets a span linked to each.
 
 Tracing is off unless OpenTelemetry is configured: a service turns it on at start when the
 standard OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set and the
@@ -164,22 +164,6 @@ def applied(name: str, traceparents: Sequence[str], attributes: dict[str, Any]) 
     links = [trace.Link(context) for context in contexts if context.is_valid]
     with tracer.start_as_current_span(name, context=parent, kind=trace.SpanKind.CONSUMER, links=links, attributes=attributes):
         yield
-
-
-def joined(name: str, traceparents: Sequence[str], attributes: dict[str, Any]) -> str | None:
-    """The traceparent for one record answering several traced parents: a span linked to each."""
-    tracer = _active_tracer()
-    if tracer is None or not traceparents:
-        return None
-    if len(traceparents) == 1:
-        return traceparents[0]
-    from opentelemetry import trace
-
-    contexts = [trace.get_current_span(_extract(parent)).get_span_context() for parent in traceparents]
-    span = tracer.start_span(name, context=_extract(traceparents[-1]), kind=trace.SpanKind.PRODUCER,
-                             links=[trace.Link(context) for context in contexts], attributes=attributes)
-    span.end()
-    return _format(span.get_span_context())
 
 
 def _parent(headers: Headers | None) -> Any:

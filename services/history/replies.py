@@ -120,10 +120,5 @@ class Replies:
     def _answer(self, reply_partition: int, workflow_id: str, answer: Record) -> Reply:
         return Reply(reply_partition, workflow_id.encode(), self.codec.encode({"reply": ("CommandAnswer", answer)}))
 
-    def unwritten_dropped(self) -> None:
-        """The batches not produced yet were dropped (a new producer): their commands are read again."""
-        for state in self._partitions.values():
-            state.asked.clear()
-
     def revoked(self, partition: int) -> None:
         self._partitions.pop(partition, None)

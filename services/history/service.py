@@ -62,19 +62,6 @@ CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker t
 ASSIGN_FLUSH_WAIT_S = 5.0  # how often a recovery waiting for this instance's batches to be written says so
 
 
-def _continues(batch: HistoryBatch, following: HistoryBatch) -> bool:
-    """Whether `following` may join `batch` as one record: the same run, the very next command
-    offset (so resuming after the joined record's source offset skips no command), and no events
-    buffered after events written (evolve applies a batch's buffered events first)."""
-    return (
-        batch["rejection"] is None and following["rejection"] is None
-        and batch["next_run"] is None and following["next_run"] is None
-        and following["workflow_id"] == batch["workflow_id"] and following["run_id"] == batch["run_id"]
-        and following["source_offset"] == batch["source_offset"] + 1
-        and not (following["buffered"] and batch["events"])
-    )
-
-
 def _leave_out_workflow_task_events(batch: HistoryBatch) -> None:
     """The batch's workflow tasks without their events, as the log holds them: the task records
     carry the events, and every event is in the log already as the batch's own."""
@@ -118,11 +105,6 @@ class HistoryService:
         self.consumer: Consumer = make_consumer(settings, CONSUMER_GROUP, static_member=True, **{"enable.auto.commit": False})
         self._produce_error: KafkaError | None = None
         self.partition_count = settings.partitions
-        # Per partition, the batch not produced yet: adjacent commands of one run join it while
-        # the bound of its encoded size stays within a record.
-        self._unwritten: dict[int, HistoryBatch] = {}
-        self._unwritten_bytes: dict[int, int] = {}
-        self._unwritten_traces: dict[int, list[str]] = {}  # the traced commands' spans each held batch answers
         # A KADENCE_SCHEMA_PIN to a version whose workflow tasks carry no first_event_id: the
         # workers of that release expect the whole history in each task.
         self._workflow_task_deltas = writes_field(self.batches, EffectType.WorkflowTask, "first_event_id")
@@ -178,7 +160,6 @@ class HistoryService:
                         self._dead_letter(msg, str(command))
                     else:
                         self.handle(msg, command)
-                self._flush()
                 await self._dispatch_tasks()
                 self._raise_produce_error()
                 if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
@@ -224,7 +205,6 @@ class HistoryService:
         delivery reports go on being served, here and on the delivery thread."""
         assert self.checkpoints is not None
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
-        self._flush()
         if not any(state.checkpoint_due for state in self.partitions.values()):
             return
         loop = asyncio.get_running_loop()
@@ -264,11 +244,10 @@ class HistoryService:
         """Every batch this instance produced is in the log before it recovers a partition from
         there. A revoke whose flush timed out (the broker away) leaves batches queued in this
         producer; a recovery that read the log before they landed would decide their commands
-        again, perhaps joined otherwise, and readers would apply the first decisions while this
-        instance's state held the second: the run's later batches would all be skipped as repeats
-        (docs/architecture.md, "Exactly once"). The broker that assigned the partitions answers, so
-        this wait is short; while it lasts the service is not ready."""
-        self._flush()
+        again, into records readers skip as repeats, while this instance's state held the second
+        decisions: one that turned on the clock may differ, and then the run's later batches would
+        all be skipped (docs/architecture.md, "Exactly once"). The broker that assigned the
+        partitions answers, so this wait is short; while it lasts the service is not ready."""
         waited = time.monotonic()
         while (outstanding := self.producer.flush(ASSIGN_FLUSH_WAIT_S)) and self._fatal is None:
             log.warning("event=recovery_waits_for_batches outstanding_batches=%d waited_s=%.1f reason=%r", outstanding,
@@ -305,10 +284,6 @@ class HistoryService:
         old, self.producer = self.producer, self._new_producer()
         old.purge(in_queue=True, in_flight=True, blocking=False)
         old.flush(5)  # serves the purged batches' delivery reports (ignored: an older generation)
-        self._unwritten.clear()
-        self._unwritten_bytes.clear()
-        self._unwritten_traces.clear()
-        self.replies.unwritten_dropped()
         partitions = sorted(self.partitions)
         recovered = self._recover(partitions)
         for p in partitions:
@@ -317,7 +292,6 @@ class HistoryService:
                     fatal.str() if fatal is not None else "", partitions, {p: recovered[p].resume_offset for p in partitions})
 
     def _on_revoke(self, consumer: Consumer, revoked: list[TopicPartition]) -> None:
-        self._flush()
         self.producer.flush(10)  # narrow the window in which this instance writes as a zombie
         for tp in revoked:
             self.partitions.pop(tp.partition, None)
@@ -393,7 +367,7 @@ class HistoryService:
 
     def _note_reply(self, partition: int, command: Record, kind: str, batch: HistoryBatch) -> None:
         """Where to answer the command, if it asked for an answer on kadence.replies and its batch
-        answers it (so the note goes with that batch, joined or not)."""
+        answers it."""
         if command.get("reply_partition") is None or kind == CommandType.QueryWorkflow:
             return
         request_id = request_id_of(kind, command["command"][1])
@@ -402,38 +376,13 @@ class HistoryService:
             self.replies.asked(partition, command, request_id)
 
     def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
-        """Hold the step's batch to produce: joined to the batch held before it when it continues
-        that one within a record, else after that one is produced."""
+        """Produce the step's batch, one record per command: a command decided again (by the next
+        owner, or after a fatal producer error) writes a record of the same bounds, which readers
+        skip as a repeat (docs/architecture.md, "Exactly once")."""
         batch = written.batch
         if batch is None:
             return
-        pending = self._unwritten.get(partition)
-        size = written.record_bytes
-        if (written.joinable and pending is not None and _continues(pending, batch)
-                and self._unwritten_bytes[partition] + size <= MAX_RECORD_VALUE_BYTES):
-            self._unwritten_bytes[partition] += size
-            pending["events"] += batch["events"]
-            pending["buffered"] += batch["buffered"]
-            pending["effects"] += batch["effects"]
-            pending["heartbeats"] += batch["heartbeats"]
-            pending["request_ids"] += batch["request_ids"]
-            pending["source_offset"] = batch["source_offset"]
-        else:
-            self._flush_partition(partition)
-            self._unwritten[partition] = batch
-            self._unwritten_bytes[partition] = size
-            self._unwritten_traces[partition] = []
-        if traceparent is not None:
-            self._unwritten_traces[partition].append(traceparent)
-
-    def _flush_partition(self, partition: int) -> None:
-        batch = self._unwritten.pop(partition, None)
-        if batch is None:
-            return
         BATCHES.inc()
-        traceparent = tracing.joined("history batch", self._unwritten_traces.pop(partition, []), {
-            "kadence.workflow_id": batch["workflow_id"], "messaging.kafka.destination.partition": partition,
-        })
         self._dispatching += self.task_records.of(batch, traceparent)
         replies = self.replies.of_batch(partition, batch)
         # The tasks carry their events; the log holds them once, as the batches' events.
@@ -469,10 +418,6 @@ class HistoryService:
         for record in dispatching:
             self.producer.produce(record.topic, record.value, record.key, headers=record.headers, on_delivery=_task_delivered)
             counted(record)
-
-    def _flush(self) -> None:
-        for partition in list(self._unwritten):
-            self._flush_partition(partition)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None and (err.fatal() or err.code() == KafkaError._FATAL):

@@ -2,7 +2,7 @@
 
 `step` decides the command against its partition's state, folds the batch into that state (the
 fold recovery repeats from the log), derives the batch's effects and answers, and returns the batch
-as it is written: nothing changes it afterwards but the service joining it to its neighbours.
+as it is written, one record per command.
 """
 
 from __future__ import annotations
@@ -39,11 +39,9 @@ EVENTLESS_BATCH_BYTES = 4096  # a batch's ids, offsets and rejection besides its
 @dataclass(frozen=True)
 class Step:
     """What one command wrote: its batch (None when nothing is written: a rejection nobody waits
-    for, a query held or dropped), the bound of the batch's encoded size, and what the service counts."""
+    for, a query held or dropped), and what the service counts."""
 
     batch: HistoryBatch | None
-    record_bytes: int = 0
-    joinable: bool = False  # a transition's batch, which the next command of its run may join
     rejected: Rejected | None = None
     redispatch: Redispatch | None = None
 
@@ -98,7 +96,7 @@ def step(state: PartitionState, command: Record, now_ms: int, partition: int, of
         # A client or a workflow waits for the answer (none can, under a request id that is itself bad).
         answered = request_id and text_problem("request_id", request_id) is None
         written = _rejection(state, workflow_id, kind, body, request_id, reason, partition, offset) if answered else Step(None)
-        return Step(written.batch, written.record_bytes, rejected=reason)
+        return Step(written.batch, rejected=reason)
     return commit(state, transition, partition, offset, request_id, whole_histories=whole_histories)
 
 
@@ -109,7 +107,7 @@ def commit(
     """Fold a decided transition into `state` and finish its batch: the effects its events call for,
     the queries it lets through, the request id it answers."""
     asked = transition.execution
-    bytes_before, size = asked.history_bytes, transition.record_bytes_bound
+    bytes_before = asked.history_bytes
     before = Pending.of(asked)
     assert state.apply(transition.batch(partition, offset)), "a live batch always continues its run"
     current = state.executions[asked.workflow_id]  # a new run, or the next after a continue-as-new
@@ -121,17 +119,18 @@ def commit(
         next_run_effects = transition.next_run.effects + derive_effects(current, transition.next_run, Pending())
     if whole_histories:
         _carry_whole_histories(effects, asked)
-    queries, size = _released_queries(asked, size)
+    queries = _released_queries(asked, transition.record_bytes_bound)
     accepted = [request_id] if request_id and transition.refused is None else []
     batch = transition.batch(partition, offset, effects + queries, next_run_effects, accepted)
     _warn_of_long_history(batch, current, bytes_before)
-    return Step(batch, size, joinable=True, redispatch=transition.redispatch)
+    return Step(batch, redispatch=transition.redispatch)
 
 
-def _released_queries(asked: Execution, size: int) -> tuple[list[Effect], int]:
-    """The queries held for the workflow task just done, as QueryTask effects within the record limit."""
+def _released_queries(asked: Execution, size: int) -> list[Effect]:
+    """The queries held for the workflow task just done, as QueryTask effects within the record
+    limit (`size`: the bound of the batch without them)."""
     if not (asked.pending_queries and asked.quiescent):
-        return [], size
+        return []
     released: list[Effect] = []
     for query in asked.pending_queries:
         query_size = encoded_bytes_bound(query)
@@ -141,7 +140,7 @@ def _released_queries(asked: Execution, size: int) -> tuple[list[Effect], int]:
         released.append((EffectType.QueryTask, query))
         size += query_size
     asked.pending_queries = []
-    return released, size
+    return released
 
 
 def _carry_whole_histories(effects: list[Effect], execution: Execution) -> None:
@@ -211,4 +210,4 @@ def eventless(
         effects=effects, rejection=rejection,
     )
     state.apply(batch)
-    return Step(batch, encoded_bytes_bound(effects) + EVENTLESS_BATCH_BYTES)
+    return Step(batch)
