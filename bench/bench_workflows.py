@@ -11,7 +11,10 @@ it); runs N workflows of the --workload with at most C in flight: one activity t
 input (the default), ten such activities one after another, or a 1 s durable timer and then the
 activity. It prints workflows/s and start-to-result p50/p99, the p50 in broker round trips (the
 produce-to-consume round trip measured in the same run, which bounds every hop a workflow makes),
-and the CPU-seconds each process spent in the measured run, in all and per 1,000 workflows.
+the CPU-seconds each process spent in the measured run, in all and per 1,000 workflows, and the
+records per workflow it wrote to each topic (counted from the topics' ends; not on Tansu, whose
+ListOffsets is wrong). A record idempotence retried counts once; the offsets also count the
+broker's transaction markers, which Kadence never writes.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from bench.local import CpuMeter, add_broker_option, describe_broker, stack_proc
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
-from kadence.protocol.kafka import base_config, ensure_topics
+from kadence.protocol import topics
+from kadence.protocol.kafka import base_config, ensure_topics, log_ends, topic_partitions
 from kadence.protocol.settings import KafkaSettings
 from kadence.worker import Worker
 
@@ -145,6 +149,26 @@ class Run:
     warm_up: int
 
 
+def topic_ends(settings: KafkaSettings) -> dict[str, int] | None:
+    """The sum of each Kadence topic's partition ends: commands, history, replies and the bench
+    queue's task topics (None on Tansu)."""
+    names = [topics.COMMANDS, topics.HISTORY, topics.REPLIES,
+             topics.task_queue_topic(TASK_QUEUE, "workflow"), topics.task_queue_topic(TASK_QUEUE, "activity")]
+    ends = {}
+    for name in names:
+        partition_ends = log_ends(settings, name, range(topic_partitions(settings, name)))
+        if partition_ends is None:
+            return None
+        ends[name] = sum(partition_ends.values())
+    return ends
+
+
+def records_per_workflow(before: dict[str, int] | None, after: dict[str, int] | None, workflows: int) -> str:
+    if before is None or after is None:
+        return "records per workflow: not counted (Tansu's ListOffsets is wrong)"
+    return "records per workflow: " + ", ".join(f"{name} {(after[name] - before[name]) / workflows:.2f}" for name in after)
+
+
 async def bench(target: Target, run: Run, pings: int) -> None:
     worker_process = None if run.worker_in_process else subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
     processes = {**(stack_processes(target.stack) if target.stack else {}), "client": os.getpid()}
@@ -158,9 +182,12 @@ async def bench(target: Target, run: Run, pings: int) -> None:
                 await in_process.enter_async_context(bench_worker(client))
             # Warm-up: group joins, topic creation, and (one at a time) 20 workflows, as the engines compared were.
             await run_workflows(client, run.workload, run.warm_up, run.concurrency)
+            ends_before = await asyncio.to_thread(topic_ends, target.settings)
             cpu.start()
             elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
             cpu_report = cpu.report(per_thousand=run.workflows)
+            await asyncio.sleep(0.5)  # the replies and batches of the last workflows land
+            ends_after = await asyncio.to_thread(topic_ends, target.settings)
         await client.close()
     finally:
         if worker_process is not None:
@@ -177,6 +204,7 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     print(f"start-to-result:      p50 {p50:.1f} ms ({p50 / rtt_p50:.0f} broker round trips), p99 {percentile(latencies, 99):.1f} ms")
     print(f"broker round trip:    p50 {rtt_p50:.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
     print(cpu_report)
+    print(records_per_workflow(ends_before, ends_after, run.workflows))
 
 
 def bench_worker(client: Client) -> Worker:
