@@ -58,7 +58,7 @@ class TopicRecord:
 
 
 def trace_of(spans: list[Span], trace_id: str) -> list[Span]:
-    """The trace's spans, and those linked to one of them (a history batch or a projection applying
+    """The trace's spans, and those linked to one of them (a projection applying
     the records of several workflows at once), by start time."""
     ids = {span.span_id for span in spans if span.trace_id == trace_id}
     return sorted((span for span in spans if span.trace_id == trace_id or ids & set(span.links)), key=lambda span: span.start_ns)

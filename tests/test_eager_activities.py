@@ -8,13 +8,15 @@ import asyncio
 import uuid
 from datetime import timedelta
 
-from kadence import workflow
+from kadence import activity, workflow
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import build_codec, command_codec, writes_field
 from kadence.protocol.kafka import read_to_end, topic_partitions
 from kadence.worker import Worker
+from kadence.worker._activity import EagerStarts
+from kadence.worker._workflow import _activity_task
 from tests.workflows import FanOutWorkflow, HeartbeatWorkflow, count_with_heartbeats, echo
 
 
@@ -23,6 +25,44 @@ class NotEagerWorkflow:
     @workflow.run
     async def run(self, value: str) -> str:
         return await workflow.execute_activity(echo, value, start_to_close_timeout=timedelta(seconds=10), disable_eager_execution=True)
+
+
+@activity.defn
+async def take_a_moment(value: str) -> str:
+    """Long enough for the task history dispatched to arrive first, short enough to end before
+    the refusal of the eager starts comes through the read model."""
+    await asyncio.sleep(0.03)
+    return value
+
+
+@activity.defn
+async def hold(value: str) -> str:
+    await asyncio.sleep(60)
+    return value
+
+
+HELD_STARTED = asyncio.Event()  # set by the test once the held activity's start is in the history
+
+
+@activity.defn
+async def until_the_held_activity_started() -> None:
+    await HELD_STARTED.wait()
+
+
+@workflow.defn
+class ShiftedWorkflow:
+    """Schedules an activity on another queue, then, in its second workflow task, waits (in a
+    local activity) until that one started, and runs two activities at once: the start written
+    while the task ran shifts every id its worker foresees."""
+
+    @workflow.run
+    async def run(self, other_queue: str) -> list[str]:
+        workflow.start_activity(hold, "held", task_queue=other_queue, start_to_close_timeout=timedelta(seconds=120))
+        await workflow.sleep(0.01)
+        await workflow.execute_local_activity(until_the_held_activity_started, start_to_close_timeout=timedelta(seconds=30))
+        return list(await asyncio.gather(*(
+            workflow.execute_activity(take_a_moment, value, start_to_close_timeout=timedelta(seconds=30)) for value in ("b", "c")
+        )))
 
 
 def dispatched_activity_tasks(stack: LocalStack, task_queue: str, workflow_id: str) -> int:
@@ -92,3 +132,67 @@ def test_a_worker_pinned_to_a_command_version_without_eager_request_id_runs_no_a
     before = build_codec(current.name, current.schema, current.versions, pinned={"51c80d57350e9cf4"})
     assert writes_field(current, "RespondWorkflowTaskCompleted", "eager_request_id")
     assert not writes_field(before, "RespondWorkflowTaskCompleted", "eager_request_id")
+
+
+async def test_eager_attempts_foreseen_at_shifted_ids_give_way_to_the_activities_history_dispatched(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """The held activity starts while the second workflow task runs, so its worker foresees "b"
+    and "c" one id too low: history refuses their eager starts and dispatches both. "b"'s task
+    comes back to the same worker under the id it foresaw for "c", whose eager attempt must stop
+    there and report nothing (its report, sent before the refusal arrives, would have completed
+    "b" with "c"'s result); each activity's result is its own."""
+    other_queue = f"{task_queue}-other"
+    workflow_id = f"shifted-{uuid.uuid4()}"
+    HELD_STARTED.clear()
+    async with Worker(client, task_queue=task_queue, workflows=[ShiftedWorkflow],
+                      activities=[take_a_moment, until_the_held_activity_started]) as worker:
+        await asyncio.wait_for(worker.ready.wait(), 30)
+        handle = await client.start_workflow(ShiftedWorkflow.run, other_queue, id=workflow_id, task_queue=task_queue)
+        while "TimerFired" not in [e["attributes"][0] for e in (await handle.fetch_history()).events]:
+            await asyncio.sleep(0.05)
+        async with Worker(client, task_queue=other_queue, activities=[hold]) as holder:
+            await asyncio.wait_for(holder.ready.wait(), 30)
+            while "ActivityTaskStarted" not in [e["attributes"][0] for e in (await handle.fetch_history()).events]:
+                await asyncio.sleep(0.05)
+            HELD_STARTED.set()
+            assert await asyncio.wait_for(handle.result(), 60) == ["b", "c"]
+    assert await asyncio.to_thread(dispatched_activity_tasks, stack, task_queue, workflow_id) == 2
+
+
+@activity.defn
+async def until_cancelled(value: str) -> str:
+    await asyncio.Event().wait()
+    return value
+
+
+async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_stops_that_attempt(client: Client, task_queue: str) -> None:
+    """The worker's side of the test above, without its race: an eager attempt runs under the id
+    it foresaw, its refusal not come yet, when the queue hands this worker a task for that id (so
+    another activity's). The eager attempt is cancelled before the task's start is sent and will
+    report nothing; the task's attempt runs under the key, and its cancellation reaches it."""
+    worker = Worker(client, task_queue=task_queue, activities=[until_cancelled])
+    activities = worker._activity_worker
+    await client.expect_outcome("read model started")  # as a polling worker's is
+    workflow_task = {"workflow_id": f"displaced-{uuid.uuid4()}", "run_id": str(uuid.uuid4()),
+                     "task": ("WorkflowTask", {"task_queue": task_queue, "workflow_type": "Shifted", "scheduled_event_id": 8})}
+    attrs = {"activity_id": "3", "activity_type": "until_cancelled", "task_queue": "",
+             "input": client.data_converter.payload_converter.to_payloads(["c"]), "heartbeat_timeout_ms": 0,
+             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
+    eager = _activity_task(workflow_task, attrs, 13, 0)
+    assert activities._slots.try_acquire()  # the slot claim_eager_slot takes (this worker polls no partition)
+    completion: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    completion.set_result(None)  # delivered
+    refusal: asyncio.Future[object] = asyncio.get_running_loop().create_future()  # not come yet
+    activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion)  # type: ignore[arg-type]
+    key = (eager["run_id"], 13, 1)
+    displaced = activities._attempts[key]
+    queued = _activity_task(workflow_task, {**attrs, "activity_id": "2"}, 13, 0)
+    [start] = await activities._start_attempt(queued, None)
+    await asyncio.wait_for(start, 10)
+    assert displaced.refused and displaced.job is not None
+    await asyncio.wait_for(asyncio.gather(displaced.job, return_exceptions=True), 10)
+    assert activities._attempts[key] is not displaced and activities._attempts[key].job is not None
+    assert not activities._attempts[key].job.done()
+    activities._cancel_attempt({**queued, "task": ("ActivityCancellation", {"scheduled_event_id": 13, "attempt": 1, "task_queue": ""})})
+    await asyncio.wait_for(asyncio.gather(*activities._running, return_exceptions=True), 10)

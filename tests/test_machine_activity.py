@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kadence.common import retry_backoff_ms
+from kadence.protocol.limits import MAX_HISTORY_BYTES
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._workflow import SINGLE_EVENT_COMMANDS
 from services.history.checkpoint import decode_state, encode_state
@@ -240,7 +241,7 @@ def test_a_completion_starts_the_eager_activities_it_schedules_in_its_own_batch(
     assert {e["attributes"][1]["identity"] for e in completed["events"][3:]} == {"worker"}
     assert [(k, e.get("kind")) for k, e in completed["effects"] if k != "DropTimer"] == [("Timer", "ACTIVITY_START_TO_CLOSE")] * 2
     assert not any("ACTIVITY" in e["timer_id"] for k, e in completed["effects"] if k == "DropTimer")
-    assert (completed["request_ids"], completed["rejection"]) == (["eager-1"], None)
+    assert (completed["request_ids"], completed["rejection"], completed["refusals"]) == (["eager-1"], None, [])
     done = command(state, "RespondActivityTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1, "result": None}, 3)
     assert [e["attributes"][0] for e in done["events"]] == ["ActivityTaskCompleted", "WorkflowTaskScheduled"]
 
@@ -248,15 +249,16 @@ def test_a_completion_starts_the_eager_activities_it_schedules_in_its_own_batch(
 def test_eager_starts_foreseen_at_the_wrong_ids_are_refused_and_their_activities_go_to_the_task_queue() -> None:
     """An event written while the task ran shifts every id after it: the completion applies, its
     activities are dispatched as usual, and its batch refuses the eager request id (the worker
-    cancels its attempts). The batch folds like any other: the activities are pending, not started."""
+    cancels its attempts): a refusal beside events, not the batch's rejection (which says the
+    command did not apply). The batch folds like any other: the activities are pending, not started."""
     state, run_id = started_workflow()
     command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
     completed = completed_with_eager_starts(state, run_id, [6, 7])
     assert [e["attributes"][0] for e in completed["events"]] == ["WorkflowTaskCompleted", "ActivityTaskScheduled", "ActivityTaskScheduled"]
     assert [k for k, _ in completed["effects"]].count("ActivityTask") == 2
-    assert completed["request_ids"] == []
-    assert completed["rejection"] is not None and completed["rejection"]["request_id"] == "eager-1"
-    assert "ids [6, 7] were foreseen, none recorded" in completed["rejection"]["reason"]
+    assert (completed["request_ids"], completed["rejection"]) == ([], None)
+    assert [r["request_id"] for r in completed["refusals"]] == ["eager-1"]
+    assert "ids [6, 7] were foreseen, none recorded" in completed["refusals"][0]["reason"]
     assert [(a.scheduled_event_id, a.started_event_id) for a in state.executions["order-1"].activities.values()] == [(5, 0), (6, 0)]
 
 
@@ -266,6 +268,31 @@ def test_a_refused_completion_refuses_its_eager_starts() -> None:
     assert stale["events"] == [] and stale["request_ids"] == []
     assert stale["rejection"] is not None and stale["rejection"]["request_id"] == "eager-1"
     assert state.executions["order-1"].activities == {}
+
+
+def test_a_completion_whose_eager_request_id_cannot_be_an_id_is_refused_as_a_bad_id_is() -> None:
+    """Checked as every request id is (its answer goes through a Postgres notification): the
+    completion does not apply, and nobody can wait under that id, so nothing is written."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    written = step(state, {"workflow_id": "order-1", "identity": "worker", "command": ("RespondWorkflowTaskCompleted", {
+        "run_id": run_id, "scheduled_event_id": 2, "eager_request_id": "eager\x00", "commands": [
+            ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "0", "eager_scheduled_event_id": 5})],
+    })}, NOW, 0, 2)
+    assert written.batch is None and written.rejected is not None and "eager_request_id" in str(written.rejected)
+    assert state.executions["order-1"].activities == {}
+
+
+def test_a_completion_that_ends_the_run_at_a_history_limit_refuses_its_eager_starts() -> None:
+    """The run is terminated instead of recording the completion: no activity is scheduled, so the
+    worker must hear its eager attempts refused (and cancel them), not accepted."""
+    state, run_id = started_workflow()
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
+    state.executions["order-1"].history_bytes = MAX_HISTORY_BYTES + 1  # as a run that never continued as new
+    ended = completed_with_eager_starts(state, run_id, [5])
+    assert [e["attributes"][0] for e in ended["events"]] == ["WorkflowExecutionTerminated"]
+    assert ended["request_ids"] == []
+    assert [(r["request_id"], "the run was terminated instead" in r["reason"]) for r in ended["refusals"]] == [("eager-1", True)]
 
 
 def test_an_eager_activity_whose_id_the_worker_foresaw_is_not_dispatched_and_starts_by_that_id() -> None:

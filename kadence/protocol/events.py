@@ -107,6 +107,13 @@ def run_sections(batch: Mapping[str, Any]) -> list[RunSection]:
     return sections
 
 
+def refused(batch: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The requests a batch refuses: the command's (its rejection, the batch eventless), and those
+    the command carried that did not apply though it did (its refusals: eager activity starts)."""
+    rejection = batch["rejection"]
+    return [*([rejection] if rejection is not None else []), *batch.get("refusals", [])]
+
+
 def failure_record(message: str, failure_type: str, source: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A Failure record (schemas/Failure.avsc) for failures the engine itself raises."""
     return {

@@ -40,7 +40,7 @@ _TASK_QUEUE = re.compile(r"[A-Za-z0-9._-]+")
 # columns, Kafka keys and topic names, so they hold no NUL and stay short.
 _NAME_FIELDS = (
     "workflow_id", "workflow_type", "task_queue", "activity_id", "activity_type", "timer_id", "signal_name", "run_id", "marker_name",
-    "child_run_id", "request_id", "update_id", "name", "query_type", "query_id", "identity",
+    "child_run_id", "request_id", "eager_request_id", "update_id", "name", "query_type", "query_id", "identity",
 )
 
 

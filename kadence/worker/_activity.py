@@ -53,6 +53,7 @@ class _Attempt:
 
     heartbeater: Heartbeater
     is_async: bool
+    eager: bool = False  # started by the workflow task completion that scheduled it
     job: asyncio.Task[None] | None = None
     refused: bool = False
 
@@ -190,7 +191,7 @@ class ActivityWorker:
         from the task queue run once their starts are."""
         for task in starts.tasks:
             with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
-                self._run_started(task, starts.request_id, starts.answer, completion, None)
+                self._run_started(task, starts.request_id, starts.answer, completion, None, eager=True)
 
     async def _start_attempt(self, task: Record, problem: Exception | None) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it."""
@@ -208,6 +209,7 @@ class ActivityWorker:
             await self.rate.wait()
             request_id = _start_request_id(task)
             answer = await self.client.expect_outcome(request_id)
+            self._displace_eager_attempt(task, key)
             started = self._send(task["workflow_id"], *_start_command(task, request_id))
         except BaseException:
             self._slots.release()
@@ -216,9 +218,25 @@ class ActivityWorker:
         self._run_started(task, request_id, answer, started, problem)
         return [started]
 
+    def _displace_eager_attempt(self, task: Record, key: AttemptKey) -> None:
+        """A task from the queue for the key an eager attempt of this worker runs under: history
+        dispatches no task for an eager attempt it started, so that one was foreseen at a shifted
+        id (its refusal is on its way) and the key is another activity's. The eager attempt stops
+        here and reports nothing: sent after this task's start, its report would count as this
+        attempt's. One that already reported did so before this start, and was refused."""
+        displaced = self._attempts.get(key)
+        if displaced is None or not displaced.eager:
+            return
+        log.info("event=activity_eager_displaced workflow_id=%s run_id=%s scheduled_event_id=%d attempt=%d reason=%r",
+                 task["workflow_id"], task["run_id"], key[1], key[2], "the task queue handed out another activity at its foreseen id")
+        del self._attempts[key]
+        displaced.refused = True
+        displaced.heartbeater.close()
+        displaced.cancel()
+
     def _run_started(
         self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
-        problem: Exception | None,
+        problem: Exception | None, *, eager: bool = False,
     ) -> None:
         """Run an attempt whose start was sent, in the slot taken for it; a start that could not be
         sent is answered by nobody, so its answer is not waited for."""
@@ -227,7 +245,7 @@ class ActivityWorker:
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
-        attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async)
+        attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async, eager)
         job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
         self._attempts[key] = attempt
         self._running.add(job)
@@ -282,7 +300,9 @@ class ActivityWorker:
         try:
             outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem)
         finally:
-            self._attempts.pop((task["run_id"], at["scheduled_event_id"], at["attempt"]), None)
+            key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
+            if self._attempts.get(key) is attempt:  # else displaced by the attempt now under its key
+                del self._attempts[key]
             attempt.heartbeater.close()
         if outcome is None or attempt.refused:  # completed later by task token, or its start was refused
             return
@@ -303,7 +323,9 @@ class ActivityWorker:
         if not await _delivered(started):
             log.warning("event=activity_start_not_sent workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                         workflow_id, run_id, at["activity_type"], at["attempt"], str(started.exception()))
-            return None  # not started: its retry timer dispatches it again
+            # Not started: its retry timer dispatches it again (an eager one's completion, if it
+            # landed after all, leaves it to its start-to-close timeout).
+            return None
         try:
             if problem is not None:
                 raise problem

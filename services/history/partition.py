@@ -43,7 +43,7 @@ class PartitionState:
         """Fold one batch into state; False if the fencing rule skips it as a zombie duplicate."""
         if not self.fence.admit(self.partition, batch):
             return False
-        if not batch["events"] and (batch["rejection"] is not None or batch["workflow_id"] not in self.executions):
+        if batch["rejection"] is not None or (not batch["events"] and batch["workflow_id"] not in self.executions):
             return True  # an answer, or a command passed on elsewhere: no run changes
         events = batch["events"]
         if events and event_type(events[0]) == EventType.WorkflowExecutionStarted:

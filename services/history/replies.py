@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 
 from kadence.protocol.codec import Record, codec
-from kadence.protocol.events import CLOSE_STATUS, close_failure, run_sections
+from kadence.protocol.events import CLOSE_STATUS, close_failure, refused, run_sections
 from kadence.protocol.names import CommandType, EventType
 from services.history.machine.records import HistoryBatch
 
@@ -42,7 +42,7 @@ class _Asked:
 
 @dataclass
 class _PartitionReplies:
-    asked: dict[str, _Asked] = field(default_factory=dict)  # request id -> where to answer, until its batch is produced
+    asked: dict[str, _Asked] = field(default_factory=dict)  # request id -> where to answer, until its command's batch is produced
     # (workflow_id, run_id) -> the (reply partition, start request id) of each client waiting for the close
     watchers: dict[tuple[str, str], set[tuple[int, str]]] = field(default_factory=dict)
 
@@ -85,11 +85,12 @@ class Replies:
             }))
             if asked.start:
                 state.watchers.setdefault((workflow_id, current), set()).add((asked.reply_partition, request_id))
-        if (rejection := batch["rejection"]) is not None and (asked := state.asked.pop(rejection["request_id"], None)):
-            replies.append(self._answer(asked.reply_partition, workflow_id, {
-                "request_id": rejection["request_id"], "workflow_id": workflow_id, "run_id": batch["run_id"],
-                "accepted": False, "cause": rejection["cause"], "reason": rejection["reason"],
-            }))
+        for rejection in refused(batch):
+            if (asked := state.asked.pop(rejection["request_id"], None)) is not None:
+                replies.append(self._answer(asked.reply_partition, workflow_id, {
+                    "request_id": rejection["request_id"], "workflow_id": workflow_id, "run_id": batch["run_id"],
+                    "accepted": False, "cause": rejection["cause"], "reason": rejection["reason"],
+                }))
         if state.watchers:
             for section in sections:
                 for event in section.events:

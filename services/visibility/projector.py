@@ -11,7 +11,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from kadence.protocol.codec import codec
-from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, run_sections
+from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, refused, run_sections
 from kadence.protocol.names import EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
@@ -125,9 +125,8 @@ class VisibilityProjector:
         # the running run answers with the new one).
         current = (batch["workflow_id"], run_sections(batch)[-1].run_id)
         rows.outcomes += [(request_id, *current, True, None, None, None, None) for request_id in batch["request_ids"]]
-        if batch["rejection"] is not None:
-            rejection = batch["rejection"]
-            rows.outcomes.append((rejection["request_id"], *key, False, rejection["cause"], rejection["reason"], None, None))
+        rows.outcomes += [(rejection["request_id"], *key, False, rejection["cause"], rejection["reason"], None, None)
+                          for rejection in refused(batch)]
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
         key = (workflow_id, section.run_id)

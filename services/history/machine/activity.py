@@ -160,10 +160,10 @@ def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
     closes = any(event_type(event) in CLOSE_STATUS for event in t.events)
     if foreseen != recorded or closes:
         t.eager_activities.clear()
-        reason = "the run closed" if closes else f"ActivityTaskScheduled ids {foreseen} were foreseen, {recorded or 'none'} recorded"
-        t.refused = {"request_id": request_id, "command": CommandType.RespondWorkflowTaskCompleted, "cause": "INVALID_ARGUMENT",
-                     "reason": f"the eager activity attempts were not started ({reason}); any scheduled go to the task queue"}
+        t.refuse_eager_starts(request_id, "the run closed" if closes else
+                              f"ActivityTaskScheduled ids {foreseen} were foreseen, {recorded or 'none'} recorded")
         return
+    t.eager_request_id = request_id
     for scheduled_event_id in foreseen:
         _record_started(t, scheduled_event_id, 1, identity)
 

@@ -48,6 +48,7 @@ class HistoryBatch(TypedDict):
     next_run: NextRun | None
     request_ids: list[str]
     rejection: Rejection | None
+    refusals: list[Rejection]
     source_partition: int
     source_offset: int
 
@@ -64,12 +65,12 @@ def history_batch(
     workflow_id: str, run_id: str, first_event_id: int, source_partition: int, source_offset: int, *,
     events: list[HistoryEvent] | None = None, buffered: list[HistoryEvent] | None = None, effects: list[Effect] | None = None,
     heartbeats: list[ActivityHeartbeat] | None = None, next_run: NextRun | None = None, request_ids: list[str] | None = None,
-    rejection: Rejection | None = None,
+    rejection: Rejection | None = None, refusals: list[Rejection] | None = None,
 ) -> HistoryBatch:
     """A HistoryBatch record (schemas/HistoryBatch.avsc): every batch the history service writes is made here."""
     return {
         "workflow_id": workflow_id, "run_id": run_id, "first_event_id": first_event_id,
         "events": events or [], "buffered": buffered or [], "effects": effects or [], "heartbeats": heartbeats or [],
         "next_run": next_run, "request_ids": request_ids or [], "rejection": rejection,
-        "source_partition": source_partition, "source_offset": source_offset,
+        "refusals": refusals or [], "source_partition": source_partition, "source_offset": source_offset,
     }

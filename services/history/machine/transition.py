@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
-from kadence.protocol.names import EffectType, EventType
+from kadence.protocol.names import CommandType, EffectType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
 from services.history.machine.records import (
     ActivityHeartbeat,
@@ -54,7 +54,9 @@ class Transition:
     redispatch: "Redispatch | None" = None
     # Activities whose first attempt the completing worker runs itself (eager execution): no task is dispatched.
     eager_activities: set[int] = field(default_factory=set)
-    # The refusal of a request the command carried though the command applied (its eager starts).
+    # The request id of the eager activity starts this transition records, or their refusal
+    # (a request the command carried that did not apply though the command did).
+    eager_request_id: str = ""
     refused: Rejection | None = None
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
@@ -75,6 +77,11 @@ class Transition:
         time_ms = self.now_ms if event_time_ms is None else event_time_ms
         self.events.append({"event_id": event_id, "event_time_ms": time_ms, "attributes": (event_type, attributes)})
         return event_id
+
+    def refuse_eager_starts(self, request_id: str, why: str) -> None:
+        """Refuse the eager activity starts a workflow task completion asked for (`record_eager_starts`)."""
+        self.refused = {"request_id": request_id, "command": CommandType.RespondWorkflowTaskCompleted, "cause": "INVALID_ARGUMENT",
+                        "reason": f"the eager activity attempts were not started ({why}); any scheduled go to the task queue"}
 
     def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
         """Buffer the event while a workflow task is in flight, else write it and schedule a task
@@ -107,7 +114,7 @@ class Transition:
         return history_batch(
             ex.workflow_id, ex.run_id, self.first_event_id, source_partition, source_offset, events=self.events,
             buffered=self.buffered, effects=effects or [], heartbeats=self.heartbeats, next_run=following,
-            request_ids=request_ids or [], rejection=self.refused,
+            request_ids=request_ids or [], refusals=[self.refused] if self.refused else [],
         )
 
 
