@@ -277,9 +277,9 @@ class Client:
         are encoded, so they usually travel in one produce request and the history service reads
         them in one poll (a workflow task's start and its answer). One that cannot be sent (too
         large, its payloads not encodable) is refused with the reason, and the commands after it
-        with it: they may depend on it (an answer on the start before it). With `loop`, called from another thread on that loop's
-        behalf: produced at once, so only for commands without payloads (the payload codec's
-        encoding runs on the loop)."""
+        with it: they may depend on it (an answer on the start before it). With `loop`, called
+        from another thread on that loop's behalf: produced at once, so only for commands without
+        payloads (the payload codec's encoding runs on the loop)."""
         if self._closed:
             raise ClientClosedError(f"{', '.join(kind for kind, _ in commands)} for {workflow_id}")
         records = [{

@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
 from kadence.protocol.dead_letters import dead_letter_headers
-from kadence.protocol.events import run_sections
+from kadence.protocol.events import refused, run_sections
 from kadence.protocol.kafka import (
     consume_batches,
     core_topics,
@@ -371,8 +371,7 @@ class HistoryService:
         if command.get("reply_partition") is None or kind == CommandType.QueryWorkflow:
             return
         request_id = request_id_of(kind, command["command"][1])
-        rejection = batch["rejection"]
-        if request_id in batch["request_ids"] or (rejection is not None and rejection["request_id"] == request_id):
+        if request_id in batch["request_ids"] or any(rejection["request_id"] == request_id for rejection in refused(batch)):
             self.replies.asked(partition, command, request_id)
 
     def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
