@@ -225,7 +225,7 @@ def main() -> None:
     parser.add_argument("--worker-in-process", action="store_true",
                         help="run the worker in the client's process (default: a process of its own)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
-                        help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the broker's: 500 on Apache Kafka, 5 on Tansu)")
+                        help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the local broker's: 100 on Apache Kafka, 5 on Tansu)")
     add_broker_option(parser)
     parser.add_argument("--against-settings", action="store_true",
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
