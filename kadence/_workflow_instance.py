@@ -343,17 +343,32 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         started at `started_time_ms` (its WorkflowTaskStarted time, not in `history` yet),
         and return the commands to send with its completion."""
         self._task_started_ms = started_time_ms
-        for index, event in enumerate(history):
-            if event["event_id"] > self.processed_event_id:
-                self._upcoming = history[index + 1:]
-                self._apply(event)
-                self.processed_event_id = event["event_id"]
-        self._upcoming = []
-        self.history_length = scheduled_event_id + 1  # its WorkflowTaskStarted is recorded, not sent
-        self._time_ms = started_time_ms
-        commands = self._run_activation()
+        try:
+            for index, event in enumerate(history):
+                if event["event_id"] > self.processed_event_id:
+                    self._upcoming = history[index + 1:]
+                    self._apply(event)
+                    self.processed_event_id = event["event_id"]
+            self._upcoming = []
+            self.history_length = scheduled_event_id + 1  # its WorkflowTaskStarted is recorded, not sent
+            self._time_ms = started_time_ms
+            commands = self._run_activation()
+        except BaseException:
+            self._close_unstarted_tasks()
+            raise
         self.last_activated_task = scheduled_event_id
         return commands
+
+    def _close_unstarted_tasks(self) -> None:
+        """A run whose activation failed is dropped: the tasks it created and never ran (a signal's
+        handler, say, when a later event did not match the code) have their coroutines closed, so
+        none is collected unawaited (Python's "coroutine ... was never awaited" warning)."""
+        for task in asyncio.all_tasks(self):  # first: a task's step in the ready queue is what holds it
+            coro = task.get_coro()
+            if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                coro.close()
+        while self._ready:
+            self._ready.popleft().cancel()
 
     def _apply(self, event: Record) -> None:
         kind, attrs = event["attributes"]
