@@ -206,8 +206,9 @@ async def test_cancel_reaches_the_workflow_which_cleans_up_and_ends_canceled(sta
     workflow_id = f"cancel-{uuid.uuid4()}"
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         handle = await client.start_workflow(CancellableWorkflow.run, "order-3", id=workflow_id, task_queue=task_queue)
-        await handle.cancel()
-        await handle.cancel()  # asking twice is fine
+        # Asking twice is fine while the run is open: sent together, both reach history before the
+        # worker can have run the cleanup (one after the other, the run may have closed in between).
+        await asyncio.gather(handle.cancel(), handle.cancel())
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
     assert isinstance(failed.value.cause, CancelledError)
