@@ -51,6 +51,7 @@ MAIN_BROKER, MAIN_BROKER_REASON = _main_broker()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "also_on_tansu: runs on the Tansu broker too (the zero-Java path)")
     config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
+    config.addinivalue_line("markers", "slow: makes a venv and installs into it (tens of seconds), without the stack")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

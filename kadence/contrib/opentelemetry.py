@@ -17,13 +17,16 @@ from contextlib import contextmanager
 from datetime import UTC
 from typing import Any, NoReturn, Protocol
 
-import opentelemetry.baggage.propagation
-import opentelemetry.context
-import opentelemetry.propagators.composite
-import opentelemetry.propagators.textmap
-import opentelemetry.trace
-import opentelemetry.trace.propagation.tracecontext
-from opentelemetry.trace import SpanKind, Status, StatusCode
+try:
+    import opentelemetry.baggage.propagation
+    import opentelemetry.context
+    import opentelemetry.propagators.composite
+    import opentelemetry.propagators.textmap
+    import opentelemetry.trace
+    import opentelemetry.trace.propagation.tracecontext
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ModuleNotFoundError as err:
+    raise ModuleNotFoundError("kadence.contrib.opentelemetry needs the opentelemetry extra: pip install 'kadence[opentelemetry]'") from err
 
 import kadence.activity
 import kadence.client

@@ -1,6 +1,6 @@
 """A small OTLP/HTTP trace receiver: what the services export, decoded from the real protobuf.
 The tests' session stack exports to one (conftest's `otlp` fixture), and so does the stack of
-`python -m bench.trace_workflow`. Needs opentelemetry-proto (the test extra)."""
+`python -m bench.trace_workflow`. Needs the opentelemetry extra."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
-from opentelemetry.sdk.trace import ReadableSpan
+try:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+    from opentelemetry.sdk.trace import ReadableSpan
+except ModuleNotFoundError as err:
+    raise ModuleNotFoundError("kadence.dev.otlp needs the opentelemetry extra: pip install 'kadence[opentelemetry]'") from err
 
 # How often the services export (the SDK's default waits 5 s): a test waits that long for its spans.
 EXPORT_DELAY_MS = 100
