@@ -19,6 +19,7 @@ import logging
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
+from kadence import activity
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import audit_history
@@ -204,11 +206,25 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
         completed_at[workflow_id] = time.monotonic()
         return workflow_id, handle.result_run_id or "", result
 
-    worker = Worker(client, task_queue=task_queue, workflows=[SignalOrTimerWorkflow], activities=[echo], max_concurrent_activities=200)
-    working = asyncio.create_task(worker.run())
+    attempt_runs: Counter[tuple[str, str, int]] = Counter()  # (workflow, activity, attempt): how often it ran
+
+    @activity.defn(name="echo")
+    async def counted_echo(value: str) -> str:
+        info = activity.info()
+        attempt_runs[(info.workflow_id, info.activity_id, info.attempt)] += 1
+        return value
+
+    # Two workers, as Kubernetes runs them: the group rebalances when the broker comes back, and a
+    # partition may go to the worker that did not read its records before.
+    workers = [
+        Worker(client, task_queue=task_queue, workflows=[SignalOrTimerWorkflow], activities=[counted_echo],
+               max_concurrent_activities=200, identity=f"worker-{i}")
+        for i in range(2)
+    ]
+    working = asyncio.ensure_future(asyncio.gather(*(worker.run() for worker in workers)))
     try:
         assert await _stably_ready(readiness, time.monotonic()) is not None, f"the stack never got ready:\n{readiness.describe(0)}"
-        await asyncio.wait_for(worker.ready.wait(), 60)
+        await asyncio.wait_for(asyncio.gather(*(worker.ready.wait() for worker in workers)), 60)
         test_started = time.monotonic()
         runs = asyncio.ensure_future(asyncio.gather(*(run_one(i) for i in range(WORKFLOWS))))
         await asyncio.wait_for(enough_started.wait(), 60)
@@ -227,11 +243,12 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
             )
         all_done_at = max(completed_at.values())
         ready_at = await _stably_ready(readiness, back_at)
-        await worker.shutdown()
+        for worker in workers:
+            await worker.shutdown()
         try:
             await asyncio.wait_for(working, WORKER_STOP_TIMEOUT_S)
         except TimeoutError:
-            pytest.fail(f"the worker did not stop within {WORKER_STOP_TIMEOUT_S:.0f} s of its shutdown ({fault})")
+            pytest.fail(f"the workers did not stop within {WORKER_STOP_TIMEOUT_S:.0f} s of their shutdown ({fault})")
     finally:
         if not working.done():  # the test failed: stop the worker without waiting for it
             working.cancel()
@@ -263,6 +280,8 @@ async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
         f"w{i} after signal s{i}" if i % 2 == 0 else f"w{i} after timer" for i in range(WORKFLOWS)
     ]
     assert [result for _, _, result in results] == expected, summary
+    twice = [(key, count) for key, count in attempt_runs.items() if count > 1]
+    assert twice == [], f"activity attempts that ran more than once ((workflow, activity, attempt), runs): {twice[:10]}; {summary}"
 
     report = await asyncio.to_thread(audit_history, stack.settings)
     assert report.violations == [], f"{summary}\n" + "\n".join(report.violations[:20])

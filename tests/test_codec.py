@@ -99,7 +99,7 @@ def pinned(release: RecordCodec, fingerprint: str) -> RecordCodec:
 
 
 HEARTBEAT = {"task_queue": "orders", "kind": "activity", "identity": "worker-1", "partitions": [0, 3], "sent_at_ms": 1_790_000_000_000}
-# `identity` is left to its default, as the SDK and services leave many fields.
+# `identity` and the command's `request_id` are left to their defaults, as the SDK and services leave many fields.
 TASK_STARTED = {
     "workflow_id": "w", "command": ("RecordWorkflowTaskStarted", {"run_id": "r", "scheduled_event_id": 2, "started_time_ms": 0}),
 }
@@ -112,7 +112,10 @@ def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> Non
 
 @pytest.mark.parametrize(("name", "record", "as_released"), [
     ("PollerHeartbeat", HEARTBEAT, HEARTBEAT),
-    ("Command", TASK_STARTED, {**TASK_STARTED, "identity": "", "reply_partition": None}),
+    ("Command", TASK_STARTED, {
+        "workflow_id": "w", "identity": "", "reply_partition": None,
+        "command": ("RecordWorkflowTaskStarted", {**TASK_STARTED["command"][1], "request_id": ""}),
+    }),
 ])
 def test_a_pinned_build_writes_what_the_earlier_release_reads(name: str, record: dict, as_released: dict) -> None:
     """Mid-upgrade, the new build writes the old version (KADENCE_SCHEMA_PIN), so old readers still

@@ -10,7 +10,9 @@ import random
 import re
 import subprocess
 import sys
+import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +25,7 @@ from kadence.common import WorkflowIDReusePolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowAlreadyStartedError
 from kadence.ops.audit import audit_history
+from kadence.ops.task_queues import describe_task_queue
 from kadence.protocol.kafka import partition_for_key
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
@@ -30,13 +33,14 @@ from services.history.machine.execution import closed_execution
 from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
 from services.history.step import commit
-from tests.conftest import local_stack, wait_for_event
+from tests.conftest import audit_of, local_stack, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
     HangingActivityWorkflow,
     MixedWorkflow,
     ParentOfTwoStepWorkflow,
+    RecordedStepsWorkflow,
     StallOnceWorkflow,
     TwoStepWorkflow,
 )
@@ -47,12 +51,17 @@ REPO = Path(__file__).resolve().parents[1]
 @contextlib.asynccontextmanager
 async def doomed_worker(stack: LocalStack, task_queue: str) -> AsyncIterator[None]:
     """A worker in its own process, SIGKILLed when the block ends."""
-    process = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "doomed-worker"], env=stack.env, cwd=REPO)
+    process = start_worker(stack, task_queue, "doomed-worker")
     try:
         yield
     finally:
         process.kill()
         process.wait()
+
+
+def start_worker(stack: LocalStack, task_queue: str, identity: str) -> subprocess.Popen[bytes]:
+    """A worker in its own process (tests/worker_main.py), to be killed."""
+    return subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, identity], env=stack.env, cwd=REPO)
 
 
 async def wait_for_file(path: Path, timeout: float) -> None:
@@ -110,6 +119,77 @@ async def test_worker_killed_mid_workflow_task_gets_the_task_retried_after_its_t
     assert events[4] == ("WorkflowTaskScheduled", {"task_queue": task_queue, "attempt": 2})
     completed_by = [a["identity"] for kind, a in events if kind == "WorkflowTaskCompleted"]
     assert completed_by == ["rescuer"]
+
+
+UNDER_LOAD_WORKFLOWS = 150
+UNDER_LOAD_START_INTERVAL_S = 0.04  # 25 a second, as the issue that found redelivered attempts running again
+KILL_AFTER_STARTS = 60
+
+
+async def test_a_worker_killed_under_load_never_runs_an_attempt_again(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    """Two workers share the queue; one is SIGKILLed while workflows stream in. The other is handed
+    its partitions, with the task records it had read and not committed past: those that may be
+    redeliveries start (and run their local activities) only once history accepts their start, so
+    no attempt runs twice, and no local activity runs again once a completed workflow task recorded it."""
+    workers = {identity: start_worker(stack, task_queue, identity) for identity in ("killed", "survivor")}
+    try:
+        await _until_both_poll(stack, task_queue, set(workers))
+        handles = []
+        for i in range(UNDER_LOAD_WORKFLOWS):
+            if i == KILL_AFTER_STARTS:
+                workers["killed"].kill()
+            handles.append(await client.start_workflow(  # a workflow task of the killed worker's times out in 2 s
+                RecordedStepsWorkflow.run, str(tmp_path), id=f"{task_queue}-{i}", task_queue=task_queue, task_timeout=timedelta(seconds=2),
+            ))
+            await asyncio.sleep(UNDER_LOAD_START_INTERVAL_S)
+        results = await asyncio.wait_for(asyncio.gather(*(handle.result() for handle in handles)), 120)
+    finally:
+        for process in workers.values():
+            process.kill()
+            process.wait()
+    assert all(len(result) == 3 for result in results)
+
+    report = audit_of(stack, *(handle.id for handle in handles))
+    assert report.violations == []
+    pids = {str(process.pid): identity for identity, process in workers.items()}
+    twice, ran_in_flight, ran_again = [], 0, []
+    for handle in handles:
+        events = [e["attributes"] for e in report.history(handle.id, handle.result_run_id)]
+        assert [kind for kind, _ in events].count("WorkflowExecutionCompleted") == 1
+        for step in ("a", "b"):
+            runs = Counter(attempt for attempt, _ in _runs(tmp_path / f"{handle.id}.{step}"))
+            twice += [(handle.id, step, attempt, count) for attempt, count in runs.items() if count > 1]
+            ran_in_flight += sum(runs.values()) - 1
+        # The local activity ran in the worker whose completion recorded its marker, and nowhere
+        # else, unless in the killed worker before that completion (the task then timed out).
+        recorded_by = next(a["identity"] for kind, a in events if kind == "WorkflowTaskCompleted")
+        ran_by = [pids[pid] for _, pid in _runs(tmp_path / f"{handle.id}.local")]
+        if ran_by not in ([recorded_by], ["killed", "survivor"] if recorded_by == "survivor" else None):
+            ran_again.append((handle.id, ran_by, recorded_by))
+    assert (twice, ran_again) == ([], []), (
+        f"attempts that ran more than once (workflow, activity, attempt, runs): {twice[:10]}; local activities run "
+        f"again after a completed workflow task recorded them (workflow, ran by, recorded by): {ran_again[:10]}"
+    )
+    print(f"\n{ran_in_flight} activity attempts were in flight in the killed worker and ran again as a later attempt")
+
+
+def _runs(path: Path) -> list[tuple[int, str]]:
+    """The runs record_run recorded in `path`: (attempt, pid) each."""
+    return [(int(attempt), pid) for attempt, pid in (line.split() for line in path.read_text().splitlines())]
+
+
+async def _until_both_poll(stack: LocalStack, task_queue: str, identities: set[str], timeout: float = 60) -> None:
+    """Until each worker polls some of the queue's partitions of both kinds (their poller heartbeats)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        described = await asyncio.to_thread(describe_task_queue, stack.settings, task_queue)
+        polling = {(p.identity, p.kind) for p in described.pollers if p.partitions and p.last_seen_s_ago < 5}
+        if polling >= {(identity, kind) for identity in identities for kind in ("workflow", "activity")}:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the workers {sorted(identities)} did not both poll {task_queue} within {timeout:.0f} s")
 
 
 @pytest.mark.also_on_tansu

@@ -184,11 +184,11 @@ async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_st
     completion: asyncio.Future[object] = asyncio.get_running_loop().create_future()
     completion.set_result(None)  # delivered
     refusal: asyncio.Future[object] = asyncio.get_running_loop().create_future()  # not come yet
-    activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion)  # type: ignore[arg-type]
+    activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion, accepted_first=False)  # type: ignore[arg-type]
     key = (eager["run_id"], 13, 1)
     displaced = activities._attempts[key]
     queued = _activity_task(workflow_task, {**attrs, "activity_id": "2"}, 13, 0)
-    [start] = await activities._start_attempt(queued, None)
+    [start] = await activities._start_attempt(queued, None, accepted_first=False)
     await asyncio.wait_for(start, 10)
     assert displaced.refused and displaced.job is not None
     await asyncio.wait_for(asyncio.gather(displaced.job, return_exceptions=True), 10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -509,6 +510,31 @@ class StepSleepStepWorkflow:
         return [first, second]
 
 
+@activity.defn
+async def record_run(path: str) -> int:
+    """Appends a line per run to `path`, the attempt and the process that ran it, then takes a
+    moment, so a worker killed under load has attempts in flight; returns the attempt."""
+    attempt = activity.info().attempt
+    with open(path, "a") as file:
+        file.write(f"{attempt} {os.getpid()}\n")
+    await asyncio.sleep(0.2)
+    return attempt
+
+
+@workflow.defn
+class RecordedStepsWorkflow:
+    """A local activity, then two activities, each recording its every run in its own file under
+    `directory` (record_run), so a test counts the runs of each attempt."""
+
+    @workflow.run
+    async def run(self, directory: str) -> list[int]:
+        prefix, limit = f"{directory}/{workflow.info().workflow_id}", timedelta(seconds=5)
+        local = await workflow.execute_local_activity(record_run, f"{prefix}.local", start_to_close_timeout=limit)
+        first = await workflow.execute_activity(record_run, f"{prefix}.a", start_to_close_timeout=limit, retry_policy=FAST_RETRY)
+        second = await workflow.execute_activity(record_run, f"{prefix}.b", start_to_close_timeout=limit, retry_policy=FAST_RETRY)
+        return [local, first, second]
+
+
 @workflow.defn
 class DrawingWorkflow:
     """Draws a UUID, records it, sleeps, and returns what it drew: replayed, it draws the same."""
@@ -628,9 +654,9 @@ ALL_WORKFLOWS = [
     CancelChildWorkflow, ExternalRequestsWorkflow, PatchedWorkflow, IndexedWorkflow, CancelActivityWorkflow,
     CountdownWorkflow, HugeResultWorkflow, HeartbeatWorkflow, MixedWorkflow, SignalOrTimerWorkflow, ApprovalWorkflow, CancellableWorkflow,
     UnservedActivityWorkflow, EchoWorkflow, FlakyWorkflow, DeclinedWorkflow, HangingActivityWorkflow, TwoStepWorkflow,
-    SleepyWorkflow, StallOnceWorkflow,
+    SleepyWorkflow, StallOnceWorkflow, RecordedStepsWorkflow,
 ]
 ALL_ACTIVITIES = [
     count_runs, touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo,
-    fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo,
+    fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo, record_run,
 ]

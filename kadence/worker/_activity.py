@@ -1,7 +1,8 @@
 """The activity side of a worker (as temporalio.worker's _ActivityWorker): polls the task queue's
-activity topic, asks history to start each attempt and runs it at once (async ones on the loop,
-sync ones in the activity executor), and reports its outcome; cancels attempts the workflow
-cancels, and those whose start history refuses."""
+activity topic, asks history to start each attempt and runs it (async ones on the loop, sync ones
+in the activity executor), and reports its outcome; cancels attempts the workflow cancels, and
+those whose start history refuses. An attempt read for the first time runs once its start is in
+the log; one that may be a redelivery runs only once history accepted its start."""
 
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ class ActivityWorker:
         self.task_queue = worker.task_queue
         self._stop = worker._stop
         self._subscribe = worker._subscribe
+        self._may_be_redelivered = worker.may_be_redelivered
         self._owns_partition = worker._owns_partition
         self._send = worker._send
         self._decode = worker._decode
@@ -155,7 +157,7 @@ class ActivityWorker:
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
-            return await self._start_attempt(task, problem)
+            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg))
 
     def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
@@ -186,15 +188,17 @@ class ActivityWorker:
         for _ in starts.tasks:
             self._slots.release()
 
-    def run_eagerly(self, starts: EagerStarts, completion: asyncio.Future[Message]) -> None:
+    def run_eagerly(self, starts: EagerStarts, completion: asyncio.Future[Message], *, accepted_first: bool) -> None:
         """Run the eager attempts once the completion that starts them is delivered, as attempts
-        from the task queue run once their starts are."""
+        from the task queue run once their starts are (`accepted_first`: once history accepted them)."""
         for task in starts.tasks:
             with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
-                self._run_started(task, starts.request_id, starts.answer, completion, None, eager=True)
+                self._run_started(task, starts.request_id, starts.answer, completion, None, eager=True, accepted_first=accepted_first)
 
-    async def _start_attempt(self, task: Record, problem: Exception | None) -> list[asyncio.Future[Message]]:
-        """Ask history to start the attempt the task queue handed out, and run it."""
+    async def _start_attempt(self, task: Record, problem: Exception | None, *, accepted_first: bool) -> list[asyncio.Future[Message]]:
+        """Ask history to start the attempt the task queue handed out, and run it: once its start is
+        in the log, or, `accepted_first`, once history accepted it (a task record that may be a
+        redelivery, whose attempt may have run already)."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
@@ -215,7 +219,7 @@ class ActivityWorker:
             self._slots.release()
             raise
         self._remember_asked(key)
-        self._run_started(task, request_id, answer, started, problem)
+        self._run_started(task, request_id, answer, started, problem, accepted_first=accepted_first)
         return [started]
 
     def _displace_eager_attempt(self, task: Record, key: AttemptKey) -> None:
@@ -236,17 +240,18 @@ class ActivityWorker:
 
     def _run_started(
         self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
-        problem: Exception | None, *, eager: bool = False,
+        problem: Exception | None, *, eager: bool = False, accepted_first: bool = False,
     ) -> None:
-        """Run an attempt whose start was sent, in the slot taken for it; a start that could not be
-        sent is answered by nobody, so its answer is not waited for."""
+        """Run an attempt whose start was sent, in the slot taken for it (`accepted_first`: once its
+        start is accepted); a start that could not be sent is answered by nobody, so its answer is
+        not waited for."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async, eager)
-        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, problem))
+        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, answer if accepted_first else None, problem))
         self._attempts[key] = attempt
         self._running.add(job)
         answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
@@ -294,11 +299,12 @@ class ActivityWorker:
             attempt.cancel()
 
     async def _run_activity(
-        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], problem: Exception | None = None,
+        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], accepted: asyncio.Future[CommandOutcome] | None,
+        problem: Exception | None,
     ) -> None:
         at = task["task"][1]
         try:
-            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, problem)
+            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, accepted, problem)
         finally:
             key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
             if self._attempts.get(key) is attempt:  # else displaced by the attempt now under its key
@@ -311,10 +317,12 @@ class ActivityWorker:
         await self._send(task["workflow_id"], kind, {**reply, **body})
 
     async def _attempt_outcome(
-        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], problem: Exception | None,
+        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], accepted: asyncio.Future[CommandOutcome] | None,
+        problem: Exception | None,
     ) -> tuple[str, Record] | None:
         """The report on the attempt (its command and what it adds to the reply), once it ran;
-        None for one completed later, by task token."""
+        None for one completed later, by task token, and for one that did not run (its start not
+        sent, or, where it waits for `accepted`, not accepted)."""
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
@@ -325,6 +333,8 @@ class ActivityWorker:
                         workflow_id, run_id, at["activity_type"], at["attempt"], str(started.exception()))
             # Not started: its retry timer dispatches it again (an eager one's completion, if it
             # landed after all, leaves it to its start-to-close timeout).
+            return None
+        if accepted is not None and not await _start_accepted(task, accepted):
             return None
         try:
             if problem is not None:
@@ -507,6 +517,22 @@ def _check_sync_activities(
                 pickle.dumps(definition.fn)
             except Exception as err:
                 raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
+
+
+async def _start_accepted(task: Record, answer: asyncio.Future[CommandOutcome]) -> bool:
+    """Whether history accepted the start of an attempt whose task record may be a redelivery: the
+    attempt may have run already, on the worker that read the record before, so it runs here only
+    once history says this start is the attempt's first. A refusal is logged where it is heard
+    (_start_answered). An answer that does not come within the attempt's time limit (Postgres away)
+    leaves the attempt to its start-to-close timeout."""
+    at = task["task"][1]
+    await asyncio.wait({answer}, timeout=at["start_to_close_timeout_ms"] / 1000 or None)
+    if not answer.done():
+        log.warning("event=activity_start_unanswered workflow_id=%s run_id=%s activity_type=%s attempt=%d consequence=%r",
+                    task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"],
+                    "not run here: a redelivered task runs only once its start is accepted; its start-to-close timeout retries it")
+        return False
+    return not answer.cancelled() and answer.result().accepted
 
 
 async def _delivered(sent: asyncio.Future[Message]) -> bool:

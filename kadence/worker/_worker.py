@@ -13,12 +13,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from kadence import workflow as workflow_module
 from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
@@ -34,6 +35,7 @@ from kadence.worker._workflow import WorkflowWorker
 log = logging.getLogger("kadence.worker")
 
 POLLER_HEARTBEAT_S = 5.0
+PARTITION_END_WAIT_S = 5.0  # for the ends of the partitions assigned, on the polling thread
 
 
 
@@ -77,6 +79,9 @@ class Worker:
         self._assigned: set[str] = set()
         self._partitions: dict[str, list[int]] = {}  # per kind, this worker's partitions of the queue's topic
         self._partition_counts: dict[str, int] = {}  # per kind, how many partitions the queue's topic has
+        # Per kind and partition, the partition's end when it was assigned: a record before it may
+        # have been read by the partition's previous owner (see may_be_redelivered).
+        self._ends_at_assignment: dict[str, dict[int, int]] = {}
         self._assignment_changed = asyncio.Event()
         self._activity_worker = ActivityWorker(
             self, activities, activity_executor, shared_state_manager, max_concurrent_activities, graceful_shutdown_timeout,
@@ -144,11 +149,16 @@ class Worker:
         total = len(metadata.topics[topic].partitions)
 
         def assigned(consumer: Any, partitions: list[Any]) -> None:
-            log.info("event=worker_partitions_assigned task_queue=%s kind=%s identity=%s partitions=%s",
-                     self.task_queue, kind, self.identity, [tp.partition for tp in partitions])
+            # Here, on the polling thread, before the first record of these partitions is handed over.
+            ends = _partition_ends(consumer, partitions, self.task_queue)
+            self._ends_at_assignment[kind] = {**self._ends_at_assignment.get(kind, {}), **ends}  # a new dict: the loop reads it
+            log.info("event=worker_partitions_assigned task_queue=%s kind=%s identity=%s partitions=%s ends=%s",
+                     self.task_queue, kind, self.identity, [tp.partition for tp in partitions], ends)
             loop.call_soon_threadsafe(self._mark_assigned, kind, sorted(tp.partition for tp in partitions), total)
 
         def revoked(consumer: Any, partitions: list[Any]) -> None:
+            revoked_now = {tp.partition for tp in partitions}
+            self._ends_at_assignment[kind] = {p: end for p, end in self._ends_at_assignment.get(kind, {}).items() if p not in revoked_now}
             loop.call_soon_threadsafe(self._partitions.__setitem__, kind, [])
 
         consumer.subscribe([topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
@@ -162,6 +172,14 @@ class Worker:
         self._assigned.add(kind)
         if self._assigned >= set(self._kinds):
             self.ready.set()
+
+    def may_be_redelivered(self, kind: str, msg: Message) -> bool:
+        """Whether this task record may have reached a worker before: it was in its partition when
+        the partition was assigned here, so the previous owner may have read it and run its task,
+        without committing past it (killed, or cut off from the broker). A record appended since is
+        read here first (docs/architecture.md, "Exactly once")."""
+        offset = msg.offset()
+        return offset is None or offset < self._ends_at_assignment.get(kind, {}).get(msg.partition() or 0, sys.maxsize)
 
     def _owns_partition(self, kind: str, key: bytes) -> bool:
         """Whether a task record with this key would come to this worker (as the assignment stands)."""
@@ -195,3 +213,23 @@ class Worker:
             log.error("event=task_payloads_undecodable workflow_id=%s run_id=%s error=%r", task["workflow_id"], task["run_id"], str(exc))
             return task, exc
         return task, None
+
+
+def _partition_ends(consumer: Any, partitions: list[Any], task_queue: str) -> dict[int, int]:
+    """Each assigned partition's end (its high watermark) now, asked again for a while where the
+    broker cannot tell yet (a topic just created has no leader for a moment); a partition whose end
+    stays unknown is left out, so every record of it counts as one that may be a redelivery."""
+    ends: dict[int, int] = {}
+    deadline = time.monotonic() + PARTITION_END_WAIT_S
+    for tp in partitions:
+        while tp.partition not in ends:
+            try:
+                ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=PARTITION_END_WAIT_S, cached=False)[1]
+            except KafkaException as exc:
+                if time.monotonic() + 0.1 < deadline:
+                    time.sleep(0.1)
+                    continue
+                log.warning("event=worker_partition_end_unknown task_queue=%s topic=%s partition=%d error=%r consequence=%r",
+                            task_queue, tp.topic, tp.partition, str(exc), "its tasks start only once history accepts their start")
+                break
+    return ends

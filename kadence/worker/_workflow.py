@@ -10,6 +10,8 @@ import contextlib
 import contextvars
 import logging
 import time
+import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from kadence.protocol.codec import Record, codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
+from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, failure_log_level
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
@@ -83,12 +86,21 @@ def _copy(payload: Record) -> Record:
     return {"metadata": dict(payload["metadata"]), "data": payload["data"]}
 
 
+@dataclass
+class StartAnswer:
+    """The answer a workflow task's start is sent to get (its request id)."""
+
+    request_id: str
+    answer: asyncio.Future[CommandOutcome]
+
+
 class WorkflowWorker:
     def __init__(self, worker: Worker, workflows: dict[str, WorkflowDefinition], activities: ActivityWorker, max_cached: int) -> None:
         self.client = worker.client
         self.task_queue = worker.task_queue
         self._stop = worker._stop
         self._subscribe = worker._subscribe
+        self._may_be_redelivered = worker.may_be_redelivered
         self._send = worker._send
         self._send_all = worker._send_all
         self._decode = worker._decode
@@ -99,6 +111,9 @@ class WorkflowWorker:
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._starts = HeldStarts(worker._send_all)
         self._answers_carry_starts = writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "started_time_ms")
+        # A build pinned to a Command version whose starts carry no request id runs a redelivered
+        # task's local activities without waiting for its start's answer, as releases before did.
+        self._starts_answered = writes_field(command_codec(), CommandType.RecordWorkflowTaskStarted, "request_id")
 
     @property
     def types(self) -> list[str]:
@@ -142,7 +157,8 @@ class WorkflowWorker:
                 "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
                 "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
             }):
-                deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier)]
+                redelivered = self._may_be_redelivered("workflow", msg)
+                deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier, redelivered)]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -150,8 +166,11 @@ class WorkflowWorker:
                           task["workflow_id"], task["run_id"], str(outcome))
 
     async def _handle_workflow_task(
-        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None],
+        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None], redelivered: bool = False,
     ) -> list[asyncio.Future[Any]]:
+        """Activate the run with the task and answer it. A task record that may be a redelivery
+        (`redelivered`) runs its local activities only once history accepted its start: the worker
+        that read the record before may have run them and completed the task."""
         if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
@@ -160,7 +179,8 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
-        start = self._hold_start(task, started_time_ms)
+        accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
+        start = self._hold_start(task, started_time_ms, accepted)
         try:
             history = await self._task_history(task, earlier)
             try:
@@ -170,18 +190,33 @@ class WorkflowWorker:
                 self._cache.pop(run_id, None)
                 instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
+            self._forget_start_answer(accepted)
             return [self._fail_workflow_task(task, exc, start)]
         if instance.local_activities_to_run():  # they take a while: the start goes now
             if self._starts.take(start):
                 self._send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
-            return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands))]
-        return [self._complete_workflow_task(task, instance, commands, start)]
+            return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands, accepted))]
+        self._forget_start_answer(accepted)
+        return [self._complete_workflow_task(task, instance, commands, start, eager_once_accepted=redelivered)]
 
-    def _hold_start(self, task: Record, started_time_ms: int) -> HeldStart:
-        """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see _task_starts."""
-        return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, {
-            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "started_time_ms": started_time_ms,
-        }))
+    async def _start_answer(self, task: Record) -> StartAnswer:
+        """The answer to the start of a task that may be a redelivery, asked for before the start can be sent."""
+        wt = task["task"][1]
+        request_id = f"{task['run_id']}/workflow-task/{wt['scheduled_event_id']}/{uuid.uuid4()}"
+        return StartAnswer(request_id, await self.client.expect_outcome(request_id))
+
+    def _forget_start_answer(self, accepted: StartAnswer | None) -> None:
+        """No local activity waits for the start's answer (which comes only if the start went alone)."""
+        if accepted is not None:
+            self.client.forget_outcome(accepted.request_id, accepted.answer)
+
+    def _hold_start(self, task: Record, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
+        """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see
+        _task_starts. With the request id `accepted` waits on, where its answer is wanted."""
+        start = {"run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "started_time_ms": started_time_ms}
+        if accepted is not None:
+            start["request_id"] = accepted.request_id
+        return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, start))
 
     def _lacks(self, task: Record) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
@@ -274,9 +309,13 @@ class WorkflowWorker:
         return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], start: HeldStart | None = None,
+        self, task: Record, instance: WorkflowInstance, commands: list[Any], start: HeldStart | None = None, *,
+        eager_once_accepted: bool = False,
     ) -> asyncio.Future[Message]:
-        """Complete the task with the commands, after its start if it is still held."""
+        """Complete the task with the commands, after its start if it is still held. The eager
+        attempts the completion starts run once it is delivered, or, `eager_once_accepted` (a task
+        that may be a redelivery, whose completion may be refused as another worker's was
+        accepted), once history accepted their starts."""
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
@@ -292,7 +331,7 @@ class WorkflowWorker:
             raise
         completion = _answer(sent)
         if starts is not None:
-            self._activities.run_eagerly(starts, completion)  # once the completion, which starts them, is delivered
+            self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted)
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
             self._cache.pop(run_id, None)
@@ -354,9 +393,15 @@ class WorkflowWorker:
             **self._failure(task, cause, exc), "started_time_ms": started_time_ms,
         })
 
-    async def _complete_after_local_activities(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
+    async def _complete_after_local_activities(
+        self, task: Record, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None,
+    ) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
-        it waits on nothing local; then complete the task with every command."""
+        it waits on nothing local; then complete the task with every command. With `accepted`, only
+        once history accepted the task's start."""
+        if accepted is not None and not await self._start_accepted(task, accepted):
+            self._cache.pop(task["run_id"], None)  # activated with a task another worker answered
+            return
         try:
             while pending := instance.local_activities_to_run():
                 outcomes = await asyncio.gather(*(self._run_local_activity(task, local) for local in pending))
@@ -365,6 +410,23 @@ class WorkflowWorker:
             await self._fail_workflow_task(task, exc)
             return
         await self._complete_workflow_task(task, instance, commands)
+
+    async def _start_accepted(self, task: Record, accepted: StartAnswer) -> bool:
+        """Whether history accepted the start of a task that may be a redelivery, so its local
+        activities may run: the worker that read the record before may have run them and completed
+        the task. Not answered within HISTORY_WAIT_S (Postgres away), the task is left to its
+        start-to-close timeout."""
+        answer = accepted.answer
+        await asyncio.wait({answer}, timeout=HISTORY_WAIT_S)
+        outcome = answer.result() if answer.done() and not answer.cancelled() else None
+        if outcome is None or not outcome.accepted:
+            self.client.forget_outcome(accepted.request_id, answer)
+            log.info("event=workflow_task_start_refused workflow_id=%s run_id=%s scheduled_event_id=%d cause=%s reason=%r consequence=%r",
+                     task["workflow_id"], task["run_id"], task["task"][1]["scheduled_event_id"],
+                     outcome.cause if outcome else "UNANSWERED", outcome.reason if outcome else f"no answer within {HISTORY_WAIT_S:.0f} s",
+                     "a redelivered task's local activities run only once its start is accepted")
+            return False
+        return True
 
     async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
         """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
