@@ -147,3 +147,45 @@ async def test_garbage_that_ends_its_partition_is_dead_lettered_once_across_a_hi
     await asyncio.wait_for(until_dead_lettered(), 30)
     await restart_history_and_pass_through(stack, client, task_queue, [partition])
     assert await dead_lettered() == 1
+
+
+def _start_command(workflow_id: str, workflow_type: str, input_bytes: bytes = b'"x"') -> dict:
+    """A start as any producer may write it: no request id, so nobody waits for its answer."""
+    return {"workflow_id": workflow_id, "identity": "plain-producer", "command": ("StartWorkflowExecution", {
+        "workflow_type": workflow_type, "task_queue": "nowhere", "request_id": "",
+        "input": [{"metadata": {"encoding": b"json/plain"}, "data": input_bytes}],
+        "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
+        "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
+    })}
+
+
+async def test_a_refused_command_without_a_request_id_is_dead_lettered_with_the_reason_once(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """Nobody waits for the answer to a command without a request id, so its refusal goes to
+    kadence.dlq with the cause and the reason, once, across a history restart."""
+    partition = 2
+    refused = {
+        "too large": _start_command(workflow_id_on(partition, stack.partitions, "huge"), "Big", b'"' + b"x" * 5_000_000 + b'"'),
+        "unknown workflow": {"workflow_id": workflow_id_on(partition, stack.partitions, "nobody"), "identity": "plain-producer",
+                             "command": ("SignalWorkflowExecution", {"run_id": "", "signal_name": "ping", "input": [], "request_id": ""})},
+        "no workflow type": _start_command(workflow_id_on(partition, stack.partitions, "untyped"), ""),
+    }
+    codec = command_codec()
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "message.max.bytes": 10 * 1024 * 1024})
+    values = {}
+    for name, command in refused.items():
+        values[name] = codec.encode(command)
+        producer.produce(topics.COMMANDS, values[name], command["workflow_id"].encode(), partition=partition, headers=codec.headers())
+    assert producer.flush(30) == 0
+    await restart_history_and_pass_through(stack, client, task_queue, [partition])
+
+    letters = [msg for msg in read_to_end(stack.settings, topics.DLQ, {0: 0}) if msg.value() in values.values()]
+    errors = {name: [dict(msg.headers())["kadence-error"].decode() for msg in letters if msg.value() == value]
+              for name, value in values.items()}
+    assert {name: len(found) for name, found in errors.items()} == dict.fromkeys(refused, 1), errors
+    assert errors["too large"][0] == "refused (INVALID_ARGUMENT): workflow input: a payload of 5.0 MB exceeds the 2 MB limit", errors
+    assert errors["unknown workflow"][0].startswith("refused (WORKFLOW_NOT_FOUND): workflow execution not found"), errors
+    assert errors["no workflow type"][0] == (
+        "refused (INVALID_ARGUMENT): StartWorkflowExecution needs a workflow_type and a task_queue"
+    ), errors

@@ -81,6 +81,14 @@ class CommandType(StrEnum):
     UpdateWorkflowExecution = "UpdateWorkflowExecution"
 
 
+# What a client sends, or anyone producing to kadence.commands: answered under its request id, and
+# when it has none and is refused, dead-lettered with the reason (docs/architecture.md, "Bad input").
+CLIENT_COMMANDS = frozenset({
+    CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
+    CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.UpdateWorkflowExecution,
+})
+
+
 class TaskCommandType(StrEnum):
     """The branches of RespondWorkflowTaskCompleted.commands: what a workflow task decided."""
 

@@ -32,7 +32,7 @@ from kadence.protocol.limits import (
     WARN_PAYLOAD_BYTES,
     text_problem,
 )
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import CLIENT_COMMANDS, CommandType, EffectType
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
@@ -358,6 +358,9 @@ class HistoryService:
             self._note_reply(partition, command, kind, written.batch)
         if written.rejected is not None:
             REJECTED.labels(written.rejected.cause).inc()
+            if written.batch is None and kind in CLIENT_COMMANDS:  # no request id to answer: its sender learns it here
+                self._dead_letter(msg, f"refused ({written.rejected.cause}): {written.rejected}")
+                return
         if written.redispatch is not None:
             REDISPATCHED.labels(written.redispatch.task).inc()
             log.info("event=task_redispatched task=%s workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
