@@ -10,16 +10,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 
 from examples.order import TASK_QUEUE, OrderWorkflow, cancel_order, process_payment, ship_order
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
 from kadence.protocol.codec import command_codec, history_batch_codec
-from kadence.protocol.kafka import read_to_end
+from kadence.protocol.kafka import partition_for_key, read_to_end
 from kadence.worker import Worker
-from tests.conftest import workflow_id_on
+from tests.conftest import audit_of, workflow_id_on
 from tests.test_cli import kadence
 from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, EchoWorkflow
 
@@ -189,3 +189,23 @@ async def test_a_refused_command_without_a_request_id_is_dead_lettered_with_the_
     assert errors["no workflow type"][0] == (
         "refused (INVALID_ARGUMENT): StartWorkflowExecution needs a workflow_type and a task_queue"
     ), errors
+
+
+async def test_history_decides_a_command_at_its_log_append_time(stack: LocalStack, client: Client, task_queue: str) -> None:
+    """The broker stamps each command (kadence.commands is LogAppendTime) and history decides it at
+    that time, not its own clock's, so any instance that decides it again decides alike."""
+    handle = await client.start_workflow(EchoWorkflow.run, "when", id=f"stamped-{uuid.uuid4()}", task_queue=task_queue)
+    report = audit_of(stack, handle.id)
+    assert handle.first_execution_run_id is not None
+    [started] = [e for e in report.history(handle.id, handle.first_execution_run_id) if e["attributes"][0] == "WorkflowExecutionStarted"]
+    [first] = [b for b in read_to_end(stack.settings, topics.HISTORY, {partition_for_key(handle.id.encode(), stack.partitions): 0})
+               if b.key() == handle.id.encode()]
+    source = history_batch_codec().decode(first.value(), first.headers())
+    consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers, "group.id": f"stamp-{uuid.uuid4()}"})
+    try:
+        consumer.assign([TopicPartition(topics.COMMANDS, source["source_partition"], source["source_offset"])])
+        command = consumer.poll(30)
+    finally:
+        consumer.close()
+    assert command is not None and command.error() is None and command.key() == handle.id.encode()
+    assert command.timestamp() == (TIMESTAMP_LOG_APPEND_TIME, started["event_time_ms"])

@@ -31,7 +31,10 @@ TASK_QUEUE_RETENTION_MS = 7 * _DAY_MS
 def topic_config(topic: str) -> dict[str, str]:
     """The settings Kadence creates `topic` with (deploy/base/topics.yaml declares the same)."""
     retention_ms = RETENTION_MS.get(topic, TASK_QUEUE_RETENTION_MS)
-    return {"retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES)}
+    config = {"retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES)}
+    if topic == COMMANDS:  # the broker's clock stamps each command: history decides it at that time, on every instance
+        config["message.timestamp.type"] = "LogAppendTime"
+    return config
 
 
 def task_queue_topic(task_queue: str, kind: TaskKind) -> str:

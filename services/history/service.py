@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter, Gauge
 
 from kadence.protocol import topics, tracing
@@ -95,6 +95,7 @@ class HistoryService:
         self.checkpoint_interval_s = checkpoint_interval_s
         self._next_checkpoint = time.monotonic() + checkpoint_interval_s
         self.partitions: dict[int, PartitionState] = {}
+        self._create_time_partitions: set[int] = set()  # warned of: the commands topic was created by an older release
         self.commands = command_codec()
         self.batches = history_batch_codec()
         self._producer_generation = 0
@@ -244,10 +245,11 @@ class HistoryService:
         """Every batch this instance produced is in the log before it recovers a partition from
         there. A revoke whose flush timed out (the broker away) leaves batches queued in this
         producer; a recovery that read the log before they landed would decide their commands
-        again, into records readers skip as repeats, while this instance's state held the second
-        decisions: one that turned on the clock may differ, and then the run's later batches would
-        all be skipped (docs/architecture.md, "Exactly once"). The broker that assigned the
-        partitions answers, so this wait is short; while it lasts the service is not ready."""
+        again, into records readers skip as repeats: the same decisions, at the same record times,
+        but work done twice and, for anything not decided from the log alone, a second answer that
+        readers would skip while this instance's state held it (docs/architecture.md, "Exactly
+        once"). The broker that assigned the partitions answers, so this wait is short; while it
+        lasts the service is not ready."""
         waited = time.monotonic()
         while (outstanding := self.producer.flush(ASSIGN_FLUSH_WAIT_S)) and self._fatal is None:
             log.warning("event=recovery_waits_for_batches outstanding_batches=%d waited_s=%.1f reason=%r", outstanding,
@@ -352,7 +354,7 @@ class HistoryService:
         (partition, offset), workflow_id = position(msg), command["workflow_id"]
         if kind != CommandType.QueryWorkflow and len(msg.value() or b"") > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value() or b""))
-        written = step(self.partitions[partition], command, int(time.time() * 1000), partition, offset,
+        written = step(self.partitions[partition], command, self._decision_time_ms(msg), partition, offset,
                        whole_histories=not self._workflow_task_deltas)
         if written.batch is not None:
             self._note_reply(partition, command, kind, written.batch)
@@ -367,6 +369,20 @@ class HistoryService:
                      written.redispatch.task, workflow_id, written.batch["run_id"] if written.batch else "",
                      written.redispatch.scheduled_event_id, written.redispatch.waited_ms)
         self._write(partition, written, traceparent)
+
+    def _decision_time_ms(self, msg: Message) -> int:
+        """The time a command is decided at: its record's timestamp, the broker's append time on
+        kadence.commands (LogAppendTime), so every instance that decides the command, a deposed
+        owner and the next one or a recovery after a crash, decides it alike (docs/architecture.md,
+        "Exactly once"). The wall clock only for a record without a timestamp."""
+        kind, timestamp_ms = msg.timestamp()
+        partition, _ = position(msg)
+        if kind != TIMESTAMP_LOG_APPEND_TIME and partition not in self._create_time_partitions:
+            self._create_time_partitions.add(partition)
+            log.warning("event=commands_not_log_append_time partition=%d fix=%r", partition,
+                        f"kafka-configs --alter --entity-type topics --entity-name {topics.COMMANDS} "
+                        "--add-config message.timestamp.type=LogAppendTime (decisions take the producers' clocks until then)")
+        return timestamp_ms if timestamp_ms > 0 else int(time.time() * 1000)
 
     def _note_reply(self, partition: int, command: Record, kind: str, batch: HistoryBatch) -> None:
         """Where to answer the command, if it asked for an answer on kadence.replies and its batch
