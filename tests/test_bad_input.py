@@ -271,20 +271,27 @@ async def test_history_records_a_reader_cannot_apply_are_dead_lettered_and_their
     stack, client = hostile_stack, hostile_client
     codec = history_batch_codec()
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers})
-    # The batch stands for a command of its own, one the history service refuses without writing
-    # a batch (a signal with no request id to no workflow), so no reader skips it as a repeat.
+    # Each batch stands for a command of its own, one the history service refuses without writing
+    # a batch (a worker's start for no workflow), so no reader skips it as a repeat.
     unknown = workflow_id_on(0, PARTITIONS, "no-such-workflow")
     command = command_codec()
     offsets: list[int] = []
-    signal = {"workflow_id": unknown, "command": ("SignalWorkflowExecution", {"signal_name": "s"})}
-    producer.produce(topics.COMMANDS, command.encode(signal), unknown.encode(), headers=command.headers(),
-                     on_delivery=lambda _, msg: offsets.append(msg.offset()))
+    stale = {"workflow_id": unknown, "command": ("RecordWorkflowTaskStarted", {"run_id": "", "scheduled_event_id": 2})}
+    for _ in range(2):
+        producer.produce(topics.COMMANDS, command.encode(stale), unknown.encode(), partition=0, headers=command.headers(),
+                         on_delivery=lambda _, msg: offsets.append(msg.offset()))
     assert producer.flush(10) == 0
     request_id = str(uuid.uuid4())
     bad = _history_batch("old-\x00-id", task_queue="old queue/with a slash", request_id=request_id, source_offset=offsets[0],
                          search_attributes={"Note": {"metadata": {"encoding": b"json/plain"}, "data": b"{not json"}})
+    # An id past an index's row size (Postgres's program limit, SQLSTATE 54000), as a release
+    # without the 1,000-byte limit could have written: the record's fault, not an outage.
+    too_long = _history_batch("long-" + "".join(uuid.uuid4().hex for _ in range(250)), task_queue="fuzz-open",
+                              request_id=str(uuid.uuid4()), source_offset=offsets[1], search_attributes={})
+    too_long["events"][0]["attributes"][1]["workflow_type"] = "Old"  # only the id is at fault (random: it does not compress)
     garbage = b"\x00\xff not a history batch " + uuid.uuid4().bytes
     producer.produce(topics.HISTORY, codec.encode(bad), b"old", partition=0, headers=codec.headers())
+    producer.produce(topics.HISTORY, codec.encode(too_long), b"long", partition=0, headers=codec.headers())
     producer.produce(topics.HISTORY, garbage, b"garbage", partition=0)
     assert producer.flush(10) == 0
 
@@ -294,6 +301,10 @@ async def test_history_records_a_reader_cannot_apply_are_dead_lettered_and_their
 
     letters = [dict(msg.headers()) for msg in read_to_end(stack.settings, topics.DLQ, {0: 0})
                if msg.value() in (codec.encode(bad), garbage)]
+    long_letters = [dict(msg.headers())["kadence-error"].decode() for msg in read_to_end(stack.settings, topics.DLQ, {0: 0})
+                    if msg.value() == codec.encode(too_long)]
+    assert sorted(error.split(":")[0] for error in long_letters) == ["timer", "visibility"], long_letters
+    assert all("ProgramLimitExceeded" in error for error in long_letters), long_letters
     # Each reader sends each record it cannot apply, with its name and why: visibility (the NUL
     # workflow type, the search attribute), the timer service (the NUL workflow id of a stored
     # timer); and the garbage, from each of the three (matching reads every batch for the commands

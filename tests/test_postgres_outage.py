@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -43,6 +44,8 @@ UNREADY_WITHIN_S = 5.0  # from Postgres stopping to every Postgres user's /ready
 COMPLETION_TIMEOUT_S = 60.0  # from Postgres coming back to every workflow of the round completed
 TEST_DEADLINE_S = 240.0
 POSTGRES_USERS = ("history", "timer", "visibility")  # matching does not touch Postgres: it stays ready
+PROJECTIONS_WAITING_S = 3.0  # for the timer and visibility services to be retrying the records' store
+STOP_GRACE_S = 10.0  # within Kubernetes's 30 s grace period, and past libpq's 5 s connect timeout
 
 
 async def test_every_process_rides_out_a_postgres_outage(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -53,6 +56,7 @@ async def test_every_process_rides_out_a_postgres_outage(monkeypatch: pytest.Mon
             try:
                 async with asyncio.timeout(TEST_DEADLINE_S):
                     await _run_through_outages(stack)
+                    await _stop_during_an_outage(stack)
             except TimeoutError:
                 pytest.fail(f"the Postgres outage test did not end within {TEST_DEADLINE_S:.0f} s; see the logs in {tmp_path / 'logs'}")
         finally:
@@ -60,6 +64,8 @@ async def test_every_process_rides_out_a_postgres_outage(monkeypatch: pytest.Mon
             print(f"logs: {tmp_path / 'logs'}")
         service_logs = "".join((tmp_path / "logs" / f"{name}.log").read_text() for name in POSTGRES_USERS)
         assert "event=postgres_unreachable" in service_logs and "event=postgres_reachable_again" in service_logs
+        assert "event=stopped_while_postgres_away" in service_logs, "a service stopped while it waited for Postgres"
+        assert "event=history_record_dead_lettered" not in service_logs, "a stop is no record's fault"
         assert "event=postgres_listen_restored" in (tmp_path / "logs" / "test-process.log").read_text()
 
 
@@ -149,6 +155,29 @@ async def _one_outage(
         f"{outage_s:.0f} s outage: every Postgres user not ready {unready - stopped_at:.1f} s after the stop; "
         f"all workflows completed {completed_at - back_at:.1f} s and all services ready {ready_at - back_at:.1f} s after Postgres came back"
     )
+
+
+async def _stop_during_an_outage(stack: LocalStack) -> None:
+    """Stopped (SIGTERM, as Kubernetes stops a pod) while Postgres is away and records wait to be
+    stored, each Postgres user stops within the grace period, cleanly, instead of waiting for it."""
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    try:
+        for i in range(6):  # records the projections wait to store; the first starts the client's read model
+            if i == 1:
+                await asyncio.to_thread(stack.stop_postgres)
+            await client.start_workflow(SignalOrTimerWorkflow.run, args=[f"s{i}", TIMER_SECONDS], id=f"stopping-{uuid.uuid4()}",
+                                        task_queue="nobody-polls")
+        await asyncio.sleep(PROJECTIONS_WAITING_S)
+        stopped = {}
+        for name in POSTGRES_USERS:
+            process, asked_at = stack.services[name], time.monotonic()
+            await asyncio.to_thread(stack.kill_service, name, signal.SIGTERM)
+            stopped[name] = (process.returncode, round(time.monotonic() - asked_at, 1))
+    finally:
+        await asyncio.to_thread(stack.start_postgres)
+        await client.close()
+    print(f"stopped while Postgres was away (exit code, seconds): {stopped}")
+    assert all(code == 0 and seconds < STOP_GRACE_S for code, seconds in stopped.values()), stopped
 
 
 async def _postgres_users_unready(readiness: ReadinessLog, since: float) -> float | None:

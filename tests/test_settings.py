@@ -76,3 +76,15 @@ def test_readers_off_the_critical_path_fetch_in_batches(monkeypatch: pytest.Monk
     monkeypatch.delenv("KADENCE_BATCHING_FETCH_WAIT_MS")
     monkeypatch.delenv("KADENCE_RELAY_FETCH_WAIT_MS")
     assert (KafkaSettings.from_env().batching_fetch_wait_ms, KafkaSettings.from_env().relay_fetch_wait_ms) == (100, 20)
+
+@pytest.mark.parametrize(("command", "variable", "value", "message"), [
+    (["dlq", "list"], "KADENCE_KAFKA_SASL_MECHANISM", "BOGUS", "Unsupported SASL mechanism: BOGUS"),
+    (["task-queue", "describe", "orders"], "KADENCE_KAFKA_SASL_MECHANISM", "BOGUS", "Unsupported SASL mechanism: BOGUS"),
+    (["dlq", "list"], "KADENCE_PARTITIONS", "twelve", "KADENCE_PARTITIONS='twelve' is not an integer"),
+])
+def test_a_cli_command_refuses_a_bad_setting_in_one_line(command: list[str], variable: str, value: str, message: str) -> None:
+    env = {**os.environ, **OFFLINE, "KADENCE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", variable: value}
+    refused = subprocess.run([sys.executable, "-m", "kadence.ops.cli", *command], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], refused.stderr

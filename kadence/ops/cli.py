@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import click
+from confluent_kafka import KafkaError, KafkaException
 
 from kadence.dev.brokers import CHOICES, BrokerUnavailable
 from kadence.dev.local_stack import ENV_FILE, SERVICES
@@ -23,10 +24,30 @@ from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
-from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.protocol.settings import KafkaSettings, SettingError, postgres_dsn
 
 
-@click.group()
+class _Commands(click.Group):
+    """The commands, whose settings errors (a malformed KADENCE_* variable, a Kafka client setting
+    librdkafka refuses, say an unknown SASL mechanism) end in one line saying what to fix, not a
+    traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SettingError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or error.code() != KafkaError._INVALID_ARG:
+                raise
+            raise click.ClickException(
+                f"the Kafka client refused its settings: {error.str()}; check the KADENCE_KAFKA_* variables "
+                "(each is passed to librdkafka as is: KADENCE_KAFKA_SASL_MECHANISM sets sasl.mechanism)"
+            ) from None
+
+
+@click.group(cls=_Commands)
 def main() -> None:
     """Kadence: durable workflows on Kafka."""
 

@@ -3,13 +3,16 @@
 A Postgres outage (a restart, a switchover, the network) stops nothing for good: an operation
 that finds Postgres unreachable (psycopg's OperationalError: no connection, the connection lost,
 the pool out of connections) waits and tries again with backoff until it answers, and meanwhile
-the process says it is not ready. Any other error (bad SQL, a constraint) is a bug and is raised.
+the process says it is not ready. Any other error (bad SQL, a constraint, a value past one of
+Postgres's limits) is raised: the caller's bug, or the record's fault, which trying again would
+only repeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -32,6 +35,25 @@ OUTAGES = Counter("kadence_postgres_outages_total", "Times this process found Po
 RETRIES = Counter("kadence_postgres_retries_total", "Operations tried again because Postgres was unreachable, by operation", ["operation"])
 
 T = TypeVar("T")
+
+_stopping = threading.Event()
+
+
+class StoppedWaitingForPostgres(BaseException):
+    """The process was asked to stop while an operation waited for Postgres: it gives up, so the
+    stop is not held up past its grace period (what it was doing is done again after a restart,
+    as after a kill). A BaseException, as a cancellation is: no handler of an operation's errors
+    may take it for the record's fault."""
+
+
+def stop_waiting() -> None:
+    """The process is stopping: operations waiting for Postgres give up (StoppedWaitingForPostgres)."""
+    _stopping.set()
+
+
+def _give_up_when_stopping(operation: str, exc: psycopg.OperationalError) -> None:
+    if _stopping.is_set():
+        raise StoppedWaitingForPostgres(f"{operation}: stopping while Postgres does not answer ({describe(exc)})") from exc
 
 
 async def apply_ddl(conn: psycopg.AsyncConnection[Any], statements: Sequence[str]) -> None:
@@ -149,6 +171,17 @@ class Backoff:
         self._delay = RETRY_FIRST_S
 
 
+# SQLSTATE classes psycopg raises as OperationalError that say what was asked cannot be done
+# (54: program limit exceeded, say an index row over its size), not that Postgres is away.
+_NOT_AN_OUTAGE = ("54",)
+
+
+def is_outage(exc: psycopg.OperationalError) -> bool:
+    """Whether trying again may succeed: no answer (no SQLSTATE), the connection lost, resources
+    short, a deadlock or an operator's shutdown; not a statement that breaks a limit."""
+    return exc.sqlstate is None or not exc.sqlstate.startswith(_NOT_AN_OUTAGE)
+
+
 async def until_answered(operation: str, attempt: Callable[[], Awaitable[T]]) -> T:
     """`attempt()`, tried again with backoff for as long as Postgres is unreachable."""
     backoff = Backoff(operation)
@@ -156,6 +189,9 @@ async def until_answered(operation: str, attempt: Callable[[], Awaitable[T]]) ->
         try:
             result = await attempt()
         except psycopg.OperationalError as exc:
+            if not is_outage(exc):
+                raise
+            _give_up_when_stopping(operation, exc)
             await asyncio.sleep(backoff.failed(exc))
             continue
         backoff.succeeded()
@@ -169,6 +205,9 @@ def until_answered_blocking(operation: str, attempt: Callable[[], T]) -> T:
         try:
             result = attempt()
         except psycopg.OperationalError as exc:
+            if not is_outage(exc):
+                raise
+            _give_up_when_stopping(operation, exc)
             time.sleep(backoff.failed(exc))
             continue
         backoff.succeeded()

@@ -18,6 +18,7 @@ from kadence.protocol import tracing
 from kadence.protocol.codec import NewerSchemaVersion
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
+from kadence.protocol.postgres import StoppedWaitingForPostgres, stop_waiting
 from kadence.protocol.settings import SettingError
 
 SETTING_ERROR_EXIT_CODE = 2
@@ -54,11 +55,18 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stopping() -> None:
+            stop.set()
+            stop_waiting()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stopping)
         endpoints = await serve(name)
         try:
             await main(stop)
+        except StoppedWaitingForPostgres as exc:  # a clean stop all the same: its work is done again after a restart
+            logging.getLogger(f"kadence.{name}").warning("event=stopped_while_postgres_away service=%s error=%r", name, str(exc))
         finally:
             if endpoints is not None:
                 await endpoints.cleanup()
