@@ -27,7 +27,15 @@ from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, history_batch_codec
 from kadence.protocol.dead_letters import dead_letter_headers
 from kadence.protocol.fence import PartitionFences
-from kadence.protocol.kafka import batching_fetch, consume_batches, core_topics, ensure_topics, make_consumer, make_producer
+from kadence.protocol.kafka import (
+    batching_fetch,
+    consume_batches,
+    core_topics,
+    ensure_topics,
+    make_consumer,
+    make_producer,
+    until_broker_answers,
+)
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S, apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.settings import KafkaSettings
@@ -112,7 +120,7 @@ class ProjectionRunner:
 
     async def setup(self) -> None:
         self._postgres_watch = READINESS.watch_postgres(self.dsn)
-        ensure_topics(self.settings, core_topics(self.settings))
+        await until_broker_answers(f"{self.projection.name}_topic_setup", lambda: ensure_topics(self.settings, core_topics(self.settings)))
 
         async def create_tables() -> None:
             async with self.pool.connection() as conn:

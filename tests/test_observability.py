@@ -7,6 +7,9 @@ import contextlib
 import ipaddress
 import json
 import re
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -164,3 +167,36 @@ async def test_a_flood_of_readiness_probes_opens_no_postgres_connections(stack: 
     await sampling
     assert set(statuses) == {200}
     assert max(seen) <= before + 2, f"Postgres connections went from {before} to {max(seen)} during the probes"
+
+
+@pytest.mark.kafka_only  # Tansu speaks no SASL either, but refuses the handshake otherwise
+@pytest.mark.parametrize("service", ["history", "visibility"])
+async def test_a_service_whose_security_settings_the_broker_refuses_is_not_ready_at_once_and_says_why(
+    stack: LocalStack, service: str,
+) -> None:
+    """SASL against the plaintext broker: the service retries its topic setup off its event loop,
+    so /readyz answers not ready at once, soon saying why; and it stops cleanly when asked."""
+    port = free_port()
+    env = {**stack.env, **stack.service_env, "KADENCE_HTTP_PORT": str(port), "KADENCE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+           "KADENCE_KAFKA_SASL_MECHANISM": "PLAIN", "KADENCE_KAFKA_SASL_USERNAME": "kadence", "KADENCE_KAFKA_SASL_PASSWORD": "x"}
+    process = subprocess.Popen([sys.executable, "-m", f"services.{service}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        answers: list[tuple[float, int, str]] = []
+        started = time.monotonic()
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() - started < 10 and not any("SASL" in body for _, _, body in answers):
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with session.get(f"http://127.0.0.1:{port}/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
+                        answers.append((time.monotonic() - started, response.status, await response.text()))
+                await asyncio.sleep(0.2)
+        assert answers and answers[0][1] == 503 and answers[0][0] < 3, answers[:3]  # 3 s: the interpreter's start on a busy machine
+        assert all(status == 503 for _, status, _ in answers), answers
+        assert any("SASL" in body for _, _, body in answers), answers[-1]
+        asked = time.monotonic()
+        process.terminate()
+        assert process.wait(timeout=15) == 0
+        assert time.monotonic() - asked < 10
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -64,7 +64,7 @@ async def test_every_process_rides_out_a_postgres_outage(monkeypatch: pytest.Mon
             print(f"logs: {tmp_path / 'logs'}")
         service_logs = "".join((tmp_path / "logs" / f"{name}.log").read_text() for name in POSTGRES_USERS)
         assert "event=postgres_unreachable" in service_logs and "event=postgres_reachable_again" in service_logs
-        assert "event=stopped_while_postgres_away" in service_logs, "a service stopped while it waited for Postgres"
+        assert "event=stopped_while_waiting" in service_logs, "a service stopped while it waited for Postgres"
         assert "event=history_record_dead_lettered" not in service_logs, "a stop is no record's fault"
         assert "event=postgres_listen_restored" in (tmp_path / "logs" / "test-process.log").read_text()
 

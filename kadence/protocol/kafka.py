@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka.partitioner import murmur2
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -25,9 +25,14 @@ from prometheus_client import Counter, Gauge
 from kadence.protocol.codec import HeaderList
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from kadence.protocol.settings import KafkaSettings
+from kadence.protocol.stopping import STOP_CHECK_S, give_up_if_stopping, sleep_unless_stopping
 from kadence.protocol.topics import topic_config
 
 log = logging.getLogger("kadence.kafka")
+
+T = TypeVar("T")
+BROKER_RETRY_FIRST_S = 0.5
+BROKER_RETRY_MAX_S = 5.0
 
 PRODUCE_RETRIED = Counter(
     "kadence_produce_retried_total", "Records produced again after their delivery failed for a reason that passes (the broker away "
@@ -213,6 +218,58 @@ def _lag_recorder(settings: KafkaSettings, group_id: str) -> Callable[[str], Non
         CONSUMER_LAG.labels(group_id, topic, str(partition)).set(max(0, end.result().offset - position))
 
     return record
+
+
+async def until_broker_answers(operation: str, call: Callable[[], T]) -> T:
+    """`call()`, blocking admin requests to the broker, on a thread of its own, so the event loop (and
+    /readyz, which says why the process is not ready) stays free; tried again with backoff while
+    the broker does not answer (down, out of reach, or refusing the client's security settings, a
+    SASL mechanism it does not offer). A setting librdkafka refuses outright is raised at once. A
+    stop of the process ends the wait (StoppedWaiting): the thread, a daemon, is not waited for."""
+    delay, since = BROKER_RETRY_FIRST_S, time.monotonic()
+    while True:
+        answer = _on_daemon_thread(call)
+        while not answer.done():
+            await asyncio.wait({answer}, timeout=STOP_CHECK_S)
+            give_up_if_stopping(operation, "the broker does not answer")
+        try:
+            result = answer.result()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError._INVALID_ARG:
+                raise
+            log.warning("event=broker_operation_waiting operation=%s error=%r retry_in_s=%.1f", operation, error.str(), delay)
+            await sleep_unless_stopping(operation, delay, f"the broker does not answer ({error.str()})")
+            delay = min(delay * 2, BROKER_RETRY_MAX_S)
+            continue
+        if delay > BROKER_RETRY_FIRST_S:
+            log.info("event=broker_operation_resumed operation=%s waited_seconds=%.1f", operation, time.monotonic() - since)
+        return result
+
+
+def _on_daemon_thread(call: Callable[[], T]) -> asyncio.Future[T]:
+    """`call()` on a daemon thread of its own: a process that stops does not wait for it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (call(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the process stopped
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="kadence-broker-call", daemon=True).start()
+    return future
 
 
 def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: float = 30.0) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from prometheus_client import REGISTRY, Counter
 from prometheus_client.exposition import choose_encoder
@@ -66,7 +66,8 @@ class Readiness:
         """Ask the broker for metadata every BROKER_PROBE_INTERVAL_S from now on: while it does not
         answer (it is down, frozen, or out of reach), the process is not ready."""
         if self._broker_watch is None:
-            self._broker_watch = asyncio.get_running_loop().create_task(self._watch_broker(AdminClient(kafka_config)))
+            probe = _BrokerProbe(kafka_config)
+            self._broker_watch = asyncio.get_running_loop().create_task(self._watch_broker(probe))
 
     def watch_postgres(self, dsn: str) -> asyncio.Task[None]:
         """Probe Postgres in the background from now on: while it does not answer, the process is
@@ -74,11 +75,11 @@ class Readiness:
         self.postgres = Reachability("readiness")
         return asyncio.get_running_loop().create_task(watch(dsn, self.postgres))
 
-    async def _watch_broker(self, admin: AdminClient) -> None:
+    async def _watch_broker(self, probe: "_BrokerProbe") -> None:
         loop = asyncio.get_running_loop()
         away_since: float | None = None
         while True:
-            problem = await loop.run_in_executor(None, _ask_broker, admin)
+            problem = await loop.run_in_executor(None, probe.ask)
             if problem is not None and away_since is None:
                 away_since = time.monotonic()
                 log.warning("event=broker_unreachable problem=%r", problem)
@@ -104,15 +105,36 @@ class Readiness:
 READINESS = Readiness()
 
 
-def _ask_broker(admin: AdminClient) -> str | None:
-    """None when the broker answers a metadata request in time, else why not."""
-    try:
-        admin.list_topics(topics.HISTORY, timeout=BROKER_PROBE_TIMEOUT_S)
-        return None
-    except KafkaException as exc:
-        return f"the Kafka broker does not answer: {exc.args[0].str()}"
-    finally:
-        admin.poll(0)  # serves the client's log lines and errors
+class _BrokerProbe:
+    """An admin client that asks the broker for metadata, and remembers the last connection error
+    its client met: a metadata request only says "transport failure" where the connection's own
+    error says why (a SASL handshake the broker refused, a TLS mismatch)."""
+
+    def __init__(self, kafka_config: dict[str, Any]) -> None:
+        self.last_error: str | None = None
+        reported = kafka_config.get("error_cb")
+
+        def remember(err: KafkaError) -> None:
+            if err.code() in (KafkaError._TRANSPORT, KafkaError._AUTHENTICATION, KafkaError._SSL):
+                self.last_error = err.str()
+            if reported is not None:
+                reported(err)
+
+        config: dict[str, Any] = {**kafka_config, "error_cb": remember}
+        self.admin = AdminClient(config)
+
+    def ask(self) -> str | None:
+        """None when the broker answers a metadata request in time, else why not."""
+        self.last_error = None
+        try:
+            self.admin.list_topics(topics.HISTORY, timeout=BROKER_PROBE_TIMEOUT_S)
+            return None
+        except KafkaException as exc:
+            self.admin.poll(0)  # the connection errors met meanwhile
+            why = f" ({self.last_error})" if self.last_error else ""
+            return f"the Kafka broker does not answer: {exc.args[0].str()}{why}"
+        finally:
+            self.admin.poll(0)  # serves the client's log lines and errors
 
 
 async def serve(service: str, problems: Callable[[], Awaitable[list[str]]] = READINESS.problems) -> web.AppRunner | None:

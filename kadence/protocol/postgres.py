@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -20,6 +19,8 @@ from typing import Any, TypeVar
 import psycopg
 from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
+
+from kadence.protocol.stopping import give_up_if_stopping
 
 log = logging.getLogger("kadence.postgres")
 
@@ -36,24 +37,6 @@ RETRIES = Counter("kadence_postgres_retries_total", "Operations tried again beca
 
 T = TypeVar("T")
 
-_stopping = threading.Event()
-
-
-class StoppedWaitingForPostgres(BaseException):
-    """The process was asked to stop while an operation waited for Postgres: it gives up, so the
-    stop is not held up past its grace period (what it was doing is done again after a restart,
-    as after a kill). A BaseException, as a cancellation is: no handler of an operation's errors
-    may take it for the record's fault."""
-
-
-def stop_waiting() -> None:
-    """The process is stopping: operations waiting for Postgres give up (StoppedWaitingForPostgres)."""
-    _stopping.set()
-
-
-def _give_up_when_stopping(operation: str, exc: psycopg.OperationalError) -> None:
-    if _stopping.is_set():
-        raise StoppedWaitingForPostgres(f"{operation}: stopping while Postgres does not answer ({describe(exc)})") from exc
 
 
 async def apply_ddl(conn: psycopg.AsyncConnection[Any], statements: Sequence[str]) -> None:
@@ -191,7 +174,7 @@ async def until_answered(operation: str, attempt: Callable[[], Awaitable[T]]) ->
         except psycopg.OperationalError as exc:
             if not is_outage(exc):
                 raise
-            _give_up_when_stopping(operation, exc)
+            give_up_if_stopping(operation, f"Postgres does not answer ({describe(exc)})")
             await asyncio.sleep(backoff.failed(exc))
             continue
         backoff.succeeded()
@@ -207,7 +190,7 @@ def until_answered_blocking(operation: str, attempt: Callable[[], T]) -> T:
         except psycopg.OperationalError as exc:
             if not is_outage(exc):
                 raise
-            _give_up_when_stopping(operation, exc)
+            give_up_if_stopping(operation, f"Postgres does not answer ({describe(exc)})")
             time.sleep(backoff.failed(exc))
             continue
         backoff.succeeded()

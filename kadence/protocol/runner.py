@@ -18,8 +18,8 @@ from kadence.protocol import tracing
 from kadence.protocol.codec import NewerSchemaVersion
 from kadence.protocol.logs import configure_logging
 from kadence.protocol.observability import serve
-from kadence.protocol.postgres import StoppedWaitingForPostgres, stop_waiting
 from kadence.protocol.settings import SettingError
+from kadence.protocol.stopping import StoppedWaiting, stop_waiting
 
 SETTING_ERROR_EXIT_CODE = 2
 NEWER_SCHEMA_EXIT_CODE = 3
@@ -65,8 +65,8 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
         endpoints = await serve(name)
         try:
             await main(stop)
-        except StoppedWaitingForPostgres as exc:  # a clean stop all the same: its work is done again after a restart
-            logging.getLogger(f"kadence.{name}").warning("event=stopped_while_postgres_away service=%s error=%r", name, str(exc))
+        except StoppedWaiting as exc:  # a clean stop all the same: its work is done again after a restart
+            logging.getLogger(f"kadence.{name}").warning("event=stopped_while_waiting service=%s error=%r", name, str(exc))
         finally:
             if endpoints is not None:
                 await endpoints.cleanup()

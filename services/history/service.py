@@ -26,6 +26,7 @@ from kadence.protocol.kafka import (
     partition_for_key,
     position,
     topic_partitions,
+    until_broker_answers,
 )
 from kadence.protocol.limits import (
     MAX_RECORD_VALUE_BYTES,
@@ -139,9 +140,11 @@ class HistoryService:
         return commands
 
     async def run(self, stop: asyncio.Event) -> None:
-        ensure_topics(self.settings, core_topics(self.settings))
-        self.partition_count = self._check_partition_counts()
-        self.replies.partition_count = topic_partitions(self.settings, topics.REPLIES)
+        await until_broker_answers("history_topic_setup", lambda: ensure_topics(self.settings, core_topics(self.settings)))
+        self.partition_count = await until_broker_answers("history_topic_setup", self._check_partition_counts)
+        self.replies.partition_count = await until_broker_answers(
+            "history_topic_setup", lambda: topic_partitions(self.settings, topics.REPLIES),
+        )
         postgres_watch = READINESS.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
