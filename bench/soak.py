@@ -1,0 +1,321 @@
+"""A soak: workflows at a steady rate for a long while, with a fault every minute, on a local stack
+that runs two instances of each service and two workers, as Kubernetes runs them.
+
+    python -m bench.soak [--minutes 30] [--rate 20] [--fault-every 60] [--seed 1]
+
+Each workflow runs a local activity, an activity, a 1 s durable timer and another activity; each
+activity records every run of every attempt in a file of its own. Every `--fault-every` seconds
+one fault, drawn at random: a service instance SIGKILLed (the stack's supervisor starts it again,
+as Kubernetes would), a worker SIGKILLed (started again 3 s later), the broker SIGKILLed and
+started again on its log dir, or Postgres stopped for 20 s. At the end, once every workflow has
+a result, it checks what the project promises and prints it:
+- every workflow completed once, with its result, in one run (the audit of the whole log: no
+  violation);
+- no activity attempt ran twice, and no local activity ran again after a completed workflow task
+  recorded it;
+- each process's resident memory flat within 10 %: its median over the first five minutes after
+  the warm-up against its median over the last five (a process restarted by a fault starts a new
+  series, compared from its restart).
+Runs outside CI (half an hour by default); the figures go in the closing note of the session that
+ran it, beside the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import uvloop
+
+from bench.local import stack_processes
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.dev.local_stack import SERVICES, LocalStack, RestartBackoff
+from kadence.ops.audit import AuditReport, audit_history
+from kadence.protocol.logs import configure_logging
+from kadence.worker import Worker
+
+TASK_QUEUE = "soak"
+REPO = Path(__file__).resolve().parents[1]
+WORKERS = ("worker-a", "worker-b")
+WARM_UP_S = 60.0  # before the memory series count: caches, JIT, pools fill
+MEMORY_WINDOW_S = 300.0
+MEMORY_SAMPLE_S = 10.0
+FLAT_WITHIN = 0.10
+WORKER_DOWN_S = 3.0
+POSTGRES_DOWN_S = 20.0
+BROKER_DOWN_S = 1.0
+DRAIN_TIMEOUT_S = 600.0  # after the load stops, for every workflow's result
+
+log = logging.getLogger("kadence.soak")
+
+
+@activity.defn
+async def record_run(path: str) -> int:
+    """Appends a line per run (the attempt, and the identity of the worker that ran it) to `path`;
+    returns the attempt."""
+    attempt = activity.info().attempt
+    with open(path, "a") as file:
+        file.write(f"{attempt} {worker_identity(os.environ.get(IDENTITY_VARIABLE, ''))}\n")
+    await asyncio.sleep(0.05)
+    return attempt
+
+
+@workflow.defn
+class SoakWorkflow:
+    @workflow.run
+    async def run(self, directory: str) -> str:
+        prefix, limit = f"{directory}/{workflow.info().workflow_id}", timedelta(seconds=10)
+        await workflow.execute_local_activity(record_run, f"{prefix}.local", start_to_close_timeout=limit)
+        await workflow.execute_activity(record_run, f"{prefix}.a", start_to_close_timeout=limit)
+        await workflow.sleep(1)
+        await workflow.execute_activity(record_run, f"{prefix}.b", start_to_close_timeout=limit)
+        return "done"
+
+
+IDENTITY_VARIABLE = "KADENCE_SOAK_WORKER"
+
+
+def worker_identity(name: str) -> str:
+    """A worker process's identity: its name and pid, so a worker started again is another."""
+    return f"{name}@{os.getpid()}"
+
+
+async def run_worker(name: str) -> None:
+    os.environ[IDENTITY_VARIABLE] = name
+    client = await Client.connect(identity=worker_identity(name))
+    await Worker(client, task_queue=TASK_QUEUE, workflows=[SoakWorkflow], activities=[record_run]).run()
+
+
+@dataclass
+class Memory:
+    """Per process name, its resident set size samples since its last (re)start: (time, bytes)."""
+
+    series: dict[str, tuple[int, list[tuple[float, int]]]] = field(default_factory=dict)  # name -> (pid, samples)
+
+    def sample(self, pids: dict[str, int], now: float) -> None:
+        for name, pid in pids.items():
+            rss = _rss_bytes(pid)
+            if rss is None:
+                continue
+            known_pid, samples = self.series.get(name, (pid, []))
+            if known_pid != pid:  # restarted: a new series
+                samples = []
+            samples.append((now, rss))
+            self.series[name] = (pid, samples)
+
+    def report(self, started: float) -> list[tuple[str, float, float, float | None]]:
+        """Per process: MiB at the first window after the warm-up, MiB at the last window, the change."""
+        rows: list[tuple[str, float, float, float | None]] = []
+        for name, (_, samples) in sorted(self.series.items()):
+            counted = [(at, rss) for at, rss in samples if at >= max(started + WARM_UP_S, samples[0][0] + WARM_UP_S)]
+            if len(counted) < 2:
+                rows.append((name, samples[-1][1] / 2**20, samples[-1][1] / 2**20, None))
+                continue
+            first = statistics.median(rss for at, rss in counted if at < counted[0][0] + MEMORY_WINDOW_S)
+            last = statistics.median(rss for at, rss in counted if at > counted[-1][0] - MEMORY_WINDOW_S)
+            rows.append((name, first / 2**20, last / 2**20, last / first - 1))
+        return rows
+
+
+def _rss_bytes(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+class Soak:
+    def __init__(self, stack: LocalStack, runs_dir: Path, rng: random.Random) -> None:
+        self.stack = stack
+        self.runs_dir = runs_dir
+        self.rng = rng
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.faults: list[tuple[float, str]] = []
+        self.memory = Memory()
+
+    def start_worker(self, identity: str) -> None:
+        self.workers[identity] = subprocess.Popen(
+            [sys.executable, "-m", "bench.soak", "--worker", identity], env=self.stack.env, cwd=REPO,
+            stdout=self.stack._log_file(identity), stderr=subprocess.STDOUT,
+        )
+
+    def pids(self) -> dict[str, int]:
+        return {**stack_processes(self.stack), **{name: process.pid for name, process in self.workers.items()}}
+
+    async def fault(self, started: float) -> None:
+        kind = self.rng.choice(["service", "worker", "broker", "postgres"])
+        if kind == "service":
+            instance = self.rng.choice(sorted(self.stack.services))
+            os.kill(self.stack.services[instance].pid, signal.SIGKILL)  # the supervisor starts it again
+            what = f"SIGKILL {instance}"
+        elif kind == "worker":
+            identity = self.rng.choice(WORKERS)
+            self.workers[identity].kill()
+            self.workers[identity].wait()
+            await asyncio.sleep(WORKER_DOWN_S)
+            self.start_worker(identity)
+            what = f"SIGKILL {identity}, started again {WORKER_DOWN_S:.0f} s later"
+        elif kind == "broker":
+            assert self.stack.broker is not None
+            await asyncio.to_thread(self.stack.broker.kill)
+            await asyncio.sleep(BROKER_DOWN_S)
+            back = await asyncio.to_thread(self.stack.broker.start)
+            what = f"SIGKILL the broker, answering again {back:.1f} s after its start"
+        else:
+            await asyncio.to_thread(self.stack.stop_postgres)
+            await asyncio.sleep(POSTGRES_DOWN_S)
+            await asyncio.to_thread(self.stack.start_postgres)
+            what = f"Postgres stopped for {POSTGRES_DOWN_S:.0f} s"
+        self.faults.append((time.monotonic() - started, what))
+        log.warning("event=soak_fault at_s=%.0f fault=%r", time.monotonic() - started, what)
+
+    async def sample_memory(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.memory.sample(self.pids(), time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), MEMORY_SAMPLE_S)
+
+
+async def soak(minutes: float, rate: float, fault_every_s: float, seed: int, partitions: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="kadence-soak-") as temp:
+        stack = LocalStack(Path(temp) / "stack", kafka_port=0, partitions=partitions, broker_kind="kafka",
+                           restart_backoff=RestartBackoff())
+        runs_dir = Path(temp) / "runs"
+        runs_dir.mkdir()
+        stack.start()
+        try:
+            for name in SERVICES:  # the second instance of each, as Kubernetes runs two
+                stack.start_service(name, f"{name}-2", env={"KADENCE_INSTANCE_ID": f"{name}-2"})
+            os.environ.update(stack.env)
+            return await _run(Soak(stack, runs_dir, random.Random(seed)), minutes, rate, fault_every_s)
+        finally:
+            stack.stop()
+
+
+async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) -> int:
+    stack = soak.stack
+    for identity in WORKERS:
+        soak.start_worker(identity)
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    stop_sampling = asyncio.Event()
+    sampling = asyncio.create_task(soak.sample_memory(stop_sampling))
+    results: dict[str, asyncio.Task[str]] = {}
+    started = time.monotonic()
+
+    async def start_and_wait(workflow_id: str) -> str:
+        handle = await client.start_workflow(SoakWorkflow.run, str(soak.runs_dir), id=workflow_id, task_queue=TASK_QUEUE)
+        return await handle.result()
+
+    async def faults() -> None:
+        while True:
+            await asyncio.sleep(fault_every_s)
+            await soak.fault(started)
+
+    faulting = asyncio.create_task(faults())
+    try:
+        i, deadline = 0, started + minutes * 60
+        while (now := time.monotonic()) < deadline:
+            due = started + i / rate
+            if due > now:
+                await asyncio.sleep(due - now)
+            workflow_id = f"soak-{i}"
+            results[workflow_id] = asyncio.create_task(start_and_wait(workflow_id))
+            i += 1
+        faulting.cancel()
+        await asyncio.gather(faulting, return_exceptions=True)
+        load_s = time.monotonic() - started
+        done, pending = await asyncio.wait(results.values(), timeout=DRAIN_TIMEOUT_S)
+        drained_s = time.monotonic() - started - load_s
+    finally:
+        faulting.cancel()
+        stop_sampling.set()
+        await sampling
+        for process in soak.workers.values():
+            process.terminate()
+        for process in soak.workers.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(30)
+        await client.close()
+
+    failed = {workflow_id: task for workflow_id, task in results.items() if task in done and task.exception() is not None}
+    report = await asyncio.to_thread(audit_history, stack.settings)
+    runs_per_id = Counter(workflow_id for workflow_id, _ in report.runs)
+    twice, locals_again = _repeated_runs(soak.runs_dir, results, report)
+    memory = soak.memory.report(started)
+    print(f"soak: {len(results)} workflows started at {rate:g}/s over {load_s / 60:.1f} min, "
+          f"{len(done) - len(failed)} completed, {len(failed)} failed, {len(pending)} unfinished {drained_s:.0f} s after the load stopped")
+    print(f"faults ({len(soak.faults)}):")
+    for at, what in soak.faults:
+        print(f"  +{at:6.0f} s  {what}")
+    print(f"audit: {len(report.violations)} violations; workflow ids with more than one run: "
+          f"{sum(1 for workflow_id in results if runs_per_id[workflow_id] != 1)}")
+    print(f"activity attempts that ran twice: {len(twice)}; local activities run again after being recorded: {len(locals_again)}")
+    print("resident memory (MiB): first 5 min after warm-up -> last 5 min, change")
+    for name, first, last, change in memory:
+        print(f"  {name:14} {first:8.1f} -> {last:8.1f}  {'n/a' if change is None else f'{change:+.1%}'}")
+    for line in report.violations[:10] + [f"{k}: {t.exception()!r}" for k, t in list(failed.items())[:10]] + twice[:10] + locals_again[:10]:
+        print(f"  ! {line}")
+    grown = [name for name, _, _, change in memory if change is not None and abs(change) > FLAT_WITHIN]
+    ok = not failed and not pending and not report.violations and not twice and not locals_again and not grown \
+        and all(runs_per_id[workflow_id] == 1 for workflow_id in results)
+    print("soak: " + ("every promise kept" if ok else f"FAILED (memory not flat: {grown})" if grown else "FAILED"))
+    return 0 if ok else 1
+
+
+def _repeated_runs(runs_dir: Path, results: dict[str, asyncio.Task[str]], report: AuditReport) -> tuple[list[str], list[str]]:
+    """Activity attempts that ran more than once; and local activities that ran again after the
+    workflow task that recorded them completed: the completing worker's run must be the last (runs
+    before it were in workers killed before their task completed)."""
+    twice, locals_again = [], []
+    for workflow_id in results:
+        for step in ("a", "b"):
+            path = runs_dir / f"{workflow_id}.{step}"
+            attempts = Counter(line.split()[0] for line in path.read_text().splitlines()) if path.exists() else Counter()
+            twice += [f"{workflow_id}.{step} attempt {attempt} ran {n} times" for attempt, n in attempts.items() if n > 1]
+        local = runs_dir / f"{workflow_id}.local"
+        ran_by = [line.split()[1] for line in local.read_text().splitlines()] if local.exists() else []
+        run_ids = [run_id for run_workflow_id, run_id in report.runs if run_workflow_id == workflow_id]
+        events = [e["attributes"] for run_id in run_ids for e in report.history(workflow_id, run_id)]
+        recorded_by = next((a["identity"] for kind, a in events if kind == "WorkflowTaskCompleted"), None)
+        if recorded_by is not None and (not ran_by or ran_by[-1] != recorded_by or ran_by.count(recorded_by) != 1):
+            locals_again.append(f"{workflow_id}.local ran by {ran_by}, recorded by {recorded_by}")
+    return twice, locals_again
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--rate", type=float, default=20.0, help="workflows started per second")
+    parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults")
+    parser.add_argument("--seed", type=int, default=1, help="the faults' draw")
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--worker", metavar="IDENTITY", help=argparse.SUPPRESS)  # the soak's worker processes
+    args = parser.parse_args()
+    if args.worker:
+        configure_logging(args.worker)
+        uvloop.run(run_worker(args.worker))
+        return
+    configure_logging("soak")
+    sys.exit(uvloop.run(soak(args.minutes, args.rate, args.fault_every, args.seed, args.partitions)))
+
+
+if __name__ == "__main__":
+    main()
