@@ -385,6 +385,8 @@ class Client:
                 workflow_id, kind, body, identity=identity, until_delivered=True,
                 reply_partition=replies.partition if replies is not None else None,
             )
+            if replied is None:  # a request answered before is answered again only on kadence.replies
+                await read_model.look_up_outcomes()
             await asyncio.wait([stored] if replied is None else [stored, replied], return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             read_model.forget_outcome(request_id, stored)
@@ -1181,6 +1183,14 @@ class _ReadModel:
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
                 if key in self.closed_waiters:
                     self._check_soon(key)
+
+    async def look_up_outcomes(self) -> None:
+        """Settle the awaited outcomes the read model holds already (answered before they were awaited)."""
+        async def lookup() -> None:
+            async with self.pool.connection() as conn:
+                await self._read_outcomes_again(conn)
+
+        await until_answered("client_outcome_lookup", lookup)
 
     async def _read_outcomes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
         if not self.outcome_waiters:

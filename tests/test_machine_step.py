@@ -5,6 +5,8 @@ from __future__ import annotations
 from services.history.checkpoint import decode_state, encode_state
 from services.history.machine.dispatch import decide
 from services.history.machine.lifecycle import decide_start
+from services.history.partition import PartitionState
+from services.history.step import Step, step
 from tests.machine_steps import (
     NOW,
     START,
@@ -50,3 +52,28 @@ def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_ru
     assert "order-2" not in restored.executions  # closed: stored as a row of its own beside the checkpoint
     assert restored.resume_offset == state.resume_offset == 9
     assert restored.fence.next_event_id == {run_id: state.executions["order-1"].next_event_id}
+
+
+def test_a_request_answered_again_writes_nothing_yet_the_partition_resumes_past_it() -> None:
+    """The same start and the same signal sent again (one request id each) are answered without a
+    batch; the partition's resume offset (what a checkpoint stores) moves past them all the same."""
+    state = PartitionState(0)
+
+    def sent(kind: str, body: dict[str, object], offset: int) -> Step:
+        return step(state, {"workflow_id": "order-1", "identity": "client", "command": (kind, body), "reply_partition": None},
+                    NOW, 0, offset)
+
+    first = sent("StartWorkflowExecution", {**START, "request_id": "start-1"}, 0)
+    assert first.batch is not None and first.batch["request_ids"] == ["start-1"]
+    state.checkpointed(history_offset=1)
+    again = sent("StartWorkflowExecution", {**START, "request_id": "start-1"}, 1)
+    assert again.batch is None and again.answered_again is not None
+    assert again.answered_again["request_ids"] == ["start-1"] and again.answered_again["run_id"] == first.batch["run_id"]
+    assert state.resume_offset == 2 and state.checkpoint_due, "a checkpoint records that the command was read"
+
+    signal = {"signal_name": "go", "input": [], "request_id": "signal-1", "run_id": ""}
+    signaled = sent("SignalWorkflowExecution", signal, 2)
+    assert signaled.batch is not None
+    assert [e["attributes"][0] for e in signaled.batch["events"] + signaled.batch["buffered"]] == ["WorkflowExecutionSignaled"]
+    resent = sent("SignalWorkflowExecution", signal, 3)
+    assert resent.batch is None and resent.answered_again is not None and state.resume_offset == 4

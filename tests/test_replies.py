@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import psycopg
 import pytest
 
 from kadence import workflow
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowAlreadyStartedError, WorkflowFailureError
+from kadence.protocol import topics
+from kadence.protocol.kafka import partition_for_key, read_to_end
 from kadence.worker import Worker
 
 
@@ -87,3 +90,36 @@ async def test_a_result_whose_watcher_a_history_restart_forgot_comes_from_the_re
         await asyncio.wait_for(handle.signal(GateWorkflow.open), 60)
         assert await asyncio.wait_for(handle.result(), 60) == "opened"
         assert handle._close_watch is not None and not handle._close_watch.last.done()
+
+
+async def test_a_start_sent_again_is_answered_without_a_batch_and_its_partition_resumes_past_it(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """Twenty starts of one request id make one run and one history record: the nineteen sent
+    again are answered from memory (each caller hears the run), and the partition's checkpoint
+    moves past them, so a restart does not read them again."""
+    workflow_id, request_id = f"again-{uuid.uuid4()}", str(uuid.uuid4())
+    first = await client.start_workflow(GateWorkflow.run, id=workflow_id, task_queue=task_queue, request_id=request_id)
+    again = await asyncio.gather(*(
+        client.start_workflow(GateWorkflow.run, id=workflow_id, task_queue=task_queue, request_id=request_id) for _ in range(19)
+    ))
+    assert {handle.first_execution_run_id for handle in again} == {first.first_execution_run_id}
+
+    partition = partition_for_key(workflow_id.encode(), stack.partitions)
+    batches = await asyncio.to_thread(lambda: [m for m in read_to_end(stack.settings, topics.HISTORY, {partition: 0})
+                                               if m.key() == workflow_id.encode()])
+    assert len(batches) == 1, "only the first start writes a batch"
+    last_start = max(m.offset() for m in await asyncio.to_thread(lambda: list(read_to_end(stack.settings, topics.COMMANDS, {partition: 0})))
+                     if m.key() == workflow_id.encode())
+
+    async def checkpointed_past() -> bool:
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+            row = await (await conn.execute(
+                "SELECT last_source_offset FROM kadence_history_checkpoints WHERE partition = %s", (partition,))).fetchone()
+        return row is not None and row[0] >= last_start
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await checkpointed_past():
+        assert asyncio.get_running_loop().time() < deadline, "no checkpoint moved past the starts sent again"
+        await asyncio.sleep(0.2)
+    await first.terminate("done")

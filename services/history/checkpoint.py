@@ -112,13 +112,14 @@ def encode_state(state: PartitionState) -> bytes:
 def decode_state(partition: int, data: bytes, last_source_offset: int, *, history_offset: int) -> PartitionState:
     """The state a checkpoint holds, as of `history_offset`: recovery reads the log on from there,
     not from its start."""
-    state = PartitionState(partition, history_offset=history_offset, checkpointed_offset=history_offset)
+    state = PartitionState(partition, history_offset=history_offset)
     for saved in checkpoint_codec().decode(data)["executions"]:
         state.executions[saved["workflow_id"]] = _restore(saved)
     for ex in state.executions.values():
         state.fence.next_event_id[ex.run_id] = ex.next_event_id
     if last_source_offset >= 0:
         state.fence.last_source_offset[partition] = last_source_offset
+    state.checkpointed(history_offset)
     return state
 
 
@@ -197,7 +198,7 @@ class CheckpointStore:
         if state.closed_ids is not None:
             state.closed_ids.changed = False
         state.evict(closed)
-        state.checkpointed_offset = history_offset
+        state.checkpointed(history_offset)
         return True
 
     def closed_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:

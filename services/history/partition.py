@@ -25,18 +25,27 @@ class PartitionState:
     # The history_offset of the checkpoint stored (or restored) last: every change to this state
     # comes with a batch, so while history_offset has not moved past it there is nothing to store.
     checkpointed_offset: int = -1
+    # The resume_offset the last checkpoint stored: a request answered again writes no batch, yet
+    # moves it, so a partition that only answered requests again is checkpointed too.
+    checkpointed_resume_offset: int = -1
     # The workflow ids whose closed runs a checkpoint stored (evicted from `executions`); None:
     # not known, so every id not in memory is looked up.
     closed_ids: ClosedIds | None = None
 
     @property
     def checkpoint_due(self) -> bool:
-        """Whether this state folded a batch its last checkpoint does not hold."""
-        return self.history_offset != self.checkpointed_offset
+        """Whether this state folded a batch, or read a command, its last checkpoint does not hold."""
+        return self.history_offset != self.checkpointed_offset or self.resume_offset != self.checkpointed_resume_offset
+
+    def checkpointed(self, history_offset: int) -> None:
+        """A checkpoint of this state as of `history_offset` is stored (or was restored)."""
+        self.checkpointed_offset = history_offset
+        self.checkpointed_resume_offset = self.resume_offset
 
     @property
     def resume_offset(self) -> int:
-        """The first command offset no batch on this partition came from."""
+        """The first command offset no batch on this partition came from, nor a request answered
+        again without one."""
         return self.fence.last_source_offset.get(self.partition, -1) + 1
 
     def apply(self, batch: HistoryBatch) -> bool:

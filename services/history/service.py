@@ -51,6 +51,7 @@ log = logging.getLogger("kadence.history")
 COMMANDS = Counter("kadence_history_commands_total", "Commands processed, by kind", ["command"])
 REJECTED = Counter("kadence_history_commands_rejected_total", "Commands that did not apply, by cause", ["cause"])
 BATCHES = Counter("kadence_history_batches_written_total", "HistoryBatch records produced")
+ANSWERED_AGAIN = Counter("kadence_history_requests_answered_again_total", "Requests sent again and answered without a batch")
 REDISPATCHED = Counter(
     "kadence_history_tasks_redispatched_total",
     "Workflow and activity tasks dispatched again because no worker started them (a task record lost, or no worker polling)",
@@ -361,6 +362,8 @@ class HistoryService:
                        whole_histories=not self._workflow_task_deltas)
         if written.batch is not None:
             self._note_reply(partition, command, kind, written.batch)
+        elif written.answered_again is not None:
+            self._answer_again(partition, command, kind, written.answered_again)
         if written.rejected is not None:
             REJECTED.labels(written.rejected.cause).inc()
             if written.batch is None and kind in CLIENT_COMMANDS:  # no request id to answer: its sender learns it here
@@ -395,6 +398,16 @@ class HistoryService:
         request_id = request_id_of(kind, command["command"][1])
         if request_id in batch["request_ids"] or any(rejection["request_id"] == request_id for rejection in refused(batch)):
             self.replies.asked(partition, command, request_id)
+
+    def _answer_again(self, partition: int, command: Record, kind: str, answer: HistoryBatch) -> None:
+        """A request answered before, sent again: answered at once on its client's reply partition,
+        without a batch. The first answer's batch may still be on its way to the log, but it says the
+        same: were it lost with this process, the next owner decides the first command again alike
+        (docs/architecture.md, "Exactly once"). A client without a reply partition finds the answer
+        in the read model, which recorded the first."""
+        ANSWERED_AGAIN.inc()
+        self._note_reply(partition, command, kind, answer)
+        self._send_replies(self.replies.of_batch(partition, answer))
 
     def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
         """Produce the step's batch, one record per command: a command decided again (by the next

@@ -39,11 +39,15 @@ EVENTLESS_BATCH_BYTES = 4096  # a batch's ids, offsets and rejection besides its
 @dataclass(frozen=True)
 class Step:
     """What one command wrote: its batch (None when nothing is written: a rejection nobody waits
-    for, a query held or dropped), and what the service counts."""
+    for, a query held or dropped, a request answered again), and what the service counts."""
 
     batch: HistoryBatch | None
     rejected: Rejected | None = None
     redispatch: Redispatch | None = None
+    # A request answered before and sent again (a client's retry, a relay's redelivery): the batch
+    # that would say so, its answer only. It is not written: the log holds the first answer, and
+    # the partition's checkpoint records that the command was read (PartitionState.resume_offset).
+    answered_again: HistoryBatch | None = None
 
 
 # (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition
@@ -122,8 +126,19 @@ def commit(
     queries = _released_queries(asked, transition.record_bytes_bound)
     accepted = [request_id] if request_id and transition.refused is None else []
     batch = transition.batch(partition, offset, effects + queries, next_run_effects, accepted)
+    if _only_answers(batch):
+        return Step(None, answered_again=batch)
     _warn_of_long_history(batch, current, bytes_before)
     return Step(batch, redispatch=transition.redispatch)
+
+
+def _only_answers(batch: HistoryBatch) -> bool:
+    """Whether an accepted command changed nothing: a request id it carries was answered before
+    (the same start, signal, cancel or update again), so its answer is all there is to give."""
+    return bool(batch["request_ids"]) and not (
+        batch["events"] or batch["buffered"] or batch["effects"] or batch["heartbeats"] or batch.get("next_run")
+        or batch.get("refusals") or batch["rejection"]
+    )
 
 
 def _released_queries(asked: Execution, size: int) -> list[Effect]:
