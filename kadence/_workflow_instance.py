@@ -838,6 +838,11 @@ class WorkflowInstance(asyncio.AbstractEventLoop):
         future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
 
+    def has_pending_activities(self) -> bool:
+        """Whether an activity an earlier workflow task scheduled is still pending (its attempts'
+        starts and retried failures are written while a workflow task runs)."""
+        return bool(self._activities)
+
     def eager_execution_disabled(self, activity_id: str) -> bool:
         """Whether the workflow code asked that this activity go through the task queue, never run
         eagerly by the worker that schedules it (temporalio's `disable_eager_execution`)."""

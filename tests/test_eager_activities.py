@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from datetime import timedelta
 
 from kadence import activity, workflow
@@ -27,10 +28,14 @@ class NotEagerWorkflow:
         return await workflow.execute_activity(echo, value, start_to_close_timeout=timedelta(seconds=10), disable_eager_execution=True)
 
 
+TAKEN: Counter[str] = Counter()  # how often take_a_moment ran, by value
+
+
 @activity.defn
 async def take_a_moment(value: str) -> str:
     """Long enough for the task history dispatched to arrive first, short enough to end before
-    the refusal of the eager starts comes through the read model."""
+    the refusal of an eager start would come through the read model."""
+    TAKEN[value] += 1
     await asyncio.sleep(0.03)
     return value
 
@@ -134,17 +139,18 @@ def test_a_worker_pinned_to_a_command_version_without_eager_request_id_runs_no_a
     assert not writes_field(before, "RespondWorkflowTaskCompleted", "eager_request_id")
 
 
-async def test_eager_attempts_foreseen_at_shifted_ids_give_way_to_the_activities_history_dispatched(
+async def test_no_activity_runs_eagerly_while_one_scheduled_before_is_pending(
     stack: LocalStack, client: Client, task_queue: str,
 ) -> None:
-    """The held activity starts while the second workflow task runs, so its worker foresees "b"
-    and "c" one id too low: history refuses their eager starts and dispatches both. "b"'s task
-    comes back to the same worker under the id it foresaw for "c", whose eager attempt must stop
-    there and report nothing (its report, sent before the refusal arrives, would have completed
-    "b" with "c"'s result); each activity's result is its own."""
+    """The held activity starts while the second workflow task runs, which would shift the ids its
+    worker foresees for "b" and "c": an eager attempt would run under the wrong id, beside the one
+    history dispatches, until its refusal came. With "held" pending, the completion runs nothing
+    eagerly: history dispatches both, and each activity's result is its own. (A refusal's
+    displacement of an eager attempt is the next test's.)"""
     other_queue = f"{task_queue}-other"
     workflow_id = f"shifted-{uuid.uuid4()}"
     HELD_STARTED.clear()
+    TAKEN.clear()
     async with Worker(client, task_queue=task_queue, workflows=[ShiftedWorkflow],
                       activities=[take_a_moment, until_the_held_activity_started]) as worker:
         await asyncio.wait_for(worker.ready.wait(), 30)
@@ -158,6 +164,7 @@ async def test_eager_attempts_foreseen_at_shifted_ids_give_way_to_the_activities
             HELD_STARTED.set()
             assert await asyncio.wait_for(handle.result(), 60) == ["b", "c"]
     assert await asyncio.to_thread(dispatched_activity_tasks, stack, task_queue, workflow_id) == 2
+    assert TAKEN == {"b": 1, "c": 1}, "each ran once: no eager attempt beside the dispatched one"
 
 
 @activity.defn

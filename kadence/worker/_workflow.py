@@ -349,9 +349,10 @@ class WorkflowWorker:
         WorkflowTaskStarted right after its WorkflowTaskScheduled, WorkflowTaskCompleted, then one
         event per command, and nothing is foreseen past a command that may write more or fewer. An
         activity attempt's start or retried failure written between the task's WorkflowTaskScheduled
-        and its completion shifts them: then history dispatches the activities as usual and refuses
-        the completion's eager_request_id, which cancels this worker's attempts."""
-        if any(kind in CLOSE_COMMANDS for kind, _ in commands):
+        and its completion would shift them, and the attempts would run here and from the queue
+        until history's refusal of the completion's eager_request_id cancelled them: so nothing runs
+        eagerly while an activity an earlier task scheduled is pending."""
+        if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities():
             return commands, []
         wt = task["task"][1]
         now_ms = int(time.time() * 1000)
