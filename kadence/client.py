@@ -104,6 +104,7 @@ NOT_FOUND_AFTER_S = 5.0
 # service restarted between recording the close and replying), and a read-model wait per result
 # costs the client more CPU than anything else on its path (docs/performance.md).
 READ_MODEL_AFTER_REPLY_S = 1.0
+ANSWERED_BEFORE_LOOKUP_S = 1.0  # a request's answer neither replied nor announced by then is looked up in the read model
 QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
 CHAIN_MOVES_MAX = 20  # continue-as-news a cancel, terminate or update of a chain follows before giving up
 
@@ -385,9 +386,13 @@ class Client:
                 workflow_id, kind, body, identity=identity, until_delivered=True,
                 reply_partition=replies.partition if replies is not None else None,
             )
-            if replied is None:  # a request answered before is answered again only on kadence.replies
+            # A request answered before (this one sent again) writes nothing the read model would
+            # announce: its first answer is in the table, looked up at once without a reply
+            # listener, else if the reply is late (lost: replies are best effort).
+            waiting = [stored] if replied is None else [stored, replied]
+            if replied is None or not (await asyncio.wait(waiting, timeout=ANSWERED_BEFORE_LOOKUP_S))[0]:
                 await read_model.look_up_outcomes()
-            await asyncio.wait([stored] if replied is None else [stored, replied], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             read_model.forget_outcome(request_id, stored)
             raise
@@ -397,7 +402,7 @@ class Client:
         if stored.done():
             return stored.result()
         assert replied is not None
-        self._read_model_behind(workflow_id, lambda: stored)
+        self._read_model_behind(workflow_id, lambda: read_model.recorded(stored))
         return replied.result()
 
     def _read_model_behind(self, workflow_id: str, recorded: Callable[[], Awaitable[Any]]) -> None:
@@ -1183,6 +1188,13 @@ class _ReadModel:
             for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
                 if key in self.closed_waiters:
                     self._check_soon(key)
+
+    async def recorded(self, outcome: asyncio.Future[CommandOutcome]) -> CommandOutcome:
+        """An awaited outcome once the read model holds it: looked up first, for a request answered
+        before (sent again), whose answer the read model recorded then and announces no more."""
+        if not outcome.done():
+            await self.look_up_outcomes()
+        return await outcome
 
     async def look_up_outcomes(self) -> None:
         """Settle the awaited outcomes the read model holds already (answered before they were awaited)."""

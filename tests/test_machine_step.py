@@ -77,3 +77,9 @@ def test_a_request_answered_again_writes_nothing_yet_the_partition_resumes_past_
     assert [e["attributes"][0] for e in signaled.batch["events"] + signaled.batch["buffered"]] == ["WorkflowExecutionSignaled"]
     resent = sent("SignalWorkflowExecution", signal, 3)
     assert resent.batch is None and resent.answered_again is not None and state.resume_offset == 4
+
+    # New requests that change nothing are answered by a batch all the same: nobody heard them before.
+    existing = sent("StartWorkflowExecution", {**START, "request_id": "start-2", "id_conflict_policy": "USE_EXISTING"}, 4)
+    cancels = [sent("RequestCancelWorkflowExecution", {"run_id": "", "request_id": f"cancel-{i}", "reason": ""}, 5 + i) for i in range(2)]
+    assert all(written.batch is not None and written.answered_again is None for written in [existing, *cancels])
+    assert [written.batch["request_ids"] for written in [existing, *cancels] if written.batch] == [["start-2"], ["cancel-0"], ["cancel-1"]]

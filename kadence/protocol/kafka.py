@@ -234,12 +234,12 @@ async def until_broker_answers(operation: str, call: Callable[[], T]) -> T:
             give_up_if_stopping(operation, "the broker does not answer")
         try:
             result = answer.result()
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() == KafkaError._INVALID_ARG:
+        except (KafkaException, TimeoutError) as exc:
+            if isinstance(exc, KafkaException) and exc.args[0].code() == KafkaError._INVALID_ARG:
                 raise
-            log.warning("event=broker_operation_waiting operation=%s error=%r retry_in_s=%.1f", operation, error.str(), delay)
-            await sleep_unless_stopping(operation, delay, f"the broker does not answer ({error.str()})")
+            why = exc.args[0].str() if isinstance(exc, KafkaException) else f"timed out: {exc}"
+            log.warning("event=broker_operation_waiting operation=%s error=%r retry_in_s=%.1f", operation, why, delay)
+            await sleep_unless_stopping(operation, delay, f"the broker does not answer ({why})")
             delay = min(delay * 2, BROKER_RETRY_MAX_S)
             continue
         if delay > BROKER_RETRY_FIRST_S:

@@ -334,9 +334,11 @@ class ActivityWorker:
             # Not started: its retry timer dispatches it again (an eager one's completion, if it
             # landed after all, leaves it to its start-to-close timeout).
             return None
-        if accepted is not None and not await _start_accepted(task, accepted):
-            return None
         try:
+            # Within: a cancellation or a shutdown while the start's answer is awaited is reported
+            # (history refuses the report unless the start was this worker's).
+            if accepted is not None and not await _start_accepted(task, accepted):
+                return None
             if problem is not None:
                 raise problem
             result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))

@@ -224,7 +224,7 @@ def _partition_ends(consumer: Any, partitions: list[Any], task_queue: str) -> di
     for tp in partitions:
         while tp.partition not in ends:
             try:
-                ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=PARTITION_END_WAIT_S, cached=False)[1]
+                ends[tp.partition] = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()), cached=False)[1]
             except KafkaException as exc:
                 if time.monotonic() + 0.1 < deadline:
                     time.sleep(0.1)

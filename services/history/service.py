@@ -39,6 +39,7 @@ from kadence.protocol.postgres import apply_ddl, describe, until_answered, until
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings, SettingError
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
+from services.history.machine.execution import HISTORY_IDENTITY
 from services.history.machine.records import HistoryBatch, Record
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions
@@ -366,7 +367,9 @@ class HistoryService:
             self._answer_again(partition, command, kind, written.answered_again)
         if written.rejected is not None:
             REJECTED.labels(written.rejected.cause).inc()
-            if written.batch is None and kind in CLIENT_COMMANDS:  # no request id to answer: its sender learns it here
+            if written.batch is None and kind in CLIENT_COMMANDS and command["identity"] != HISTORY_IDENTITY:
+                # No request id to answer: its sender learns it here. (A parent close policy's
+                # terminate or cancel that finds its child closed is no one's mistake.)
                 self._dead_letter(msg, f"refused ({written.rejected.cause}): {written.rejected}")
                 return
         if written.redispatch is not None:
@@ -380,15 +383,18 @@ class HistoryService:
         """The time a command is decided at: its record's timestamp, the broker's append time on
         kadence.commands (LogAppendTime), so every instance that decides the command, a deposed
         owner and the next one or a recovery after a crash, decides it alike (docs/architecture.md,
-        "Exactly once"). The wall clock only for a record without a timestamp."""
+        "Exactly once"). On a topic an older release created (CreateTime: the producers' clocks,
+        which a client's skew would put in every decision) this instance's clock, as before."""
         kind, timestamp_ms = msg.timestamp()
+        if kind == TIMESTAMP_LOG_APPEND_TIME and timestamp_ms > 0:
+            return timestamp_ms
         partition, _ = position(msg)
-        if kind != TIMESTAMP_LOG_APPEND_TIME and partition not in self._create_time_partitions:
+        if partition not in self._create_time_partitions:
             self._create_time_partitions.add(partition)
             log.warning("event=commands_not_log_append_time partition=%d fix=%r", partition,
                         f"kafka-configs --alter --entity-type topics --entity-name {topics.COMMANDS} "
-                        "--add-config message.timestamp.type=LogAppendTime (decisions take the producers' clocks until then)")
-        return timestamp_ms if timestamp_ms > 0 else int(time.time() * 1000)
+                        "--add-config message.timestamp.type=LogAppendTime (decisions take this instance's clock until then)")
+        return int(time.time() * 1000)
 
     def _note_reply(self, partition: int, command: Record, kind: str, batch: HistoryBatch) -> None:
         """Where to answer the command, if it asked for an answer on kadence.replies and its batch

@@ -126,15 +126,14 @@ def commit(
     queries = _released_queries(asked, transition.record_bytes_bound)
     accepted = [request_id] if request_id and transition.refused is None else []
     batch = transition.batch(partition, offset, effects + queries, next_run_effects, accepted)
-    if _only_answers(batch):
+    if transition.repeat and _only_answers(batch):
         return Step(None, answered_again=batch)
     _warn_of_long_history(batch, current, bytes_before)
     return Step(batch, redispatch=transition.redispatch)
 
 
 def _only_answers(batch: HistoryBatch) -> bool:
-    """Whether an accepted command changed nothing: a request id it carries was answered before
-    (the same start, signal, cancel or update again), so its answer is all there is to give."""
+    """Whether an accepted batch holds nothing but its answers."""
     return bool(batch["request_ids"]) and not (
         batch["events"] or batch["buffered"] or batch["effects"] or batch["heartbeats"] or batch.get("next_run")
         or batch.get("refusals") or batch["rejection"]

@@ -26,7 +26,7 @@ def decide_start(
     now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
 ) -> Transition:
     if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
-        return Transition(current, now_ms)  # the same start again (a retry, a relay's redelivery): answered with its run
+        return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
     if current is not None and current.status == RUNNING:
         run_id = run_id_for(workflow_id, source_partition, source_offset)
         return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, signal)
@@ -140,7 +140,7 @@ def decide_signal_with_start(
     request_id = cmd["start"]["request_id"]
     if current is not None and current.status == RUNNING:
         if request_id and request_id == current.start_request_id:
-            return Transition(current, now_ms)  # this request started the run, with its signal
+            return Transition(current, now_ms, repeat=True)  # this request started the run, with its signal
         return within_history_limit(messages.signaled(current, {**signal, "run_id": "", "request_id": request_id}, identity, now_ms))
     if not cmd["signal_name"]:
         raise Rejected("SignalWithStartWorkflowExecution needs a signal_name")

@@ -49,9 +49,9 @@ def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transiti
     problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["input"], "signal input")
     if problem:
         raise Rejected(problem)
-    t = Transition(ex, now_ms)
     if cmd["request_id"] and cmd["request_id"] in ex.signal_request_ids:
-        return t  # the same signal again (a client's retry, a relay's redelivery): applied once
+        return Transition(ex, now_ms, repeat=True)  # the same signal again (a client's retry, a relay's redelivery): applied once
+    t = Transition(ex, now_ms)
     if sum(event_type(e) == EventType.WorkflowExecutionSignaled for e in ex.buffered) >= MAX_PENDING_SIGNALS:
         raise Rejected(f"{MAX_PENDING_SIGNALS} signals already wait for the workflow to take them; try again later")
     requester = cmd.get("initiated_by")
@@ -71,12 +71,13 @@ def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
     if problem:
         raise Rejected(problem)
+    if cmd["update_id"] in ex.update_ids:  # the same update again: answered, applied once
+        return Transition(ex, now_ms, repeat=True)
     t = Transition(ex, now_ms)
-    if cmd["update_id"] not in ex.update_ids:  # the same update again: answered, applied once
-        t.add_workflow_visible(EventType.WorkflowExecutionUpdateAdmitted, {
-            "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
-            "header": cmd.get("header", {}),
-        })
+    t.add_workflow_visible(EventType.WorkflowExecutionUpdateAdmitted, {
+        "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
+        "header": cmd.get("header", {}),
+    })
     return t
 
 

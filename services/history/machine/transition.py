@@ -58,6 +58,9 @@ class Transition:
     # (a request the command carried that did not apply though the command did).
     eager_request_id: str = ""
     refused: Rejection | None = None
+    # The same request again (its request id answered before: a client's retry, a relay's
+    # redelivery): nothing to record, and its answer was given then.
+    repeat: bool = False
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:
