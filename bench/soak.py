@@ -55,6 +55,7 @@ WORKERS = ("worker-a", "worker-b")
 WARM_UP_S = 60.0  # before the memory series count: caches, JIT, pools fill
 MEMORY_WINDOW_S = 300.0
 MEMORY_SAMPLE_S = 10.0
+MEMORY_LOG_S = 60.0
 FLAT_WITHIN = 0.10
 WORKER_DOWN_S = 3.0
 POSTGRES_DOWN_S = 20.0
@@ -188,8 +189,14 @@ class Soak:
         log.warning("event=soak_fault at_s=%.0f fault=%r", time.monotonic() - started, what)
 
     async def sample_memory(self, stop: asyncio.Event) -> None:
+        logged = 0.0
         while not stop.is_set():
-            self.memory.sample(self.pids(), time.monotonic())
+            now = time.monotonic()
+            self.memory.sample(self.pids(), now)
+            if now - logged >= MEMORY_LOG_S:  # the whole series, to tell a plateau from a leak afterwards
+                logged = now
+                log.info("event=soak_memory %s", " ".join(
+                    f"{name}={samples[-1][1] / 2**20:.1f}" for name, (_, samples) in sorted(self.memory.series.items())))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), MEMORY_SAMPLE_S)
 
