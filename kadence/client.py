@@ -390,9 +390,10 @@ class Client:
             # announce: its first answer is in the table, looked up at once without a reply
             # listener, else if the reply is late (lost: replies are best effort).
             waiting = [stored] if replied is None else [stored, replied]
-            if replied is None or not (await asyncio.wait(waiting, timeout=ANSWERED_BEFORE_LOOKUP_S))[0]:
+            first = asyncio.FIRST_COMPLETED
+            if replied is None or not (await asyncio.wait(waiting, timeout=ANSWERED_BEFORE_LOOKUP_S, return_when=first))[0]:
                 await read_model.look_up_outcomes()
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, return_when=first)
         except BaseException:
             read_model.forget_outcome(request_id, stored)
             raise
