@@ -142,11 +142,11 @@ class HistoryService:
         return commands
 
     async def run(self, stop: asyncio.Event) -> None:
-        await until_broker_answers("history_topic_setup", lambda: ensure_topics(self.settings, core_topics(self.settings)))
-        self.partition_count = await until_broker_answers("history_topic_setup", self._check_partition_counts)
-        self.replies.partition_count = await until_broker_answers(
-            "history_topic_setup", lambda: topic_partitions(self.settings, topics.REPLIES),
-        )
+        def set_up_topics() -> tuple[int, int]:
+            ensure_topics(self.settings, core_topics(self.settings))
+            return self._check_partition_counts(), topic_partitions(self.settings, topics.REPLIES)
+
+        self.partition_count, self.replies.partition_count = await until_broker_answers("history_topic_setup", set_up_topics)
         postgres_watch = READINESS.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
