@@ -75,6 +75,7 @@ from kadence.protocol.read_model import (
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.protocol.task_token import TaskToken
 from kadence.visibility import (
+    PendingWorkflowTask,
     WorkflowExecution,
     WorkflowExecutionStatus,
     WorkflowHistory,
@@ -87,7 +88,7 @@ from kadence.visibility import (
 
 __all__ = [
     "Client", "WorkflowHandle", "WorkflowUpdateHandle", "AsyncActivityHandle", "AsyncActivityIDReference",
-    "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus",
+    "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus", "PendingWorkflowTask",
     "WorkflowExecutionCount", "WorkflowHistory",
     "Interceptor", "OutboundInterceptor", "StartWorkflowInput", "CancelWorkflowInput", "DescribeWorkflowInput",
     "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",

@@ -86,6 +86,15 @@ def retry_backoff_ms(policy: dict[str, Any] | None, attempt: int) -> int:
     return int(min(initial * coefficient ** (attempt - 1), maximum))
 
 
+# A workflow task that failed or timed out is retried after 1 s, doubled at each attempt, at most a minute.
+WORKFLOW_TASK_RETRY_POLICY = {"maximum_interval_ms": 60_000}
+
+
+def workflow_task_backoff_ms(attempt: int) -> int:
+    """How long a failed workflow task waits before attempt `attempt` (2 and on)."""
+    return retry_backoff_ms(WORKFLOW_TASK_RETRY_POLICY, attempt - 1)
+
+
 def next_attempt_backoff_ms(policy: dict[str, Any] | None, attempt: int, failure: dict[str, Any]) -> int:
     """The wait before the attempt after `attempt` failed with `failure`: the delay its
     ApplicationError(next_retry_delay=...) asked for, else the retry policy's backoff."""

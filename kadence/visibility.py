@@ -6,7 +6,7 @@ import base64
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -17,7 +17,11 @@ from kadence.protocol.codec import codec
 from kadence.protocol.names import EventType
 
 # What WorkflowExecution.from_row reads, in its order.
-EXECUTION_COLUMNS = "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes"
+EXECUTION_COLUMNS = (
+    "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes, "
+    "pending_workflow_task"
+)
+EXECUTION_COLUMN_COUNT = EXECUTION_COLUMNS.count(",") + 1
 
 
 class WorkflowExecutionStatus(str, Enum):
@@ -33,6 +37,37 @@ class WorkflowExecutionStatus(str, Enum):
 
 
 @dataclass(frozen=True)
+class PendingWorkflowTask:
+    """A workflow task being retried after it failed or timed out (as Temporal's
+    PendingWorkflowTaskInfo, with why the attempt before failed): no event records its attempts
+    until one completes, so describe and the UI show them from here."""
+
+    attempt: int
+    state: str  # "Scheduled" (waiting out its backoff, or for a worker) or "Started"
+    scheduled_time: datetime
+    started_time: datetime | None
+    last_cause: str  # Temporal's WorkflowTaskFailedCause, or START_TO_CLOSE_TIMEOUT
+    last_failure: dict[str, Any] | None  # the Failure the attempt before failed with
+
+    @classmethod
+    def from_record(cls, task: dict[str, Any]) -> PendingWorkflowTask:
+        started = task["started_time_ms"]
+        return cls(task["attempt"], "Started" if started else "Scheduled", _utc_ms(task["scheduled_time_ms"]),
+                   _utc_ms(started) if started else None, task["last_cause"], task["last_failure"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt, "state": self.state, "scheduled_time": self.scheduled_time.isoformat(),
+            "started_time": self.started_time.isoformat() if self.started_time else None, "last_cause": self.last_cause,
+            "last_failure": _jsonable(self.last_failure),
+        }
+
+
+def _utc_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+@dataclass(frozen=True)
 class WorkflowExecution:
     """One run as the read model knows it (as temporalio.client.WorkflowExecution)."""
 
@@ -45,12 +80,14 @@ class WorkflowExecution:
     close_time: datetime | None
     history_length: int
     search_attributes: dict[str, Any]
+    pending_workflow_task: PendingWorkflowTask | None = None  # a workflow task retried after a failure or timeout
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> WorkflowExecution:
-        workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes = row
+        workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes, task = row
+        pending = PendingWorkflowTask.from_record(codec("TransientWorkflowTask").decode(task)) if task else None
         return cls(workflow_id, run_id, workflow_type, task_queue, WorkflowExecutionStatus(status), start_time, close_time, history_length,
-                   search_attributes)
+                   search_attributes, pending)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +95,7 @@ class WorkflowExecution:
             "status": self.status.value, "start_time": self.start_time.isoformat(),
             "close_time": self.close_time.isoformat() if self.close_time else None,
             "history_length": self.history_length, "search_attributes": self.search_attributes,
+            "pending_workflow_task": self.pending_workflow_task.to_json() if self.pending_workflow_task else None,
         }
 
 

@@ -114,7 +114,7 @@ def test_a_record_from_an_earlier_release_decodes_into_the_later_schema() -> Non
     ("PollerHeartbeat", HEARTBEAT, HEARTBEAT),
     ("Command", TASK_STARTED, {
         "workflow_id": "w", "identity": "", "reply_partition": None,
-        "command": ("RecordWorkflowTaskStarted", {**TASK_STARTED["command"][1], "request_id": ""}),
+        "command": ("RecordWorkflowTaskStarted", {**TASK_STARTED["command"][1], "request_id": "", "attempt": 0}),
     }),
 ])
 def test_a_pinned_build_writes_what_the_earlier_release_reads(name: str, record: dict, as_released: dict) -> None:

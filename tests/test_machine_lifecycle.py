@@ -113,12 +113,16 @@ def test_history_and_pending_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     failed = [attrs for kind, attrs in (e["attributes"] for e in ex.history) if kind == "WorkflowTaskFailed"]
     assert [f["cause"] for f in failed] == ["PENDING_ACTIVITIES_LIMIT_EXCEEDED"]
 
-    # With the history at its limit, a command that adds an event ends the run instead.
+    # With the history at its limit, a command that adds an event ends the run instead: the retried
+    # (transient) task's start adds none, its completion adds its WorkflowTaskScheduled and Started.
     monkeypatch.setattr(limits, "MAX_HISTORY_EVENTS", ex.next_event_id - 1)
-    assert ex.workflow_task is not None
-    ended = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": ex.workflow_task.scheduled_event_id}, 3)
+    assert ex.workflow_task is not None and ex.workflow_task.transient
+    retried = {"run_id": run_id, "scheduled_event_id": ex.workflow_task.scheduled_event_id, "attempt": 2}
+    assert command(state, "RecordWorkflowTaskStarted", retried, 3)["events"] == []
+    ended = command(state, "RespondWorkflowTaskCompleted", {**retried, "commands": []}, 4)
+    assert [e["attributes"][0] for e in ended["events"]] == ["WorkflowTaskScheduled", "WorkflowTaskStarted", "WorkflowExecutionTerminated"]
     kind, attrs = ended["events"][-1]["attributes"]
-    assert (kind, ex.status) == ("WorkflowExecutionTerminated", "Terminated") and "event limit" in attrs["reason"]
+    assert ex.status == "Terminated" and "event limit" in attrs["reason"]
 
 
 def test_signal_with_start_signals_the_running_run_or_starts_one_with_the_signal_first() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kadence.protocol.events import WORKFLOW_TASK_TOO_LARGE
+from services.history.checkpoint import decode_state, encode_state
 from services.history.machine import limits
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
@@ -120,8 +121,9 @@ def test_an_answer_carrying_its_start_writes_both_in_one_batch_as_two_commands_w
     failed = command(failed_state, "RespondWorkflowTaskFailed", {
         "run_id": failed_run, "scheduled_event_id": 2, "cause": "WORKFLOW_WORKER_UNHANDLED_FAILURE",
         "failure": engine_failure("boom", "ValueError"), "started_time_ms": worker_time_ms}, 1)
-    assert [e["attributes"][0] for e in failed["events"]] == ["WorkflowTaskStarted", "WorkflowTaskFailed", "WorkflowTaskScheduled"]
+    assert [e["attributes"][0] for e in failed["events"]] == ["WorkflowTaskStarted", "WorkflowTaskFailed"]
     assert failed["events"][1]["attributes"][1]["started_event_id"] == 3
+    assert failed["workflow_task"]["attempt"] == 2  # retried as a transient task
 
     too_large_state, too_large_run = started_workflow()
     ended = command(too_large_state, "RespondWorkflowTaskFailed", {
@@ -188,3 +190,116 @@ def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_ru
     assert kind == "WorkflowExecutionTerminated"
     assert attrs["reason"].startswith("RespondWorkflowTaskCompleted would write a history record of up to")
     assert ex.status == "Terminated" and batch_bytes_bound(Transition(ex, NOW, events=ended["events"])) < 100_000
+
+
+def _timers(batch: dict) -> list[tuple[str, str]]:
+    return [(kind, effect["timer_id"]) for kind, effect in batch["effects"] if kind in ("Timer", "DropTimer")]
+
+
+def _failed(run_id: str, scheduled_event_id: int, attempt: int, message: str) -> dict:
+    # Every field of the Failure, as the codec gives it: a checkpoint's round trip compares equal.
+    failure = {**engine_failure(message, "ValueError"), "category": "UNSPECIFIED", "next_retry_delay_ms": None}
+    return {"run_id": run_id, "scheduled_event_id": scheduled_event_id, "attempt": attempt, "cause": "WORKFLOW_WORKER_UNHANDLED_FAILURE",
+            "failure": failure, "started_time_ms": NOW}
+
+
+def test_a_workflow_task_that_keeps_failing_records_its_first_failure_then_only_the_attempt_that_completes() -> None:
+    """As Temporal's transient workflow task: the first failure is recorded; the retries after it
+    are counted in state (attempt, last failure) and dispatched after a backoff, with no events;
+    the attempt that completes writes its WorkflowTaskScheduled (with its attempt) and Started
+    before its completion."""
+    state, run_id = started_workflow()
+    first = command(state, "RespondWorkflowTaskFailed", _failed(run_id, 2, 1, "boom 1"), 1)
+    assert [e["attributes"][0] for e in first["events"]] == ["WorkflowTaskStarted", "WorkflowTaskFailed"]
+    assert {k: first["workflow_task"][k] for k in ("scheduled_event_id", "attempt", "last_cause")} == {
+        "scheduled_event_id": 5, "attempt": 2, "last_cause": "WORKFLOW_WORKER_UNHANDLED_FAILURE"}
+    assert (("Timer", f"{run_id}/WORKFLOW_TASK_RETRY/5/2")) in _timers(first)
+    assert next(e for k, e in first["effects"] if k == "Timer" and "RETRY/5/2" in e["timer_id"])["fire_at_ms"] == NOW + 1_000
+    assert not any(kind == "WorkflowTask" for kind, _ in first["effects"])  # it waits out its backoff
+
+    retry = {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/5/2", "kind": "WORKFLOW_TASK_RETRY",
+             "scheduled_event_id": 5, "attempt": 2}
+    dispatched = apply(state, decide(state.executions["order-1"], "TimeoutFired", retry, "timer", NOW + 1_000), 2)
+    [task] = [effect for kind, effect in dispatched["effects"] if kind == "WorkflowTask"]
+    # The events since the failed attempt's WorkflowTaskScheduled; the retry's own are not written.
+    assert (task["scheduled_event_id"], task["attempt"], [e["event_id"] for e in task["history"]]) == (5, 2, [3, 4])
+
+    second = command(state, "RespondWorkflowTaskFailed", _failed(run_id, 5, 2, "boom 2"), 3)
+    assert second["events"] == [] and second["workflow_task"]["attempt"] == 3
+    assert second["workflow_task"]["last_failure"]["message"] == "boom 2"
+    assert ("Timer", f"{run_id}/WORKFLOW_TASK_RETRY/5/3") in _timers(second)
+    with pytest.raises(Rejected, match="attempt 2 was retried"):  # a late answer of the attempt before
+        decide(state.executions["order-1"], "RespondWorkflowTaskFailed", _failed(run_id, 5, 2, "late"), "worker", NOW)
+
+    started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 3,
+                                                          "started_time_ms": NOW + 5}, 4)
+    assert started["events"] == [] and started["workflow_task"]["started_time_ms"] == NOW + 5
+    assert _timers(started) == [("DropTimer", f"{run_id}/WORKFLOW_TASK_RETRY/5/3"),
+                                ("Timer", f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/5/3")]
+
+    completed = command(state, "RespondWorkflowTaskCompleted", {
+        "run_id": run_id, "scheduled_event_id": 5, "attempt": 3,
+        "commands": [("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"})]}, 5)
+    assert [(e["event_id"], e["attributes"][0]) for e in completed["events"]] == [
+        (5, "WorkflowTaskScheduled"), (6, "WorkflowTaskStarted"), (7, "WorkflowTaskCompleted"), (8, "ActivityTaskScheduled")]
+    assert completed["events"][0]["attributes"][1]["attempt"] == 3 and completed["events"][1]["event_time_ms"] == NOW + 5
+    assert {k: completed["events"][2]["attributes"][1][k] for k in ("scheduled_event_id", "started_event_id")} == {
+        "scheduled_event_id": 5, "started_event_id": 6}
+    assert ("DropTimer", f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/5/3") in _timers(completed)
+    assert completed["workflow_task"] is None and state.executions["order-1"].workflow_task is None
+    failures = [e for e in state.executions["order-1"].history if e["attributes"][0] == "WorkflowTaskFailed"]
+    assert len(failures) == 1
+
+
+def test_a_transient_attempt_folds_from_its_batches_and_its_checkpoint_as_it_was_decided() -> None:
+    state = PartitionState(0)
+    batches = [apply(state, decide_start(None, "order-1", START, "client", NOW, 0, 0), 0)]
+    run_id = batches[0]["run_id"]
+    batches.append(command(state, "RespondWorkflowTaskFailed", _failed(run_id, 2, 1, "boom"), 1))
+    batches.append(command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 2))
+    assert state.executions["order-1"].buffered  # the retry is pending: the signal waits for it
+    batches.append(command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 2,
+                                                                "started_time_ms": NOW}, 3))
+    ex = state.executions["order-1"]
+    assert ex.workflow_task is not None and ex.workflow_task.started_event_id == 6
+    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
+    assert restored.executions["order-1"] == ex
+
+    # The attempt fails too: what was buffered is written, and the next attempt's ids follow it.
+    batches.append(command(state, "RespondWorkflowTaskFailed", {**_failed(run_id, 5, 2, "boom"), "started_time_ms": None}, 4))
+    assert [e["attributes"][0] for e in batches[-1]["events"]] == ["WorkflowExecutionSignaled"]
+    assert (batches[-1]["workflow_task"]["scheduled_event_id"], batches[-1]["workflow_task"]["attempt"]) == (6, 3)
+    assert ex.buffered == []
+    recovered = PartitionState(0)
+    assert all(recovered.apply(batch) for batch in batches)
+    assert recovered.executions["order-1"] == ex
+
+
+def test_a_transient_attempt_that_times_out_is_retried_without_an_event() -> None:
+    state, run_id = started_workflow()
+    command(state, "RespondWorkflowTaskFailed", _failed(run_id, 2, 1, "boom"), 1)
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 2}, 2)
+    timeout = {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/5/2", "kind": "WORKFLOW_TASK_START_TO_CLOSE",
+               "scheduled_event_id": 5, "attempt": 2}
+    timed_out = apply(state, decide(state.executions["order-1"], "TimeoutFired", timeout, "timer", NOW + 10_000), 3)
+    assert timed_out["events"] == []
+    assert (timed_out["workflow_task"]["attempt"], timed_out["workflow_task"]["last_cause"]) == (3, "START_TO_CLOSE_TIMEOUT")
+    assert "start-to-close" in timed_out["workflow_task"]["last_failure"]["message"]
+    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 3}, 4)
+    with pytest.raises(Rejected, match="stale workflow task timeout"):
+        decide(state.executions["order-1"], "TimeoutFired", timeout, "timer", NOW + 20_000)
+
+
+def test_a_transient_attempt_answered_with_new_events_unseen_records_its_events_and_a_new_task() -> None:
+    """A retry that would close the run while signals arrived is failed for them (UNHANDLED_COMMAND):
+    that is no repeat of the failure before, so the attempt is recorded and a first attempt follows."""
+    state, run_id = started_workflow()
+    command(state, "RespondWorkflowTaskFailed", _failed(run_id, 2, 1, "boom"), 1)
+    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 2)
+    closed = command(state, "RespondWorkflowTaskCompleted", {
+        "run_id": run_id, "scheduled_event_id": 5, "attempt": 2, "started_time_ms": NOW,
+        "commands": [("CompleteWorkflowExecution", {"result": None})]}, 3)
+    assert [(e["attributes"][0], e["attributes"][1].get("attempt")) for e in closed["events"]] == [
+        ("WorkflowTaskScheduled", 2), ("WorkflowTaskStarted", None), ("WorkflowTaskFailed", None),
+        ("WorkflowExecutionSignaled", None), ("WorkflowTaskScheduled", 1)]
+    assert closed["workflow_task"] is None and state.executions["order-1"].workflow_task.attempt == 1

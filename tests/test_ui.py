@@ -48,7 +48,9 @@ from tests.test_payload_codecs import SECRET, AesGcmCodec
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
+    FIXED,
     ApprovalWorkflow,
+    BuggyUntilFixedWorkflow,
     CancellableWorkflow,
     EchoWorkflow,
     FamilyWorkflow,
@@ -87,7 +89,7 @@ def chromium_path() -> str:
 
 @pytest.fixture(scope="module")
 async def worker(stack: LocalStack, client: Client) -> AsyncIterator[None]:
-    async with Worker(client, task_queue=QUEUE, workflows=[*ALL_WORKFLOWS, ImportWorkflow],
+    async with Worker(client, task_queue=QUEUE, workflows=[*ALL_WORKFLOWS, ImportWorkflow, BuggyUntilFixedWorkflow],
                       activities=[*ALL_ACTIVITIES, heartbeat_then_wait]):
         yield
 
@@ -347,6 +349,21 @@ async def test_a_pending_activity_shows_its_attempt_and_last_heartbeat(page: Any
     assert '"rows_done": 1234' in pending
     RELEASED.set()
     assert await handle.result() == "1234 rows"
+
+
+async def test_a_workflow_task_being_retried_shows_its_attempt_and_last_failure(page: Any, client: Client, worker: None) -> None:
+    workflow_id = f"ui-buggy-{uuid.uuid4()}"
+    handle = await client.start_workflow(BuggyUntilFixedWorkflow.run, id=workflow_id, task_queue=QUEUE)
+    deadline = asyncio.get_running_loop().time() + 30
+    while (await handle.describe()).pending_workflow_task is None:  # its first failure, then the retry waits out its backoff
+        assert asyncio.get_running_loop().time() < deadline, "the workflow task was not retried within 30 s"
+        await asyncio.sleep(0.1)
+    await page.goto(f"/workflow?workflow_id={workflow_id}")
+    summary = await page.inner_text("#summary")
+    assert "Workflow task" in summary and "attempt " in summary
+    assert "WORKFLOW_WORKER_UNHANDLED_FAILURE: RuntimeError: a bug the next deploy fixes" in summary
+    FIXED.add(workflow_id)
+    assert await handle.result() == "fixed"
 
 
 async def test_a_broker_that_stops_answering_fails_a_page_in_time_and_postgres_statements_are_bounded(stack: LocalStack) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import uuid
 import warnings
 from datetime import timedelta
@@ -33,7 +34,9 @@ from tests.conftest import audit_of, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
+    FIXED,
     ApprovalWorkflow,
+    BuggyUntilFixedWorkflow,
     CancelActivityWorkflow,
     CancellableWorkflow,
     CountdownWorkflow,
@@ -440,6 +443,30 @@ async def test_asyncio_queue_lock_and_event_behave_deterministically(
     causes = [a["cause"] for kind, a in (e["attributes"] for e in report.history(workflow_id, run_id)) if kind == "WorkflowTaskFailed"]
     assert "NON_DETERMINISTIC_ERROR" not in causes
     assert report.event_types(retired.id, retired.result_run_id).count("MarkerRecorded") == 1
+
+
+async def test_a_workflow_task_that_keeps_failing_records_one_failure_and_counts_its_attempts(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """As Temporal's transient workflow task: the first failure is recorded, the retries after it
+    (after 1 s, 2 s, ...) only counted, visible in describe with the last failure; the attempt
+    that completes is recorded with its attempt number."""
+    workflow_id = f"buggy-{uuid.uuid4()}"
+    async with Worker(client, task_queue=task_queue, workflows=[BuggyUntilFixedWorkflow]):
+        handle = await client.start_workflow(BuggyUntilFixedWorkflow.run, id=workflow_id, task_queue=task_queue)
+        deadline = time.monotonic() + 30
+        while (pending := (await handle.describe()).pending_workflow_task) is None or pending.attempt < 3:
+            assert time.monotonic() < deadline, f"no third attempt within 30 s: {pending}"
+            await asyncio.sleep(0.1)
+        assert pending.last_cause == "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        assert pending.last_failure is not None and "a bug the next deploy fixes" in pending.last_failure["message"]
+        FIXED.add(workflow_id)
+        assert await handle.result() == "fixed"
+    assert (await handle.describe()).pending_workflow_task is None
+    events = [e["attributes"] for e in audited(stack, workflow_id).history(workflow_id, handle.result_run_id)]
+    assert [kind for kind, _ in events].count("WorkflowTaskFailed") == 1
+    attempts = [attrs["attempt"] for kind, attrs in events if kind == "WorkflowTaskScheduled"]
+    assert attempts[0] == 1 and attempts[1] >= 3 and len(attempts) == 2, attempts
 
 
 async def test_changed_workflow_code_fails_the_workflow_task_not_the_workflow(stack: LocalStack, client: Client, task_queue: str) -> None:

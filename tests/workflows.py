@@ -122,6 +122,21 @@ class StallOnceWorkflow:
         return "recovered"
 
 
+# Workflow ids whose BuggyUntilFixedWorkflow is "fixed": what a deploy of fixed code does, within one process.
+FIXED: set[str] = set()
+
+
+@workflow.defn
+class BuggyUntilFixedWorkflow:
+    """Fails its workflow task (a bug in the workflow code) until the test marks it fixed."""
+
+    @workflow.run
+    async def run(self) -> str:
+        if workflow.info().workflow_id not in FIXED:  # deliberately outside the workflow API: the "deploy" of the fix
+            raise RuntimeError("a bug the next deploy fixes")
+        return "fixed"
+
+
 @workflow.defn
 class ApprovalWorkflow:
     """Waits for an approval signal; collects notes signalled before it."""

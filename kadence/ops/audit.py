@@ -28,6 +28,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaException
 
+from kadence.common import workflow_task_backoff_ms
 from kadence.exceptions import RetryState
 from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
@@ -231,6 +232,7 @@ def audit_history(
                 del report.runs[key]
                 report.closed_runs.add(closed_run_digest(key))
                 report.closed_run_events += run.event_count
+        _track_transient_task(report.runs.get((batch["workflow_id"], batch["run_id"])), batch.get("workflow_task"))
     for key, run in report.runs.items():
         if run.code_replay:  # still open: replayed as far as it went
             code.replay(*key, run.events)  # type: ignore[union-attr, arg-type]
@@ -449,6 +451,20 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
         else:
             del run.activities[scheduled_id]
             run.pending.pop(f"activity {scheduled_id}", None)
+
+
+def _track_transient_task(run: RunAudit | None, task: Record | None) -> None:
+    """A retried workflow task writes no events until an attempt completes: its state in the batch
+    says what the run waits for (an attempt's start after its backoff, or its completion)."""
+    if run is None or task is None:
+        return
+    scheduled_id, attempt = task["scheduled_event_id"], task["attempt"]
+    if task["started_time_ms"]:
+        run.pending["workflow_task"] = Due(task["started_time_ms"] + run.workflow_task_timeout_ms,
+                                           f"the completion of attempt {attempt} of workflow task {scheduled_id} or its timeout")
+    else:
+        run.pending["workflow_task"] = Due(task["scheduled_time_ms"] + workflow_task_backoff_ms(attempt),
+                                           f"the start of attempt {attempt} of workflow task {scheduled_id}", needs_worker=True)
 
 
 def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:

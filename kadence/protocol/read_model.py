@@ -77,6 +77,9 @@ VISIBILITY_DDL = [
     # An update's outcome carries its result or failure (Avro Payload, Failure).
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS result bytea",
     "ALTER TABLE kadence_command_outcomes ADD COLUMN IF NOT EXISTS failure bytea",
+    # A workflow task retried after a failure or timeout (Avro TransientWorkflowTask), NULL otherwise:
+    # describe's and the UI's pending workflow task.
+    "ALTER TABLE kadence_executions ADD COLUMN IF NOT EXISTS pending_workflow_task bytea",
     # The web UI pages the list by keyset on (start_time, workflow_id, run_id), newest first: each page
     # is a range of this index, however deep (kadence/ops/ui/queries.py).
     "CREATE INDEX IF NOT EXISTS kadence_executions_start_time ON kadence_executions (start_time, workflow_id, run_id)",

@@ -175,6 +175,10 @@ class WorkflowWorker:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         wt = task["task"][1]
+        if wt["attempt"] > 1:
+            # A retried (transient) task: its failed attempts left no events, so a cached run may be one
+            # whose completion history refused; it replays from the recorded events instead.
+            self._cache.pop(run_id, None)
         cached = self._cache.get(run_id)
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
@@ -213,7 +217,9 @@ class WorkflowWorker:
     def _hold_start(self, task: Record, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
         """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see
         _task_starts. With the request id `accepted` waits on, where its answer is wanted."""
-        start = {"run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "started_time_ms": started_time_ms}
+        wt = task["task"][1]
+        start = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
+                 "started_time_ms": started_time_ms}
         if accepted is not None:
             start["request_id"] = accepted.request_id
         return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, start))
@@ -227,7 +233,9 @@ class WorkflowWorker:
         wt = task["task"][1]
         cached = self._cache.get(task["run_id"])
         have = cached.processed_event_id if cached is not None else 0
-        first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + 1
+        # Without the events, the task's own: up to its WorkflowTaskScheduled, or, retried (transient), before the
+        # id that event would take (it is written only by the attempt that completes).
+        first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + (1 if wt["attempt"] == 1 else 0)
         return (have, first) if first > have + 1 else None
 
     async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
@@ -295,7 +303,8 @@ class WorkflowWorker:
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                   task["workflow_id"], task["run_id"], cause, str(exc))
         return {
-            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "cause": cause,
+            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "attempt": task["task"][1]["attempt"],
+            "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
         }
 
@@ -319,7 +328,10 @@ class WorkflowWorker:
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
-        completed_with: Record = {"run_id": run_id, "scheduled_event_id": task["task"][1]["scheduled_event_id"], "commands": commands}
+        wt = task["task"][1]
+        completed_with: Record = {
+            "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"], "commands": commands,
+        }
         if starts is not None:
             completed_with["eager_request_id"] = starts.request_id
         answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, completed_with)
@@ -333,7 +345,9 @@ class WorkflowWorker:
         if starts is not None:
             self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted)
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
-        if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands):
+        if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands) or wt["attempt"] > 1:
+            # A retried task's events are written with ids past those it was dispatched with when others
+            # came meanwhile: the next task replays the run from the recorded events.
             self._cache.pop(run_id, None)
         else:
             self._cache[run_id] = instance
@@ -351,10 +365,11 @@ class WorkflowWorker:
         activity attempt's start or retried failure written between the task's WorkflowTaskScheduled
         and its completion would shift them, and the attempts would run here and from the queue
         until history's refusal of the completion's eager_request_id cancelled them: so nothing runs
-        eagerly while an activity an earlier task scheduled is pending."""
-        if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities():
-            return commands, []
+        eagerly while an activity an earlier task scheduled is pending, nor from a retried task (its
+        WorkflowTaskScheduled is written with its completion, past any event written meanwhile)."""
         wt = task["task"][1]
+        if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities() or wt["attempt"] > 1:
+            return commands, []
         now_ms = int(time.time() * 1000)
         sent, attempts = list(commands), []
         scheduled_event_id = wt["scheduled_event_id"] + 3

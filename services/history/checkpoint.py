@@ -104,6 +104,7 @@ def encode_state(state: PartitionState) -> bytes:
             "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
             "events": ex.history, "buffered": ex.buffered,
             "heartbeats": [a.heartbeat for a in ex.activities.values() if a.heartbeat is not None],
+            "workflow_task": ex.workflow_task.as_transient() if ex.workflow_task is not None and ex.workflow_task.transient else None,
         }
         for ex in state.executions.values() if ex.status == RUNNING
     ]})
@@ -125,7 +126,7 @@ def decode_state(partition: int, data: bytes, last_source_offset: int, *, histor
 
 def _restore(saved: dict[str, Any]) -> Execution:
     ex = execution_from_events(saved["workflow_id"], saved["run_id"], saved["events"])
-    fold(ex, [], saved["buffered"], saved["heartbeats"])  # buffered after: events may clear the buffer
+    fold(ex, [], saved["buffered"], saved["heartbeats"], saved["workflow_task"])  # buffered after: events may clear the buffer
     return ex
 
 

@@ -136,7 +136,7 @@ def _only_answers(batch: HistoryBatch) -> bool:
     """Whether an accepted batch holds nothing but its answers."""
     return bool(batch["request_ids"]) and not (
         batch["events"] or batch["buffered"] or batch["effects"] or batch["heartbeats"] or batch.get("next_run")
-        or batch.get("refusals") or batch["rejection"]
+        or batch.get("refusals") or batch["rejection"] or batch.get("workflow_task")
     )
 
 

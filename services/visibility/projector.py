@@ -53,6 +53,7 @@ class _Rows:
     archive: list[tuple[Any, ...]] = field(default_factory=list)
     outcomes: list[tuple[Any, ...]] = field(default_factory=list)
     upserts: list[tuple[Any, ...]] = field(default_factory=list)
+    pending_tasks: dict[tuple[str, str], bytes | None] = field(default_factory=dict)  # the last of each run's batches
 
 
 class VisibilityProjector:
@@ -66,6 +67,7 @@ class VisibilityProjector:
         self.events = codec("HistoryEvent")
         self.payloads = codec("Payload")
         self.failures = codec("Failure")
+        self.transient_tasks = codec("TransientWorkflowTask")
 
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
         rows = _Rows()
@@ -73,6 +75,9 @@ class VisibilityProjector:
             self._answers(record.batch, rows)
             for section in run_sections(record.batch):
                 self._fold(record.batch["workflow_id"], section, rows)
+            if record.batch.get("workflow_task") is not None:  # after its events: they may end the attempt before
+                key = (record.batch["workflow_id"], record.batch["run_id"])
+                rows.pending_tasks[key] = self.transient_tasks.encode(record.batch["workflow_task"])
         async with conn.cursor() as cur:
             if rows.started:
                 await cur.executemany(
@@ -92,6 +97,11 @@ class VisibilityProjector:
                     "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
                     rows.archive,
                 )
+            if rows.pending_tasks:
+                await cur.executemany(
+                    "UPDATE kadence_executions SET pending_workflow_task = %s WHERE workflow_id = %s AND run_id = %s",
+                    [(task, *key) for key, task in rows.pending_tasks.items()],
+                )
             if rows.lengths:
                 await cur.executemany(
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
@@ -100,8 +110,8 @@ class VisibilityProjector:
             await _write_outcomes(cur, rows.outcomes, self.notify)
             if rows.closed:
                 await cur.executemany(
-                    "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s "
-                    "WHERE workflow_id = %s AND run_id = %s",
+                    "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s, "
+                    "pending_workflow_task = NULL WHERE workflow_id = %s AND run_id = %s",
                     rows.closed,
                 )
             if rows.closed and self.notify:
@@ -134,6 +144,8 @@ class VisibilityProjector:
             kind, attrs = event["attributes"]
             rows.archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
             rows.lengths[key] = event["event_id"]
+            if kind == EventType.WorkflowTaskScheduled and attrs["attempt"] > 1:  # a retried task's attempt completed
+                rows.pending_tasks[key] = None
             if kind == EventType.WorkflowExecutionStarted:
                 rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"]),
                                      _search_attributes(attrs["search_attributes"])))

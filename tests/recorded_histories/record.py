@@ -191,7 +191,41 @@ def cron() -> Scenario:
     return s
 
 
-SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron]
+def failing_workflow_task() -> Scenario:
+    s = Scenario("failing_workflow_task", "A workflow task that keeps failing: its first failure is recorded, the retries after it "
+                 "(a failure, a timeout, a late answer refused) only counted, a signal that arrived meanwhile written before the "
+                 "next attempt, and the attempt that completes recorded with its WorkflowTaskScheduled and Started.")
+    s.send("order-4", "StartWorkflowExecution", {"workflow_type": "Order", "task_queue": "orders", "request_id": "start-4"},
+           identity="client")
+    run_id = s.run_id("order-4")
+
+    def retry_due(scheduled_event_id: int, attempt: int, after_ms: int) -> None:
+        s.send("order-4", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/{scheduled_event_id}/{attempt}",
+                                           "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": scheduled_event_id, "attempt": attempt},
+               identity="timer", after_ms=after_ms)
+
+    def fails(scheduled_event_id: int, attempt: int) -> None:
+        s.send("order-4", "RespondWorkflowTaskFailed", {
+            "run_id": run_id, "scheduled_event_id": scheduled_event_id, "attempt": attempt, "started_time_ms": s.now + 50,
+            "cause": "WORKFLOW_WORKER_UNHANDLED_FAILURE", "failure": failure(f"bug, attempt {attempt}")})
+
+    fails(2, 1)
+    retry_due(5, 2, after_ms=1_000)
+    fails(5, 2)
+    s.send("order-4", "SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-4"}, identity="client")
+    retry_due(5, 3, after_ms=2_000)
+    s.send("order-4", "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 3, "started_time_ms": s.now + 50})
+    s.send("order-4", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/5/3",
+                                       "kind": "WORKFLOW_TASK_START_TO_CLOSE", "scheduled_event_id": 5, "attempt": 3},
+           identity="timer", after_ms=10_000)
+    retry_due(6, 4, after_ms=4_000)
+    fails(5, 3)  # the timed-out attempt answers late
+    s.send("order-4", "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 4,
+                                                      "started_time_ms": s.now + 50, "commands": [complete("fixed")]})
+    return s
+
+
+SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task]
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 from kadence.ops.ui.execution import Bar, PendingActivity, Timeline
 from kadence.ops.ui.html import Html, escape, join, raw, render
-from kadence.visibility import WorkflowExecution
+from kadence.visibility import PendingWorkflowTask, WorkflowExecution
 
 TIMELINE_BARS = 300
 STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "ContinuedAsNew", "TimedOut")
@@ -133,6 +133,16 @@ class ExecutionView:
     next_events_from: int | None  # the next page's first event id; None on the last
 
 
+def pending_workflow_task_html(task: PendingWorkflowTask) -> Html:
+    """A retried workflow task: its attempt and state, and why the attempt before failed."""
+    since = task.started_time if task.started_time is not None else task.scheduled_time
+    message = (task.last_failure or {}).get("message", "")
+    return render('<span class="badge status-failed">attempt {attempt}</span> {state} since {since}'
+                  '<div class="muted">the attempt before failed: {cause}{sep}{message}</div>',
+                  attempt=task.attempt, state=task.state.lower(), since=when(since), cause=task.last_cause,
+                  sep=": " if message else "", message=message)
+
+
 def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = None) -> Html:
     e = view.execution
     started = view.started
@@ -142,6 +152,8 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
         ("Task queue", e.task_queue), ("Start", when(e.start_time)), ("Close", when(e.close_time)),
         ("History length", e.history_length),
     ]
+    if e.pending_workflow_task is not None:
+        summary_rows.append(("Workflow task", pending_workflow_task_html(e.pending_workflow_task)))
     if started.get("parent_workflow_id"):
         summary_rows.append(("Parent", execution_link(started["parent_workflow_id"], started.get("parent_run_id", ""))))
     if started.get("root_workflow_id") and started["root_workflow_id"] != e.id:

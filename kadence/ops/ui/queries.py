@@ -11,7 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from kadence.list_filter import parse
 from kadence.protocol.codec import codec
-from kadence.visibility import EXECUTION_COLUMNS, WorkflowExecution
+from kadence.visibility import EXECUTION_COLUMN_COUNT, EXECUTION_COLUMNS, WorkflowExecution
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,12 @@ async def execution_row(pool: AsyncConnectionPool, workflow_id: str, run_id: str
         )).fetchone()
     if row is None:
         return None
-    result, failure = row[9], row[10]
+    result, failure, next_run_id = row[EXECUTION_COLUMN_COUNT:]
     return ExecutionRow(
-        WorkflowExecution.from_row(row[:9]),
+        WorkflowExecution.from_row(row[:EXECUTION_COLUMN_COUNT]),
         codec("Payload").decode(result) if result else None,
         codec("Failure").decode(failure) if failure else None,
-        row[11],
+        next_run_id,
     )
 
 

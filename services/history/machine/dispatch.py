@@ -10,9 +10,9 @@ from typing import TypeVar
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import CommandType, EffectType
 from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
-from services.history.machine.execution import RUNNING, Execution, Pending, execution_from_start
+from services.history.machine.execution import RUNNING, Execution, Pending, WorkflowTaskState, execution_from_start
 from services.history.machine.limits import within_history_limit
-from services.history.machine.records import ActivityHeartbeat, Effect, HistoryBatch, HistoryEvent, Record
+from services.history.machine.records import ActivityHeartbeat, Effect, HistoryBatch, HistoryEvent, Record, TransientWorkflowTask
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
 from services.history.machine.transition import Rejected, Transition
 
@@ -82,11 +82,18 @@ def _apply(ex: Execution, event: HistoryEvent) -> None:
 
 def evolve(ex: Execution, batch: HistoryBatch) -> None:
     """Fold a batch into the execution (live and recovery)."""
-    fold(ex, batch["events"], batch["buffered"], batch["heartbeats"])
+    fold(ex, batch["events"], batch["buffered"], batch["heartbeats"], batch.get("workflow_task"))
 
 
-def fold(ex: Execution, events: list[HistoryEvent], buffered: list[HistoryEvent], heartbeats: list[ActivityHeartbeat]) -> None:
-    """Fold a batch's parts into the execution: its buffered events first, as they were buffered."""
+def fold(
+    ex: Execution, events: list[HistoryEvent], buffered: list[HistoryEvent], heartbeats: list[ActivityHeartbeat],
+    transient: TransientWorkflowTask | None = None,
+) -> None:
+    """Fold a batch's parts into the execution: its buffered events first, as they were buffered,
+    and its transient workflow task last. A new attempt of one ends the attempt before, as an
+    ended task's event would: the batch that schedules it writes what was buffered."""
+    if transient is not None and _new_attempt(ex.workflow_task, transient):
+        ex.buffered = []
     for event in buffered:
         _apply(ex, event)
         ex.buffered.append(event)
@@ -97,8 +104,14 @@ def fold(ex: Execution, events: list[HistoryEvent], buffered: list[HistoryEvent]
         ex.history_bytes += payload_bytes(event["attributes"][1])
     for heartbeat in heartbeats:
         activity.apply_heartbeat(ex, heartbeat)
+    if transient is not None and ex.status == RUNNING:
+        ex.workflow_task = WorkflowTaskState.from_transient(transient)
     if ex.status != RUNNING:
         ex.history = []  # a closed run takes no more workflow tasks
+
+
+def _new_attempt(current: WorkflowTaskState | None, transient: TransientWorkflowTask) -> bool:
+    return current is None or (current.scheduled_event_id, current.attempt) != (transient["scheduled_event_id"], transient["attempt"])
 
 
 def execution_from_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> Execution:

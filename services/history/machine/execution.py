@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, attributes
+from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes
 
 RUNNING = "Running"
 HISTORY_IDENTITY = "kadence-history"
@@ -57,10 +57,35 @@ class ExternalRequest:
 
 @dataclass
 class WorkflowTaskState:
+    """The run's workflow task. A transient one (a retry after the task failed or timed out) has no
+    events until an attempt completes: its ids are those its WorkflowTaskScheduled and Started would
+    take, and the batches carry it as state (docs/architecture.md, "Transient workflow tasks")."""
+
     scheduled_event_id: int
     attempt: int
     started_event_id: int = 0
     started_identity: str = ""
+    transient: bool = False
+    scheduled_time_ms: int = 0  # a transient task's: when its WorkflowTaskScheduled would have been written
+    started_time_ms: int = 0  # a transient task's start, recorded with its events once an attempt completes
+    last_cause: str = ""  # why the previous attempt failed (a transient task's)
+    last_failure: Record | None = None
+
+    @classmethod
+    def from_transient(cls, task: TransientWorkflowTask) -> WorkflowTaskState:
+        started = task["started_time_ms"] > 0
+        return cls(
+            task["scheduled_event_id"], task["attempt"], task["scheduled_event_id"] + 1 if started else 0, task["started_identity"],
+            transient=True, scheduled_time_ms=task["scheduled_time_ms"], started_time_ms=task["started_time_ms"],
+            last_cause=task["last_cause"], last_failure=task["last_failure"],
+        )
+
+    def as_transient(self) -> TransientWorkflowTask:
+        return {
+            "scheduled_event_id": self.scheduled_event_id, "attempt": self.attempt, "scheduled_time_ms": self.scheduled_time_ms,
+            "started_time_ms": self.started_time_ms, "started_identity": self.started_identity,
+            "last_cause": self.last_cause, "last_failure": self.last_failure,
+        }
 
 
 @dataclass

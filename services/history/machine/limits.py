@@ -65,16 +65,19 @@ def terminated_as_too_large(t: Transition, reason: str) -> Transition:
 
 def _ending_in_place_of(t: Transition) -> Transition:
     """The start of a transition that ends the run instead of `t`. It keeps the workflow task start
-    an answer carried, with the timer drops `t` made (the start's re-dispatch timer), as a start
-    sent before the answer was recorded; the rest of `t` is left out, so eager activity starts it
-    recorded are refused (their worker cancels them)."""
+    an answer carried (a transient task's WorkflowTaskScheduled with it), with the timer drops `t`
+    made (the start's re-dispatch timer), as a start sent before the answer was recorded; the rest
+    of `t` is left out, so eager activity starts it recorded are refused (their worker cancels them)."""
     ending = Transition(t.execution, t.now_ms)
     if t.refused is not None:
         ending.refused = t.refused
     elif t.eager_request_id:
         ending.refuse_eager_starts(t.eager_request_id, "the run was terminated instead")
-    for event in t.events:
+    for event in t.events:  # a transient task's WorkflowTaskScheduled first, then the start
+        if event_type(event) not in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
+            break
+        ending.add(event_type(event), attributes(event), event_time_ms=event["event_time_ms"])
         if event_type(event) == EventType.WorkflowTaskStarted:
-            ending.add(EventType.WorkflowTaskStarted, attributes(event), event_time_ms=event["event_time_ms"])
-            ending.effects.extend(effect for effect in t.effects if effect[0] == EffectType.DropTimer)
+            break
+    ending.effects.extend(effect for effect in t.effects if effect[0] == EffectType.DropTimer)
     return ending

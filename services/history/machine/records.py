@@ -37,6 +37,18 @@ class Rejection(TypedDict):
     reason: str
 
 
+class TransientWorkflowTask(TypedDict):
+    """A workflow task retried after a failure or timeout, which no event records yet (schemas/TransientWorkflowTask.avsc)."""
+
+    scheduled_event_id: int
+    attempt: int
+    scheduled_time_ms: int
+    started_time_ms: int
+    started_identity: str
+    last_cause: str
+    last_failure: Record | None
+
+
 class HistoryBatch(TypedDict):
     workflow_id: str
     run_id: str
@@ -49,6 +61,7 @@ class HistoryBatch(TypedDict):
     request_ids: list[str]
     rejection: Rejection | None
     refusals: list[Rejection]
+    workflow_task: TransientWorkflowTask | None
     source_partition: int
     source_offset: int
 
@@ -65,12 +78,12 @@ def history_batch(
     workflow_id: str, run_id: str, first_event_id: int, source_partition: int, source_offset: int, *,
     events: list[HistoryEvent] | None = None, buffered: list[HistoryEvent] | None = None, effects: list[Effect] | None = None,
     heartbeats: list[ActivityHeartbeat] | None = None, next_run: NextRun | None = None, request_ids: list[str] | None = None,
-    rejection: Rejection | None = None, refusals: list[Rejection] | None = None,
+    rejection: Rejection | None = None, refusals: list[Rejection] | None = None, workflow_task: TransientWorkflowTask | None = None,
 ) -> HistoryBatch:
     """A HistoryBatch record (schemas/HistoryBatch.avsc): every batch the history service writes is made here."""
     return {
         "workflow_id": workflow_id, "run_id": run_id, "first_event_id": first_event_id,
         "events": events or [], "buffered": buffered or [], "effects": effects or [], "heartbeats": heartbeats or [],
         "next_run": next_run, "request_ids": request_ids or [], "rejection": rejection,
-        "refusals": refusals or [], "source_partition": source_partition, "source_offset": source_offset,
+        "refusals": refusals or [], "workflow_task": workflow_task, "source_partition": source_partition, "source_offset": source_offset,
     }

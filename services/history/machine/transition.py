@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
 from kadence.protocol.names import CommandType, EffectType, EventType
-from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.execution import HISTORY_IDENTITY, Execution, WorkflowTaskState
 from services.history.machine.records import (
     ActivityHeartbeat,
     Effect,
@@ -61,6 +61,9 @@ class Transition:
     # The same request again (its request id answered before: a client's retry, a relay's
     # redelivery): nothing to record, and its answer was given then.
     repeat: bool = False
+    # The transient workflow task this transition leaves (a new attempt, or one started): written
+    # as state, since no event records it (docs/architecture.md, "Transient workflow tasks").
+    workflow_task: WorkflowTaskState | None = None
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:
@@ -118,6 +121,7 @@ class Transition:
             ex.workflow_id, ex.run_id, self.first_event_id, source_partition, source_offset, events=self.events,
             buffered=self.buffered, effects=effects or [], heartbeats=self.heartbeats, next_run=following,
             request_ids=request_ids or [], refusals=[self.refused] if self.refused else [],
+            workflow_task=self.workflow_task.as_transient() if self.workflow_task is not None else None,
         )
 
 
@@ -130,7 +134,8 @@ def batch_bytes_bound(t: Transition) -> int:
     """An upper bound of the encoded HistoryBatch `t` makes, its workflow tasks' events left out
     (the history service drops those from a record that would not fit: the worker reads them)."""
     ex = t.execution
-    size = encoded_bytes_bound([ex.workflow_id, ex.run_id, t.buffered, t.heartbeats]) + 1024
+    transient = t.workflow_task.as_transient() if t.workflow_task is not None else None
+    size = encoded_bytes_bound([ex.workflow_id, ex.run_id, t.buffered, t.heartbeats, transient]) + 1024
     for run in (t, t.next_run):
         if run is None:
             continue

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from kadence.common import DEFAULT_INITIAL_INTERVAL_MS
+from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
@@ -19,7 +19,8 @@ from services.history.machine.records import Effect, HistoryEvent, Record, attri
 from services.history.machine.tables import Apply, Decide, EffectsOf, Planned, TaskCommand, Timeout, recorded_as_given
 from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
 
-MAX_WORKFLOW_TASK_BACKOFF_MS = 60_000
+# A transient task's last_cause when its attempt timed out (the others are Temporal's WorkflowTaskFailedCause).
+START_TO_CLOSE_TIMEOUT = "START_TO_CLOSE_TIMEOUT"
 _ENDED = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
 
 # ---- apply
@@ -47,19 +48,29 @@ APPLY: dict[str, Apply] = {
 # ---- commands: the worker's
 
 
-def _started_task(ex: Execution, scheduled_event_id: int, identity: str) -> WorkflowTaskState:
-    wt = ex.workflow_task
+def _same_attempt(wt: WorkflowTaskState, cmd: Record) -> None:
+    """An answer or start names the attempt it was dispatched as (0: a release that did not say):
+    a transient task keeps its ids from one attempt to the next, so only the attempt tells a late
+    answer to an attempt since retried from one to the current attempt."""
+    if cmd.get("attempt") and cmd["attempt"] != wt.attempt:
+        raise Rejected(f"workflow task {wt.scheduled_event_id} is at attempt {wt.attempt}; attempt {cmd['attempt']} was retried")
+
+
+def _started_task(ex: Execution, cmd: Record, identity: str) -> WorkflowTaskState:
+    wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
         raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
+    _same_attempt(wt, cmd)
     if wt.started_identity != identity:
         raise Rejected(f"workflow task {scheduled_event_id} was started by {wt.started_identity!r}, not {identity!r}")
     return wt
 
 
-def _pending_task(ex: Execution, scheduled_event_id: int) -> WorkflowTaskState:
-    wt = ex.workflow_task
+def _pending_task(ex: Execution, cmd: Record) -> WorkflowTaskState:
+    wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id != 0:
         raise Rejected(f"no pending workflow task with scheduled_event_id={scheduled_event_id}")
+    _same_attempt(wt, cmd)
     return wt
 
 
@@ -69,10 +80,21 @@ def _record_started(t: Transition, wt: WorkflowTaskState, identity: str, started
                  event_time_ms=started_time_ms or None)
 
 
+def _transient_started(wt: WorkflowTaskState, identity: str, started_time_ms: int) -> WorkflowTaskState:
+    """A transient task started: state only, its WorkflowTaskStarted is written with its answer."""
+    return replace(wt, started_event_id=wt.scheduled_event_id + 1, started_identity=identity, started_time_ms=started_time_ms)
+
+
 def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    wt = _pending_task(ex, cmd["scheduled_event_id"])
+    wt = _pending_task(ex, cmd)
     t = Transition(ex, now_ms)
-    _record_started(t, wt, identity, cmd.get("started_time_ms"))
+    if not wt.transient:
+        _record_started(t, wt, identity, cmd.get("started_time_ms"))
+        return t
+    t.workflow_task = _transient_started(wt, identity, cmd.get("started_time_ms") or now_ms)
+    t.effects += [drop(ex, TimerKind.WORKFLOW_TASK_RETRY, wt.scheduled_event_id, wt.attempt),
+                  timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, now_ms + ex.workflow_task_timeout_ms,
+                               wt.scheduled_event_id, wt.attempt)]
     return t
 
 
@@ -83,11 +105,27 @@ def _answered_task(t: Transition, cmd: Record, identity: str) -> WorkflowTaskSta
     start-to-close timer is set for a task already over (`_on_started`)."""
     ex = t.execution
     if cmd.get("started_time_ms") is None:
-        return _started_task(ex, cmd["scheduled_event_id"], identity)
-    wt = _pending_task(ex, cmd["scheduled_event_id"])
-    started_event_id = _record_started(t, wt, identity, cmd["started_time_ms"])
+        return _started_task(ex, cmd, identity)
+    wt = _pending_task(ex, cmd)
     t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, wt.scheduled_event_id, wt.attempt))
-    return replace(wt, started_event_id=started_event_id, started_identity=identity)
+    if wt.transient:
+        return _transient_started(wt, identity, cmd["started_time_ms"])
+    return replace(wt, started_event_id=_record_started(t, wt, identity, cmd["started_time_ms"]), started_identity=identity)
+
+
+def _recorded(t: Transition, wt: WorkflowTaskState) -> WorkflowTaskState:
+    """The task as events record it: a transient task's WorkflowTaskScheduled and WorkflowTaskStarted
+    are written now, by the attempt that completes (or fails for a new reason), as Temporal writes
+    them; the ids they take may be past those the attempt was dispatched with."""
+    if not wt.transient:
+        return wt
+    ex = t.execution
+    scheduled_event_id = t.add(EventType.WorkflowTaskScheduled, {"task_queue": ex.task_queue, "attempt": wt.attempt},
+                               event_time_ms=wt.scheduled_time_ms)
+    started_event_id = t.add(EventType.WorkflowTaskStarted, {"scheduled_event_id": scheduled_event_id, "identity": wt.started_identity},
+                             event_time_ms=wt.started_time_ms)
+    t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, wt.scheduled_event_id, wt.attempt))
+    return WorkflowTaskState(scheduled_event_id, wt.attempt, started_event_id, wt.started_identity)
 
 
 def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
@@ -96,13 +134,13 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
     runs_on = False
     if ex.buffered and any(kind in CLOSE_COMMANDS for kind, _ in cmd["commands"]):
         # New events arrived while the task ran: the workflow must see them before it may close.
-        _fail(t, wt, "UNHANDLED_COMMAND", None, identity, next_attempt=1)
+        _fail(t, wt, "UNHANDLED_COMMAND", None, identity, retried=False)
     elif problem := _invalid_command(ex, cmd["commands"]):
         cause, message = problem
         failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
-        _fail(t, wt, cause, failure, identity, next_attempt=wt.attempt + 1)
+        _fail(t, wt, cause, failure, identity, retried=True)
     else:
-        runs_on = _record_commands(t, wt, cmd["commands"], identity)
+        runs_on = _record_commands(t, _recorded(t, wt), cmd["commands"], identity)
     activity.record_eager_starts(t, cmd, identity)
     if runs_on and ex.buffered:
         t.flush_buffered()
@@ -148,21 +186,40 @@ def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tran
     wt = _answered_task(t, cmd, identity)
     if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
         return terminated_as_too_large(t, cmd["failure"]["message"][:10_000])
-    _fail(t, wt, cmd["cause"], cmd["failure"], identity, next_attempt=wt.attempt + 1)
+    _fail(t, wt, cmd["cause"], cmd["failure"], identity, retried=True)
     return t
 
 
-def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, next_attempt: int) -> None:
-    t.add(EventType.WorkflowTaskFailed, {
-        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
-        "cause": cause, "failure": failure, "identity": identity,
-    })
-    _retry(t, next_attempt)
+def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, *, retried: bool) -> None:
+    """The task failed: `retried`, its next attempt retries it after a backoff, as a transient task
+    (the first failure is recorded, the ones after only counted, as Temporal does); else (new
+    events it did not see) a new task follows at once."""
+    if not (retried and wt.transient):
+        wt = _recorded(t, wt)
+        t.add(EventType.WorkflowTaskFailed, {
+            "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
+            "cause": cause, "failure": failure, "identity": identity,
+        })
+    if retried:
+        _next_attempt(t, wt, cause, failure)
+    else:
+        t.flush_buffered()
+        t.add(EventType.WorkflowTaskScheduled, {"task_queue": t.execution.task_queue, "attempt": 1})
 
 
-def _retry(t: Transition, next_attempt: int) -> None:
+def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None) -> None:
+    """The next attempt of a task that failed or timed out: a transient task, dispatched after its
+    backoff. It keeps the ids the task's events would take now (after the events it writes, those
+    buffered while the attempt ran: the next attempt sees them)."""
+    ex = t.execution
     t.flush_buffered()
-    t.add(EventType.WorkflowTaskScheduled, {"task_queue": t.execution.task_queue, "attempt": next_attempt})
+    if wt.transient:  # a recorded task's timers go with its end event (`_on_ended`)
+        t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, wt.scheduled_event_id, wt.attempt))
+    retry = WorkflowTaskState(t.next_event_id, wt.attempt + 1, transient=True, scheduled_time_ms=t.now_ms,
+                              last_cause=cause, last_failure=failure)
+    t.workflow_task = retry
+    t.effects.append(timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, t.now_ms + workflow_task_backoff_ms(retry.attempt),
+                                  retry.scheduled_event_id, retry.attempt))
 
 
 COMMANDS: dict[str, Decide] = {
@@ -183,13 +240,17 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 
 def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     wt = ex.workflow_task
-    if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id:
+    if (wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id
+            or (wt.transient and wt.attempt != cmd["attempt"])):
         raise Rejected("stale workflow task timeout")
     t = Transition(ex, now_ms)
-    t.add(EventType.WorkflowTaskTimedOut, {
-        "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "timeout_type": "START_TO_CLOSE",
-    })
-    _retry(t, wt.attempt + 1)
+    if not wt.transient:
+        t.add(EventType.WorkflowTaskTimedOut, {
+            "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "timeout_type": "START_TO_CLOSE",
+        })
+    failure = engine_failure(f"workflow task attempt {wt.attempt} did not complete within its start-to-close timeout "
+                             f"({ex.workflow_task_timeout_ms / 1000:g} s)", "WorkflowTaskTimeout")
+    _next_attempt(t, wt, START_TO_CLOSE_TIMEOUT, failure)
     return t
 
 
@@ -245,6 +306,8 @@ def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[Effect]
 
 def _waited_ms(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> int:
     """How long the workflow task has waited since it was scheduled (0 if its event is not in memory)."""
+    if wt.transient:
+        return now_ms - wt.scheduled_time_ms
     scheduled = ex.history[wt.scheduled_event_id - 1] if len(ex.history) >= wt.scheduled_event_id else None
     return now_ms - scheduled["event_time_ms"] if scheduled and scheduled["event_id"] == wt.scheduled_event_id else 0
 
@@ -254,7 +317,7 @@ def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
     first task, the backoff of a retried one. Its retry timer firing 10 s or more after that is a
     re-dispatch (a backoff timer fired that late counts as one too)."""
     if wt.attempt > 1:
-        return min(DEFAULT_INITIAL_INTERVAL_MS * 2 ** (wt.attempt - 2), MAX_WORKFLOW_TASK_BACKOFF_MS)
+        return workflow_task_backoff_ms(wt.attempt)
     if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == EventType.WorkflowExecutionStarted:
         return attributes(ex.history[0]).get("first_workflow_task_backoff_ms") or 0
     return 0
@@ -269,10 +332,7 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
         fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
         return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
-    if wt.attempt == 1:
-        return _dispatch(ex, wt, t.now_ms)
-    fire_at = t.now_ms + _first_dispatch_delay_ms(ex, wt)
-    return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
+    return _dispatch(ex, wt, t.now_ms)
 
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
