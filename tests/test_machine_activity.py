@@ -48,6 +48,7 @@ def test_an_activity_task_no_worker_starts_is_dispatched_again_within_its_schedu
         assert [(k, e.get("kind")) for k, e in again["effects"]] == [
             ("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
         assert again["effects"][1][1]["schedule_to_start_deadline_ms"] == NOW + 60_000
+        assert again["effects"][1][1]["redispatched"]  # a worker may be running the first copy: this one waits for its start's answer
         assert again["effects"][2][1]["fire_at_ms"] == at + max(TASK_REDISPATCH_MS, at - NOW)
     started = command(state, "RecordActivityTaskStarted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1}, 9)
     assert ("DropTimer", {"timer_id": f"{run_id}/ACTIVITY_RETRY/5/1"}) in started["effects"]
@@ -71,6 +72,7 @@ def test_the_dispatch_of_an_activity_retry_is_not_counted_as_a_redispatch_and_it
     assert dispatch.redispatch is None
     assert [(k, e.get("kind")) for k, e in dispatch.effects] == [("DropTimer", None), ("ActivityTask", None), ("Timer", "ACTIVITY_RETRY")]
     assert dispatch.effects[1][1]["schedule_to_start_deadline_ms"] == NOW + backoff + 60_000
+    assert not dispatch.effects[1][1]["redispatched"]  # the attempt's first dispatch: its worker starts it early
 
 
 def test_an_activity_completion_counts_from_its_worker_or_by_task_token_or_activity_id() -> None:

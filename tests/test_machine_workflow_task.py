@@ -6,7 +6,7 @@ import pytest
 
 from kadence.protocol.events import WORKFLOW_TASK_TOO_LARGE
 from services.history.checkpoint import decode_state, encode_state
-from services.history.machine import limits
+from services.history.machine import limits, workflow_task
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
 from services.history.machine.lifecycle import decide_start
@@ -42,6 +42,9 @@ def test_a_workflow_task_no_worker_starts_is_dispatched_again_until_one_does() -
         assert [(k, e["timer_id"] if k == "DropTimer" else e["scheduled_event_id"]) for k, e in again["effects"]] == [
             ("DropTimer", "t"), ("WorkflowTask", 2), ("Timer", 2)]
         assert again["effects"][2][1]["fire_at_ms"] == waited + max(TASK_REDISPATCH_MS, waited - NOW)
+        # A worker may be running the first copy, its start held up: one that reads this copy runs its
+        # local activities only once history accepted its start.
+        assert again["effects"][1][1]["redispatched"]
     started = command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 9)
     assert ("DropTimer", {"timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/2/1"}) in started["effects"]
     with pytest.raises(Rejected, match="stale workflow task retry timer"):
@@ -303,3 +306,15 @@ def test_a_transient_attempt_answered_with_new_events_unseen_records_its_events_
         ("WorkflowTaskScheduled", 2), ("WorkflowTaskStarted", None), ("WorkflowTaskFailed", None),
         ("WorkflowExecutionSignaled", None), ("WorkflowTaskScheduled", 1)]
     assert closed["workflow_task"] is None and state.executions["order-1"].workflow_task.attempt == 1
+
+
+def test_a_build_pinned_to_a_batch_version_without_transient_tasks_records_every_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mid-upgrade (KADENCE_SCHEMA_PIN to a HistoryBatch without `workflow_task`), the state a
+    transient task lives in could not be written: each retry is an event, as that release wrote it."""
+    monkeypatch.setattr(workflow_task, "_retries_are_transient", lambda: False)
+    state, run_id = started_workflow()
+    failed = command(state, "RespondWorkflowTaskFailed", _failed(run_id, 2, 1, "boom"), 1)
+    assert [(e["event_id"], e["attributes"][0]) for e in failed["events"]] == [
+        (3, "WorkflowTaskStarted"), (4, "WorkflowTaskFailed"), (5, "WorkflowTaskScheduled")]
+    assert failed["workflow_task"] is None and failed["events"][2]["attributes"][1]["attempt"] == 2
+    assert ("Timer", f"{run_id}/WORKFLOW_TASK_RETRY/5/2") in _timers(failed)

@@ -157,7 +157,7 @@ class ActivityWorker:
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
-            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg))
+            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg, task))
 
     def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself

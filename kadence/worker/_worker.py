@@ -173,11 +173,15 @@ class Worker:
         if self._assigned >= set(self._kinds):
             self.ready.set()
 
-    def may_be_redelivered(self, kind: str, msg: Message) -> bool:
-        """Whether this task record may have reached a worker before: it was in its partition when
+    def may_be_redelivered(self, kind: str, msg: Message, task: Record) -> bool:
+        """Whether this task may have reached a worker before: its record was in its partition when
         the partition was assigned here, so the previous owner may have read it and run its task,
-        without committing past it (killed, or cut off from the broker). A record appended since is
-        read here first (docs/architecture.md, "Exactly once")."""
+        without committing past it (killed, or cut off from the broker); or it is a copy history
+        dispatched again because no start was recorded in time, which a worker may be running (its
+        start held up by a backlog). A record appended since, not re-dispatched, is read here first
+        (docs/architecture.md, "Exactly once")."""
+        if task["task"][1].get("redispatched", False):
+            return True
         offset = msg.offset()
         return offset is None or offset < self._ends_at_assignment.get(kind, {}).get(msg.partition() or 0, sys.maxsize)
 

@@ -157,7 +157,7 @@ class WorkflowWorker:
                 "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
                 "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
             }):
-                redelivered = self._may_be_redelivered("workflow", msg)
+                redelivered = self._may_be_redelivered("workflow", msg, task)
                 deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier, redelivered)]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):

@@ -347,9 +347,11 @@ def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     """The backoff before this attempt ended, or no worker started it yet: dispatched (again)."""
     activity = _unstarted_activity(ex, cmd)
     t = Transition(ex, now_ms)
-    t.effects.extend(_dispatch(ex, activity, now_ms))
     if now_ms - activity.dispatch_due_ms >= TASK_REDISPATCH_MS:
         t.redispatch = Redispatch("activity", activity.scheduled_event_id, now_ms - activity.dispatch_due_ms)
+    # A copy marked so: a worker may be running the attempt already, its start not recorded yet (a
+    # backlog, a slow broker), and one that reads this copy must not run it too before history says so.
+    t.effects.extend(_dispatch(ex, activity, now_ms, redispatched=t.redispatch is not None))
     return t
 
 
@@ -413,7 +415,7 @@ TIMEOUTS: dict[str, Timeout] = {
 # ---- effects
 
 
-def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
+def activity_task_effect(ex: Execution, activity: ActivityState, *, redispatched: bool = False) -> Record:
     timeout = activity.schedule_to_start_timeout_ms
     return {
         "task_queue": activity.task_queue, "workflow_type": ex.workflow_type,
@@ -424,7 +426,7 @@ def activity_task_effect(ex: Execution, activity: ActivityState) -> Record:
         "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
         "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
         "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout if timeout else 0,
-        "header": activity.header,
+        "header": activity.header, "redispatched": redispatched,
     }
 
 
@@ -432,9 +434,9 @@ def activity_cancellation_effect(activity: ActivityState) -> Record:
     return {"task_queue": activity.task_queue, "scheduled_event_id": activity.scheduled_event_id, "attempt": activity.attempt}
 
 
-def _dispatch(ex: Execution, activity: ActivityState, now_ms: int) -> list[Effect]:
+def _dispatch(ex: Execution, activity: ActivityState, now_ms: int, *, redispatched: bool = False) -> list[Effect]:
     """The attempt's task for a worker, and its retry timer."""
-    return [(EffectType.ActivityTask, activity_task_effect(ex, activity)), _retry_timer(ex, activity, now_ms)]
+    return [(EffectType.ActivityTask, activity_task_effect(ex, activity, redispatched=redispatched)), _retry_timer(ex, activity, now_ms)]
 
 
 def _retry_timer(ex: Execution, activity: ActivityState, now_ms: int) -> Effect:

@@ -3,10 +3,12 @@ completed with the commands a worker's workflow code decided, failed or timed ou
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import replace
 
 from kadence.common import workflow_task_backoff_ms
+from kadence.protocol.codec import history_batch_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
@@ -207,12 +209,23 @@ def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | No
         t.add(EventType.WorkflowTaskScheduled, {"task_queue": t.execution.task_queue, "attempt": 1})
 
 
+@functools.cache
+def _retries_are_transient() -> bool:
+    """Whether retried attempts may be transient: the HistoryBatch version this process writes
+    carries them (one pinned to an earlier release's version, KADENCE_SCHEMA_PIN, records every
+    attempt's events, as that release did)."""
+    return writes_field(history_batch_codec(), "HistoryBatch", "workflow_task")
+
+
 def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None) -> None:
     """The next attempt of a task that failed or timed out: a transient task, dispatched after its
     backoff. It keeps the ids the task's events would take now (after the events it writes, those
     buffered while the attempt ran: the next attempt sees them)."""
     ex = t.execution
     t.flush_buffered()
+    if not _retries_are_transient():
+        t.add(EventType.WorkflowTaskScheduled, {"task_queue": ex.task_queue, "attempt": wt.attempt + 1})
+        return
     if wt.transient:  # a recorded task's timers go with its end event (`_on_ended`)
         t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, wt.scheduled_event_id, wt.attempt))
     retry = WorkflowTaskState(t.next_event_id, wt.attempt + 1, transient=True, scheduled_time_ms=t.now_ms,
@@ -260,9 +273,11 @@ def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
         raise Rejected("stale workflow task retry timer")
     t = Transition(ex, now_ms)
-    t.effects.extend(_dispatch(ex, wt, now_ms))
     if _waited_ms(ex, wt, now_ms) >= _first_dispatch_delay_ms(ex, wt) + TASK_REDISPATCH_MS:
         t.redispatch = Redispatch("workflow", wt.scheduled_event_id, _waited_ms(ex, wt, now_ms))
+    # Marked so: a worker may be running the task already, its start not recorded yet, so the one
+    # that reads this copy runs its local activities only once history accepted its start.
+    t.effects.extend(_dispatch(ex, wt, now_ms, redispatched=t.redispatch is not None))
     return t
 
 
@@ -273,7 +288,7 @@ TIMEOUTS: dict[str, Timeout] = {
 # ---- effects
 
 
-def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
+def workflow_task_effect(ex: Execution, wt: WorkflowTaskState, *, redispatched: bool = False) -> Record:
     """The task carries the events after the previous started workflow task's WorkflowTaskScheduled:
     what a worker that ran that task (and caches the run) lacks; a worker without the run reads the
     earlier events from the read model. So a task's size follows what happened since the previous
@@ -293,14 +308,15 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState) -> Record:
     return {
         "task_queue": ex.task_queue, "workflow_type": ex.workflow_type,
         "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt, "first_event_id": known + 1, "history": history,
+        "redispatched": redispatched,
     }
 
 
-def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int) -> list[Effect]:
+def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int, *, redispatched: bool = False) -> list[Effect]:
     """The task for a worker, and the timer that dispatches it again if no worker starts it (the
     retry timer: when it fires, a task still not started is dispatched again)."""
     fire_at = now_ms + redispatch_delay_ms(_waited_ms(ex, wt, now_ms))
-    return [(EffectType.WorkflowTask, workflow_task_effect(ex, wt)),
+    return [(EffectType.WorkflowTask, workflow_task_effect(ex, wt, redispatched=redispatched)),
             timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
 
 
@@ -332,7 +348,10 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
         fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
         return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, fire_at, wt.scheduled_event_id, wt.attempt)]
-    return _dispatch(ex, wt, t.now_ms)
+    if wt.attempt == 1:
+        return _dispatch(ex, wt, t.now_ms)
+    # A retry recorded as an event (a build pinned to a release before transient tasks): after its backoff.
+    return [timer_effect(ex, TimerKind.WORKFLOW_TASK_RETRY, t.now_ms + _first_dispatch_delay_ms(ex, wt), wt.scheduled_event_id, wt.attempt)]
 
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
