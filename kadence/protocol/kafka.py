@@ -134,6 +134,9 @@ def heartbeat_interval_ms(settings: KafkaSettings) -> int:
     return max(100, min(3000, settings.session_timeout_ms // 3))
 
 
+PREFETCH_KBYTES = 8192
+
+
 def consumer_config(settings: KafkaSettings, group_id: str, *, static_member: bool = False, **overrides: Any) -> dict[str, Any]:
     """A consumer of group `group_id`. With `static_member` and KADENCE_INSTANCE_ID set, a static
     member (KIP-345): its partitions stay its own while it restarts within the session timeout,
@@ -152,6 +155,10 @@ def consumer_config(settings: KafkaSettings, group_id: str, *, static_member: bo
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,  # readiness: the fetch that reaches the end says so, on any broker
         "max.poll.interval.ms": 600000,
+        # librdkafka fetches ahead up to 64 MiB by default. A service that stops taking records for
+        # a while (Postgres away, a backlog) would hold that much, and its resident memory keeps the
+        # high-water mark after; 8 MiB still holds thousands of records past a 500-record batch.
+        "queued.max.messages.kbytes": PREFETCH_KBYTES,
         **overrides,
     }
 
