@@ -279,7 +279,7 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
     existing = admin.list_topics(timeout=timeout).topics
     missing = [
         NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor,
-                 config=topic_config(name))
+                 config=topic_config(name, settings.replication_factor))
         for name, partitions in topics.items()
         if name not in existing
     ]
