@@ -108,7 +108,7 @@ def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROK
     local = LocalStack(data_dir, partitions=4, broker_kind=broker_kind, **options)
     failed = True
     try:
-        if isinstance(local.broker, ApacheKafka):
+        if isinstance(local.broker, ApacheKafka) and local.brokers == 1:  # a cluster formats its nodes' log dirs itself
             shutil.copytree(formatted_kafka_log_dir(), local.broker.log_dir)
             # Postgres too, as initdb leaves it, marked as built from that log: LocalStack keeps a data
             # dir's Postgres when it was built from the same log (a restart of the stack), so it skips

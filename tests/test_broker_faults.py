@@ -13,18 +13,11 @@ times (also in the assertion message on failure).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import logging
 import shutil
 import time
-import uuid
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import KafkaConnectionError
@@ -32,7 +25,6 @@ from aiokafka.protocol.metadata import MetadataRequest
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from prometheus_client import REGISTRY
 
-from kadence import activity
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import audit_history
@@ -42,68 +34,20 @@ from kadence.protocol.kafka import AsyncProducer, _survive_closed_aiokafka_conne
 from kadence.worker import Worker
 from services.history.checkpoint import CheckpointStore
 from services.history.service import HistoryService
+from tests.broker_load import TIMER_SECONDS, Fault, assert_each_completed_once, logging_to, run_through, stack_of_its_own
 from tests.conftest import local_stack, workflow_id_on
 from tests.machine_steps import START
 from tests.workflows import SignalOrTimerWorkflow, echo
 
-# 200, not 500 as before: the starts still spread over 5 s and the fault still lands mid-run, so it
-# finds workflows at every step (and the rest start during or after it); the 300 more only made the
-# backlog the test waits for after the fault (about 5 s per fault) and the audit longer.
-WORKFLOWS = 200
-START_INTERVAL_S = 0.025  # starts spread over 5 s, so the fault finds workflows at every step
-FAULT_AFTER_STARTS = 100  # the fault lands mid-run: half the workflows started, the rest start during or after it
-TIMER_SECONDS = 1.5  # the unsignaled half wakes on this durable timer
-SIGNALED_TIMER_SECONDS = 600.0  # the signaled half: a timer that never fires, so the signal decides
 # Dead for a second, then started: it is away about 20 s all the same, since the restarted node
 # waits out its old registration (broker.session.timeout.ms, 15 s) before it serves. (It was 3 s,
 # which only added to that.)
 KILLED_FOR_SECONDS = 1.0
 PAUSED_FOR_SECONDS = 10.0
 SHORT_DELIVERY_TIMEOUT_MS = 2000  # pause-past-delivery-timeout: records wait 2 s for the broker, it is away for 10
-COMPLETION_TIMEOUT_S = 90.0  # from the broker coming back to every workflow completed
-READY_TIMEOUT_S = 60.0  # from the broker coming back to every service ready (and staying so for READY_STABLE_S)
-READY_STABLE_S = 2.0
-# Every wait above has its own bound; this one catches a wait without (a worker that cannot stop,
+# Every wait has its own bound; this one catches a wait without (a worker that cannot stop,
 # say), so the test fails with its logs instead of hanging until pytest's timeout.
 TEST_DEADLINE_S = 180.0
-WORKER_STOP_TIMEOUT_S = 30.0
-
-
-@dataclass
-class ReadinessLog:
-    """Each service's /readyz, sampled every 100 ms: when it changed, and what it said."""
-
-    ports: dict[str, int]
-    changes: list[tuple[float, str, int, str]] = field(default_factory=list)  # (monotonic time, service, status, body)
-    current: dict[str, int] = field(default_factory=dict)
-
-    async def sample_until(self, stop: asyncio.Event) -> None:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
-            while not stop.is_set():
-                await asyncio.gather(*(self._probe(session, name, port) for name, port in self.ports.items()))
-                await asyncio.sleep(0.1)
-
-    async def _probe(self, session: aiohttp.ClientSession, name: str, port: int) -> None:
-        try:
-            async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
-                status, body = response.status, (await response.text()).strip()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            status, body = 0, f"no answer: {exc!r}"
-        if self.current.get(name) != status:
-            self.current[name] = status
-            self.changes.append((time.monotonic(), name, status, body))
-
-    def all_ready_since(self) -> float | None:
-        """Since when every service has answered 200 without a break; None if one does not now."""
-        if set(self.current) != set(self.ports) or any(status != 200 for status in self.current.values()):
-            return None
-        return max((at for at, _, status, _ in self.changes if status == 200), default=0.0)
-
-    def went_unready(self, since: float) -> set[str]:
-        return {name for at, name, status, _ in self.changes if at >= since and status != 200}
-
-    def describe(self, origin: float) -> str:
-        return "\n".join(f"  {at - origin:+7.2f} s {name}: {status} {body!r}" for at, name, status, body in self.changes)
 
 
 async def kill_and_restart(stack: LocalStack) -> float:
@@ -127,7 +71,7 @@ async def pause_and_resume(stack: LocalStack) -> float:
     return time.monotonic()
 
 
-FAULTS: dict[str, Callable[[LocalStack], Awaitable[float]]] = {
+FAULTS: dict[str, Fault] = {
     "kill": kill_and_restart,
     "pause": pause_and_resume,
     "pause-past-delivery-timeout": pause_and_resume,
@@ -143,183 +87,27 @@ async def test_workflows_in_flight_complete_once_and_services_resume_after_a_bro
 ) -> None:
     for key, value in FAULT_ENV.get(fault, {}).items():  # before the stack starts: its services inherit them
         monkeypatch.setenv(key, value)
-    with local_stack() as stack, _logging_to(tmp_path / "logs" / "test-process.log"):
-        for key, value in stack.kadence_env.items():  # the in-process client and worker read KADENCE_* as any process
-            monkeypatch.setenv(key, value)
+    with stack_of_its_own(monkeypatch, tmp_path) as stack:
         try:
-            try:
-                async with asyncio.timeout(TEST_DEADLINE_S):
-                    await _run_through_a_fault(stack, fault)
-            except TimeoutError:
-                pytest.fail(f"the broker {fault} test did not end within {TEST_DEADLINE_S:.0f} s; see the logs in {tmp_path / 'logs'}")
-        finally:  # the stack's data dir goes with it: keep the broker's and the services' logs
-            shutil.copytree(stack.data_dir / "logs", tmp_path / "logs", dirs_exist_ok=True)
-            print(f"logs: {tmp_path / 'logs'}")
-
-
-@contextlib.contextmanager
-def _logging_to(path: Path) -> Iterator[None]:
-    """The in-process client's and worker's logs (INFO and up) in a file beside the services' logs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s service=test logger=%(name)s %(message)s"))
-    kadence = logging.getLogger("kadence")
-    level = kadence.level
-    kadence.setLevel(logging.INFO)
-    kadence.addHandler(handler)
-    try:
-        yield
-    finally:
-        kadence.removeHandler(handler)
-        kadence.setLevel(level)
-        handler.close()
+            async with asyncio.timeout(TEST_DEADLINE_S):
+                await _run_through_a_fault(stack, fault)
+        except TimeoutError:
+            pytest.fail(f"the broker {fault} test did not end within {TEST_DEADLINE_S:.0f} s; see the logs in {tmp_path / 'logs'}")
 
 
 async def _run_through_a_fault(stack: LocalStack, fault: str) -> None:
-    task_queue = f"broker-{fault}-{uuid.uuid4().hex[:8]}"
-    processes = dict(stack.services)
-    pids = {name: process.pid for name, process in processes.items()}
-    readiness = ReadinessLog({name: stack.http_ports[name] for name in processes})
-    stop_sampling = asyncio.Event()
-    sampling = asyncio.create_task(readiness.sample_until(stop_sampling))
-    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
     retried_before = REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0
-    started = 0
-    enough_started = asyncio.Event()
-    completed_at: dict[str, float] = {}
-
-    async def run_one(i: int) -> tuple[str, str, str]:
-        nonlocal started
-        await asyncio.sleep(i * START_INTERVAL_S)
-        workflow_id = f"{task_queue}-{i}"
-        signaled = i % 2 == 0
-        handle = await client.start_workflow(
-            SignalOrTimerWorkflow.run, args=[f"w{i}", SIGNALED_TIMER_SECONDS if signaled else TIMER_SECONDS],
-            id=workflow_id, task_queue=task_queue,
-        )
-        started += 1
-        if started >= FAULT_AFTER_STARTS:
-            enough_started.set()
-        if signaled:
-            await handle.signal(SignalOrTimerWorkflow.proceed, f"s{i}")
-        result = await handle.result()
-        completed_at[workflow_id] = time.monotonic()
-        return workflow_id, handle.result_run_id or "", result
-
-    attempt_runs: Counter[tuple[str, str, int]] = Counter()  # (workflow, activity, attempt): how often it ran
-
-    @activity.defn(name="echo")
-    async def counted_echo(value: str) -> str:
-        info = activity.info()
-        attempt_runs[(info.workflow_id, info.activity_id, info.attempt)] += 1
-        return value
-
-    # Two workers, as Kubernetes runs them: the group rebalances when the broker comes back, and a
-    # partition may go to the worker that did not read its records before.
-    workers = [
-        Worker(client, task_queue=task_queue, workflows=[SignalOrTimerWorkflow], activities=[counted_echo],
-               max_concurrent_activities=200, identity=f"worker-{i}")
-        for i in range(2)
-    ]
-    working = asyncio.ensure_future(asyncio.gather(*(worker.run() for worker in workers)))
-    try:
-        assert await _stably_ready(readiness, time.monotonic()) is not None, f"the stack never got ready:\n{readiness.describe(0)}"
-        await asyncio.wait_for(asyncio.gather(*(worker.ready.wait() for worker in workers)), 60)
-        test_started = time.monotonic()
-        runs = asyncio.ensure_future(asyncio.gather(*(run_one(i) for i in range(WORKFLOWS))))
-        await asyncio.wait_for(enough_started.wait(), 60)
-        assert not runs.done()
-        fault_at = time.monotonic()
-        back_at = await FAULTS[fault](stack)
-        try:
-            results = await asyncio.wait_for(asyncio.shield(runs), COMPLETION_TIMEOUT_S)
-        except TimeoutError:
-            runs.cancel()
-            unfinished = [f"{task_queue}-{i}" for i in range(WORKFLOWS) if f"{task_queue}-{i}" not in completed_at]
-            pytest.fail(
-                f"{len(unfinished)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
-                f"the broker came back ({fault}); readiness since the fault:\n{readiness.describe(back_at)}\n"
-                + await asyncio.to_thread(_where_they_stand, stack, unfinished)
-            )
-        all_done_at = max(completed_at.values())
-        ready_at = await _stably_ready(readiness, back_at)
-        for worker in workers:
-            await worker.shutdown()
-        try:
-            await asyncio.wait_for(working, WORKER_STOP_TIMEOUT_S)
-        except TimeoutError:
-            pytest.fail(f"the workers did not stop within {WORKER_STOP_TIMEOUT_S:.0f} s of their shutdown ({fault})")
-    finally:
-        if not working.done():  # the test failed: stop the worker without waiting for it
-            working.cancel()
-            await asyncio.gather(working, return_exceptions=True)
-        stop_sampling.set()
-        await sampling
-        await client.close()
-
-    after = sorted(at - back_at for at in completed_at.values() if at > back_at)
-    summary = (
-        f"broker {fault}: fault at +{fault_at - test_started:.1f} s into the run, broker back {back_at - fault_at:.1f} s later; "
-        f"{len(after)} of {WORKFLOWS} workflows completed after it: the first {after[0] if after else 0:.1f} s, half "
-        f"{after[len(after) // 2] if after else 0:.1f} s, the last {all_done_at - back_at:.1f} s after the broker came back; "
-        + (f"all services ready {ready_at - back_at:.1f} s after it" if ready_at is not None else "not all services ready again")
-        + f" (not ready during the fault: {sorted(readiness.went_unready(fault_at)) or 'none'})"
-    )
-    print(f"\n{summary}\nreadiness changes (seconds from the broker coming back):\n{readiness.describe(back_at)}")
+    run = await run_through(stack, f"broker {fault}", FAULTS[fault])
+    summary = run.summary()
+    print(f"\n{summary}\nreadiness changes (seconds from the broker coming back):\n{run.readiness.describe(run.back_at)}")
 
     if fault in FAULT_ENV:  # the client's and the worker's records did time out, and went again
         retried = (REGISTRY.get_sample_value("kadence_produce_retried_total") or 0.0) - retried_before
         assert retried > 0, f"no record timed out while the broker was away; {summary}"
-    assert ready_at is not None, f"not every service ready again:\n{summary}\n{readiness.describe(back_at)}"
-    assert readiness.went_unready(fault_at) == set(processes), f"every service must say it is not ready while the broker is away; {summary}"
-    for name, process in processes.items():
-        assert process.poll() is None and process.pid == pids[name] and stack.services[name] is process, (
-            f"the {name} service did not survive the broker {fault} (exit code {process.returncode}); {summary}"
-        )
-    expected = [
-        f"w{i} after signal s{i}" if i % 2 == 0 else f"w{i} after timer" for i in range(WORKFLOWS)
-    ]
-    assert [result for _, _, result in results] == expected, summary
-    twice = [(key, count) for key, count in attempt_runs.items() if count > 1]
-    assert twice == [], f"activity attempts that ran more than once ((workflow, activity, attempt), runs): {twice[:10]}; {summary}"
-
-    report = await asyncio.to_thread(audit_history, stack.settings)
-    assert report.violations == [], f"{summary}\n" + "\n".join(report.violations[:20])
-    for i, (workflow_id, run_id, _) in enumerate(results):
-        runs_of_id = [key for key in report.runs if key[0] == workflow_id]
-        assert runs_of_id == [(workflow_id, run_id)], f"{workflow_id} has runs {runs_of_id}; {summary}"
-        kinds = report.event_types(workflow_id, run_id)
-        assert kinds.count("ActivityTaskCompleted") == 2 and kinds.count("WorkflowExecutionCompleted") == 1, (
-            f"{workflow_id}: {kinds}; {summary}"
-        )
-        assert kinds.count("WorkflowExecutionSignaled") == (1 if i % 2 == 0 else 0), f"{workflow_id}: {kinds}; {summary}"
-        assert kinds.count("TimerFired") == (0 if i % 2 == 0 else 1), f"{workflow_id}: {kinds}; {summary}"
-        assert kinds[-1] == "WorkflowExecutionCompleted", f"{workflow_id}: {kinds}; {summary}"
-
-
-def _where_they_stand(stack: LocalStack, workflow_ids: list[str]) -> str:
-    """The audit's view of the unfinished workflows (their events, what they wait for), so a failure
-    on CI, whose logs are gone with its machine, says where each one stopped."""
-    report = audit_history(stack.settings)
-    wanted = set(workflow_ids[:5])
-    lines = [f"audit: {len(report.violations)} violations {report.violations[:5]}"]
-    for (workflow_id, run_id), run in report.runs.items():
-        if workflow_id in wanted:
-            lines.append(f"{workflow_id} run {run_id}: {report.event_types(workflow_id, run_id)}; waits for {sorted(run.pending)}")
-    lines += [f"stuck: {line}" for line in report.stuck if any(w in line for w in wanted)]
-    lines += [f"waiting for a worker: {line}" for line in report.waiting if any(w in line for w in wanted)]
-    return "\n".join(lines)
-
-
-async def _stably_ready(readiness: ReadinessLog, back_at: float) -> float | None:
-    """When every service became ready for good (ready for READY_STABLE_S since), or None by the deadline."""
-    deadline = back_at + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        since = readiness.all_ready_since()
-        if since is not None and time.monotonic() - since >= READY_STABLE_S:
-            return max(since, back_at)
-        await asyncio.sleep(0.1)
-    return None
+    assert run.readiness.went_unready(run.fault_at) == set(run.processes), (
+        f"every service must say it is not ready while the broker is away; {summary}"
+    )
+    await assert_each_completed_once(stack, run, summary)
 
 
 async def test_a_request_on_a_connection_the_broker_closed_is_a_connection_error_aiokafka_retries() -> None:
@@ -375,7 +163,7 @@ async def test_a_history_service_whose_producer_hits_a_fatal_error_recovers_its_
     """The history service's batches may or may not be in the log after a fatal producer error: it
     replaces the producer, recovers its partitions from the log and reads their commands again
     from just past the last one the log holds, without a restart. Every workflow completes once."""
-    with local_stack(services=("matching", "timer", "visibility")) as stack, _logging_to(tmp_path / "logs" / "test-process.log"):
+    with local_stack(services=("matching", "timer", "visibility")) as stack, logging_to(tmp_path / "logs" / "test-process.log"):
         for key, value in stack.kadence_env.items():
             monkeypatch.setenv(key, value)
         history = HistoryService(stack.settings, CheckpointStore(stack.postgres_dsn), checkpoint_interval_s=1.0)

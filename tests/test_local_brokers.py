@@ -6,16 +6,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from kadence.dev.brokers import ApacheKafka, BrokerUnavailable, Tansu, apache_kafka, choose_broker, free_port
 from kadence.dev.local_stack import LocalStack
-from kadence.protocol.kafka import base_config, ensure_topics
+from kadence.protocol.kafka import base_config, core_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,3 +115,41 @@ def test_a_cluster_id_that_begins_with_a_dash_formats(tmp_path: Path, monkeypatc
     monkeypatch.setattr(apache_kafka, "new_cluster_id", lambda: "-AbCdEfGhIjKlMnOpQrStU")
     ApacheKafka(tmp_path, free_port()).prepare()
     assert "cluster.id=-AbCdEfGhIjKlMnOpQrStU\n" in (tmp_path / "kafka" / "meta.properties").read_text()
+
+
+def test_only_apache_kafka_runs_a_cluster_and_kadence_dev_says_so(no_java: dict[str, str], tmp_path: Path) -> None:
+    with pytest.raises(BrokerUnavailable, match="Tansu 0.6.0 runs a single broker; a cluster of 3 needs Apache Kafka"):
+        choose_broker("tansu", nodes=3)
+    with pytest.raises(BrokerUnavailable, match="a cluster of 3 brokers needs Apache Kafka, which cannot run here: no Java found"):
+        choose_broker("auto", nodes=3)
+    ran = subprocess.run(["kadence", "dev", "--brokers", "3", "--data-dir", str(tmp_path)],
+                         env=no_java, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and "a cluster of 3 brokers needs Apache Kafka" in ran.stderr, ran.stderr
+
+
+@pytest.mark.kafka_only
+def test_a_three_node_cluster_keeps_kadence_topics_on_three_replicas_two_in_sync(tmp_path: Path) -> None:
+    """As deploy/ runs them: `kadence dev --brokers 3`'s topics, the services' settings and a node
+    stopped and started again (its controller port and log dir kept), back in every ISR."""
+    stack = LocalStack(tmp_path / "stack", partitions=2, broker_kind="kafka", brokers=3)
+    stack.start(services=())
+    try:
+        assert isinstance(stack.broker, ApacheKafka)
+        assert stack.kadence_env["KADENCE_REPLICATION_FACTOR"] == "3" and len(stack.bootstrap_servers.split(",")) == 3
+        ensure_topics(stack.settings, {"kadence.tq.cluster.activity": 2})
+        admin = AdminClient(base_config(stack.settings))
+        for name in [*core_topics(stack.settings), "kadence.tq.cluster.activity"]:
+            config = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, name)])
+            assert next(iter(config.values())).result(10)["min.insync.replicas"].value == "2", name
+        stack.broker.stop(2)
+        assert stack.broker.out_of_sync(2) != []
+        stack.broker.start(2)
+        deadline = time.monotonic() + 60
+        while stack.broker.out_of_sync(2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        metadata = stack.broker.metadata()
+        for name in core_topics(stack.settings):
+            for partition in metadata.topics[name].partitions.values():
+                assert sorted(partition.replicas) == sorted(partition.isrs) == [1, 2, 3], (name, partition)
+    finally:
+        stack.stop()

@@ -123,9 +123,9 @@ def test_topics_match_the_code(overlay: str) -> None:
     assert broker_config["message.max.bytes"] == broker_config["replica.fetch.max.bytes"] == MAX_RECORD_BYTES
     brokers = sum(pool["spec"]["replicas"] for pool in of_kind(resources, "KafkaNodePool") if "broker" in pool["spec"]["roles"])
     for name, spec in declared.items():
-        assert {key: str(spec["config"][key]) for key in topics.topic_config(name)} == topics.topic_config(name), name
+        created = topics.topic_config(name, spec["replicas"])  # min.insync.replicas 2 of 3, 1 of 1
+        assert {key: str(spec["config"][key]) for key in created} == created, name
         assert spec["replicas"] == int(settings["KADENCE_REPLICATION_FACTOR"]) <= brokers, name
-        assert spec["config"]["min.insync.replicas"] == max(1, spec["replicas"] - 1), name
         if name.startswith("kadence.tq."):
             assert spec["partitions"] == int(settings["KADENCE_TASK_QUEUE_PARTITIONS"]), name
     if overlay == "prod":

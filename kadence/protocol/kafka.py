@@ -286,7 +286,7 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
     existing = admin.list_topics(timeout=timeout).topics
     missing = [
         NewTopic(name, num_partitions=partitions, replication_factor=settings.replication_factor,
-                 config=topic_config(name))
+                 config=topic_config(name, settings.replication_factor))
         for name, partitions in topics.items()
         if name not in existing
     ]
@@ -530,6 +530,22 @@ def poll_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
     if first is None:
         return []
     return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def store_offsets(consumer: Consumer, messages: list[Message]) -> None:
+    """Store each message's offset for the next commit, skipping a partition the consumer no longer
+    holds: its group session timed out while the batch ran (the group coordinator's broker died, and
+    the session ends before another takes the group over), so librdkafka dropped the assignment.
+    Whoever is assigned the partition next reads those records again, and history refuses a task's
+    start or result it already recorded (docs/architecture.md, "Exactly once")."""
+    for msg in messages:
+        try:
+            consumer.store_offsets(msg)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+            log.info("event=offset_not_stored topic=%s partition=%d offset=%d reason=assignment_lost",
+                     msg.topic(), msg.partition(), msg.offset())
 
 
 async def consume_batches(

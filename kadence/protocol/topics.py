@@ -28,10 +28,20 @@ RETENTION_MS = {
 TASK_QUEUE_RETENTION_MS = 7 * _DAY_MS
 
 
-def topic_config(topic: str) -> dict[str, str]:
-    """The settings Kadence creates `topic` with (deploy/base/topics.yaml declares the same)."""
+def min_insync_replicas(replication_factor: int) -> int:
+    """All replicas but one must hold a write (acks=all) before it counts: one node may fail, or be
+    restarted, without losing a write or refusing one. 2 of deploy/'s 3."""
+    return max(1, replication_factor - 1)
+
+
+def topic_config(topic: str, replication_factor: int = 1) -> dict[str, str]:
+    """The settings Kadence creates `topic` with on `replication_factor` replicas
+    (deploy/base/topics.yaml declares the same)."""
     retention_ms = RETENTION_MS.get(topic, TASK_QUEUE_RETENTION_MS)
-    config = {"retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES)}
+    config = {
+        "retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES),
+        "min.insync.replicas": str(min_insync_replicas(replication_factor)),
+    }
     if topic == COMMANDS:  # the broker's clock stamps each command: history decides it at that time, on every instance
         config["message.timestamp.type"] = "LogAppendTime"
     return config

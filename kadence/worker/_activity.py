@@ -30,7 +30,7 @@ from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, command_codec, writes_field
-from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
@@ -137,8 +137,7 @@ class ActivityWorker:
                 for outcome in await asyncio.gather(*started, return_exceptions=True):
                     if isinstance(outcome, Exception):
                         log.error("event=activity_start_not_sent task_queue=%s error=%r", self.task_queue, str(outcome))
-                for msg in messages:
-                    consumer.store_offsets(msg)
+                store_offsets(consumer, messages)
             await self._drain_activities(self._running)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)

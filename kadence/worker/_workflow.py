@@ -34,7 +34,7 @@ from kadence.exceptions import ApplicationError, CommandTooLargeError, Nondeterm
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
-from kadence.protocol.kafka import consume_batches, make_consumer
+from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
@@ -130,8 +130,7 @@ class WorkflowWorker:
                 except Exception as exc:  # a bug must not stop the poller: history dispatches the tasks again
                     log.exception("event=workflow_task_batch_failed task_queue=%s tasks=%d error=%r",
                                   self.task_queue, len(messages), str(exc))
-                for msg in messages:
-                    consumer.store_offsets(msg)
+                store_offsets(consumer, messages)
         finally:
             self._starts.close()
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)

