@@ -65,10 +65,12 @@ PROCESS_TREES = {"postgres"}
 
 
 def stack_processes(stack: LocalStack) -> dict[str, int]:
-    """The broker's and each service's pid, by name."""
+    """Each broker node's and each service's pid, by name ("broker", or "broker-<id>" in a cluster)."""
     pids = {name: process.pid for name, process in stack.services.items()}
-    if stack.broker is not None and stack.broker.process is not None:
-        pids["broker"] = stack.broker.process.pid
+    if stack.broker is not None:
+        for node_id, node in stack.broker.nodes.items():
+            if node.process is not None:
+                pids["broker" if len(stack.broker.nodes) == 1 else f"broker-{node_id}"] = node.process.pid
     if (postgres := stack.postgres_pid()) is not None:
         pids["postgres"] = postgres
     return pids

@@ -67,11 +67,11 @@ log = logging.getLogger("kadence.soak")
 
 @activity.defn
 async def record_run(path: str) -> int:
-    """Appends a line per run (the attempt, and the identity of the worker that ran it) to `path`;
-    returns the attempt."""
+    """Appends a line per run (the attempt, the identity of the worker that ran it, and when, in
+    epoch ms) to `path`; returns the attempt."""
     attempt = activity.info().attempt
     with open(path, "a") as file:
-        file.write(f"{attempt} {worker_identity(os.environ.get(IDENTITY_VARIABLE, ''))}\n")
+        file.write(f"{attempt} {worker_identity(os.environ.get(IDENTITY_VARIABLE, ''))} {int(time.time() * 1000)}\n")
     await asyncio.sleep(0.05)
     return attempt
 
@@ -265,7 +265,7 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
     failed = {workflow_id: task for workflow_id, task in results.items() if task in done and task.exception() is not None}
     report = await asyncio.to_thread(audit_history, stack.settings)
     runs_per_id = Counter(workflow_id for workflow_id, _ in report.runs)
-    twice, locals_again = _repeated_runs(soak.runs_dir, results, report)
+    twice, locals_again, in_flight_again = _repeated_runs(soak.runs_dir, results, report)
     memory = soak.memory.report(started)
     print(f"soak: {len(results)} workflows started at {rate:g}/s over {load_s / 60:.1f} min, "
           f"{len(done) - len(failed)} completed, {len(failed)} failed, {len(pending)} unfinished {drained_s:.0f} s after the load stopped")
@@ -274,7 +274,8 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
         print(f"  +{at:6.0f} s  {what}")
     print(f"audit: {len(report.violations)} violations; workflow ids with more than one run: "
           f"{sum(1 for workflow_id in results if runs_per_id[workflow_id] != 1)}")
-    print(f"activity attempts that ran twice: {len(twice)}; local activities run again after being recorded: {len(locals_again)}")
+    print(f"activity attempts that ran twice: {len(twice)}; local activities run again after being recorded: {len(locals_again)} "
+          f"(run more than once before it, in workflow task attempts a fault cost: {in_flight_again})")
     print("resident memory (MiB): first 5 min after warm-up -> last 5 min, change")
     for name, first, last, change in memory:
         print(f"  {name:14} {first:8.1f} -> {last:8.1f}  {'n/a' if change is None else f'{change:+.1%}'}")
@@ -287,24 +288,33 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
     return 0 if ok else 1
 
 
-def _repeated_runs(runs_dir: Path, results: dict[str, asyncio.Task[str]], report: AuditReport) -> tuple[list[str], list[str]]:
-    """Activity attempts that ran more than once; and local activities that ran again after the
-    workflow task that recorded them completed: the completing worker's run must be the last (runs
-    before it were in workers killed before their task completed)."""
-    twice, locals_again = [], []
+def _repeated_runs(
+    runs_dir: Path, results: dict[str, asyncio.Task[str]], report: AuditReport,
+) -> tuple[list[str], list[str], int]:
+    """Activity attempts that ran more than once; local activities that ran again after the
+    workflow task that recorded them completed (a run begun after its WorkflowTaskCompleted was
+    recorded, or none by the worker that recorded it); and how many local activities ran more than
+    once before their recording: in workflow task attempts that did not complete (a worker killed,
+    a task timed out), the attempt in flight that a fault may cost."""
+    twice, locals_again, in_flight_again = [], [], 0
     for workflow_id in results:
         for step in ("a", "b"):
             path = runs_dir / f"{workflow_id}.{step}"
             attempts = Counter(line.split()[0] for line in path.read_text().splitlines()) if path.exists() else Counter()
             twice += [f"{workflow_id}.{step} attempt {attempt} ran {n} times" for attempt, n in attempts.items() if n > 1]
         local = runs_dir / f"{workflow_id}.local"
-        ran_by = [line.split()[1] for line in local.read_text().splitlines()] if local.exists() else []
+        runs = [line.split()[1:3] for line in local.read_text().splitlines()] if local.exists() else []
         run_ids = [run_id for run_workflow_id, run_id in report.runs if run_workflow_id == workflow_id]
-        events = [e["attributes"] for run_id in run_ids for e in report.history(workflow_id, run_id)]
-        recorded_by = next((a["identity"] for kind, a in events if kind == "WorkflowTaskCompleted"), None)
-        if recorded_by is not None and (not ran_by or ran_by[-1] != recorded_by or ran_by.count(recorded_by) != 1):
-            locals_again.append(f"{workflow_id}.local ran by {ran_by}, recorded by {recorded_by}")
-    return twice, locals_again
+        events = [e for run_id in run_ids for e in report.history(workflow_id, run_id)]
+        recorded = next((e for e in events if e["attributes"][0] == "WorkflowTaskCompleted"), None)
+        if recorded is None:
+            continue
+        recorded_by, recorded_at = recorded["attributes"][1]["identity"], recorded["event_time_ms"]
+        late = [(identity, int(at) - recorded_at) for identity, at in runs if int(at) > recorded_at]
+        if late or recorded_by not in [identity for identity, _ in runs]:
+            locals_again.append(f"{workflow_id}.local ran by {runs}, recorded by {recorded_by} at {recorded_at}; after it: {late}")
+        in_flight_again += len(runs) > 1
+    return twice, locals_again, in_flight_again
 
 
 def main() -> None:
