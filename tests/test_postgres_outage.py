@@ -24,8 +24,8 @@ from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.audit import audit_history
 from kadence.worker import Worker
+from tests.broker_load import ReadinessLog, logging_to, stably_ready
 from tests.conftest import local_stack
-from tests.test_broker_faults import ReadinessLog, _logging_to, _stably_ready
 from tests.workflows import SignalOrTimerWorkflow, echo
 
 # Both past every wait the outage can outlast: the retry backoff's 2 s cap, libpq's 5 s connect
@@ -49,7 +49,7 @@ STOP_GRACE_S = 10.0  # within Kubernetes's 30 s grace period, and past libpq's 5
 
 
 async def test_every_process_rides_out_a_postgres_outage(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    with local_stack() as stack, _logging_to(tmp_path / "logs" / "test-process.log"):
+    with local_stack() as stack, logging_to(tmp_path / "logs" / "test-process.log"):
         for key, value in stack.kadence_env.items():
             monkeypatch.setenv(key, value)
         try:
@@ -81,7 +81,7 @@ async def _run_through_outages(stack: LocalStack) -> None:
     handles: list[WorkflowHandle] = []
     summaries = []
     try:
-        assert await _stably_ready(readiness, time.monotonic()) is not None, f"the stack never got ready:\n{readiness.describe(0)}"
+        assert await stably_ready(readiness, time.monotonic()) is not None, f"the stack never got ready:\n{readiness.describe(0)}"
         await asyncio.wait_for(worker.ready.wait(), 60)
         assert await client.execute_workflow(SignalOrTimerWorkflow.run, args=["warm-up", 0.01], id=f"{task_queue}-warm-up",
                                              task_queue=task_queue) == "warm-up after timer"
@@ -147,7 +147,7 @@ async def _one_outage(
         pytest.fail(f"round {round_}: workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after Postgres came back "
                     f"from a {outage_s:.0f} s outage; readiness:\n{readiness.describe(stopped_at)}")
     completed_at = time.monotonic()
-    ready_at = await _stably_ready(readiness, back_at)
+    ready_at = await stably_ready(readiness, back_at)
     assert ready_at is not None, f"not every service ready again after the {outage_s:.0f} s outage:\n{readiness.describe(stopped_at)}"
     assert await worker.readiness_problems() == []
     assert results == [f"r{round_}-{i} after timer" for i in range(WORKFLOWS_PER_OUTAGE + STARTS_DURING_OUTAGE)]
