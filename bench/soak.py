@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -212,9 +213,15 @@ async def soak(minutes: float, rate: float, fault_every_s: float, seed: int, par
             for name in SERVICES:  # the second instance of each, as Kubernetes runs two
                 stack.start_service(name, f"{name}-2", env={"KADENCE_INSTANCE_ID": f"{name}-2"})
             os.environ.update(stack.env)
-            return await _run(Soak(stack, runs_dir, random.Random(seed)), minutes, rate, fault_every_s)
+            code = await _run(Soak(stack, runs_dir, random.Random(seed)), minutes, rate, fault_every_s)
         finally:
             stack.stop()
+        if code != 0:  # the logs of every process and the runs' records, to find out why
+            kept = Path(tempfile.mkdtemp(prefix="kadence-soak-failed-"))
+            shutil.copytree(stack.data_dir / "logs", kept / "logs")
+            shutil.copytree(runs_dir, kept / "runs")
+            print(f"soak: the logs and the runs' records are kept in {kept}")
+        return code
 
 
 async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) -> int:
