@@ -20,12 +20,12 @@ from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.task_queues import RATE_WINDOW_S, TaskQueueDescription, describe_task_queue
 from kadence.protocol import topics
-from kadence.protocol.codec import command_codec
+from kadence.protocol.codec import command_codec, task_codec
 from kadence.protocol.kafka import make_consumer, make_producer, partition_for_key, read_to_end, topic_partitions, watermarks
 from kadence.worker import Worker
 from tests.conftest import audit_of, wait_for_event
 from tests.test_crash_recovery import wait_for_file
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, touch
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ElsewhereWorkflow, FanOutWorkflow, TwoStepWorkflow, touch
 
 
 async def until_logged(caplog: pytest.LogCaptureFixture, event: str, timeout: float = 30) -> None:
@@ -248,6 +248,30 @@ async def test_an_activity_task_lost_on_its_way_to_the_workers_is_dispatched_aga
     assert ran.read_text().splitlines() == ["ran"]
     history_log = (stack.data_dir / "logs" / "history.log").read_text()
     assert f"event=task_redispatched task=activity workflow_id={workflow_id}" in history_log
+
+
+async def test_a_task_history_decides_again_after_recovering_its_partition_is_marked_a_possible_copy(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """A start sent while history is down is decided by the next instance below the partition's end
+    at its recovery: the previous one may have decided it and dispatched its workflow task, so the
+    task goes out marked, and a worker that reads it after a rebalance waits for its start's answer.
+    A start read after the recovery is new to every instance: its task goes out unmarked."""
+    workflow_topic = topics.task_queue_topic(task_queue, "workflow")
+    stack.kill_service("history")
+    end = command_offset(stack, f"{task_queue}-down")
+    sent_while_down = asyncio.ensure_future(client.start_workflow(TwoStepWorkflow.run, "x", id=f"{task_queue}-down", task_queue=task_queue))
+    await until(lambda: asyncio.to_thread(lambda: command_offset(stack, f"{task_queue}-down") > end))  # in the log, no one deciding it
+    stack.start_service("history")
+    await asyncio.wait_for(sent_while_down, 60)
+    await client.start_workflow(TwoStepWorkflow.run, "y", id=f"{task_queue}-up", task_queue=task_queue)
+    tasks = task_codec()
+    marked = {}
+    for workflow_id in (f"{task_queue}-down", f"{task_queue}-up"):
+        routed = await until_routed(stack, workflow_topic, workflow_id)
+        marked[workflow_id] = tasks.decode(routed.value(), routed.headers())["task"][1]["redispatched"]
+    assert marked == {f"{task_queue}-down": True, f"{task_queue}-up": False}
+    assert "event=tasks_marked_as_copies_below" in (stack.data_dir / "logs" / "history.log").read_text()
 
 
 async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout: float = 30) -> Message:

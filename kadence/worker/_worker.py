@@ -176,9 +176,10 @@ class Worker:
     def may_be_redelivered(self, kind: str, msg: Message, task: Record) -> bool:
         """Whether this task may have reached a worker before: its record was in its partition when
         the partition was assigned here, so the previous owner may have read it and run its task,
-        without committing past it (killed, or cut off from the broker); or it is a copy history
-        dispatched again because no start was recorded in time, which a worker may be running (its
-        start held up by a backlog). A record appended since, not re-dispatched, is read here first
+        without committing past it (killed, or cut off from the broker); or history marked it as a
+        possible copy, which a worker may be running: dispatched again because no start was
+        recorded in time (its start held up by a backlog), or decided again after history
+        recovered its partition. A record appended since, not re-dispatched, is read here first
         (docs/architecture.md, "Exactly once")."""
         if task["task"][1].get("redispatched", False):
             return True

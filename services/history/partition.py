@@ -31,6 +31,10 @@ class PartitionState:
     # The workflow ids whose closed runs a checkpoint stored (evicted from `executions`); None:
     # not known, so every id not in memory is looked up.
     closed_ids: ClosedIds | None = None
+    # Commands below this offset may have been decided before, by an earlier owner or this one's
+    # producer lost in a fatal error, and their tasks dispatched: the end of the partition of
+    # kadence.commands when this state was recovered. Their tasks go out marked as possible copies.
+    decided_before: int = 0
 
     @property
     def checkpoint_due(self) -> bool:

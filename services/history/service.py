@@ -27,6 +27,7 @@ from kadence.protocol.kafka import (
     position,
     topic_partitions,
     until_broker_answers,
+    watermarks,
 )
 from kadence.protocol.limits import (
     MAX_RECORD_VALUE_BYTES,
@@ -276,6 +277,11 @@ class HistoryService:
         for p, claim in claimed.items():
             if claim.checkpoint is not None:
                 log.info("event=checkpoint_restored partition=%d history_offset=%d", p, claim.checkpoint.history_offset)
+        ends = {p: end for p, (_, end) in watermarks(self.consumer, topics.COMMANDS, partitions).items()}
+        for p, end in ends.items():
+            recovered[p].decided_before = end
+        log.info("event=tasks_marked_as_copies_below partition_ends=%s reason=%r", ends,
+                 "an earlier owner may have decided these commands and dispatched their tasks")
         self.partitions.update(recovered)
         RECOVERY.set(time.monotonic() - started)
         return recovered
@@ -423,7 +429,10 @@ class HistoryService:
         if batch is None:
             return
         BATCHES.inc()
-        self._dispatching += self.task_records.of(batch, traceparent)
+        # A command an earlier owner may have decided: its tasks may be out already, read by a worker
+        # that is not the one this copy reaches (docs/architecture.md, "Exactly once").
+        decided_before = batch["source_offset"] < self.partitions[partition].decided_before
+        self._dispatching += self.task_records.of(batch, traceparent, maybe_copies=decided_before)
         replies = self.replies.of_batch(partition, batch)
         # The tasks carry their events; the log holds them once, as the batches' events.
         _leave_out_workflow_task_events(batch)

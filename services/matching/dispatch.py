@@ -31,6 +31,9 @@ TASK_KINDS: dict[str, topics.TaskKind] = {
     EffectType.ActivityTask: "activity", EffectType.ActivityCancellation: "activity",
 }
 
+# The tasks whose copies a worker runs only once history accepted their start (`redispatched`).
+MAY_BE_COPIES = frozenset({EffectType.WorkflowTask, EffectType.ActivityTask})
+
 
 @dataclass(frozen=True)
 class TaskRecord:
@@ -51,12 +54,16 @@ class TaskRecords:
     def __init__(self) -> None:
         self.tasks = task_codec()
 
-    def of(self, batch: Mapping[str, Any], traceparent: str | None = None) -> Iterator[TaskRecord]:
+    def of(self, batch: Mapping[str, Any], traceparent: str | None = None, *, maybe_copies: bool = False) -> Iterator[TaskRecord]:
         """The records of the batch's task effects; `traceparent` is the batch's, the parent of
-        each task's span."""
+        each task's span. `maybe_copies`: the batch decides a command again that an earlier owner
+        may have decided, so its workflow and activity tasks are marked `redispatched`, as copies a
+        worker may be running."""
         for section in run_sections(batch):
             for effect_type, effect in section.effects:
                 kind = TASK_KINDS.get(effect_type)
+                if maybe_copies and effect_type in MAY_BE_COPIES:
+                    effect = {**effect, "redispatched": True}
                 if kind is not None and not _expired(batch["workflow_id"], section.run_id, effect_type, effect):
                     # The history a query's answer must see: the run's events up to this batch's last.
                     history_length = section.first_event_id + len(section.events) - 1 if effect_type == EffectType.QueryTask else 0
