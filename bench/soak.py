@@ -1,13 +1,13 @@
 """A soak: workflows at a steady rate for a long while, with a fault every minute, on a local stack
 that runs two instances of each service and two workers, as Kubernetes runs them.
 
-    python -m bench.soak [--minutes 30] [--rate 20] [--fault-every 60] [--seed 1]
+    python -m bench.soak [--minutes 30] [--rate 20] [--fault-every 60] [--seed 1] [--faults service,worker,broker,postgres]
 
 Each workflow runs a local activity, an activity, a 1 s durable timer and another activity; each
 activity records every run of every attempt in a file of its own. Every `--fault-every` seconds
 one fault, drawn at random: a service instance SIGKILLed (the stack's supervisor starts it again,
 as Kubernetes would), a worker SIGKILLed (started again 3 s later), the broker SIGKILLed and
-started again on its log dir, or Postgres stopped for 20 s. At the end, once every workflow has
+started again on its log dir, or Postgres stopped for 20 s (`--faults` narrows the draw). At the end, once every workflow has
 a result, it checks what the project promises and prints it:
 - every workflow completed once, with its result, in one run (the audit of the whole log: no
   violation);
@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -58,6 +59,7 @@ MEMORY_WINDOW_S = 300.0
 MEMORY_SAMPLE_S = 10.0
 MEMORY_LOG_S = 60.0
 FLAT_WITHIN = 0.10
+FAULT_KINDS = ("service", "worker", "broker", "postgres")
 WORKER_DOWN_S = 3.0
 POSTGRES_DOWN_S = 20.0
 BROKER_DOWN_S = 1.0
@@ -145,10 +147,11 @@ def _rss_bytes(pid: int) -> int | None:
 
 
 class Soak:
-    def __init__(self, stack: LocalStack, runs_dir: Path, rng: random.Random) -> None:
+    def __init__(self, stack: LocalStack, runs_dir: Path, rng: random.Random, fault_kinds: list[str]) -> None:
         self.stack = stack
         self.runs_dir = runs_dir
         self.rng = rng
+        self.fault_kinds = fault_kinds
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.faults: list[tuple[float, str]] = []
         self.memory = Memory()
@@ -163,7 +166,7 @@ class Soak:
         return {**stack_processes(self.stack), **{name: process.pid for name, process in self.workers.items()}}
 
     async def fault(self, started: float) -> None:
-        kind = self.rng.choice(["service", "worker", "broker", "postgres"])
+        kind = self.rng.choice(self.fault_kinds)
         if kind == "service":
             instance = self.rng.choice(sorted(self.stack.services))
             os.kill(self.stack.services[instance].pid, signal.SIGKILL)  # the supervisor starts it again
@@ -189,6 +192,16 @@ class Soak:
         self.faults.append((time.monotonic() - started, what))
         log.warning("event=soak_fault at_s=%.0f fault=%r", time.monotonic() - started, what)
 
+    def python_blocks(self) -> dict[str, int]:
+        """Each service instance's kadence_python_allocated_blocks, from its /metrics."""
+        found = {}
+        for instance, port in self.stack.http_ports.items():
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+                for line in response.read().decode().splitlines():
+                    if line.startswith("kadence_python_allocated_blocks "):
+                        found[instance] = int(float(line.split()[1]))
+        return found
+
     async def sample_memory(self, stop: asyncio.Event) -> None:
         logged = 0.0
         while not stop.is_set():
@@ -196,13 +209,14 @@ class Soak:
             self.memory.sample(self.pids(), now)
             if now - logged >= MEMORY_LOG_S:  # the whole series, to tell a plateau from a leak afterwards
                 logged = now
-                log.info("event=soak_memory %s", " ".join(
-                    f"{name}={samples[-1][1] / 2**20:.1f}" for name, (_, samples) in sorted(self.memory.series.items())))
+                log.info("event=soak_memory %s python_blocks %s", " ".join(
+                    f"{name}={samples[-1][1] / 2**20:.1f}" for name, (_, samples) in sorted(self.memory.series.items())),
+                    " ".join(f"{name}={blocks}" for name, blocks in sorted((await asyncio.to_thread(self.python_blocks)).items())))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), MEMORY_SAMPLE_S)
 
 
-async def soak(minutes: float, rate: float, fault_every_s: float, seed: int, partitions: int) -> int:
+async def soak(minutes: float, rate: float, fault_every_s: float, seed: int, partitions: int, fault_kinds: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="kadence-soak-") as temp:
         stack = LocalStack(Path(temp) / "stack", kafka_port=0, partitions=partitions, broker_kind="kafka",
                            restart_backoff=RestartBackoff())
@@ -213,7 +227,7 @@ async def soak(minutes: float, rate: float, fault_every_s: float, seed: int, par
             for name in SERVICES:  # the second instance of each, as Kubernetes runs two
                 stack.start_service(name, f"{name}-2", env={"KADENCE_INSTANCE_ID": f"{name}-2"})
             os.environ.update(stack.env)
-            code = await _run(Soak(stack, runs_dir, random.Random(seed)), minutes, rate, fault_every_s)
+            code = await _run(Soak(stack, runs_dir, random.Random(seed), fault_kinds), minutes, rate, fault_every_s)
         finally:
             stack.stop()
         if code != 0:  # the logs of every process and the runs' records, to find out why
@@ -331,6 +345,7 @@ def main() -> None:
     parser.add_argument("--fault-every", type=float, default=60.0, help="seconds between faults")
     parser.add_argument("--seed", type=int, default=1, help="the faults' draw")
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--faults", default=",".join(FAULT_KINDS), help="the kinds of fault drawn from, comma-separated")
     parser.add_argument("--worker", metavar="IDENTITY", help=argparse.SUPPRESS)  # the soak's worker processes
     args = parser.parse_args()
     if args.worker:
@@ -338,7 +353,10 @@ def main() -> None:
         uvloop.run(run_worker(args.worker))
         return
     configure_logging("soak")
-    sys.exit(uvloop.run(soak(args.minutes, args.rate, args.fault_every, args.seed, args.partitions)))
+    fault_kinds = args.faults.split(",")
+    if unknown := set(fault_kinds) - set(FAULT_KINDS):
+        parser.error(f"unknown fault kinds {sorted(unknown)}: choose from {', '.join(FAULT_KINDS)}")
+    sys.exit(uvloop.run(soak(args.minutes, args.rate, args.fault_every, args.seed, args.partitions, fault_kinds)))
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ POSITION_INTERVAL_S = 1.0  # how often positions that moved without a record app
 REVOKE_STORE_TIMEOUT_S = 10.0
 
 # Records applied in one transaction, at most: bounds the memory of decoding a consumed batch.
-MAX_CHUNK_RECORDS = 2000
-MAX_CHUNK_BYTES = 1024 * 1024
+MAX_CHUNK_RECORDS = 500
+MAX_CHUNK_BYTES = 256 * 1024
+# What the consumer fetches ahead, at most (KiB). A projection stops taking records while Postgres is
+# away, and the fetched records wait in librdkafka meanwhile: its memory keeps that peak after.
+# Far more than a chunk, so a catch-up never waits for a fetch.
+PREFETCH_KBYTES = 2048
 
 OFFSETS_DDL = """
 CREATE TABLE IF NOT EXISTS kadence_consumer_offsets (
@@ -114,7 +118,8 @@ class ProjectionRunner:
         # Off a workflow's critical path, so it reads in batches (`batching_fetch`).
         self.consumer: Consumer = make_consumer(
             settings, f"kadence.{projection.name}", static_member=True,
-            **{"enable.auto.commit": False, **batching_fetch(settings.batching_fetch_wait_ms)},
+            **{"enable.auto.commit": False, "queued.max.messages.kbytes": PREFETCH_KBYTES,
+               **batching_fetch(settings.batching_fetch_wait_ms)},
         )
         self.dead_letters = make_producer(settings)
 

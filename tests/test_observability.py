@@ -21,7 +21,7 @@ from kadence.client import Client
 from kadence.dev.local_stack import SERVICES, LocalStack, free_port
 from kadence.protocol.observability import serve
 from kadence.worker import Worker
-from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, SleepyWorkflow
+from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, ParentOfTwoStepWorkflow, SleepyWorkflow
 
 # Each service reports its consumer lag per partition of the topic it follows.
 LAGGING = {"history": "kadence.commands", "matching": "kadence.history", "timer": "kadence.history", "visibility": "kadence.history"}
@@ -37,6 +37,8 @@ METRICS = {
 async def test_each_service_is_healthy_ready_and_counts_its_work(stack: LocalStack, client: Client, task_queue: str) -> None:
     async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
         await client.execute_workflow(SleepyWorkflow.run, 0.2, id=f"observed-{uuid.uuid4()}", task_queue=task_queue)
+        # A child's start and its answer to the parent go through matching's relay.
+        await client.execute_workflow(ParentOfTwoStepWorkflow.run, "x", id=f"observed-parent-{uuid.uuid4()}", task_queue=task_queue)
 
     async with aiohttp.ClientSession() as http:
         for service in SERVICES:

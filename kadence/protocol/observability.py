@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.exposition import choose_encoder
 
 from kadence.protocol import topics
@@ -33,6 +34,11 @@ from kadence.protocol.settings import KafkaSettings, env_int
 log = logging.getLogger("kadence.observability")
 
 ERRORS = Counter("kadence_errors_total", "Errors by kind (undecodable records, rejected commands, dead letters ...)", ["kind"])
+
+# Beside process_resident_memory_bytes: tells a process's Python objects from its C heap (librdkafka's
+# buffers, the allocator's free pages), so a growth in memory shows which one grew.
+ALLOCATED_BLOCKS = Gauge("kadence_python_allocated_blocks", "Memory blocks the Python interpreter holds (sys.getallocatedblocks)")
+ALLOCATED_BLOCKS.set_function(sys.getallocatedblocks)
 
 # The broker is asked for metadata this often, in the background: /readyz answers at once from the
 # last answer (a Kubernetes probe gives it a second), and a frozen broker costs no waiting request.

@@ -32,6 +32,12 @@ KAFKA_VERSION = re.search(r"<kafka.version>([^<]+)</kafka.version>", POM.read_te
 MIN_JAVA = 17  # Apache Kafka 4's brokers need Java 17
 # A bounded heap: plenty for one node serving tests and benchmarks (docs/architecture.md, "Brokers").
 JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+# Three nodes on one machine (a laptop, CI's two cores) beside the services: each JVM sized as one
+# CPU's worth (its GC and compiler threads) and compiling with C1 only, whose code is slower but
+# whose compiles cost a fraction of C2's, so three nodes starting and serving at once leave the
+# controllers the CPU their quorum needs.
+CLUSTER_JVM_OPTIONS = ("-Xms128m", "-Xmx384m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ActiveProcessorCount=1",
+                       "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
 
 
 def find_java() -> str | None:
@@ -201,11 +207,19 @@ class ApacheKafka(LocalBroker):
             **self._session_settings(),
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads and a smaller cleaner buffer than Kafka's defaults: a 2-core laptop, not a server.
-            "num.network.threads": "2",
-            "num.io.threads": "4",
+            **self._thread_settings(),
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         }
         return "".join(f"{key}={value}\n" for key, value in settings.items())
+
+    @property
+    def _jvm_options(self) -> tuple[str, ...]:
+        return CLUSTER_JVM_OPTIONS if self.node_count > 1 else JVM_OPTIONS
+
+    def _thread_settings(self) -> dict[str, str]:
+        if self.node_count > 1:  # three nodes share the machine's cores
+            return {"num.network.threads": "1", "num.io.threads": "2", "background.threads": "2"}
+        return {"num.network.threads": "2", "num.io.threads": "4"}
 
     def _session_settings(self) -> dict[str, str]:
         """How long a node's controller waits for its heartbeats before it fences it."""
@@ -228,7 +242,7 @@ class ApacheKafka(LocalBroker):
         cluster_id = new_cluster_id()
         formats = {
             node_id: subprocess.Popen(
-                [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
+                [self._java, *self._jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
                  # One argument each: an id may begin with "-", which the tool would take for an option.
                  "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={self.config_path(node_id)}"],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -242,5 +256,5 @@ class ApacheKafka(LocalBroker):
         log.info("event=kafka_formatted log_dirs=%s", ",".join(str(self.node_log_dir(node_id)) for node_id in self.nodes))
 
     def command(self, node_id: int) -> list[str]:
-        return [self._java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
+        return [self._java, *self._jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
                 "kafka.Kafka", str(self.config_path(node_id))]
