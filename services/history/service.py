@@ -474,7 +474,13 @@ class HistoryService:
         elif err is not None:
             self._produce_error = err
         elif msg.topic() == topics.HISTORY:
-            partition, offset = position(msg)
+            partition, offset = msg.partition(), msg.offset()
+            if partition is None or offset is None:
+                # Written, its offset not said: the broker had the batch from an earlier try of the
+                # idempotent producer (a leader change mid-request). history_offset stays before it,
+                # so a recovery from the next checkpoint reads it again, and the fencing rule skips it.
+                log.info("event=batch_delivered_without_offset partition=%s", partition)
+                return
             with self._offsets_lock:  # the delivery thread and a flush elsewhere may both serve reports
                 if (state := self.partitions.get(partition)) is not None:
                     state.history_offset = max(state.history_offset, offset + 1)
