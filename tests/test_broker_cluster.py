@@ -168,9 +168,16 @@ class LeaderWatch:
         return {p for p, sent, _ in self.waits if sent >= since} == set(range(self.stack.partitions))
 
 
+# The consumer groups' sessions: the stack's 2 s, on two cores that three JVMs share, run out while
+# a node restarts (a heartbeat late behind the starved coordinator), and each rebalance recovers
+# history's partitions again and sends the workers' tasks the slow way (docs/architecture.md,
+# "Exactly once"). deploy/ sets 10 s, and 30 s for the static members.
+CLUSTER_SESSION_TIMEOUT_MS = 10_000
+
+
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[LocalStack]:
-    with stack_of_its_own(monkeypatch, tmp_path, brokers=NODES) as stack:
+    with stack_of_its_own(monkeypatch, tmp_path, brokers=NODES, session_timeout_ms=CLUSTER_SESSION_TIMEOUT_MS) as stack:
         yield stack
 
 
