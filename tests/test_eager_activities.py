@@ -5,6 +5,7 @@ schedules on its own queue itself, with no task on the queue's topic (docs/archi
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -191,11 +192,12 @@ async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_st
     completion: asyncio.Future[object] = asyncio.get_running_loop().create_future()
     completion.set_result(None)  # delivered
     refusal: asyncio.Future[object] = asyncio.get_running_loop().create_future()  # not come yet
-    activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion, accepted_first=False)  # type: ignore[arg-type]
+    prompt = time.time() * 1000 + 60_000  # delivered in time: it runs at once
+    activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion, accepted_first=False, run_by=prompt)  # type: ignore[arg-type]
     key = (eager["run_id"], 13, 1)
     displaced = activities._attempts[key]
     queued = _activity_task(workflow_task, {**attrs, "activity_id": "2"}, 13, 0)
-    [start] = await activities._start_attempt(queued, None, accepted_first=False)
+    [start] = await activities._start_attempt(queued, None, accepted_first=False, run_by=prompt)
     await asyncio.wait_for(start, 10)
     assert displaced.refused and displaced.job is not None
     await asyncio.wait_for(asyncio.gather(displaced.job, return_exceptions=True), 10)
@@ -203,3 +205,68 @@ async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_st
     assert not activities._attempts[key].job.done()
     activities._cancel_attempt({**queued, "task": ("ActivityCancellation", {"scheduled_event_id": 13, "attempt": 1, "task_queue": ""})})
     await asyncio.wait_for(asyncio.gather(*activities._running, return_exceptions=True), 10)
+
+
+SLOW_ONCE: Counter[str] = Counter()  # how often outlast_the_task ran, by workflow id
+
+
+@activity.defn
+async def outlast_the_task(workflow_id: str) -> None:
+    """Outlasts its workflow task's 1 s timeout the first time, so history times the task out
+    before the completion that schedules the eager attempt reaches the log."""
+    SLOW_ONCE[workflow_id] += 1
+    if SLOW_ONCE[workflow_id] == 1:
+        await asyncio.sleep(3)
+
+
+@workflow.defn
+class LateCompletionWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        await workflow.execute_local_activity(outlast_the_task, workflow.info().workflow_id, start_to_close_timeout=timedelta(seconds=10))
+        return await workflow.execute_activity(take_a_moment, value, start_to_close_timeout=timedelta(seconds=30))
+
+
+async def test_an_eager_attempt_whose_completion_lands_after_its_task_timed_out_does_not_run(
+    client: Client, task_queue: str,
+) -> None:
+    """A workflow task's completion that reaches the log late (here its local activity outlasts
+    the task's timeout; in the soak, a broker restart held it) comes after history timed the task
+    out, and is refused. Its eager attempt must not run on the completion's delivery alone: the
+    retried task schedules the activity again, as attempt 1, and that would run it twice. It waits
+    for history's answer, which refuses it; the activity runs once, from the retried task."""
+    workflow_id = f"late-completion-{uuid.uuid4()}"
+    TAKEN.clear()
+    async with Worker(client, task_queue=task_queue, workflows=[LateCompletionWorkflow],
+                      activities=[take_a_moment, outlast_the_task]) as worker:
+        await asyncio.wait_for(worker.ready.wait(), 30)
+        handle = await client.start_workflow(LateCompletionWorkflow.run, "late", id=workflow_id, task_queue=task_queue,
+                                             task_timeout=timedelta(seconds=1))
+        assert await asyncio.wait_for(handle.result(), 60) == "late"
+    kinds = [e["attributes"][0] for e in (await handle.fetch_history()).events]
+    assert "WorkflowTaskTimedOut" in kinds, kinds
+    assert TAKEN == {"late": 1}, "attempt 1 ran once: not beside the one the retried task scheduled"
+
+
+async def test_an_attempt_whose_start_lands_late_runs_only_once_history_accepts_it(client: Client, task_queue: str) -> None:
+    """The queue's side of the test above: a start that reaches the log PROMPT_START_S after its
+    task was dispatched (the broker away, a backlog) may come after history dispatched a copy that
+    another worker started. Its attempt waits for history's answer; here a refusal (no such run),
+    so it never runs, where a prompt start's attempt runs at once and is cancelled by the refusal."""
+    worker = Worker(client, task_queue=task_queue, activities=[take_a_moment])
+    activities = worker._activity_worker
+    await client.expect_outcome("read model started")  # as a polling worker's is
+    workflow_task = {"workflow_id": f"late-start-{uuid.uuid4()}", "run_id": str(uuid.uuid4()),
+                     "task": ("WorkflowTask", {"task_queue": task_queue, "workflow_type": "Unknown", "scheduled_event_id": 2})}
+    attrs = {"activity_id": "1", "activity_type": "take_a_moment", "task_queue": "",
+             "input": client.data_converter.payload_converter.to_payloads(["late"]), "heartbeat_timeout_ms": 0,
+             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
+    TAKEN.clear()
+    now_ms = time.time() * 1000
+    for scheduled_event_id, value, run_by in ((5, "late", now_ms - 1), (6, "prompt", now_ms + 60_000)):
+        input = client.data_converter.payload_converter.to_payloads([value])
+        task = _activity_task(workflow_task, {**attrs, "activity_id": value, "input": input}, scheduled_event_id, 0)
+        [start] = await activities._start_attempt(task, None, accepted_first=False, run_by=run_by)
+        await asyncio.wait_for(start, 10)
+        await asyncio.wait_for(asyncio.gather(*activities._running, return_exceptions=True), 30)
+    assert TAKEN == {"prompt": 1}, "the late start's attempt waited for the refusal; the prompt one ran on delivery"

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Message
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from kadence import activity as activity_module
 from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
@@ -44,6 +44,19 @@ log = logging.getLogger("kadence.worker")
 
 # How many attempts a worker remembers asking to start: a later copy of one of their tasks is dropped.
 REMEMBERED_STARTS = 10_000
+
+# A start that reaches the log this long after its task was dispatched (the broker away, a backlog)
+# may come after history timed the task out or dispatched a copy of it (10 s after, by default):
+# its work runs only once history accepted it (docs/architecture.md, "Exactly once").
+PROMPT_START_S = 5.0
+
+
+def dispatched_ms(msg: Message) -> float:
+    """When history dispatched the task `msg` holds (the record's timestamp, ms): its start must be
+    in the log by PROMPT_START_S after for its work to run on delivery alone. A record without a
+    timestamp counts as dispatched long ago: its work waits for the answer."""
+    kind, timestamp_ms = msg.timestamp()
+    return float("-inf") if kind == TIMESTAMP_NOT_AVAILABLE or timestamp_ms <= 0 else float(timestamp_ms)
 
 AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
 
@@ -156,7 +169,8 @@ class ActivityWorker:
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
-            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg, task))
+            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg, task),
+                                             run_by=dispatched_ms(msg) + PROMPT_START_S * 1000)
 
     def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
@@ -187,17 +201,21 @@ class ActivityWorker:
         for _ in starts.tasks:
             self._slots.release()
 
-    def run_eagerly(self, starts: EagerStarts, completion: asyncio.Future[Message], *, accepted_first: bool) -> None:
+    def run_eagerly(self, starts: EagerStarts, completion: asyncio.Future[Message], *, accepted_first: bool, run_by: float) -> None:
         """Run the eager attempts once the completion that starts them is delivered, as attempts
-        from the task queue run once their starts are (`accepted_first`: once history accepted them)."""
+        from the task queue run once their starts are (`accepted_first`, or delivered after
+        `run_by`: once history accepted them)."""
         for task in starts.tasks:
             with tracing.child("worker eager ActivityTask", {"kadence.workflow_id": task["workflow_id"]}):
-                self._run_started(task, starts.request_id, starts.answer, completion, None, eager=True, accepted_first=accepted_first)
+                self._run_started(task, starts.request_id, starts.answer, completion, None, eager=True,
+                                  accepted_first=accepted_first, run_by=run_by)
 
-    async def _start_attempt(self, task: Record, problem: Exception | None, *, accepted_first: bool) -> list[asyncio.Future[Message]]:
+    async def _start_attempt(
+        self, task: Record, problem: Exception | None, *, accepted_first: bool, run_by: float,
+    ) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it: once its start is
-        in the log, or, `accepted_first`, once history accepted it (a task record that may be a
-        redelivery, whose attempt may have run already)."""
+        in the log, or once history accepted it where the record may be a redelivery, whose attempt
+        may have run already (`accepted_first`), or where the start reached the log after `run_by`."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
@@ -218,7 +236,7 @@ class ActivityWorker:
             self._slots.release()
             raise
         self._remember_asked(key)
-        self._run_started(task, request_id, answer, started, problem, accepted_first=accepted_first)
+        self._run_started(task, request_id, answer, started, problem, accepted_first=accepted_first, run_by=run_by)
         return [started]
 
     def _displace_eager_attempt(self, task: Record, key: AttemptKey) -> None:
@@ -239,18 +257,18 @@ class ActivityWorker:
 
     def _run_started(
         self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
-        problem: Exception | None, *, eager: bool = False, accepted_first: bool = False,
+        problem: Exception | None, *, eager: bool = False, accepted_first: bool, run_by: float,
     ) -> None:
-        """Run an attempt whose start was sent, in the slot taken for it (`accepted_first`: once its
-        start is accepted); a start that could not be sent is answered by nobody, so its answer is
-        not waited for."""
+        """Run an attempt whose start was sent, in the slot taken for it (`accepted_first`, or its
+        start delivered after `run_by`: once its start is accepted); a start that could not be sent
+        is answered by nobody, so its answer is not waited for."""
         at = task["task"][1]
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
         attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async, eager)
-        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, answer if accepted_first else None, problem))
+        job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, answer, accepted_first, run_by, problem))
         self._attempts[key] = attempt
         self._running.add(job)
         answer.add_done_callback(functools.partial(self._start_answered, task, attempt))
@@ -298,12 +316,12 @@ class ActivityWorker:
             attempt.cancel()
 
     async def _run_activity(
-        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], accepted: asyncio.Future[CommandOutcome] | None,
-        problem: Exception | None,
+        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        accepted_first: bool, run_by: float, problem: Exception | None,
     ) -> None:
         at = task["task"][1]
         try:
-            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, accepted, problem)
+            outcome = await self._attempt_outcome(task, attempt.heartbeater, started, answer, accepted_first, run_by, problem)
         finally:
             key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
             if self._attempts.get(key) is attempt:  # else displaced by the attempt now under its key
@@ -316,12 +334,12 @@ class ActivityWorker:
         await self._send(task["workflow_id"], kind, {**reply, **body})
 
     async def _attempt_outcome(
-        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], accepted: asyncio.Future[CommandOutcome] | None,
-        problem: Exception | None,
+        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        accepted_first: bool, run_by: float, problem: Exception | None,
     ) -> tuple[str, Record] | None:
         """The report on the attempt (its command and what it adds to the reply), once it ran;
         None for one completed later, by task token, and for one that did not run (its start not
-        sent, or, where it waits for `accepted`, not accepted)."""
+        sent, or, where it waits for the `answer` to its start, not accepted)."""
         at = task["task"][1]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
@@ -333,10 +351,15 @@ class ActivityWorker:
             # Not started: its retry timer dispatches it again (an eager one's completion, if it
             # landed after all, leaves it to its start-to-close timeout).
             return None
+        if not accepted_first and time.time() * 1000 > run_by:
+            accepted_first = True
+            log.info("event=activity_start_late workflow_id=%s run_id=%s activity_type=%s attempt=%d consequence=%r",
+                     workflow_id, run_id, at["activity_type"], at["attempt"],
+                     "runs once history accepts its start: its task may have timed out or gone to another worker meanwhile")
         try:
             # Within: a cancellation or a shutdown while the start's answer is awaited is reported
             # (history refuses the report unless the start was this worker's).
-            if accepted is not None and not await _start_accepted(task, accepted):
+            if accepted_first and not await _start_accepted(task, answer):
                 return None
             if problem is not None:
                 raise problem

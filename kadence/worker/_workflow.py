@@ -38,7 +38,7 @@ from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
-from kadence.worker._activity import ActivityWorker, failure_log_level
+from kadence.worker._activity import PROMPT_START_S, ActivityWorker, dispatched_ms, failure_log_level
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
 
 if TYPE_CHECKING:
@@ -157,7 +157,8 @@ class WorkflowWorker:
                 "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
             }):
                 redelivered = self._may_be_redelivered("workflow", msg, task)
-                deliveries += [(task, delivery) for delivery in await self._handle_workflow_task(task, earlier, redelivered)]
+                handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
+                deliveries += [(task, delivery) for delivery in handled]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -165,11 +166,12 @@ class WorkflowWorker:
                           task["workflow_id"], task["run_id"], str(outcome))
 
     async def _handle_workflow_task(
-        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None], redelivered: bool = False,
+        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None], redelivered: bool, dispatched: float,
     ) -> list[asyncio.Future[Any]]:
         """Activate the run with the task and answer it. A task record that may be a redelivery
         (`redelivered`) runs its local activities only once history accepted its start: the worker
-        that read the record before may have run them and completed the task."""
+        that read the record before may have run them and completed the task. `dispatched`: when
+        history dispatched the task (for the eager attempts its completion starts)."""
         if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
@@ -198,9 +200,9 @@ class WorkflowWorker:
         if instance.local_activities_to_run():  # they take a while: the start goes now
             if self._starts.take(start):
                 self._send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
-            return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands, accepted))]
+            return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands, accepted, dispatched))]
         self._forget_start_answer(accepted)
-        return [self._complete_workflow_task(task, instance, commands, start, eager_once_accepted=redelivered)]
+        return [self._complete_workflow_task(task, instance, commands, dispatched, start, eager_once_accepted=redelivered)]
 
     async def _start_answer(self, task: Record) -> StartAnswer:
         """The answer to the start of a task that may be a redelivery, asked for before the start can be sent."""
@@ -317,13 +319,15 @@ class WorkflowWorker:
         return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], start: HeldStart | None = None, *,
+        self, task: Record, instance: WorkflowInstance, commands: list[Any], dispatched: float, start: HeldStart | None = None, *,
         eager_once_accepted: bool = False,
     ) -> asyncio.Future[Message]:
         """Complete the task with the commands, after its start if it is still held. The eager
-        attempts the completion starts run once it is delivered, or, `eager_once_accepted` (a task
-        that may be a redelivery, whose completion may be refused as another worker's was
-        accepted), once history accepted their starts."""
+        attempts the completion starts run once it is delivered, or once history accepted their
+        starts where the completion may be refused: `eager_once_accepted` (a task that may be a
+        redelivery, whose completion another worker's may precede), or the completion delivered
+        late, PROMPT_START_S or half the task's timeout after history `dispatched` the task (it
+        may have timed out meanwhile: the broker away)."""
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
@@ -342,7 +346,8 @@ class WorkflowWorker:
             raise
         completion = _answer(sent)
         if starts is not None:
-            self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted)
+            prompt_s = min(PROMPT_START_S, instance.info.task_timeout.total_seconds() / 2)
+            self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted, run_by=dispatched + prompt_s * 1000)
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands) or wt["attempt"] > 1:
             # A retried task's events are written with ids past those it was dispatched with when others
@@ -409,7 +414,7 @@ class WorkflowWorker:
         })
 
     async def _complete_after_local_activities(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None,
+        self, task: Record, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None, dispatched: float,
     ) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
         it waits on nothing local; then complete the task with every command. With `accepted`, only
@@ -424,7 +429,7 @@ class WorkflowWorker:
         except Exception as exc:
             await self._fail_workflow_task(task, exc)
             return
-        await self._complete_workflow_task(task, instance, commands)
+        await self._complete_workflow_task(task, instance, commands, dispatched)
 
     async def _start_accepted(self, task: Record, accepted: StartAnswer) -> bool:
         """Whether history accepted the start of a task that may be a redelivery, so its local
