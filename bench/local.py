@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from kadence.dev.brokers import CHOICES
@@ -82,14 +83,25 @@ class CpuMeter:
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self._before: dict[str, float] = {}
+        self._banked: dict[str, float] = {}  # what processes since replaced had spent
 
     def start(self) -> None:
         self._before = {name: cpu_seconds(pid, with_children=name in PROCESS_TREES) for name, pid in self.pids.items()}
 
+    def replace(self, name: str, kill_and_start: Callable[[], int]) -> None:
+        """Kill a process and start its successor (`kill_and_start`, which returns the new pid),
+        counting what the first spent until then and the successor from its start."""
+        self._banked[name] = self._banked.get(name, 0.0) + self._spent(name)
+        self.pids[name] = kill_and_start()
+        self._before[name] = cpu_seconds(self.pids[name], with_children=name in PROCESS_TREES)
+
+    def _spent(self, name: str) -> float:
+        return cpu_seconds(self.pids[name], with_children=name in PROCESS_TREES) - self._before[name]
+
     def report(self, per_thousand: int | None = None) -> str:
         """The CPU-seconds each process spent; with `per_thousand` (the workflows run), also per
         1,000 of them, so runs of different sizes compare."""
-        spent = {name: cpu_seconds(pid, with_children=name in PROCESS_TREES) - self._before[name] for name, pid in self.pids.items()}
+        spent = {name: self._spent(name) + self._banked.get(name, 0.0) for name in self.pids}
         total = sum(spent.values())
         ranked = sorted(spent.items(), key=lambda item: -item[1])
         parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from prometheus_client import Counter
 
 from kadence.protocol.codec import RecordCodec, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
@@ -29,6 +30,7 @@ from services.history.machine.execution import RUNNING, Execution, closed_execut
 from services.history.partition import PartitionState
 
 log = logging.getLogger("kadence.history.checkpoint")
+STATE_BYTES = Counter("kadence_history_checkpoint_bytes_total", "Bytes of running executions' state that checkpoints wrote")
 
 CHECKPOINT_DDL = [
     """
@@ -185,6 +187,7 @@ class CheckpointStore:
                     "status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id",
                     [(partition, ex.workflow_id, ex.run_id, ex.status, ex.start_request_id) for ex in closed],
                 )
+            encoded = encode_state(state)
             conn.execute(
                 "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint, "
                 "closed_ids, closed_ids_history_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET "
@@ -193,9 +196,10 @@ class CheckpointStore:
                 # An unchanged filter is not written again (it may be megabytes), only said to still hold.
                 "closed_ids = COALESCE(EXCLUDED.closed_ids, kadence_history_checkpoints.closed_ids), "
                 "closed_ids_history_offset = EXCLUDED.closed_ids_history_offset",
-                (partition, owner[0], history_offset, state.resume_offset - 1, encode_state(state), checkpoint_codec().current_fingerprint,
+                (partition, owner[0], history_offset, state.resume_offset - 1, encoded, checkpoint_codec().current_fingerprint,
                  *_closed_ids_to_store(state.closed_ids, history_offset)),
             )
+        STATE_BYTES.inc(len(encoded))
         if state.closed_ids is not None:
             state.closed_ids.changed = False
         state.evict(closed)

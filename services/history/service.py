@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import psycopg
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import NewerSchemaVersion, UndecodableRecord, command_codec, history_batch_codec, writes_field
@@ -60,6 +60,17 @@ REDISPATCHED = Counter(
     ["task"],
 )
 RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery of assigned partitions took")
+# What the open runs held cost the command loop (bench/bench_open_runs.py reads them).
+PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+LOOP_PAUSE = Histogram(
+    "kadence_history_loop_pause_seconds",
+    "How long the command loop held one consumed batch: its apply, its tasks' dispatch, and a checkpoint when one was due",
+    buckets=PAUSE_BUCKETS,
+)
+CHECKPOINT_SECONDS = Histogram("kadence_history_checkpoint_seconds", "How long a checkpoint took to store every partition due",
+                               buckets=PAUSE_BUCKETS)
+EXECUTIONS_HELD = Gauge("kadence_history_executions_in_memory",
+                        "Executions the owned partitions hold in memory: open runs and runs closed since the last checkpoint")
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
@@ -157,6 +168,7 @@ class HistoryService:
         threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
             async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
+                held_since = time.monotonic()
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
                     continue
@@ -171,6 +183,7 @@ class HistoryService:
                 self._raise_produce_error()
                 if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
                     await self._checkpoint()
+                LOOP_PAUSE.observe(time.monotonic() - held_since)
         finally:
             self._produce_tasks()
             self.producer.flush(10)
@@ -233,7 +246,10 @@ class HistoryService:
             log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
                         stored, "Postgres does not answer", describe(exc))
             return
-        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, time.monotonic() - started)
+        took = time.monotonic() - started
+        CHECKPOINT_SECONDS.observe(took)
+        EXECUTIONS_HELD.set(sum(len(state.executions) for state in self.partitions.values()))
+        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, took)
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:

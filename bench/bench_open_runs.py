@@ -1,0 +1,277 @@
+"""What the open runs it holds cost the history service: N workflows waiting on a one-hour durable
+timer, the way Temporal's users keep subscriptions and orders open for days.
+
+    python -m bench.bench_open_runs [--runs 10000 100000] [--partitions 8] [--broker kafka|tansu]
+
+For each N, on a fresh local stack (one instance of each service; the worker in this process):
+- the start rate of the first 1,000 starts (no run open, after 500 workflows that close at once
+  warmed the path up) and of the last 1,000 (N open), each start returning once history answered it;
+- while the last 1,000 start: history's checkpoints (mean and longest, bytes each, the share of
+  the time spent in them) and the longest its command loop held a batch, from its /metrics
+  (`kadence_history_checkpoint_seconds`, `kadence_history_checkpoint_bytes_total`,
+  `kadence_history_loop_pause_seconds`: a histogram, so "at most" its bucket's bound);
+- history's resident memory once the N are open, and what it grew by a run since the warm-up;
+- SIGKILL of history, started again at once: until its /readyz answers 200, and until a new
+  workflow (no timer) has its result;
+- a bulk cancel of the N (one cancel request each, 200 in flight): cancels per second until the
+  read model lists none running.
+It prints the figures per N, the broker's own round trip, and the CPU-seconds each process spent.
+Runs outside CI: N = 1,000,000 takes hours on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import statistics
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import uvloop
+from prometheus_client.parser import text_string_to_metric_families
+
+from bench.bench_workflows import broker_round_trip
+from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
+from kadence import workflow
+from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
+from kadence.worker import Worker
+
+TASK_QUEUE = "bench-open-runs"
+MEASURED_STARTS = 1000
+WARM_UP = 500
+IN_FLIGHT = 200
+OPEN_TIMER = timedelta(hours=1)
+READY_TIMEOUT_S = 300.0
+CANCEL_TIMEOUT_S = 3600.0
+
+
+@workflow.defn
+class OpenRunWorkflow:
+    """Open until cancelled: a one-hour durable timer."""
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.sleep(OPEN_TIMER)
+
+
+@workflow.defn
+class ProbeWorkflow:
+    """Done at its first workflow task: whether history serves again."""
+
+    @workflow.run
+    async def run(self) -> str:
+        return "served"
+
+
+@dataclass
+class Histogram:
+    """One histogram of a /metrics page: cumulative counts by upper bound, and its sum."""
+
+    buckets: dict[float, float]
+    total: float
+
+    @property
+    def count(self) -> float:
+        return self.buckets.get(float("inf"), 0.0)
+
+    def since(self, before: Histogram) -> Histogram:
+        return Histogram({le: n - before.buckets.get(le, 0.0) for le, n in self.buckets.items()}, self.total - before.total)
+
+    def at_most(self) -> float:
+        """The smallest bucket bound that holds every observation (inf: beyond the last bound)."""
+        return min((le for le, n in self.buckets.items() if n >= self.count), default=0.0)
+
+
+@dataclass
+class HistoryMetrics:
+    loop_pause: Histogram
+    checkpoint: Histogram
+    checkpoint_bytes: float
+
+    def since(self, before: HistoryMetrics) -> HistoryMetrics:
+        return HistoryMetrics(self.loop_pause.since(before.loop_pause), self.checkpoint.since(before.checkpoint),
+                              self.checkpoint_bytes - before.checkpoint_bytes)
+
+
+def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['history']}/metrics", timeout=5) as response:
+        page = response.read().decode()
+    histograms: dict[str, Histogram] = {}
+    checkpoint_bytes = 0.0
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                histograms.setdefault(family.name, Histogram({}, 0.0)).buckets[float(sample.labels["le"])] = sample.value
+            elif sample.name.endswith("_sum") and family.type == "histogram":
+                histograms.setdefault(family.name, Histogram({}, 0.0)).total = sample.value
+            elif sample.name == "kadence_history_checkpoint_bytes_total":
+                checkpoint_bytes = sample.value
+    return HistoryMetrics(histograms["kadence_history_loop_pause_seconds"], histograms["kadence_history_checkpoint_seconds"],
+                          checkpoint_bytes)
+
+
+def resident_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"process {pid} reports no VmRSS")
+
+
+async def settled_resident_mib(pid: int, samples: int = 5) -> float:
+    """The median of a few samples a second apart: the last starts' work done."""
+    resident = []
+    for _ in range(samples):
+        await asyncio.sleep(1.0)
+        resident.append(resident_mib(pid))
+    return statistics.median(resident)
+
+
+async def in_flight(count: int, one: Callable[[int], Awaitable[None]], first: int = 0) -> float:
+    """Seconds to run `one(i)` for `count` indexes from `first`, at most IN_FLIGHT at once."""
+    slots = asyncio.Semaphore(IN_FLIGHT)
+
+    async def bounded(i: int) -> None:
+        async with slots:
+            await one(i)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(bounded(i) for i in range(first, first + count)))
+    return time.perf_counter() - began
+
+
+def restart_history(stack: LocalStack) -> int:
+    """SIGKILL the history service and start it again at once; its new pid."""
+    stack.kill_service("history")
+    stack.start_service("history")
+    return stack.services["history"].pid
+
+
+def history_ready(stack: LocalStack) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['history']}/readyz", timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class Figures:
+    runs: int
+    start_rate_empty: float
+    start_rate_full: float
+    history_rss_mib: float
+    history_rss_empty_mib: float
+    while_full: HistoryMetrics
+    full_s: float
+    kill_to_ready_s: float
+    kill_to_served_s: float
+    cancel_rate: float
+
+    def report(self) -> str:
+        checkpoints = self.while_full.checkpoint
+        mean = checkpoints.total / checkpoints.count if checkpoints.count else 0.0
+        each = self.while_full.checkpoint_bytes / checkpoints.count if checkpoints.count else 0.0
+        return "\n".join([
+            f"open runs:            {self.runs:,}",
+            f"start rate:           {self.start_rate_empty:.0f} workflows/s with none open, "
+            f"{self.start_rate_full:.0f} with {self.runs:,} open ({self.start_rate_full / self.start_rate_empty:.0%})",
+            f"history RSS:          {self.history_rss_mib:.0f} MiB, {self.history_rss_empty_mib:.0f} with none open "
+            f"({(self.history_rss_mib - self.history_rss_empty_mib) * 1024 / self.runs:.1f} KiB a run)",
+            f"checkpoints:          {checkpoints.count:.0f} while the last {MEASURED_STARTS:,} started: mean {mean:.2f} s, "
+            f"longest at most {checkpoints.at_most():g} s, {each / 2**20:.1f} MiB each, "
+            f"{checkpoints.total / self.full_s:.0%} of the time",
+            f"command loop:         held a batch at most {self.while_full.loop_pause.at_most():g} s",
+            f"SIGKILL of history:   ready {self.kill_to_ready_s:.1f} s later, a new workflow done {self.kill_to_served_s:.1f} s later",
+            f"bulk cancel:          {self.cancel_rate:.0f} runs/s",
+        ])
+
+
+async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
+    client = await Client.connect(stack.settings.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
+    history_pid = stack.services["history"].pid
+    try:
+        async with Worker(client, task_queue=TASK_QUEUE, workflows=[OpenRunWorkflow, ProbeWorkflow]):
+
+            async def start(i: int) -> None:
+                await client.start_workflow(OpenRunWorkflow.run, id=f"open-{i}", task_queue=TASK_QUEUE)
+
+            async def probe(i: int) -> None:
+                await client.execute_workflow(ProbeWorkflow.run, id=f"probe-warm-up-{i}", task_queue=TASK_QUEUE)
+
+            await in_flight(WARM_UP, probe)
+            rss_empty = await settled_resident_mib(history_pid)
+            empty_s = await in_flight(MEASURED_STARTS, start)
+            await in_flight(runs - 2 * MEASURED_STARTS, start, first=MEASURED_STARTS)
+            before = await asyncio.to_thread(read_history_metrics, stack)
+            full_s = await in_flight(MEASURED_STARTS, start, first=runs - MEASURED_STARTS)
+            while_full = (await asyncio.to_thread(read_history_metrics, stack)).since(before)
+            rss = await settled_resident_mib(history_pid)
+
+            killed = time.monotonic()
+            await asyncio.to_thread(cpu.replace, "history", lambda: restart_history(stack))
+            while not await asyncio.to_thread(history_ready, stack):
+                if time.monotonic() - killed > READY_TIMEOUT_S:
+                    raise TimeoutError(f"history not ready {READY_TIMEOUT_S:.0f} s after its SIGKILL with {runs} open runs")
+                await asyncio.sleep(0.05)
+            ready_s = time.monotonic() - killed
+            await asyncio.wait_for(client.execute_workflow(ProbeWorkflow.run, id="probe-after-kill", task_queue=TASK_QUEUE),
+                                   READY_TIMEOUT_S)
+            served_s = time.monotonic() - killed
+
+            async def cancel(i: int) -> None:
+                await client.get_workflow_handle(f"open-{i}").cancel()
+
+            cancelling = time.monotonic()
+            await in_flight(runs, cancel)
+            running = "WorkflowType = 'OpenRunWorkflow' AND ExecutionStatus = 'Running'"
+            while (await client.count_workflows(running)).count:
+                if time.monotonic() - cancelling > CANCEL_TIMEOUT_S:
+                    raise TimeoutError(f"runs still open {CANCEL_TIMEOUT_S:.0f} s after their cancel was requested")
+                await asyncio.sleep(0.5)
+            cancel_s = time.monotonic() - cancelling
+    finally:
+        await client.close()
+    return Figures(runs, MEASURED_STARTS / empty_s, MEASURED_STARTS / full_s, rss, rss_empty, while_full, full_s, ready_s, served_s,
+                   runs / cancel_s)
+
+
+def bench(runs: int, partitions: int, broker: str | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
+        stack = LocalStack(Path(data_dir), partitions=partitions, broker_kind=broker)
+        stack.start()
+        try:
+            cpu = CpuMeter({**stack_processes(stack), "client and worker": os.getpid()})
+            cpu.start()
+            figures = uvloop.run(measure(stack, runs, cpu))
+            print(describe_broker(stack))
+            print(figures.report())
+            print(cpu.report())
+            round_trip = sorted(broker_round_trip(stack.settings, 200))
+            print(f"broker round trip:    p50 {round_trip[len(round_trip) // 2]:.2f} ms")
+        finally:
+            stack.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, nargs="+", default=[10_000])
+    parser.add_argument("--partitions", type=int, default=8)
+    add_broker_option(parser)
+    args = parser.parse_args()
+    if min(args.runs) < 2 * MEASURED_STARTS:
+        parser.error(f"--runs must be at least {2 * MEASURED_STARTS}: the first and the last {MEASURED_STARTS} starts are timed")
+    logging.basicConfig(level=logging.WARNING)
+    for runs in args.runs:
+        bench(runs, args.partitions, args.broker)
+
+
+if __name__ == "__main__":
+    main()
