@@ -8,16 +8,18 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from kadence import activity, workflow
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
-from kadence.protocol.codec import build_codec, command_codec, writes_field
+from kadence.protocol.codec import Record, build_codec, command_codec, writes_field
 from kadence.protocol.kafka import read_to_end, topic_partitions
 from kadence.worker import Worker
-from kadence.worker._activity import EagerStarts
+from kadence.worker._activity import ActivityWorker, EagerStarts
 from kadence.worker._workflow import _activity_task
 from tests.workflows import FanOutWorkflow, HeartbeatWorkflow, count_with_heartbeats, echo
 
@@ -174,20 +176,30 @@ async def until_cancelled(value: str) -> str:
     return value
 
 
+async def unpolled_activity_worker(client: Client, task_queue: str, activity: Callable[..., Any]) -> ActivityWorker:
+    """The activity side of a worker that polls nothing, its read model started as a polling worker's is."""
+    activities = Worker(client, task_queue=task_queue, activities=[activity])._activity_worker
+    await client.expect_outcome("read model started")
+    return activities
+
+
+def activity_task(client: Client, workflow_task: Record, activity_type: str, value: str, scheduled_event_id: int) -> Record:
+    """An activity task of `workflow_task`'s run, as history would dispatch it, with `value` as its input."""
+    attrs = {"activity_id": value, "activity_type": activity_type, "task_queue": "",
+             "input": client.data_converter.payload_converter.to_payloads([value]), "heartbeat_timeout_ms": 0,
+             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
+    return _activity_task(workflow_task, attrs, scheduled_event_id, 0)
+
+
 async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_stops_that_attempt(client: Client, task_queue: str) -> None:
     """The worker's side of the test above, without its race: an eager attempt runs under the id
     it foresaw, its refusal not come yet, when the queue hands this worker a task for that id (so
     another activity's). The eager attempt is cancelled before the task's start is sent and will
     report nothing; the task's attempt runs under the key, and its cancellation reaches it."""
-    worker = Worker(client, task_queue=task_queue, activities=[until_cancelled])
-    activities = worker._activity_worker
-    await client.expect_outcome("read model started")  # as a polling worker's is
+    activities = await unpolled_activity_worker(client, task_queue, until_cancelled)
     workflow_task = {"workflow_id": f"displaced-{uuid.uuid4()}", "run_id": str(uuid.uuid4()),
                      "task": ("WorkflowTask", {"task_queue": task_queue, "workflow_type": "Shifted", "scheduled_event_id": 8})}
-    attrs = {"activity_id": "3", "activity_type": "until_cancelled", "task_queue": "",
-             "input": client.data_converter.payload_converter.to_payloads(["c"]), "heartbeat_timeout_ms": 0,
-             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
-    eager = _activity_task(workflow_task, attrs, 13, 0)
+    eager = activity_task(client, workflow_task, "until_cancelled", "c", 13)
     assert activities._slots.try_acquire()  # the slot claim_eager_slot takes (this worker polls no partition)
     completion: asyncio.Future[object] = asyncio.get_running_loop().create_future()
     completion.set_result(None)  # delivered
@@ -196,7 +208,7 @@ async def test_a_task_from_the_queue_under_the_key_of_a_running_eager_attempt_st
     activities.run_eagerly(EagerStarts([eager], "eager-request", refusal), completion, accepted_first=False, run_by=prompt)  # type: ignore[arg-type]
     key = (eager["run_id"], 13, 1)
     displaced = activities._attempts[key]
-    queued = _activity_task(workflow_task, {**attrs, "activity_id": "2"}, 13, 0)
+    queued = activity_task(client, workflow_task, "until_cancelled", "b", 13)
     [start] = await activities._start_attempt(queued, None, accepted_first=False, run_by=prompt)
     await asyncio.wait_for(start, 10)
     assert displaced.refused and displaced.job is not None
@@ -253,19 +265,13 @@ async def test_an_attempt_whose_start_lands_late_runs_only_once_history_accepts_
     task was dispatched (the broker away, a backlog) may come after history dispatched a copy that
     another worker started. Its attempt waits for history's answer; here a refusal (no such run),
     so it never runs, where a prompt start's attempt runs at once and is cancelled by the refusal."""
-    worker = Worker(client, task_queue=task_queue, activities=[take_a_moment])
-    activities = worker._activity_worker
-    await client.expect_outcome("read model started")  # as a polling worker's is
+    activities = await unpolled_activity_worker(client, task_queue, take_a_moment)
     workflow_task = {"workflow_id": f"late-start-{uuid.uuid4()}", "run_id": str(uuid.uuid4()),
                      "task": ("WorkflowTask", {"task_queue": task_queue, "workflow_type": "Unknown", "scheduled_event_id": 2})}
-    attrs = {"activity_id": "1", "activity_type": "take_a_moment", "task_queue": "",
-             "input": client.data_converter.payload_converter.to_payloads(["late"]), "heartbeat_timeout_ms": 0,
-             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
     TAKEN.clear()
     now_ms = time.time() * 1000
     for scheduled_event_id, value, run_by in ((5, "late", now_ms - 1), (6, "prompt", now_ms + 60_000)):
-        input = client.data_converter.payload_converter.to_payloads([value])
-        task = _activity_task(workflow_task, {**attrs, "activity_id": value, "input": input}, scheduled_event_id, 0)
+        task = activity_task(client, workflow_task, "take_a_moment", value, scheduled_event_id)
         [start] = await activities._start_attempt(task, None, accepted_first=False, run_by=run_by)
         await asyncio.wait_for(start, 10)
         await asyncio.wait_for(asyncio.gather(*activities._running, return_exceptions=True), 30)
