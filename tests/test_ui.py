@@ -394,7 +394,8 @@ async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_serv
                                    data_converter=dataclasses.replace(DataConverter.default, payload_codec=codec))
     workflow_id = f"ui-sealed-{uuid.uuid4()}"
     try:  # no worker polls the queue: the input stays in the started event, sealed
-        await sealing.start_workflow(EchoWorkflow.run, SECRET, id=workflow_id, task_queue=f"{QUEUE}-unpolled")
+        handle = await sealing.start_workflow(EchoWorkflow.run, SECRET, id=workflow_id, task_queue=f"{QUEUE}-unpolled")
+        await handle.describe()  # the UI reads the read model, which the start's reply may precede
     finally:
         await sealing.close()
 
