@@ -38,7 +38,7 @@ import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_workflows import broker_round_trip
-from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
+from bench.local import CpuMeter, add_broker_option, describe_broker, resident_bytes, stack_processes
 from kadence import workflow
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
@@ -118,19 +118,15 @@ def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
                           checkpoint_bytes)
 
 
-def resident_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"process {pid} reports no VmRSS")
-
-
 async def settled_resident_mib(pid: int, samples: int = 5) -> float:
     """The median of a few samples a second apart: the last starts' work done."""
     resident = []
     for _ in range(samples):
         await asyncio.sleep(1.0)
-        resident.append(resident_mib(pid))
+        rss = resident_bytes(pid)
+        if rss is None:
+            raise RuntimeError(f"process {pid} is gone: no resident memory to measure")
+        resident.append(rss / 2**20)
     return statistics.median(resident)
 
 
@@ -152,14 +148,6 @@ def restart_history(stack: LocalStack) -> int:
     stack.kill_service("history")
     stack.start_service("history")
     return stack.services["history"].pid
-
-
-def history_ready(stack: LocalStack) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['history']}/readyz", timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
 
 
 @dataclass
@@ -217,10 +205,7 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
 
             killed = time.monotonic()
             await asyncio.to_thread(cpu.replace, "history", lambda: restart_history(stack))
-            while not await asyncio.to_thread(history_ready, stack):
-                if time.monotonic() - killed > READY_TIMEOUT_S:
-                    raise TimeoutError(f"history not ready {READY_TIMEOUT_S:.0f} s after its SIGKILL with {runs} open runs")
-                await asyncio.sleep(0.05)
+            await asyncio.to_thread(stack.wait_until_ready, READY_TIMEOUT_S)  # the others are: until history's /readyz says 200
             ready_s = time.monotonic() - killed
             await asyncio.wait_for(client.execute_workflow(ProbeWorkflow.run, id="probe-after-kill", task_queue=TASK_QUEUE),
                                    READY_TIMEOUT_S)

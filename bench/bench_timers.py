@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.local import add_broker_option, describe_broker
+from bench.local import add_broker_option, describe_broker, resident_bytes
 from bench.timer_load import FiredTimers, TimerLoad
 from kadence.dev.local_stack import LocalStack
 from services.timer.store import now_ms
@@ -30,8 +30,7 @@ HORIZON_MS = 1000
 
 
 def rss_mb(stack: LocalStack) -> float:
-    status = Path(f"/proc/{stack.services['timer'].pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+    return (resident_bytes(stack.services["timer"].pid) or 0) / 2**20
 
 
 def percentiles(values: list[int]) -> str:

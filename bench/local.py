@@ -32,6 +32,17 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
+def resident_bytes(pid: int) -> int | None:
+    """A process's resident set size now (Linux /proc); None for a process gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
 def cpu_seconds(pid: int, *, with_children: bool = False) -> float:
     """User plus system CPU a process has spent so far (Linux /proc; 0 for a process gone). With
     `with_children`, its living descendants' too and what its exited children spent: Postgres

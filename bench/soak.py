@@ -43,7 +43,7 @@ from pathlib import Path
 
 import uvloop
 
-from bench.local import stack_processes
+from bench.local import resident_bytes, stack_processes
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.dev.local_stack import SERVICES, LocalStack, RestartBackoff
@@ -113,7 +113,7 @@ class Memory:
 
     def sample(self, pids: dict[str, int], now: float) -> None:
         for name, pid in pids.items():
-            rss = _rss_bytes(pid)
+            rss = resident_bytes(pid)
             if rss is None:
                 continue
             known_pid, samples = self.series.get(name, (pid, []))
@@ -134,16 +134,6 @@ class Memory:
             last = statistics.median(rss for at, rss in counted if at > counted[-1][0] - MEMORY_WINDOW_S)
             rows.append((name, first / 2**20, last / 2**20, last / first - 1))
         return rows
-
-
-def _rss_bytes(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
 
 
 class Soak:
