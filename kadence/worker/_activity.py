@@ -52,11 +52,18 @@ PROMPT_START_S = 5.0
 
 
 def dispatched_ms(msg: Message) -> float:
-    """When history dispatched the task `msg` holds (the record's timestamp, ms): its start must be
-    in the log by PROMPT_START_S after for its work to run on delivery alone. A record without a
-    timestamp counts as dispatched long ago: its work waits for the answer."""
+    """When history dispatched the task `msg` holds (the record's timestamp, ms). A record without
+    a timestamp counts as dispatched long ago: its work waits for the answer."""
     kind, timestamp_ms = msg.timestamp()
     return float("-inf") if kind == TIMESTAMP_NOT_AVAILABLE or timestamp_ms <= 0 else float(timestamp_ms)
+
+
+def run_by_ms(dispatched: float, task_timeout: timedelta | None = None) -> float:
+    """By when (wall clock, ms) the start of a task history `dispatched` must be in the log for its
+    work to run on delivery alone: PROMPT_START_S after, and for the eager attempts of a workflow
+    task's completion within half that task's timeout too (after it, history may time it out)."""
+    limit_s = PROMPT_START_S if task_timeout is None else min(PROMPT_START_S, task_timeout.total_seconds() / 2)
+    return dispatched + limit_s * 1000
 
 AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
 
@@ -170,7 +177,7 @@ class ActivityWorker:
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
             return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg, task),
-                                             run_by=dispatched_ms(msg) + PROMPT_START_S * 1000)
+                                             run_by=run_by_ms(dispatched_ms(msg)))
 
     def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
@@ -351,15 +358,15 @@ class ActivityWorker:
             # Not started: its retry timer dispatches it again (an eager one's completion, if it
             # landed after all, leaves it to its start-to-close timeout).
             return None
-        if not accepted_first and time.time() * 1000 > run_by:
-            accepted_first = True
+        late = not accepted_first and time.time() * 1000 > run_by
+        if late:
             log.info("event=activity_start_late workflow_id=%s run_id=%s activity_type=%s attempt=%d consequence=%r",
                      workflow_id, run_id, at["activity_type"], at["attempt"],
                      "runs once history accepts its start: its task may have timed out or gone to another worker meanwhile")
         try:
             # Within: a cancellation or a shutdown while the start's answer is awaited is reported
             # (history refuses the report unless the start was this worker's).
-            if accepted_first and not await _start_accepted(task, answer):
+            if (accepted_first or late) and not await _start_accepted(task, answer):
                 return None
             if problem is not None:
                 raise problem

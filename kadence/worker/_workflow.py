@@ -38,7 +38,7 @@ from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
-from kadence.worker._activity import PROMPT_START_S, ActivityWorker, dispatched_ms, failure_log_level
+from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
 
 if TYPE_CHECKING:
@@ -346,8 +346,8 @@ class WorkflowWorker:
             raise
         completion = _answer(sent)
         if starts is not None:
-            prompt_s = min(PROMPT_START_S, instance.info.task_timeout.total_seconds() / 2)
-            self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted, run_by=dispatched + prompt_s * 1000)
+            self._activities.run_eagerly(starts, completion, accepted_first=eager_once_accepted,
+                                         run_by=run_by_ms(dispatched, instance.info.task_timeout))
         completed = asyncio.ensure_future(self._completed_or_too_large(task, completion, answer[-1][1].get("started_time_ms")))
         if instance.closed or any(kind in CLOSE_COMMANDS for kind, _ in commands) or wt["attempt"] > 1:
             # A retried task's events are written with ids past those it was dispatched with when others
