@@ -28,11 +28,6 @@ from kadence.ops.audit import audit_history
 from kadence.ops.task_queues import describe_task_queue
 from kadence.protocol.kafka import partition_for_key
 from kadence.worker import Worker
-from services.history.checkpoint import CheckpointStore
-from services.history.machine.execution import closed_execution
-from services.history.machine.lifecycle import decide_start
-from services.history.partition import PartitionState
-from services.history.step import commit
 from tests.conftest import audit_of, local_stack, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
@@ -285,36 +280,6 @@ async def test_history_service_killed_at_random_points_under_500_workflows_with_
         assert kinds.count("ActivityTaskStarted") == 2 and kinds[-1] == "WorkflowExecutionCompleted"
 
 
-def test_only_the_latest_owner_of_a_partition_may_store_its_checkpoint(stack: LocalStack) -> None:
-    deposed, owner = CheckpointStore(stack.postgres_dsn), CheckpointStore(stack.postgres_dsn)
-    partition = 1000  # not a partition the running history service owns
-    try:
-        deposed.claim([partition])
-        assert deposed.save(PartitionState(partition), 7)
-        assert owner.claim([partition])[partition].checkpoint.history_offset == 7  # type: ignore[union-attr]
-        assert not deposed.save(PartitionState(partition), 9), "a deposed owner's checkpoint must be refused"
-        assert owner.save(PartitionState(partition), 11)
-    finally:
-        deposed.close()
-        owner.close()
-
-
-def test_a_checkpoint_of_another_schema_version_is_skipped_for_the_log(stack: LocalStack) -> None:
-    """After an upgrade that changed the checkpoint's schema, recovery reads the log instead of
-    decoding a blob written with another schema."""
-    store = CheckpointStore(stack.postgres_dsn)
-    partition = 1002  # not a partition the running history service owns
-    try:
-        store.claim([partition])
-        assert store.save(PartitionState(partition), 5)
-        assert store.claim([partition])[partition].checkpoint.history_offset == 5  # type: ignore[union-attr]
-        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
-            conn.execute("UPDATE kadence_history_checkpoints SET schema_fingerprint = 'an-earlier-one' WHERE partition = %s", (partition,))
-        assert store.claim([partition])[partition].checkpoint is None
-    finally:
-        store.close()
-
-
 async def test_a_restarted_history_service_recovers_from_its_checkpoint(stack: LocalStack, client: Client, task_queue: str) -> None:
     async def checkpoints_stored() -> int:
         async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
@@ -379,43 +344,6 @@ async def _checkpointed_only_when_written(stack: LocalStack, client: Client, tas
     quiet = [p for p in range(stack.partitions) if p != busy and after[p][0] == before[p][0]]
     assert quiet, f"every partition wrote a batch meanwhile: {before} -> {after}"
     assert {p: after[p] for p in quiet} == {p: before[p] for p in quiet}, "a partition that wrote nothing was checkpointed again"
-
-
-def test_a_checkpoint_moves_closed_runs_out_of_memory_and_they_are_found_again(stack: LocalStack) -> None:
-    store = CheckpointStore(stack.postgres_dsn)
-    partition = 1001  # not a partition the running history service owns
-    state = PartitionState(partition)
-    start = {
-        "workflow_type": "T", "task_queue": "q", "input": [], "request_id": "", "workflow_task_timeout_ms": 0,
-        "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {},
-    }
-    commit(state, decide_start(None, "open-1", start, "test", 0, partition, 0), partition, 0)
-    state.executions["done-1"] = closed_execution("done-1", "r2", "Completed", "start-7")
-    try:
-        store.claim([partition])
-        assert store.save(state, 3)
-        assert list(state.executions) == ["open-1"]
-        (found,) = store.closed_runs([(partition, "done-1"), (partition, "never-started"), (partition + 1, "done-1")])
-        assert found == (partition, closed_execution("done-1", "r2", "Completed", "start-7"))
-        claimed = store.claim([partition])[partition]
-        assert list(claimed.state(partition).executions) == ["open-1"]
-        # Which ids have a closed run stored, read from the table (the state stored held none).
-        assert claimed.closed_ids.may_hold("done-1") and not claimed.closed_ids.may_hold("never-started")
-        state = claimed.state(partition)
-        state.executions["done-2"] = closed_execution("done-2", "r3", "Failed", "start-8")
-        assert store.save(state, 4)
-        # Now from the checkpoint: the ids of both closed runs.
-        again = store.claim([partition])[partition].closed_ids
-        assert again.may_hold("done-1") and again.may_hold("done-2") and not again.may_hold("never-started")
-        # A release without ClosedIds checkpointing the partition (a rollback) moves history_offset
-        # and stores closed runs without touching the filter: the claim after reads the table.
-        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
-            conn.execute("UPDATE kadence_history_checkpoints SET history_offset = 9 WHERE partition = %s", (partition,))
-            conn.execute("INSERT INTO kadence_history_closed_runs VALUES (%s, 'done-3', 'r4', 'Completed', 'start-9')", (partition,))
-        after_rollback = store.claim([partition])[partition].closed_ids
-        assert all(after_rollback.may_hold(workflow_id) for workflow_id in ("done-1", "done-2", "done-3"))
-    finally:
-        store.close()
 
 
 async def test_a_closed_run_evicted_from_memory_still_decides_id_reuse_and_retried_starts(

@@ -10,13 +10,13 @@ from kadence.common import retry_backoff_ms
 from kadence.protocol.limits import MAX_HISTORY_BYTES
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._workflow import SINGLE_EVENT_COMMANDS
-from services.history.checkpoint import decode_state, encode_state
 from services.history.machine.activity import activity_retry_state
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
 from services.history.machine.execution import ActivityState
 from services.history.machine.transition import Redispatch, Rejected
 from services.history.partition import PartitionState
+from services.history.snapshot import RunRow
 from services.history.step import step
 from tests.machine_steps import (
     ACTIVITY,
@@ -171,8 +171,7 @@ def test_heartbeats_rearm_their_timer_and_reach_the_next_attempt() -> None:
     retried = command(state, "TimeoutFired", {**fired, "kind": "ACTIVITY_RETRY", "attempt": 2}, 6)
     (task,) = [e for k, e in retried["effects"] if k == "ActivityTask"]
     assert (task["attempt"], task["heartbeat_details"]) == (2, progress)
-    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
-    assert restored.executions["order-1"].activities[5].heartbeat == ex.activities[5].heartbeat
+    assert RunRow.of(ex).run().activities[5].heartbeat == ex.activities[5].heartbeat  # as a checkpoint stores and reads it back
 
 
 def test_an_oversized_activity_result_fails_the_activity_for_good() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from services.history.checkpoint import decode_state, encode_state
 from services.history.machine.dispatch import decide
 from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
@@ -34,7 +33,7 @@ def test_recovery_folds_the_same_state_and_skips_zombie_duplicates() -> None:
     assert recovered.resume_offset == 5
 
 
-def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_runs_out() -> None:
+def test_a_checkpoint_stores_open_runs_with_their_buffers_and_closed_runs_as_what_reuse_needs() -> None:
     state, run_id = started_workflow()
     schedule_activities(state, run_id, count=2)
     for offset, scheduled in enumerate((5, 6), start=3):
@@ -47,10 +46,13 @@ def test_a_checkpoint_restores_open_runs_with_their_buffers_and_leaves_closed_ru
                                {"run_id": "", "reason": "x", "details": [], "request_id": ""}, "client", NOW)
     apply(state, command_for_other, 8)
 
-    restored = decode_state(0, encode_state(state), state.resume_offset - 1, history_offset=state.history_offset)
-    assert restored.executions["order-1"] == state.executions["order-1"]
-    assert "order-2" not in restored.executions  # closed: stored as a row of its own beside the checkpoint
-    assert restored.resume_offset == state.resume_offset == 9
+    snapshot = state.begin_snapshot()
+    assert not snapshot.encode_some(len(snapshot.pending))
+    assert snapshot.rows["order-1"].run() == state.executions["order-1"]
+    assert snapshot.rows["order-2"].state is None  # closed: what a later start's id reuse policy needs
+    assert snapshot.last_source_offset + 1 == state.resume_offset == 9
+    restored = PartitionState(0)
+    restored.loaded([snapshot.rows["order-1"].run()])
     assert restored.fence.next_event_id == {run_id: state.executions["order-1"].next_event_id}
 
 

@@ -1,15 +1,17 @@
-"""Periodic Postgres checkpoints of partition state, so recovery reads only the log after them.
+"""Incremental Postgres checkpoints of partition state, so recovery reads only the log after them
+(docs/architecture.md, "Checkpoints").
 
-A checkpoint is the fold of kadence.history up to its `history_offset`: the running executions
-in one blob, and the closed runs as rows of `kadence_history_closed_runs`, written in the same
-transaction and then dropped from memory. A command for a workflow id not in memory looks its
-last closed run up there (one query per consumed batch) unless the partition's ClosedIds, stored
-with the checkpoint, says it has none; so memory holds only open executions and the runs closed
-since the last checkpoint. Only the partition's
-current owner may write one: on gaining a partition an instance bumps the partition's owner
-epoch, and a checkpoint is stored only under the epoch it holds. A deposed instance (a zombie
-that has not noticed yet) would store a state missing the new owner's batches; its write is
-refused instead.
+A checkpoint stores, in one transaction, the runs changed since the one before (a `Snapshot`), one
+row each: an open run's state in `kadence_history_open_runs`, a closed run's summary in
+`kadence_history_closed_runs`; and the partition's positions in `kadence_history_checkpoints`: the
+`history_offset` the rows are the fold of the log up to, the last command read, and the partition's
+`StoredIds`. So its cost follows the runs that changed, not the runs held. A run memory does not
+hold is read back from its row (`load_runs`, one query per consumed batch).
+
+Only the partition's current owner may write one: on gaining a partition an instance bumps the
+partition's owner epoch, and a checkpoint is stored only under the epoch it holds. A deposed
+instance (a zombie that has not noticed yet) would store rows missing the new owner's batches; its
+write is refused instead.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from typing import Any
 import psycopg
 from prometheus_client import Counter
 
-from kadence.protocol.codec import RecordCodec, codec
+from kadence.protocol.codec import codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
-from services.history.closed_ids import ClosedIds
-from services.history.machine.dispatch import execution_from_events, fold
-from services.history.machine.execution import RUNNING, Execution, closed_execution
+from services.history.machine.execution import Execution
 from services.history.partition import PartitionState
+from services.history.snapshot import RunRow, Snapshot, run_codec, run_of
+from services.history.stored_ids import StoredIds
 
 log = logging.getLogger("kadence.history.checkpoint")
-STATE_BYTES = Counter("kadence_history_checkpoint_bytes_total", "Bytes of running executions' state that checkpoints wrote")
+STATE_BYTES = Counter("kadence_history_checkpoint_bytes_total", "Bytes of open runs' state that checkpoints wrote")
 
 CHECKPOINT_DDL = [
     """
@@ -59,77 +61,65 @@ CHECKPOINT_DDL = [
         PRIMARY KEY (partition, workflow_id)
     )
     """,
-    # A checkpoint of another schema version (an upgrade changed PartitionCheckpoint) is skipped:
-    # recovery reads the log instead, which every version can.
+    # The schema version of the partition's stored runs: ExecutionCheckpoint's for rows in
+    # kadence_history_open_runs; PartitionCheckpoint's for a `state` blob of every open run, as
+    # releases before rows stored it (converted to rows when claimed). Another is skipped for the log.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS schema_fingerprint text NOT NULL DEFAULT ''",
     # Checkpoints stored before the column existed were all written with this version.
     "UPDATE kadence_history_checkpoints SET schema_fingerprint = '76d07494a7d9f5ac' WHERE schema_fingerprint = ''",
-    # The partition's ClosedIds (services/history/closed_ids.py); NULL in a checkpoint stored before
-    # the column existed, whose claim reads the ids from kadence_history_closed_runs instead.
+    # The ids of the partition's closed runs, as releases before StoredIds stored them (a filter of the
+    # same format), and the history_offset of the checkpoint that stored them last.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS closed_ids bytea",
-    # The history_offset of the checkpoint that last stored closed_ids. A release without the
-    # column moves history_offset (and adds closed runs) without it: then claim reads the table.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS closed_ids_history_offset bigint",
+    """
+    CREATE TABLE IF NOT EXISTS kadence_history_open_runs (
+        partition int NOT NULL,
+        workflow_id text NOT NULL,
+        run_id text NOT NULL,
+        state bytea NOT NULL,
+        PRIMARY KEY (partition, workflow_id)
+    )
+    """,
+    # The partition's StoredIds (services/history/stored_ids.py) and the history_offset of the
+    # checkpoint that stored them: a release that moves history_offset without them leaves them stale,
+    # and the claim after reads the ids from the tables instead.
+    "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS stored_ids bytea",
+    "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS stored_ids_history_offset bigint",
 ]
 
 
-def checkpoint_codec() -> RecordCodec:
-    return codec("PartitionCheckpoint")
+def blob_codec_fingerprint() -> str:
+    """The version of the one-blob checkpoints releases before rows stored."""
+    return codec("PartitionCheckpoint").current_fingerprint
 
 
-@dataclass
-class Checkpoint:
-    state: PartitionState
+@dataclass(frozen=True)
+class Positions:
+    """Where a stored checkpoint stands: its rows are the fold of the partition's log up to
+    `history_offset`, and the last command it had read is `last_source_offset`."""
+
     history_offset: int
+    last_source_offset: int
 
 
 @dataclass
 class Claimed:
-    """What claiming a partition loads: its checkpoint, if one is stored and readable, and the ids
-    of its closed runs stored (always known once claimed)."""
+    """What claiming a partition loads: where its checkpoint stands, if one is stored and readable,
+    and the ids of its stored runs (always known once claimed). Not the runs: they are read back
+    as commands and batches name them."""
 
-    checkpoint: Checkpoint | None
-    closed_ids: ClosedIds
+    positions: Positions | None
+    stored_ids: StoredIds
 
     def state(self, partition: int) -> PartitionState:
-        """The state recovery starts from: the checkpoint's, else an empty one."""
-        state = self.checkpoint.state if self.checkpoint is not None else PartitionState(partition)
-        state.closed_ids = self.closed_ids
+        """The state recovery starts from: the checkpoint's positions, else an empty partition's."""
+        if self.positions is None:
+            return PartitionState(partition, stored_ids=self.stored_ids)
+        state = PartitionState(partition, history_offset=self.positions.history_offset, stored_ids=self.stored_ids)
+        if self.positions.last_source_offset >= 0:
+            state.fence.last_source_offset[partition] = self.positions.last_source_offset
+        state.checkpointed(self.positions.history_offset)
         return state
-
-
-def encode_state(state: PartitionState) -> bytes:
-    """The running executions (closed runs go to their table)."""
-    return checkpoint_codec().encode({"executions": [
-        {
-            "workflow_id": ex.workflow_id, "run_id": ex.run_id, "workflow_type": ex.workflow_type,
-            "task_queue": ex.task_queue, "status": ex.status, "start_request_id": ex.start_request_id,
-            "events": ex.history, "buffered": ex.buffered,
-            "heartbeats": [a.heartbeat for a in ex.activities.values() if a.heartbeat is not None],
-            "workflow_task": ex.workflow_task.as_transient() if ex.workflow_task is not None and ex.workflow_task.transient else None,
-        }
-        for ex in state.executions.values() if ex.status == RUNNING
-    ]})
-
-
-def decode_state(partition: int, data: bytes, last_source_offset: int, *, history_offset: int) -> PartitionState:
-    """The state a checkpoint holds, as of `history_offset`: recovery reads the log on from there,
-    not from its start."""
-    state = PartitionState(partition, history_offset=history_offset)
-    for saved in checkpoint_codec().decode(data)["executions"]:
-        state.executions[saved["workflow_id"]] = _restore(saved)
-    for ex in state.executions.values():
-        state.fence.next_event_id[ex.run_id] = ex.next_event_id
-    if last_source_offset >= 0:
-        state.fence.last_source_offset[partition] = last_source_offset
-    state.checkpointed(history_offset)
-    return state
-
-
-def _restore(saved: dict[str, Any]) -> Execution:
-    ex = execution_from_events(saved["workflow_id"], saved["run_id"], saved["events"])
-    fold(ex, [], saved["buffered"], saved["heartbeats"], saved["workflow_task"])  # buffered after: events may clear the buffer
-    return ex
 
 
 class CheckpointStore:
@@ -139,38 +129,43 @@ class CheckpointStore:
         self._conn: psycopg.Connection[Any] | None = None
 
     def claim(self, partitions: list[int]) -> dict[int, Claimed]:
-        """Become the owner of `partitions` (bump their epochs) and load their checkpoints."""
+        """Become the owner of `partitions` (bump their epochs) and read where their checkpoints stand."""
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-            loaded: dict[int, Claimed] = {}
-            for partition in partitions:
-                [(self.epochs[partition],)] = conn.execute(
-                    "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
-                    "ON CONFLICT (partition) DO UPDATE SET epoch = kadence_history_owners.epoch + 1 RETURNING epoch",
-                    (partition,),
-                ).fetchall()
-                row = conn.execute(
-                    "SELECT history_offset, last_source_offset, state, schema_fingerprint, closed_ids, closed_ids_history_offset "
-                    "FROM kadence_history_checkpoints WHERE partition = %s", (partition,),
-                ).fetchone()
-                closed_ids = _stored_closed_ids(row) if row is not None else None
-                if closed_ids is None:
-                    closed_ids = _read_closed_ids(conn, partition)
-                if row is not None and row[3] != checkpoint_codec().current_fingerprint:
-                    log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
-                                partition, row[3], checkpoint_codec().current_fingerprint)
-                    row = None
-                checkpoint = None if row is None else Checkpoint(decode_state(partition, row[2], row[1], history_offset=row[0]), row[0])
-                loaded[partition] = Claimed(checkpoint, closed_ids)
-            return loaded
+            return {partition: self._claim(conn, partition) for partition in partitions}
 
-    def save(self, state: PartitionState, history_offset: int) -> bool:
-        """Store the state as of `history_offset`, if this instance still holds the partition's epoch;
-        the closed runs it stored leave memory."""
-        partition = state.partition
-        closed = [ex for ex in state.executions.values() if ex.status != RUNNING]
-        if state.closed_ids is not None:
-            for ex in closed:
-                state.closed_ids.add(ex.workflow_id)
+    def _claim(self, conn: psycopg.Connection[Any], partition: int) -> Claimed:
+        [(self.epochs[partition],)] = conn.execute(
+            "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
+            "ON CONFLICT (partition) DO UPDATE SET epoch = kadence_history_owners.epoch + 1 RETURNING epoch",
+            (partition,),
+        ).fetchall()
+        row = conn.execute(
+            "SELECT history_offset, last_source_offset, schema_fingerprint, stored_ids, stored_ids_history_offset "
+            "FROM kadence_history_checkpoints WHERE partition = %s", (partition,),
+        ).fetchone()
+        if row is None:
+            return Claimed(None, _read_stored_ids(conn, partition))
+        history_offset, last_source_offset, fingerprint, stored_ids, stored_ids_at = row
+        if fingerprint == blob_codec_fingerprint():
+            _convert_blob_to_rows(conn, partition)
+            stored_ids = None
+        elif fingerprint != run_codec().current_fingerprint:
+            log.warning("event=checkpoint_skipped partition=%d reason=schema_version stored=%s current=%s",
+                        partition, fingerprint, run_codec().current_fingerprint)
+            # Rows of a version this release cannot read: the log, read from its start, holds every run again.
+            conn.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
+            return Claimed(None, _read_stored_ids(conn, partition))
+        ids = _stored_ids(stored_ids) if stored_ids_at == history_offset else None
+        return Claimed(Positions(history_offset, last_source_offset), ids if ids is not None else _read_stored_ids(conn, partition))
+
+    def save(self, snapshot: Snapshot, stored_ids: bytes | None) -> bool:
+        """Store the snapshot's rows and positions, if this instance still holds the partition's
+        epoch; `stored_ids`: the partition's StoredIds, if they changed since last stored."""
+        partition, history_offset = snapshot.partition, snapshot.history_offset
+        assert history_offset is not None and not snapshot.pending, "a snapshot is stored once encoded and acknowledged"
+        rows = list(snapshot.rows.values())
+        open_rows = [row for row in rows if row.state is not None]
+        closed_rows = [row for row in rows if row.state is None]
         conn = self._connection()
         with conn.transaction():
             owner = conn.execute(
@@ -180,40 +175,37 @@ class CheckpointStore:
                 log.warning("event=checkpoint_fenced partition=%d epoch=%s owner_epoch=%s",
                             partition, self.epochs.get(partition), owner and owner[0])
                 return False
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO kadence_history_closed_runs (partition, workflow_id, run_id, status, start_request_id) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, "
-                    "status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id",
-                    [(partition, ex.workflow_id, ex.run_id, ex.status, ex.start_request_id) for ex in closed],
-                )
-            encoded = encode_state(state)
+            _store_rows(conn, partition, open_rows, closed_rows)
             conn.execute(
                 "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint, "
-                "closed_ids, closed_ids_history_offset) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET "
+                "stored_ids, stored_ids_history_offset) VALUES (%s, %s, %s, %s, '', %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET "
                 "epoch = EXCLUDED.epoch, history_offset = EXCLUDED.history_offset, last_source_offset = EXCLUDED.last_source_offset, "
-                "state = EXCLUDED.state, schema_fingerprint = EXCLUDED.schema_fingerprint, taken_at = now(), "
+                "state = '', schema_fingerprint = EXCLUDED.schema_fingerprint, taken_at = now(), "
                 # An unchanged filter is not written again (it may be megabytes), only said to still hold.
-                "closed_ids = COALESCE(EXCLUDED.closed_ids, kadence_history_checkpoints.closed_ids), "
-                "closed_ids_history_offset = EXCLUDED.closed_ids_history_offset",
-                (partition, owner[0], history_offset, state.resume_offset - 1, encoded, checkpoint_codec().current_fingerprint,
-                 *_closed_ids_to_store(state.closed_ids, history_offset)),
+                "stored_ids = COALESCE(EXCLUDED.stored_ids, kadence_history_checkpoints.stored_ids), "
+                "stored_ids_history_offset = EXCLUDED.stored_ids_history_offset",
+                (partition, owner[0], history_offset, snapshot.last_source_offset, run_codec().current_fingerprint,
+                 stored_ids, history_offset),
             )
-        STATE_BYTES.inc(len(encoded))
-        if state.closed_ids is not None:
-            state.closed_ids.changed = False
-        state.evict(closed)
-        state.checkpointed(history_offset)
+        STATE_BYTES.inc(sum(len(row.state or b"") for row in open_rows))
         return True
 
-    def closed_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:
-        """The last closed run of each (partition, workflow_id) that has one stored."""
+    def load_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:
+        """The stored current run of each (partition, workflow_id) that has one: its open run's
+        state, else its last closed run."""
         rows = self._connection().execute(
-            "SELECT c.partition, c.workflow_id, c.run_id, c.status, c.start_request_id FROM kadence_history_closed_runs c "
-            "JOIN unnest(%s::int[], %s::text[]) AS w(partition, workflow_id) USING (partition, workflow_id)",
+            "SELECT w.partition, w.workflow_id, o.run_id, o.state, c.run_id, c.status, c.start_request_id "
+            "FROM unnest(%s::int[], %s::text[]) AS w(partition, workflow_id) "
+            "LEFT JOIN kadence_history_open_runs o USING (partition, workflow_id) "
+            "LEFT JOIN kadence_history_closed_runs c USING (partition, workflow_id) "
+            "WHERE o.run_id IS NOT NULL OR c.run_id IS NOT NULL",
             ([p for p, _ in wanted], [w for _, w in wanted]),
         ).fetchall()
-        return [(partition, closed_execution(*row)) for partition, *row in rows]
+        return [
+            (partition, run_of(workflow_id, open_run, "Running", "", bytes(state)) if state is not None
+             else run_of(workflow_id, closed_run, status, start_request_id, None))
+            for partition, workflow_id, open_run, state, closed_run, status, start_request_id in rows
+        ]
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -225,35 +217,71 @@ class CheckpointStore:
             self._conn.close()
 
 
-def _stored_closed_ids(row: tuple[Any, ...]) -> ClosedIds | None:
-    """The ClosedIds a checkpoint row holds, if they hold every closed run stored: written by the
-    checkpoint at the row's history_offset, in a format this release reads."""
-    history_offset, data, written_at = row[0], row[4], row[5]
-    if data is None or written_at != history_offset:
+def _store_rows(conn: psycopg.Connection[Any], partition: int, open_rows: list[RunRow], closed_rows: list[RunRow]) -> None:
+    """Open runs' rows written over; a closed run's row replaces its open one (a workflow id's
+    current run is its open one while it has one: a closed run's row may stay beside it)."""
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO kadence_history_open_runs (partition, workflow_id, run_id, state) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, state = EXCLUDED.state",
+            [(partition, row.workflow_id, row.run_id, row.state) for row in open_rows],
+        )
+        cursor.executemany(
+            "INSERT INTO kadence_history_closed_runs (partition, workflow_id, run_id, status, start_request_id) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, "
+            "status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id",
+            [(partition, row.workflow_id, row.run_id, row.status, row.start_request_id) for row in closed_rows],
+        )
+        if closed_rows:
+            cursor.execute(
+                "DELETE FROM kadence_history_open_runs WHERE partition = %s AND workflow_id = ANY(%s)",
+                (partition, [row.workflow_id for row in closed_rows]),
+            )
+
+
+def _convert_blob_to_rows(conn: psycopg.Connection[Any], partition: int) -> None:
+    """A checkpoint as releases before rows stored it (every open run in one PartitionCheckpoint
+    value) becomes rows, once, at the positions it was stored at."""
+    started = time.monotonic()
+    with conn.transaction():
+        [(blob,)] = conn.execute("SELECT state FROM kadence_history_checkpoints WHERE partition = %s FOR UPDATE", (partition,)).fetchall()
+        runs = codec("PartitionCheckpoint").decode(bytes(blob))["executions"]
+        encoded = run_codec()
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO kadence_history_open_runs (partition, workflow_id, run_id, state) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, state = EXCLUDED.state",
+                [(partition, run["workflow_id"], run["run_id"], encoded.encode(run)) for run in runs],
+            )
+        conn.execute(
+            "UPDATE kadence_history_checkpoints SET state = '', schema_fingerprint = %s, stored_ids_history_offset = NULL "
+            "WHERE partition = %s", (run_codec().current_fingerprint, partition),
+        )
+    log.info("event=checkpoint_converted_to_rows partition=%d open_runs=%d seconds=%.3f", partition, len(runs), time.monotonic() - started)
+
+
+def _stored_ids(data: bytes | None) -> StoredIds | None:
+    """The StoredIds a checkpoint row holds, if it holds them in a format this release reads."""
+    if data is None:
         return None
     try:
-        return ClosedIds.from_bytes(data)
+        return StoredIds.from_bytes(bytes(data))
     except ValueError as exc:
-        log.warning("event=closed_ids_unreadable reason=%r", str(exc))
+        log.warning("event=stored_ids_unreadable reason=%r", str(exc))
         return None
 
 
-def _closed_ids_to_store(closed_ids: ClosedIds | None, history_offset: int) -> tuple[bytes | None, int | None]:
-    """The closed_ids and closed_ids_history_offset columns: none when the filter is not known,
-    no bytes when those stored are still the filter's."""
-    if closed_ids is None:
-        return None, None
-    return (closed_ids.to_bytes() if closed_ids.changed else None), history_offset
-
-
-def _read_closed_ids(conn: psycopg.Connection[Any], partition: int) -> ClosedIds:
-    """The partition's closed-run ids from their table: for a partition whose checkpoint does not
-    hold them (none stored yet, or last stored by a release before ClosedIds)."""
+def _read_stored_ids(conn: psycopg.Connection[Any], partition: int) -> StoredIds:
+    """The partition's stored run ids from their tables: for a partition whose checkpoint does not
+    hold them (none stored yet, stored by a release before, or left stale by one)."""
     started = time.monotonic()
-    closed_ids = ClosedIds()
-    with conn.transaction(), conn.cursor(name=f"closed_ids_{partition}") as cursor:  # server-side: the ids may be many
-        cursor.execute("SELECT workflow_id FROM kadence_history_closed_runs WHERE partition = %s", (partition,))
+    stored_ids = StoredIds()
+    with conn.transaction(), conn.cursor(name=f"stored_ids_{partition}") as cursor:  # server-side: the ids may be many
+        cursor.execute(
+            "SELECT workflow_id FROM kadence_history_closed_runs WHERE partition = %s "
+            "UNION ALL SELECT workflow_id FROM kadence_history_open_runs WHERE partition = %s", (partition, partition),
+        )
         for (workflow_id,) in cursor:
-            closed_ids.add(workflow_id)
-    log.info("event=closed_ids_read partition=%d ids=%d seconds=%.3f", partition, len(closed_ids), time.monotonic() - started)
-    return closed_ids
+            stored_ids.add(workflow_id)
+    log.info("event=stored_ids_read partition=%d ids=%d seconds=%.3f", partition, len(stored_ids), time.monotonic() - started)
+    return stored_ids

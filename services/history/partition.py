@@ -1,19 +1,25 @@
-"""The state of one history partition: its open executions, folded from the log with the fencing rule.
+"""The state of one history partition: the runs it holds in memory, folded from the log with the
+fencing rule.
 
 Live processing and recovery fold the same batches into it (`PartitionState.apply`), so the state
-rebuilt from the log is the state the live service had.
+rebuilt from the log is the state the live service had. Memory holds the runs at work, not every
+open run: `executions` is a cache in order of use (docs/architecture.md, "The run cache"). A run
+that a checkpoint stored and no batch changed since may leave it (`evict_least_used`), and is read
+back from its row (`loaded`) before a command or a batch of it is folded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 
 from kadence.protocol.fence import LogFence
 from kadence.protocol.names import EventType
-from services.history.closed_ids import ClosedIds
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
 from services.history.machine.records import HistoryBatch, event_type
+from services.history.snapshot import Snapshot
+from services.history.stored_ids import StoredIds
 
 
 @dataclass
@@ -28,9 +34,14 @@ class PartitionState:
     # The resume_offset the last checkpoint stored: a request answered again writes no batch, yet
     # moves it, so a partition that only answered requests again is checkpointed too.
     checkpointed_resume_offset: int = -1
-    # The workflow ids whose closed runs a checkpoint stored (evicted from `executions`); None:
-    # not known, so every id not in memory is looked up.
-    closed_ids: ClosedIds | None = None
+    # The workflow ids with a run a checkpoint stored; None: not known, so every id not in memory
+    # is looked up.
+    stored_ids: StoredIds | None = None
+    # The workflow ids whose runs changed since the last snapshot began: what the next one stores.
+    dirty: set[str] = field(default_factory=set)
+    snapshot: Snapshot | None = None  # the checkpoint being stored, if one is
+    written: int = 0  # batches written to this partition (by this instance's producer)
+    acknowledged: int = 0  # of which the broker has acknowledged
     # Commands below this offset may have been decided before, by an earlier owner or this one's
     # producer lost in a fatal error, and their tasks dispatched: the end of the partition of
     # kadence.commands when this state was recovered. Their tasks go out marked as possible copies.
@@ -39,7 +50,7 @@ class PartitionState:
     @property
     def checkpoint_due(self) -> bool:
         """Whether this state folded a batch, or read a command, its last checkpoint does not hold."""
-        return self.history_offset != self.checkpointed_offset or self.resume_offset != self.checkpointed_resume_offset
+        return bool(self.dirty) or self.history_offset != self.checkpointed_offset or self.resume_offset != self.checkpointed_resume_offset
 
     def checkpointed(self, history_offset: int) -> None:
         """A checkpoint of this state as of `history_offset` is stored (or was restored)."""
@@ -58,6 +69,7 @@ class PartitionState:
             return False
         if batch["rejection"] is not None or (not batch["events"] and batch["workflow_id"] not in self.executions):
             return True  # an answer, or a command passed on elsewhere: no run changes
+        self._changing(batch["workflow_id"])
         events = batch["events"]
         if events and event_type(events[0]) == EventType.WorkflowExecutionStarted:
             ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
@@ -72,8 +84,74 @@ class PartitionState:
             self.executions[batch["workflow_id"]] = execution_from_events(batch["workflow_id"], following["run_id"], following["events"])
         return True
 
-    def evict(self, closed: list[Execution]) -> None:
-        """Drop closed runs stored elsewhere (the closed-runs table) from memory."""
-        for ex in closed:
-            if self.executions.get(ex.workflow_id) is ex:
-                del self.executions[ex.workflow_id]
+    def _changing(self, workflow_id: str) -> None:
+        """Before a batch changes the workflow id's run: the snapshot being stored keeps it as it
+        was, the next one stores it, and it becomes the most recently used."""
+        if self.snapshot is not None:
+            self.snapshot.capture(workflow_id)
+        self.dirty.add(workflow_id)
+        current = self.executions.pop(workflow_id, None)
+        if current is not None:
+            self.executions[workflow_id] = current
+
+    def loaded(self, runs: list[Execution]) -> None:
+        """Runs read back from their rows, for commands or batches about to be folded: as they were
+        stored, so not changed."""
+        for ex in runs:
+            if ex.workflow_id in self.executions:
+                continue
+            self.executions[ex.workflow_id] = ex
+            if ex.status == RUNNING:
+                self.fence.next_event_id[ex.run_id] = ex.next_event_id
+
+    def begin_snapshot(self) -> Snapshot:
+        """Capture the runs changed since the last snapshot; what the loop changes from here on
+        goes to the next one."""
+        snapshot = Snapshot(self.partition, {workflow_id: self.executions[workflow_id] for workflow_id in self.dirty},
+                            self.resume_offset - 1, self.written)
+        if self.acknowledged == self.written:
+            snapshot.history_offset = self.history_offset
+        self.dirty, self.snapshot = set(), snapshot
+        return snapshot
+
+    def batch_acknowledged(self, offset: int | None) -> None:
+        """The broker acknowledged the next batch written; `offset` is where the log holds it (None
+        when the broker did not say: an idempotent producer's retry of a batch written before, which
+        a recovery from before it reads again and the fencing rule skips)."""
+        self.acknowledged += 1
+        if offset is not None:
+            self.history_offset = max(self.history_offset, offset + 1)
+        if self.snapshot is not None and self.snapshot.history_offset is None and self.acknowledged >= self.snapshot.last_batch:
+            self.snapshot.history_offset = self.history_offset
+
+    def snapshot_stored(self, snapshot: Snapshot) -> None:
+        """The snapshot's rows and positions are stored: its closed runs, unchanged since, leave memory."""
+        self.snapshot = None
+        assert snapshot.history_offset is not None
+        self.checkpointed_offset = snapshot.history_offset
+        self.checkpointed_resume_offset = snapshot.last_source_offset + 1
+        for workflow_id, row in snapshot.rows.items():
+            ex = self.executions.get(workflow_id)
+            if row.state is None and workflow_id not in self.dirty and ex is not None and ex.run_id == row.run_id:
+                del self.executions[workflow_id]
+
+    def snapshot_failed(self, snapshot: Snapshot) -> None:
+        """Not stored: its runs go to the next snapshot."""
+        self.snapshot = None
+        self.dirty |= snapshot.workflow_ids
+
+    def evict_least_used(self, keep: int) -> int:
+        """Let the least recently used runs that a checkpoint holds as they are leave memory, until
+        at most `keep` remain (or only runs not stored yet); how many left."""
+        excess = len(self.executions) - keep
+        if excess <= 0:
+            return 0
+        in_snapshot = self.snapshot.workflow_ids if self.snapshot is not None else set()
+        leaving = [
+            workflow_id for workflow_id, ex in islice(self.executions.items(), excess + len(self.dirty) + len(in_snapshot))
+            if workflow_id not in self.dirty and workflow_id not in in_snapshot and not ex.pending_queries
+        ][:excess]
+        for workflow_id in leaving:
+            ex = self.executions.pop(workflow_id)
+            self.fence.next_event_id.pop(ex.run_id, None)
+        return len(leaving)

@@ -43,8 +43,9 @@ from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.machine.execution import HISTORY_IDENTITY
 from services.history.machine.records import HistoryBatch, Record
 from services.history.partition import PartitionState
-from services.history.recovery import recover_partitions
+from services.history.recovery import recover_partitions, runs_to_load
 from services.history.replies import Replies, Reply
+from services.history.snapshot import Snapshot
 from services.history.step import Step, eventless, request_id_of, step
 from services.matching.dispatch import TaskRecord, TaskRecords, counted
 
@@ -64,16 +65,22 @@ RECOVERY = Gauge("kadence_history_recovery_seconds", "How long the last recovery
 PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LOOP_PAUSE = Histogram(
     "kadence_history_loop_pause_seconds",
-    "How long the command loop held one consumed batch: its apply, its tasks' dispatch, and a checkpoint when one was due",
+    "How long the command loop held one consumed batch: reading back the runs it names, its apply, its tasks' dispatch",
     buckets=PAUSE_BUCKETS,
 )
-CHECKPOINT_SECONDS = Histogram("kadence_history_checkpoint_seconds", "How long a checkpoint took to store every partition due",
-                               buckets=PAUSE_BUCKETS)
+CHECKPOINT_SECONDS = Histogram("kadence_history_checkpoint_seconds",
+                               "How long a checkpoint took to store every partition due, beside the command loop", buckets=PAUSE_BUCKETS)
+CHECKPOINT_RUNS = Counter("kadence_history_checkpoint_runs_total", "Runs whose rows checkpoints wrote (the runs changed)")
 EXECUTIONS_HELD = Gauge("kadence_history_executions_in_memory",
-                        "Executions the owned partitions hold in memory: open runs and runs closed since the last checkpoint")
+                        "Executions the owned partitions hold in memory: the runs at work, within KADENCE_HISTORY_CACHE_RUNS")
+RUNS_READ_BACK = Counter("kadence_history_runs_read_back_total", "Runs read back from their rows for the commands that named them")
+RUNS_EVICTED = Counter("kadence_history_runs_evicted_total", "Stored runs that left memory, least recently used first")
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
+ENCODE_SLICE_RUNS = 64  # runs a checkpoint encodes before it lets the command loop go on
+ACKNOWLEDGED_POLL_S = 0.01
+DEFAULT_CACHE_RUNS = 20_000
 ASSIGN_FLUSH_WAIT_S = 5.0  # how often a recovery waiting for this instance's batches to be written says so
 
 
@@ -104,11 +111,17 @@ class FatalProduceError(RuntimeError):
 
 
 class HistoryService:
-    def __init__(self, settings: KafkaSettings, checkpoints: CheckpointStore | None, checkpoint_interval_s: float) -> None:
+    def __init__(
+        self, settings: KafkaSettings, checkpoints: CheckpointStore | None, checkpoint_interval_s: float,
+        cache_runs: int = DEFAULT_CACHE_RUNS,
+    ) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
         self.checkpoint_interval_s = checkpoint_interval_s
         self._next_checkpoint = time.monotonic() + checkpoint_interval_s
+        self._checkpointing: asyncio.Task[None] | None = None
+        # Without checkpoints every run stays in memory: none is stored to read back.
+        self.cache_runs = cache_runs
         self.partitions: dict[int, PartitionState] = {}
         self._create_time_partitions: set[int] = set()  # warned of: the commands topic was created by an older release
         self.commands = command_codec()
@@ -173,7 +186,7 @@ class HistoryService:
                     self._replace_producer_and_recover()
                     continue
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
-                await self._recall_closed_runs(commands)
+                await self._load_runs(commands)
                 for msg, command in commands:
                     if isinstance(command, UndecodableRecord):
                         self._dead_letter(msg, str(command))
@@ -181,10 +194,11 @@ class HistoryService:
                         self.handle(msg, command)
                 await self._dispatch_tasks()
                 self._raise_produce_error()
-                if self.checkpoints is not None and time.monotonic() >= self._next_checkpoint:
-                    await self._checkpoint()
                 LOOP_PAUSE.observe(time.monotonic() - held_since)
+                self._checkpoint_if_due()
         finally:
+            if self._checkpointing is not None:
+                self._checkpointing.cancel()
             self._produce_tasks()
             self.producer.flush(10)
             stopped.set()
@@ -213,43 +227,70 @@ class HistoryService:
         if self._produce_error is not None:
             raise FatalProduceError(f"history batch not written: {self._produce_error}")
 
-    async def _checkpoint(self) -> None:
-        """Store the state of every owned partition that wrote a batch since its last checkpoint
-        (`checkpoint_due`), once all its batches are written, so the state is exactly the fold of
-        the log up to each partition's history offset. While the broker has not acknowledged them
-        all (it is away), or Postgres does not answer, the checkpoint waits for the next interval:
-        the state stays in memory, and recovery would read more of the log.
-
-        The wait and the writes run off the event loop, so /healthz and /readyz still answer;
-        no command is handled meanwhile (rebalance callbacks run inside the consumer's poll), and
-        delivery reports go on being served, here and on the delivery thread."""
-        assert self.checkpoints is not None
+    def _checkpoint_if_due(self) -> None:
+        """Every interval: let the least used stored runs leave memory, and begin a checkpoint of every
+        owned partition whose state changed since its last (`checkpoint_due`), unless one is still
+        being stored. The snapshots are taken here, between batches, and stored beside the loop."""
+        if self.checkpoints is None or time.monotonic() < self._next_checkpoint:
+            return
+        if self._checkpointing is not None and not self._checkpointing.done():
+            return
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
-        if not any(state.checkpoint_due for state in self.partitions.values()):
-            return
-        loop = asyncio.get_running_loop()
-        outstanding = await loop.run_in_executor(None, self.producer.flush, CHECKPOINT_FLUSH_TIMEOUT_S)
-        self._raise_produce_error()
-        if outstanding or self._fatal is not None:
-            log.warning("event=checkpoint_postponed outstanding_batches=%d reason=%r",
-                        outstanding, "the broker has not acknowledged every batch written")
-            return
+        self._evict_least_used()
+        with self._offsets_lock:  # the delivery thread completes a snapshot's position
+            snapshots = [(state, state.begin_snapshot()) for state in self.partitions.values() if state.checkpoint_due]
+        if snapshots:
+            self._checkpointing = asyncio.create_task(self._store_snapshots(self.checkpoints, snapshots))
+
+    def _evict_least_used(self) -> None:
+        keep = max(1, self.cache_runs // max(1, len(self.partitions)))
+        RUNS_EVICTED.inc(sum(state.evict_least_used(keep) for state in list(self.partitions.values())))
+        EXECUTIONS_HELD.set(sum(len(state.executions) for state in list(self.partitions.values())))
+
+    async def _store_snapshots(self, checkpoints: CheckpointStore, snapshots: list[tuple[PartitionState, Snapshot]]) -> None:
+        """Store each snapshot once its runs are encoded (a slice at a time, so the loop goes on
+        between) and the broker has acknowledged every batch written before it, so it is exactly
+        the fold of the log up to its history offset. While the broker has not acknowledged them
+        (it is away), or Postgres does not answer, the runs go to the next checkpoint: they stay in
+        memory meanwhile, and recovery would read more of the log."""
         started = time.monotonic()
-        checkpoints = self.checkpoints
+        loop = asyncio.get_running_loop()
+        for _, snapshot in snapshots:
+            while snapshot.encode_some(ENCODE_SLICE_RUNS):
+                await asyncio.sleep(0)
+        deadline = time.monotonic() + CHECKPOINT_FLUSH_TIMEOUT_S
+        while any(snapshot.history_offset is None for _, snapshot in snapshots) and time.monotonic() < deadline:
+            await asyncio.sleep(ACKNOWLEDGED_POLL_S)
         stored: list[int] = []
-        try:
-            await loop.run_in_executor(None, lambda: stored.extend(
-                p for p, state in self.partitions.items()
-                if state.checkpoint_due and checkpoints.save(state, state.history_offset)
-            ))
-        except psycopg.OperationalError as exc:
-            log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
-                        stored, "Postgres does not answer", describe(exc))
-            return
+        for index, (state, snapshot) in enumerate(snapshots):
+            if self.partitions.get(snapshot.partition) is not state:
+                continue  # revoked, or recovered again, meanwhile: its next owner stores its own
+            if snapshot.history_offset is None:
+                log.warning("event=checkpoint_postponed partition=%d reason=%r", snapshot.partition,
+                            "the broker has not acknowledged every batch written")
+                state.snapshot_failed(snapshot)
+                continue
+            ids = _stored_ids_to_write(state, snapshot)
+            try:
+                saved = await loop.run_in_executor(None, checkpoints.save, snapshot, ids)
+            except psycopg.OperationalError as exc:
+                log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
+                            stored, "Postgres does not answer", describe(exc))
+                for later_state, later in snapshots[index:]:
+                    later_state.snapshot_failed(later)
+                return
+            if not saved:
+                state.snapshot_failed(snapshot)
+                continue
+            if state.stored_ids is not None and ids is not None:
+                state.stored_ids.changed = False
+            state.snapshot_stored(snapshot)
+            CHECKPOINT_RUNS.inc(len(snapshot.rows))
+            stored.append(snapshot.partition)
         took = time.monotonic() - started
         CHECKPOINT_SECONDS.observe(took)
-        EXECUTIONS_HELD.set(sum(len(state.executions) for state in self.partitions.values()))
-        log.info("event=checkpoint_taken partitions=%s seconds=%.3f", stored, took)
+        log.info("event=checkpoint_taken partitions=%s runs=%d seconds=%.3f", stored,
+                 sum(len(snapshot.rows) for _, snapshot in snapshots), took)
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:
@@ -284,15 +325,17 @@ class HistoryService:
         started = time.monotonic()
         checkpoints = self.checkpoints
         claimed = until_answered_blocking("history_claim_partitions", lambda: checkpoints.claim(partitions)) if checkpoints else {}
+        for p, claim in claimed.items():
+            if claim.positions is not None:
+                log.info("event=checkpoint_restored partition=%d history_offset=%d", p, claim.positions.history_offset)
+        load_runs = None if checkpoints is None else (
+            lambda wanted: until_answered_blocking("history_recovery_run_lookup", lambda: checkpoints.load_runs(wanted)))
         try:
             recovered = recover_partitions(self.settings, {
                 p: claimed[p].state(p) if p in claimed else PartitionState(p) for p in partitions
-            })
+            }, load_runs)
         except NewerSchemaVersion as exc:  # here, not above: confluent-kafka mangles exceptions from callbacks
             stop_for_newer_schema("history", exc)
-        for p, claim in claimed.items():
-            if claim.checkpoint is not None:
-                log.info("event=checkpoint_restored partition=%d history_offset=%d", p, claim.checkpoint.history_offset)
         ends = {p: end for p, (_, end) in watermarks(self.consumer, topics.COMMANDS, partitions).items()}
         for p, end in ends.items():
             recovered[p].decided_before = end
@@ -335,32 +378,29 @@ class HistoryService:
         except UndecodableRecord as exc:
             return exc
 
-    async def _recall_closed_runs(self, commands: list[tuple[Message, Record | UndecodableRecord]]) -> None:
-        """Bring back from Postgres the last closed run of each workflow id these commands name
-        that memory does not hold (checkpoints evict closed runs): one query per batch. Without
-        the answer a command could start a run the reuse policy forbids or answer a closed run as
-        unknown, so while Postgres is away the batch waits here (the process not ready), and
-        nothing after it is read; a batch naming only runs in memory, or ids the partition's
-        ClosedIds never held (new workflow ids), needs no lookup."""
+    async def _load_runs(self, commands: list[tuple[Message, Record | UndecodableRecord]]) -> None:
+        """Read back from Postgres the stored run of each workflow id these commands name that memory
+        does not hold (the cache let it go, or a checkpoint moved it out when it closed): one query per
+        batch. Without the answer a command could start a run the reuse policy forbids or answer a
+        stored run as unknown, so while Postgres is away the batch waits here (the process not ready),
+        and nothing after it is read; a batch naming only runs in memory, or ids the partition's
+        StoredIds never held (new workflow ids), needs no lookup."""
         checkpoints = self.checkpoints
         if checkpoints is None:
             return
-        unknown: set[tuple[int, str]] = set()
-        for msg, command in commands:
-            partition = position(msg)[0]
-            state = self.partitions[partition]
-            if (not isinstance(command, UndecodableRecord) and command["workflow_id"] not in state.executions
-                    and (state.closed_ids is None or state.closed_ids.may_hold(command["workflow_id"]))  # else new: nothing to look up
-                    and text_problem("workflow_id", command["workflow_id"]) is None):  # refused in handle: no run to look up
-                unknown.add((partition, command["workflow_id"]))
-        wanted = sorted(unknown)
+        wanted = runs_to_load(self.partitions, (
+            (position(msg)[0], command["workflow_id"]) for msg, command in commands
+            if not isinstance(command, UndecodableRecord)
+            and text_problem("workflow_id", command["workflow_id"]) is None  # refused in handle: no run to look up
+        ))
         if wanted:
             loop = asyncio.get_running_loop()
-            closed = await until_answered(
-                "history_closed_run_lookup", lambda: loop.run_in_executor(None, checkpoints.closed_runs, wanted),
+            found = await until_answered(
+                "history_run_lookup", lambda: loop.run_in_executor(None, checkpoints.load_runs, wanted),
             )
-            for partition, execution in closed:
-                self.partitions[partition].executions.setdefault(execution.workflow_id, execution)
+            RUNS_READ_BACK.inc(len(found))
+            for partition, execution in found:
+                self.partitions[partition].loaded([execution])
 
     def handle(self, msg: Message, command: Record) -> None:
         partition, offset = position(msg)
@@ -445,6 +485,7 @@ class HistoryService:
         if batch is None:
             return
         BATCHES.inc()
+        self.partitions[partition].written += 1
         # A command an earlier owner may have decided: its tasks may be out already, read by a worker
         # that is not the one this copy reaches (docs/architecture.md, "Exactly once").
         decided_before = batch["source_offset"] < self.partitions[partition].decided_before
@@ -496,10 +537,11 @@ class HistoryService:
                 # idempotent producer (a leader change mid-request). history_offset stays before it,
                 # so a recovery from the next checkpoint reads it again, and the fencing rule skips it.
                 log.info("event=batch_delivered_without_offset partition=%s", partition)
+            if partition is None:
                 return
             with self._offsets_lock:  # the delivery thread and a flush elsewhere may both serve reports
                 if (state := self.partitions.get(partition)) is not None:
-                    state.history_offset = max(state.history_offset, offset + 1)
+                    state.batch_acknowledged(offset)
 
     def _on_delivery(self, replies: list[Reply] | None = None) -> Callable[[KafkaError | None, Message], None]:
         """The delivery callback for the current producer: a replaced one's reports are ignored.
@@ -558,3 +600,12 @@ class HistoryService:
         repeats that (at least once), never loses it."""
         partition, offset = position(msg)
         self._write(partition, eventless(self.partitions[partition], workflow_id, partition, offset, effects=[]))
+
+
+def _stored_ids_to_write(state: PartitionState, snapshot: Snapshot) -> bytes | None:
+    """The partition's StoredIds with the snapshot's workflow ids, if they changed since last stored."""
+    if state.stored_ids is None:
+        return None
+    for workflow_id in snapshot.rows:
+        state.stored_ids.add(workflow_id)
+    return state.stored_ids.to_bytes() if state.stored_ids.changed else None

@@ -1,13 +1,13 @@
-"""Which workflow ids of a partition may have a closed run in `kadence_history_closed_runs`.
+"""Which workflow ids of a partition may have a run stored in Postgres, open or closed.
 
-A command for a workflow id that memory does not hold needs that id's last closed run, which a
-checkpoint moved to the table (docs/architecture.md, "The history service"). Most such ids are new
-(every start of a fresh workflow id): `ClosedIds` says so without asking Postgres, which put a
-round trip on every new workflow's start. It is a Bloom filter that grows as ids are added (a
-scalable Bloom filter: each block twice the capacity of the one before, with half its false
-positive rate), so it never says no for an id stored and says yes for at most about
-`FALSE_POSITIVES` of the others. It is stored with the partition's checkpoint, in the transaction
-that stores the closed runs it holds.
+A command for a workflow id that memory does not hold needs that id's current run, which a
+checkpoint stored as a row and the cache may have let go (docs/architecture.md, "The history
+service"). Most such ids are new (every start of a fresh workflow id): `StoredIds` says so without
+asking Postgres, which put a round trip on every new workflow's start. It is a Bloom filter that
+grows as ids are added (a scalable Bloom filter: each block twice the capacity of the one before,
+with half its false positive rate), so it never says no for an id stored and says yes for at most
+about `FALSE_POSITIVES` of the others. It is stored with the partition's checkpoint, in the
+transaction that stores the runs it holds.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def _digest(workflow_id: str) -> tuple[int, int]:
     return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big") | 1
 
 
-class ClosedIds:
-    """The workflow ids whose closed runs are stored, as a growing Bloom filter; `changed` since
-    its bytes were last stored (or read)."""
+class StoredIds:
+    """The workflow ids with a run stored, as a growing Bloom filter; `changed` since its bytes
+    were last stored (or read)."""
 
     def __init__(self, blocks: list[_Block] | None = None, *, changed: bool = True) -> None:
         self._blocks = blocks or []
@@ -86,7 +86,7 @@ class ClosedIds:
         return FORMAT + b"".join(_HEADER.pack(b.capacity, b.count, b.hashes, len(b.bits)) + bytes(b.bits) for b in self._blocks)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> ClosedIds:
+    def from_bytes(cls, data: bytes) -> StoredIds:
         if not data.startswith(FORMAT):
             raise ValueError(f"not a closed-ids filter of format {FORMAT!r}: it begins {data[:len(FORMAT)]!r}")
         blocks, at = [], len(FORMAT)

@@ -1,0 +1,114 @@
+"""The partition's run cache and its incremental checkpoints (services/history/partition.py,
+services/history/snapshot.py): a snapshot holds the runs changed since the last one as they were
+when it began, whatever the loop changes while it is stored; only stored, unchanged runs leave
+memory, least recently used first; a run read back folds on as if it had stayed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.history.machine.dispatch import decide
+from services.history.machine.lifecycle import decide_start
+from services.history.partition import PartitionState
+from services.history.snapshot import RunRow
+from tests.machine_steps import NOW, START, apply
+
+
+def _started(state: PartitionState, workflow_ids: list[str], offset: int = 0) -> int:
+    for workflow_id in workflow_ids:
+        apply(state, decide_start(None, workflow_id, START, "client", NOW, 0, offset), offset)
+        offset += 1
+    return offset
+
+
+def _client_command(state: PartitionState, workflow_id: str, kind: str, body: dict[str, Any], offset: int) -> None:
+    apply(state, decide(state.executions[workflow_id], kind, body, "client", NOW), offset)
+
+
+def _signal(state: PartitionState, workflow_id: str, offset: int) -> None:
+    signal = {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}
+    _client_command(state, workflow_id, "SignalWorkflowExecution", signal, offset)
+
+
+def test_a_snapshot_holds_each_changed_run_as_it_was_when_it_began() -> None:
+    state = PartitionState(0)
+    _started(state, ["a", "b", "c"])
+    as_begun = RunRow.of(state.executions["a"])
+    snapshot = state.begin_snapshot()
+    assert set(snapshot.pending) == {"a", "b", "c"} and state.dirty == set()
+    assert snapshot.history_offset == state.history_offset, "every batch written before it is acknowledged"
+    _signal(state, "a", 3)  # "a" changes before the snapshot encoded it
+    assert snapshot.rows["a"] == as_begun and "a" not in snapshot.pending
+    assert state.dirty == {"a"}, "the change goes to the next snapshot"
+    assert not snapshot.encode_some(10)
+    assert set(snapshot.rows) == {"a", "b", "c"}
+    assert snapshot.last_source_offset == 2, "the snapshot's resume position is the one it began at"
+
+
+def test_a_snapshot_waits_for_the_batches_written_before_it() -> None:
+    state = PartitionState(0)
+    _started(state, ["a"])
+    state.written = 2
+    state.batch_acknowledged(40)
+    snapshot = state.begin_snapshot()
+    assert snapshot.history_offset in (None,), "a batch written before it is not acknowledged yet"
+    state.written = 3  # a batch written after the snapshot began
+    state.batch_acknowledged(41)
+    assert snapshot.history_offset == 42, "the second batch, the last written before it, is at offset 41"
+    state.batch_acknowledged(42)
+    assert snapshot.history_offset == 42 and state.history_offset == 43
+
+
+def test_only_stored_unchanged_runs_leave_memory_least_recently_used_first() -> None:
+    state = PartitionState(0)
+    offset = _started(state, ["a", "b", "c", "d"])
+    assert state.evict_least_used(keep=1) == 0, "nothing stored yet: every run is only in memory"
+    snapshot = state.begin_snapshot()
+    snapshot.encode_some(10)
+    snapshot.history_offset = state.history_offset
+    state.snapshot_stored(snapshot)
+    _signal(state, "a", offset)  # "a" is used again (and changed): the most recent, not stored as it is
+    assert state.evict_least_used(keep=2) == 2
+    assert list(state.executions) == ["d", "a"]
+    assert state.evict_least_used(keep=0) == 1 and list(state.executions) == ["a"]
+    assert set(state.fence.next_event_id) == {state.executions["a"].run_id}, "the fence forgets what memory let go"
+
+
+def test_a_run_read_back_folds_on_as_if_it_had_stayed() -> None:
+    stayed = PartitionState(0)
+    offset = _started(stayed, ["a"])
+    row = RunRow.of(stayed.executions["a"])
+    _signal(stayed, "a", offset)
+
+    read_back = PartitionState(0)
+    read_back.fence.last_source_offset[0] = offset - 1
+    read_back.loaded([row.run()])
+    assert read_back.dirty == set(), "a run read back is as stored"
+    _signal(read_back, "a", offset)
+    assert read_back.executions["a"] == stayed.executions["a"]
+    assert read_back.dirty == {"a"}
+
+
+def test_closed_runs_leave_memory_once_stored_unless_the_id_started_again() -> None:
+    state = PartitionState(0)
+    offset = _started(state, ["a", "b"])
+    for workflow_id in ("a", "b"):
+        terminate = {"run_id": "", "reason": "x", "details": [], "request_id": ""}
+        _client_command(state, workflow_id, "TerminateWorkflowExecution", terminate, offset)
+        offset += 1
+        assert state.executions[workflow_id].status == "Terminated"
+    snapshot = state.begin_snapshot()
+    snapshot.encode_some(10)
+    snapshot.history_offset = state.history_offset
+    _started(state, ["b"], offset)  # a new run of "b" while the snapshot is stored
+    state.snapshot_stored(snapshot)
+    assert list(state.executions) == ["b"] and state.executions["b"].status == "Running"
+
+
+def test_a_snapshot_not_stored_gives_its_runs_to_the_next() -> None:
+    state = PartitionState(0)
+    offset = _started(state, ["a", "b"])
+    snapshot = state.begin_snapshot()
+    _signal(state, "a", offset)
+    state.snapshot_failed(snapshot)
+    assert state.dirty == {"a", "b"} and state.snapshot is None
