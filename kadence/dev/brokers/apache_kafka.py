@@ -224,9 +224,12 @@ class ApacheKafka(LocalBroker):
     def _session_settings(self) -> dict[str, str]:
         """How long a node's controller waits for its heartbeats before it fences it."""
         if self.node_count > 1:
-            # Kafka's defaults (9 s, heartbeats every 2 s), as deploy/ runs: the other controllers fence a
+            # Kafka's session (9 s, heartbeats every 2 s), as deploy/ runs: the other controllers fence a
             # dead node after this, which is what a leader change after a crash costs (docs/operations.md).
-            return {}
+            # A follower controller that hears nothing from the active one for this long calls an
+            # election: Kafka's 2 s fired on two shared cores under load as a dead node's fence was
+            # written, and the fence was lost with the term (docs/operations.md, "One node of three").
+            return {"controller.quorum.fetch.timeout.ms": "6000"}
         # A single node is its own controller: frozen longer than this (a 10 s SIGSTOP in the broker-fault
         # tests, a long GC pause), it fences itself when it resumes, for a few tens of milliseconds.
         # A client whose metadata request lands then sees no broker, and librdkafka 2.13 and later
