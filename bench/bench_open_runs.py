@@ -14,7 +14,8 @@ For each N, on a fresh local stack (one instance of each service; the worker in 
 - SIGKILL of history, started again at once: until its /readyz answers 200, and until a new
   workflow (no timer) has its result;
 - a bulk cancel of the N (one cancel request each, 200 in flight): cancels per second until the
-  read model lists none running.
+  read model lists none running, and the timer firings history read meanwhile and the commands it
+  refused (a firing that joined a backlog is most often stale when history reaches it).
 It prints the figures per N, the broker's own round trip, and the CPU-seconds each process spent.
 Runs outside CI: N = 1,000,000 takes hours on two cores.
 """
@@ -95,17 +96,20 @@ class HistoryMetrics:
     loop_pause: Histogram
     checkpoint: Histogram
     checkpoint_bytes: float
+    timeouts_fired: float  # TimeoutFired commands history read: timers the timer service fired
+    rejected: float  # commands history refused (during a bulk cancel: stale timer firings, mostly)
 
     def since(self, before: HistoryMetrics) -> HistoryMetrics:
         return HistoryMetrics(self.loop_pause.since(before.loop_pause), self.checkpoint.since(before.checkpoint),
-                              self.checkpoint_bytes - before.checkpoint_bytes)
+                              self.checkpoint_bytes - before.checkpoint_bytes, self.timeouts_fired - before.timeouts_fired,
+                              self.rejected - before.rejected)
 
 
 def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
     with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports['history']}/metrics", timeout=5) as response:
         page = response.read().decode()
     histograms: dict[str, Histogram] = {}
-    checkpoint_bytes = 0.0
+    checkpoint_bytes = timeouts_fired = rejected = 0.0
     for family in text_string_to_metric_families(page):
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
@@ -114,8 +118,12 @@ def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
                 histograms.setdefault(family.name, Histogram({}, 0.0)).total = sample.value
             elif sample.name == "kadence_history_checkpoint_bytes_total":
                 checkpoint_bytes = sample.value
+            elif sample.name == "kadence_history_commands_total" and sample.labels.get("command") == "TimeoutFired":
+                timeouts_fired = sample.value
+            elif sample.name == "kadence_history_commands_rejected_total":
+                rejected += sample.value
     return HistoryMetrics(histograms["kadence_history_loop_pause_seconds"], histograms["kadence_history_checkpoint_seconds"],
-                          checkpoint_bytes)
+                          checkpoint_bytes, timeouts_fired, rejected)
 
 
 async def settled_resident_mib(pid: int, samples: int = 5) -> float:
@@ -162,6 +170,7 @@ class Figures:
     kill_to_ready_s: float
     kill_to_served_s: float
     cancel_rate: float
+    while_cancelling: HistoryMetrics
 
     def report(self) -> str:
         checkpoints = self.while_full.checkpoint
@@ -178,7 +187,8 @@ class Figures:
             f"{checkpoints.total / self.full_s:.0%} of the time",
             f"command loop:         held a batch at most {self.while_full.loop_pause.at_most():g} s",
             f"SIGKILL of history:   ready {self.kill_to_ready_s:.1f} s later, a new workflow done {self.kill_to_served_s:.1f} s later",
-            f"bulk cancel:          {self.cancel_rate:.0f} runs/s",
+            f"bulk cancel:          {self.cancel_rate:.0f} runs/s; meanwhile history read {self.while_cancelling.timeouts_fired:,.0f} "
+            f"timer firings and refused {self.while_cancelling.rejected:,.0f} commands (stale firings, mostly)",
         ])
 
 
@@ -214,6 +224,7 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
             async def cancel(i: int) -> None:
                 await client.get_workflow_handle(f"open-{i}").cancel()
 
+            before_cancel = await asyncio.to_thread(read_history_metrics, stack)
             cancelling = time.monotonic()
             await in_flight(runs, cancel)
             running = "WorkflowType = 'OpenRunWorkflow' AND ExecutionStatus = 'Running'"
@@ -222,10 +233,11 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
                     raise TimeoutError(f"runs still open {CANCEL_TIMEOUT_S:.0f} s after their cancel was requested")
                 await asyncio.sleep(0.5)
             cancel_s = time.monotonic() - cancelling
+            while_cancelling = (await asyncio.to_thread(read_history_metrics, stack)).since(before_cancel)
     finally:
         await client.close()
     return Figures(runs, MEASURED_STARTS / empty_s, MEASURED_STARTS / full_s, rss, rss_empty, while_full, full_s, ready_s, served_s,
-                   runs / cancel_s)
+                   runs / cancel_s, while_cancelling)
 
 
 def bench(runs: int, partitions: int, broker: str | None) -> None:

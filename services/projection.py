@@ -71,6 +71,7 @@ class LogRecord:
     offset: int
     batch: dict[str, Any]
     traceparent: str | None = None  # only while the service traces: the span that wrote the record
+    decided_ms: int = 0  # the record's timestamp: when history decided its command (0 if not said)
 
 
 class Projection(Protocol):
@@ -190,7 +191,8 @@ class ProjectionRunner:
                 self._dead_letter(msg, f"{self.projection.name}: {exc}")
                 continue
             if self.fences.admit(msg.partition(), msg.offset(), batch):
-                records.append(LogRecord(msg.partition(), msg.offset(), batch, tracing.traceparent(msg.headers()) if traced else None))
+                records.append(LogRecord(msg.partition(), msg.offset(), batch, tracing.traceparent(msg.headers()) if traced else None,
+                                         max(0, msg.timestamp()[1])))
                 sources[(msg.partition(), msg.offset())] = msg
         try:
             with tracing.applied(f"{self.projection.name} apply", [r.traceparent for r in records if r.traceparent] if traced else [], {

@@ -421,7 +421,8 @@ class HistoryService:
         (partition, offset), workflow_id = position(msg), command["workflow_id"]
         if kind != CommandType.QueryWorkflow and len(msg.value() or b"") > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value() or b""))
-        written = step(self.partitions[partition], command, self._decision_time_ms(msg), partition, offset,
+        decided_ms = self._decision_time_ms(msg)
+        written = step(self.partitions[partition], command, decided_ms, partition, offset,
                        whole_histories=not self._workflow_task_deltas)
         if written.batch is not None:
             self._note_reply(partition, command, kind, written.batch)
@@ -439,7 +440,7 @@ class HistoryService:
             log.info("event=task_redispatched task=%s workflow_id=%s run_id=%s scheduled_event_id=%d waited_ms=%d",
                      written.redispatch.task, workflow_id, written.batch["run_id"] if written.batch else "",
                      written.redispatch.scheduled_event_id, written.redispatch.waited_ms)
-        self._write(partition, written, traceparent)
+        self._write(partition, written, decided_ms, traceparent)
 
     def _decision_time_ms(self, msg: Message) -> int:
         """The time a command is decided at: its record's timestamp, the broker's append time on
@@ -477,10 +478,12 @@ class HistoryService:
         self._note_reply(partition, command, kind, answer)
         self._send_replies(self.replies.of_batch(partition, answer))
 
-    def _write(self, partition: int, written: Step, traceparent: str | None = None) -> None:
+    def _write(self, partition: int, written: Step, decided_ms: int, traceparent: str | None = None) -> None:
         """Produce the step's batch, one record per command: a command decided again (by the next
         owner, or after a fatal producer error) writes a record of the same bounds, which readers
-        skip as a repeat (docs/architecture.md, "Exactly once")."""
+        skip as a repeat (docs/architecture.md, "Exactly once"). The record's timestamp is the time
+        its command was decided at, so a reader of the log knows how far history has decided each
+        partition (the timer service holds its timeouts against it)."""
         batch = written.batch
         if batch is None:
             return
@@ -502,6 +505,7 @@ class HistoryService:
         self.producer.produce(
             topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
             headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(replies),
+            timestamp=decided_ms,
         )
 
     async def _dispatch_tasks(self) -> None:
@@ -599,7 +603,8 @@ class HistoryService:
         with it again. Written after the forward or dead letter, so a crash between the two
         repeats that (at least once), never loses it."""
         partition, offset = position(msg)
-        self._write(partition, eventless(self.partitions[partition], workflow_id, partition, offset, effects=[]))
+        self._write(partition, eventless(self.partitions[partition], workflow_id, partition, offset, effects=[]),
+                    self._decision_time_ms(msg))
 
 
 def _stored_ids_to_write(state: PartitionState, snapshot: Snapshot) -> bytes | None:

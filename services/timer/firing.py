@@ -34,6 +34,8 @@ IDENTITY = f"kadence-timer@{socket.gethostname()}:{os.getpid()}"
 FIRED = Counter("kadence_timer_fired_total", "Timers fired, by where they were held", ["held_in"])
 LAG = Histogram("kadence_timer_firing_lag_seconds", "Fire time to firing", buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 60))
 PENDING = Gauge("kadence_timer_pending_in_memory", "Near-term timers held in memory")
+WAITING = Gauge("kadence_timer_waiting_for_history",
+                "Timeouts due that wait for the history service to work through its backlog before they fire")
 
 
 async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store: TimerStore, stop: asyncio.Event) -> None:
@@ -73,6 +75,7 @@ async def fire_timers(pool: AsyncConnectionPool, producer: AsyncProducer, store:
             PENDING.set(len(store.in_memory))
             continue
         PENDING.set(len(store.in_memory))
+        WAITING.set(store.progress.waiting)
         sleep_s = min(MAX_SLEEP_S, max(0.0, (store.next_due_ms() - now) / 1000))
         try:
             await asyncio.wait_for(store.wake.wait(), timeout=sleep_s)

@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool
 from kadence.protocol.events import run_sections
 from kadence.protocol.names import EffectType
 from services.projection import LogRecord
+from services.timer.progress import HistoryProgress
 
 TIMERS_DDL = [
     """
@@ -94,6 +95,9 @@ class TimerStore:
         self._stored_version = 0  # bumped by every commit that stored timers
         self._stored_in_chunk: list[Timer] = []
         self._changed = False
+        # How far history has decided each partition: timeouts wait for it while it works through a backlog.
+        self.progress = HistoryProgress()
+        self._decided_in_chunk: dict[int, int] = {}
         self._loop = asyncio.get_running_loop()
 
     # ---- the projection ---------------------------------------------------------------------
@@ -101,7 +105,9 @@ class TimerStore:
     async def apply(self, conn: psycopg.AsyncConnection, records: list[LogRecord]) -> None:
         # Last word per timer wins, so a timer set and dropped in the same chunk costs nothing.
         final: dict[str, tuple[Timer, int] | None] = {}
+        decided: dict[int, int] = {}
         for record in records:
+            decided[record.partition] = max(decided.get(record.partition, 0), record.decided_ms)
             for section in run_sections(record.batch):
                 for effect_type, effect in section.effects:
                     if effect_type == EffectType.Timer:
@@ -136,6 +142,7 @@ class TimerStore:
                 )
         self._stored_in_chunk = stored
         self._changed = bool(final)
+        self._decided_in_chunk = decided
 
     async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
         """Nothing: no caller waits on a timer; its run's timeouts stay unset (the dead letter says so)."""
@@ -146,6 +153,7 @@ class TimerStore:
         return min(next_offset, next(iter(pins.values()))) if pins else next_offset
 
     def on_commit(self) -> None:
+        self.progress.observed(self._decided_in_chunk)
         # Only now may the firing loop read the new stored timers; waking it earlier makes it miss them.
         if self._stored_in_chunk:
             self._stored_version += 1
@@ -182,6 +190,7 @@ class TimerStore:
 
     def _release(self, partitions: set[int]) -> None:
         self.caught_up -= partitions
+        self.progress.forget(partitions)
         for partition in partitions:
             self._held_back.pop(partition, None)
             for timer_id in self._pins.pop(partition, {}):
@@ -207,17 +216,23 @@ class TimerStore:
     # ---- due timers, for the firing loop ------------------------------------------------------
 
     def take_due_in_memory(self, now: int, limit: int) -> list[Timer]:
-        """Near-term timers due at `now` (they stay pinned until `fired` says they were sent)."""
+        """Near-term timers due at `now` (they stay pinned until `fired` says they were sent); a
+        timeout due while history works through a backlog waits for it (services/timer/progress.py)."""
+        now_s = time.monotonic()
+        for entry in self.progress.released(now, now_s):
+            heapq.heappush(self._due, entry)
         due: list[Timer] = []
         while self._due and self._due[0][0] <= now and len(due) < limit:
             fire_at, timer_id = heapq.heappop(self._due)
             timer = self.in_memory.get(timer_id)
             if timer is None or timer.fire_at_ms != fire_at or timer.partition not in self.owned:
                 continue
-            if timer.partition in self.caught_up:
-                due.append(timer)
-            else:
+            if timer.partition not in self.caught_up:
                 self._held_back[timer.partition].append((fire_at, timer_id))
+            elif self.progress.waits(timer.partition, timer.kind, fire_at, now, now_s):
+                self.progress.wait(timer.partition, fire_at, timer_id)
+            else:
+                due.append(timer)
         return due
 
     def fired(self, timers: list[Timer]) -> None:
