@@ -1,7 +1,8 @@
 """The partition's run cache and its incremental checkpoints (services/history/partition.py,
 services/history/snapshot.py): a snapshot holds the runs changed since the last one as they were
 when it began, whatever the loop changes while it is stored; only stored, unchanged runs leave
-memory, least recently used first; a run read back folds on as if it had stayed."""
+memory, least recently used first; a run read back folds on as if it had stayed; the clients
+watching runs' closes are bounded too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from services.history.machine.dispatch import decide
 from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
+from services.history.replies import WATCHED_RUNS_PER_PARTITION, _PartitionReplies
 from services.history.snapshot import RunRow
 from tests.machine_steps import NOW, START, apply
 
@@ -112,3 +114,14 @@ def test_a_snapshot_not_stored_gives_its_runs_to_the_next() -> None:
     _signal(state, "a", offset)
     state.snapshot_failed(snapshot)
     assert state.dirty == {"a", "b"} and state.snapshot is None
+
+
+def test_history_watches_the_closes_of_a_bounded_number_of_runs_the_latest_started() -> None:
+    """A start's client hears of its run's close from history while the run is among the latest
+    started on its partition; past that it reads the close from the read model, as after a restart."""
+    watched = _PartitionReplies()
+    for i in range(WATCHED_RUNS_PER_PARTITION + 2):
+        watched.watch(f"wf-{i}", "run", {(0, f"start-{i}")})
+    assert len(watched.watchers) == WATCHED_RUNS_PER_PARTITION
+    assert ("wf-0", "run") not in watched.watchers and ("wf-1", "run") not in watched.watchers
+    assert watched.watchers[(f"wf-{WATCHED_RUNS_PER_PARTITION + 1}", "run")] == {(0, f"start-{WATCHED_RUNS_PER_PARTITION + 1}")}

@@ -7,6 +7,10 @@ A start's client also hears of its run's close (and of the close of every run a 
 cron or retry chain goes on to): the watchers are kept in memory only, per history partition.
 A restart or rebalance of the history service forgets them, and a reply may be lost; the client
 also waits on the read model, which records the same answers and closes a few milliseconds later.
+So the watchers are a shortcut, and bounded as one: a partition watches at most
+`WATCHED_RUNS_PER_PARTITION` runs, the most recently started, and the client of a run that waits
+longer than that many newer starts hears of its close from the read model (a run kept open for days
+would otherwise hold its watcher in memory as long: docs/architecture.md, "The run cache").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ log = logging.getLogger("kadence.history")
 
 # The commands whose accepted answer names a run the client may wait on the close of.
 _STARTS = {CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution}
+WATCHED_RUNS_PER_PARTITION = 4096
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,12 @@ class _PartitionReplies:
     asked: dict[str, _Asked] = field(default_factory=dict)  # request id -> where to answer, until its command's batch is produced
     # (workflow_id, run_id) -> the (reply partition, start request id) of each client waiting for the close
     watchers: dict[tuple[str, str], set[tuple[int, str]]] = field(default_factory=dict)
+
+    def watch(self, workflow_id: str, run_id: str, watchers: set[tuple[int, str]]) -> None:
+        """Tell these clients of the run's close; the run watched longest is dropped past the bound."""
+        self.watchers.setdefault((workflow_id, run_id), set()).update(watchers)
+        if len(self.watchers) > WATCHED_RUNS_PER_PARTITION:
+            del self.watchers[next(iter(self.watchers))]
 
 
 class Replies:
@@ -84,7 +95,7 @@ class Replies:
                 "cause": None, "reason": None,
             }))
             if asked.start:
-                state.watchers.setdefault((workflow_id, current), set()).add((asked.reply_partition, request_id))
+                state.watch(workflow_id, current, {(asked.reply_partition, request_id)})
         for rejection in refused(batch):
             if (asked := state.asked.pop(rejection["request_id"], None)) is not None:
                 replies.append(self._answer(asked.reply_partition, workflow_id, {
@@ -105,7 +116,7 @@ class Replies:
         kind, attrs = event["attributes"]
         next_run_id = attrs.get("new_execution_run_id") or None
         if next_run_id is not None:
-            state.watchers.setdefault((workflow_id, next_run_id), set()).update(watchers)
+            state.watch(workflow_id, next_run_id, watchers)
         closed = {
             "workflow_id": workflow_id, "run_id": run_id, "status": CLOSE_STATUS[kind],
             "result": attrs.get("result"),
