@@ -8,7 +8,7 @@ import psycopg
 
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol.codec import codec
-from services.history.checkpoint import CheckpointStore
+from services.history.checkpoint import CheckpointStore, Claimed
 from services.history.machine.execution import closed_execution
 from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
@@ -20,9 +20,10 @@ from tests.machine_steps import START
 DEPOSED_PARTITION, ROWS_PARTITION, SKIPPED_PARTITION, BLOB_PARTITION = 1000, 1001, 1002, 1003
 
 
-def _stored(partition: int, history_offset: int, rows: list[RunRow] | None = None) -> Snapshot:
-    """A snapshot as the service hands the store one: its runs encoded, its batches acknowledged."""
-    return Snapshot(partition, {}, history_offset - 1, 0, {row.workflow_id: row for row in rows or []}, history_offset)
+def _stored(claimed: Claimed, partition: int, history_offset: int, rows: list[RunRow] | None = None) -> Snapshot:
+    """A snapshot as the service hands the store one: of a state claimed, its runs encoded, its
+    batches acknowledged."""
+    return Snapshot(partition, {}, history_offset - 1, 0, claimed.epoch, {row.workflow_id: row for row in rows or []}, history_offset)
 
 
 def _open_run(partition: int, workflow_id: str) -> PartitionState:
@@ -34,11 +35,17 @@ def _open_run(partition: int, workflow_id: str) -> PartitionState:
 def test_only_the_latest_owner_of_a_partition_may_store_its_checkpoint(stack: LocalStack) -> None:
     deposed, owner = CheckpointStore(stack.postgres_dsn), CheckpointStore(stack.postgres_dsn)
     try:
-        deposed.claim([DEPOSED_PARTITION])
-        assert deposed.save(_stored(DEPOSED_PARTITION, 7), None)
-        assert owner.claim([DEPOSED_PARTITION])[DEPOSED_PARTITION].positions.history_offset == 7  # type: ignore[union-attr]
-        assert not deposed.save(_stored(DEPOSED_PARTITION, 9), None), "a deposed owner's checkpoint must be refused"
-        assert owner.save(_stored(DEPOSED_PARTITION, 11), None)
+        first = deposed.claim([DEPOSED_PARTITION])[DEPOSED_PARTITION]
+        assert deposed.save(_stored(first, DEPOSED_PARTITION, 7), None)
+        second = owner.claim([DEPOSED_PARTITION])[DEPOSED_PARTITION]
+        assert second.positions is not None and second.positions.history_offset == 7
+        assert not deposed.save(_stored(first, DEPOSED_PARTITION, 9), None), "a deposed owner's checkpoint must be refused"
+        assert owner.save(_stored(second, DEPOSED_PARTITION, 11), None)
+        # The owner's own state of before it claimed the partition again (a rebalance that gave it
+        # back while that state's checkpoint was being stored): the new state recovers from 11.
+        third = owner.claim([DEPOSED_PARTITION])[DEPOSED_PARTITION]
+        assert not owner.save(_stored(second, DEPOSED_PARTITION, 13), None), "a state of an earlier claim must be refused"
+        assert owner.save(_stored(third, DEPOSED_PARTITION, 13), None)
     finally:
         deposed.close()
         owner.close()
@@ -49,9 +56,9 @@ def test_a_checkpoint_stores_the_changed_runs_as_rows_read_back_by_workflow_id(s
     partition = ROWS_PARTITION
     open_run = _open_run(partition, "open-1").executions["open-1"]
     try:
-        store.claim([partition])
+        first = store.claim([partition])[partition]
         rows = [RunRow.of(open_run), RunRow.of(closed_execution("done-1", "r2", "Completed", "start-7"))]
-        assert store.save(_stored(partition, 3, rows), None)
+        assert store.save(_stored(first, partition, 3, rows), None)
         loaded = {ex.workflow_id: (p, ex) for p, ex in store.load_runs(
             [(partition, "open-1"), (partition, "done-1"), (partition, "never-started"), (partition + 1, "done-1")])}
         assert loaded == {
@@ -64,7 +71,7 @@ def test_a_checkpoint_stores_the_changed_runs_as_rows_read_back_by_workflow_id(s
         # The open run closes: its row moves to the closed runs, and the filter stored says which ids have one.
         claimed.stored_ids.add("done-2")
         closed = RunRow.of(closed_execution("open-1", open_run.run_id, "Failed", open_run.start_request_id))
-        assert store.save(_stored(partition, 4, [closed]), claimed.stored_ids.to_bytes())
+        assert store.save(_stored(claimed, partition, 4, [closed]), claimed.stored_ids.to_bytes())
         assert store.load_runs([(partition, "open-1")]) == [(partition, closed.run())]
         again = store.claim([partition])[partition].stored_ids
         assert again.may_hold("done-2") and not again.may_hold("never-started")
@@ -83,8 +90,8 @@ def test_a_checkpoint_of_another_schema_version_is_skipped_for_the_log(stack: Lo
     store = CheckpointStore(stack.postgres_dsn)
     partition = SKIPPED_PARTITION
     try:
-        store.claim([partition])
-        assert store.save(_stored(partition, 5, [RunRow.of(_open_run(partition, "open-1").executions["open-1"])]), None)
+        claimed = store.claim([partition])[partition]
+        assert store.save(_stored(claimed, partition, 5, [RunRow.of(_open_run(partition, "open-1").executions["open-1"])]), None)
         assert store.claim([partition])[partition].positions.history_offset == 5  # type: ignore[union-attr]
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
             conn.execute("UPDATE kadence_history_checkpoints SET schema_fingerprint = 'an-earlier-one' WHERE partition = %s", (partition,))
@@ -113,6 +120,10 @@ def test_a_checkpoint_a_release_before_stored_as_one_value_becomes_rows(stack: L
             )
             conn.execute("INSERT INTO kadence_history_closed_runs VALUES (%s, 'done-1', 'r4', 'Completed', 'start-9') "
                          "ON CONFLICT DO NOTHING", (partition,))
+            # The row of a run that was open when this release was rolled back, and closed since.
+            left_behind = RunRow.of(_open_run(partition, "done-1").executions["done-1"])
+            conn.execute("INSERT INTO kadence_history_open_runs VALUES (%s, 'done-1', %s, %s) ON CONFLICT DO NOTHING",
+                         (partition, left_behind.run_id, left_behind.state))
         claimed = store.claim([partition])[partition]
         assert claimed.positions is not None and (claimed.positions.history_offset, claimed.positions.last_source_offset) == (12, 1)
         assert all(claimed.stored_ids.may_hold(w) for w in ("open-1", "open-2", "done-1"))

@@ -104,6 +104,8 @@ def test_closed_runs_leave_memory_once_stored_unless_the_id_started_again() -> N
     snapshot.history_offset = state.history_offset
     _started(state, ["b"], offset)  # a new run of "b" while the snapshot is stored
     state.snapshot_stored(snapshot)
+    assert list(state.executions) == ["a", "b"], "a batch waiting for runs to be read back counts on those it holds"
+    assert state.evict_least_used(keep=10) == 1
     assert list(state.executions) == ["b"] and state.executions["b"].status == "Running"
 
 

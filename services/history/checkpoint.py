@@ -110,12 +110,14 @@ class Claimed:
 
     positions: Positions | None
     stored_ids: StoredIds
+    epoch: int  # this claim's: the checkpoints of the state it starts are stored under it only
 
     def state(self, partition: int) -> PartitionState:
         """The state recovery starts from: the checkpoint's positions, else an empty partition's."""
         if self.positions is None:
-            return PartitionState(partition, stored_ids=self.stored_ids)
-        state = PartitionState(partition, history_offset=self.positions.history_offset, stored_ids=self.stored_ids)
+            return PartitionState(partition, stored_ids=self.stored_ids, epoch=self.epoch)
+        state = PartitionState(partition, history_offset=self.positions.history_offset, stored_ids=self.stored_ids,
+                               epoch=self.epoch)
         if self.positions.last_source_offset >= 0:
             state.fence.last_source_offset[partition] = self.positions.last_source_offset
         state.checkpointed(self.positions.history_offset)
@@ -125,8 +127,10 @@ class Claimed:
 class CheckpointStore:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
-        self.epochs: dict[int, int] = {}
-        self._conn: psycopg.Connection[Any] | None = None
+        # Checkpoints are written beside the reads of runs (the command loop's, a recovery's): a
+        # connection each, so a read never runs inside a checkpoint's transaction.
+        self._writes: psycopg.Connection[Any] | None = None
+        self._reads: psycopg.Connection[Any] | None = None
 
     def claim(self, partitions: list[int]) -> dict[int, Claimed]:
         """Become the owner of `partitions` (bump their epochs) and read where their checkpoints stand."""
@@ -134,7 +138,7 @@ class CheckpointStore:
             return {partition: self._claim(conn, partition) for partition in partitions}
 
     def _claim(self, conn: psycopg.Connection[Any], partition: int) -> Claimed:
-        [(self.epochs[partition],)] = conn.execute(
+        [(epoch,)] = conn.execute(
             "INSERT INTO kadence_history_owners (partition, epoch) VALUES (%s, 1) "
             "ON CONFLICT (partition) DO UPDATE SET epoch = kadence_history_owners.epoch + 1 RETURNING epoch",
             (partition,),
@@ -144,7 +148,7 @@ class CheckpointStore:
             "FROM kadence_history_checkpoints WHERE partition = %s", (partition,),
         ).fetchone()
         if row is None:
-            return Claimed(None, _read_stored_ids(conn, partition))
+            return Claimed(None, _read_stored_ids(conn, partition), epoch)
         history_offset, last_source_offset, fingerprint, stored_ids, stored_ids_at = row
         if fingerprint == blob_codec_fingerprint():
             _convert_blob_to_rows(conn, partition)
@@ -154,26 +158,29 @@ class CheckpointStore:
                         partition, fingerprint, run_codec().current_fingerprint)
             # Rows of a version this release cannot read: the log, read from its start, holds every run again.
             conn.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
-            return Claimed(None, _read_stored_ids(conn, partition))
+            return Claimed(None, _read_stored_ids(conn, partition), epoch)
         ids = _stored_ids(stored_ids) if stored_ids_at == history_offset else None
-        return Claimed(Positions(history_offset, last_source_offset), ids if ids is not None else _read_stored_ids(conn, partition))
+        return Claimed(Positions(history_offset, last_source_offset), ids if ids is not None else _read_stored_ids(conn, partition),
+                       epoch)
 
     def save(self, snapshot: Snapshot, stored_ids: bytes | None) -> bool:
-        """Store the snapshot's rows and positions, if this instance still holds the partition's
-        epoch; `stored_ids`: the partition's StoredIds, if they changed since last stored."""
+        """Store the snapshot's rows and positions, if the partition's epoch is still the one its
+        state was claimed under (not a later claim's, this instance's own after a rebalance that gave
+        the partition back included); `stored_ids`: the partition's StoredIds, if they changed since
+        last stored."""
         partition, history_offset = snapshot.partition, snapshot.history_offset
         assert history_offset is not None and not snapshot.pending, "a snapshot is stored once encoded and acknowledged"
         rows = list(snapshot.rows.values())
         open_rows = [row for row in rows if row.state is not None]
         closed_rows = [row for row in rows if row.state is None]
-        conn = self._connection()
+        conn = self._writes = _open(self._writes, self.dsn)
         with conn.transaction():
             owner = conn.execute(
                 "SELECT epoch FROM kadence_history_owners WHERE partition = %s FOR UPDATE", (partition,),
             ).fetchone()
-            if owner is None or owner[0] != self.epochs.get(partition):
+            if owner is None or owner[0] != snapshot.epoch:
                 log.warning("event=checkpoint_fenced partition=%d epoch=%s owner_epoch=%s",
-                            partition, self.epochs.get(partition), owner and owner[0])
+                            partition, snapshot.epoch, owner and owner[0])
                 return False
             _store_rows(conn, partition, open_rows, closed_rows)
             conn.execute(
@@ -193,7 +200,8 @@ class CheckpointStore:
     def load_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:
         """The stored current run of each (partition, workflow_id) that has one: its open run's
         state, else its last closed run."""
-        rows = self._connection().execute(
+        self._reads = _open(self._reads, self.dsn)
+        rows = self._reads.execute(
             "SELECT w.partition, w.workflow_id, o.run_id, o.state, c.run_id, c.status, c.start_request_id "
             "FROM unnest(%s::int[], %s::text[]) AS w(partition, workflow_id) "
             "LEFT JOIN kadence_history_open_runs o USING (partition, workflow_id) "
@@ -207,14 +215,17 @@ class CheckpointStore:
             for partition, workflow_id, open_run, state, closed_run, status, start_request_id in rows
         ]
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-        return self._conn
-
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        for conn in (self._writes, self._reads):
+            if conn is not None:
+                conn.close()
+
+
+def _open(conn: psycopg.Connection[Any] | None, dsn: str) -> psycopg.Connection[Any]:
+    """`conn`, or a new connection if it is not open."""
+    if conn is None or conn.closed:
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    return conn
 
 
 def _store_rows(conn: psycopg.Connection[Any], partition: int, open_rows: list[RunRow], closed_rows: list[RunRow]) -> None:
@@ -248,6 +259,8 @@ def _convert_blob_to_rows(conn: psycopg.Connection[Any], partition: int) -> None
         runs = codec("PartitionCheckpoint").decode(bytes(blob))["executions"]
         encoded = run_codec()
         with conn.cursor() as cursor:
+            # Rows a release of rows left before a rollback to one of blobs are older than the blob.
+            cursor.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
             cursor.executemany(
                 "INSERT INTO kadence_history_open_runs (partition, workflow_id, run_id, state) VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, state = EXCLUDED.state",

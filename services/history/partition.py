@@ -40,8 +40,12 @@ class PartitionState:
     # The workflow ids whose runs changed since the last snapshot began: what the next one stores.
     dirty: set[str] = field(default_factory=set)
     snapshot: Snapshot | None = None  # the checkpoint being stored, if one is
+    epoch: int = 0  # the owner epoch this state was claimed under (services/history/checkpoint.py)
     written: int = 0  # batches written to this partition (by this instance's producer)
     acknowledged: int = 0  # of which the broker has acknowledged
+    # Closed runs a checkpoint stored, by workflow id: they leave memory at the next eviction, between
+    # batches (never while a batch waits for the runs it names to be read back).
+    closed_stored: dict[str, str] = field(default_factory=dict)
     # Commands below this offset may have been decided before, by an earlier owner or this one's
     # producer lost in a fatal error, and their tasks dispatched: the end of the partition of
     # kadence.commands when this state was recovered. Their tasks go out marked as possible copies.
@@ -108,7 +112,7 @@ class PartitionState:
         """Capture the runs changed since the last snapshot; what the loop changes from here on
         goes to the next one."""
         snapshot = Snapshot(self.partition, {workflow_id: self.executions[workflow_id] for workflow_id in self.dirty},
-                            self.resume_offset - 1, self.written)
+                            self.resume_offset - 1, self.written, self.epoch)
         if self.acknowledged == self.written:
             snapshot.history_offset = self.history_offset
         self.dirty, self.snapshot = set(), snapshot
@@ -125,15 +129,12 @@ class PartitionState:
             self.snapshot.history_offset = self.history_offset
 
     def snapshot_stored(self, snapshot: Snapshot) -> None:
-        """The snapshot's rows and positions are stored: its closed runs, unchanged since, leave memory."""
+        """The snapshot's rows and positions are stored: its closed runs may leave memory."""
         self.snapshot = None
         assert snapshot.history_offset is not None
         self.checkpointed_offset = snapshot.history_offset
         self.checkpointed_resume_offset = snapshot.last_source_offset + 1
-        for workflow_id, row in snapshot.rows.items():
-            ex = self.executions.get(workflow_id)
-            if row.state is None and workflow_id not in self.dirty and ex is not None and ex.run_id == row.run_id:
-                del self.executions[workflow_id]
+        self.closed_stored.update({row.workflow_id: row.run_id for row in snapshot.rows.values() if row.state is None})
 
     def snapshot_failed(self, snapshot: Snapshot) -> None:
         """Not stored: its runs go to the next snapshot."""
@@ -141,12 +142,20 @@ class PartitionState:
         self.dirty |= snapshot.workflow_ids
 
     def evict_least_used(self, keep: int) -> int:
-        """Let the least recently used runs that a checkpoint holds as they are leave memory, until
-        at most `keep` remain (or only runs not stored yet); how many left."""
+        """Let the closed runs a checkpoint stored, then the least recently used runs that a
+        checkpoint holds as they are, leave memory, until at most `keep` remain (or only runs not
+        stored yet); how many left. Between batches only: a batch counts on the runs it named."""
+        in_snapshot = self.snapshot.workflow_ids if self.snapshot is not None else set()
+        closed, self.closed_stored = self.closed_stored, {}
+        left = 0
+        for workflow_id, run_id in closed.items():
+            ex = self.executions.get(workflow_id)
+            if ex is not None and ex.run_id == run_id and workflow_id not in self.dirty and workflow_id not in in_snapshot:
+                del self.executions[workflow_id]
+                left += 1
         excess = len(self.executions) - keep
         if excess <= 0:
-            return 0
-        in_snapshot = self.snapshot.workflow_ids if self.snapshot is not None else set()
+            return left
         leaving = [
             workflow_id for workflow_id, ex in islice(self.executions.items(), excess + len(self.dirty) + len(in_snapshot))
             if workflow_id not in self.dirty and workflow_id not in in_snapshot and not ex.pending_queries
@@ -154,4 +163,4 @@ class PartitionState:
         for workflow_id in leaving:
             ex = self.executions.pop(workflow_id)
             self.fence.next_event_id.pop(ex.run_id, None)
-        return len(leaving)
+        return left + len(leaving)

@@ -251,9 +251,31 @@ class HistoryService:
         """Store each snapshot once its runs are encoded (a slice at a time, so the loop goes on
         between) and the broker has acknowledged every batch written before it, so it is exactly
         the fold of the log up to its history offset. While the broker has not acknowledged them
-        (it is away), or Postgres does not answer, the runs go to the next checkpoint: they stay in
-        memory meanwhile, and recovery would read more of the log."""
+        (it is away), or Postgres does not answer, or anything else stops it, the runs go to the
+        next checkpoint: they stay in memory meanwhile, and recovery would read more of the log."""
         started = time.monotonic()
+        stored: list[int] = []
+        try:
+            await self._store_each(checkpoints, snapshots, stored)
+        except psycopg.OperationalError as exc:
+            log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
+                        stored, "Postgres does not answer", describe(exc))
+            return
+        except Exception:
+            ERRORS.labels("checkpoint_failed").inc()
+            log.exception("event=checkpoint_failed partitions_stored=%s reason=%r", stored,
+                          "a bug: the runs go to the next checkpoint, and this one is tried again then")
+            return
+        finally:
+            for state, snapshot in snapshots:
+                if state.snapshot is snapshot:  # neither stored nor given back
+                    state.snapshot_failed(snapshot)
+        took = time.monotonic() - started
+        CHECKPOINT_SECONDS.observe(took)
+        log.info("event=checkpoint_taken partitions=%s runs=%d seconds=%.3f", stored,
+                 sum(len(snapshot.rows) for _, snapshot in snapshots), took)
+
+    async def _store_each(self, checkpoints: CheckpointStore, snapshots: list[tuple[PartitionState, Snapshot]], stored: list[int]) -> None:
         loop = asyncio.get_running_loop()
         for _, snapshot in snapshots:
             while snapshot.encode_some(ENCODE_SLICE_RUNS):
@@ -261,8 +283,7 @@ class HistoryService:
         deadline = time.monotonic() + CHECKPOINT_FLUSH_TIMEOUT_S
         while any(snapshot.history_offset is None for _, snapshot in snapshots) and time.monotonic() < deadline:
             await asyncio.sleep(ACKNOWLEDGED_POLL_S)
-        stored: list[int] = []
-        for index, (state, snapshot) in enumerate(snapshots):
+        for state, snapshot in snapshots:
             if self.partitions.get(snapshot.partition) is not state:
                 continue  # revoked, or recovered again, meanwhile: its next owner stores its own
             if snapshot.history_offset is None:
@@ -271,26 +292,14 @@ class HistoryService:
                 state.snapshot_failed(snapshot)
                 continue
             ids = _stored_ids_to_write(state, snapshot)
-            try:
-                saved = await loop.run_in_executor(None, checkpoints.save, snapshot, ids)
-            except psycopg.OperationalError as exc:
-                log.warning("event=checkpoint_postponed partitions_stored=%s reason=%r error=%r",
-                            stored, "Postgres does not answer", describe(exc))
-                for later_state, later in snapshots[index:]:
-                    later_state.snapshot_failed(later)
-                return
-            if not saved:
-                state.snapshot_failed(snapshot)
+            if not await loop.run_in_executor(None, checkpoints.save, snapshot, ids):
+                state.snapshot_failed(snapshot)  # fenced: a later claim holds the partition
                 continue
             if state.stored_ids is not None and ids is not None:
                 state.stored_ids.changed = False
             state.snapshot_stored(snapshot)
             CHECKPOINT_RUNS.inc(len(snapshot.rows))
             stored.append(snapshot.partition)
-        took = time.monotonic() - started
-        CHECKPOINT_SECONDS.observe(took)
-        log.info("event=checkpoint_taken partitions=%s runs=%d seconds=%.3f", stored,
-                 sum(len(snapshot.rows) for _, snapshot in snapshots), took)
 
     # Rebalance callbacks run on the polling thread while the loop is suspended in consume().
     def _on_assign(self, consumer: Consumer, assigned: list[TopicPartition]) -> None:

@@ -79,6 +79,7 @@ class Snapshot:
     pending: dict[str, Execution]  # changed runs not encoded yet: the loop has not touched them since
     last_source_offset: int  # the last command the state had read when it began
     last_batch: int  # the number of batches the partition had written then (PartitionState.written)
+    epoch: int  # the owner epoch the partition's state was claimed under: stored under it only
     rows: dict[str, RunRow] = field(default_factory=dict)
     history_offset: int | None = None  # once every batch written before it is acknowledged: the log's position after them
 

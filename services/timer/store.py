@@ -154,6 +154,7 @@ class TimerStore:
 
     def on_commit(self) -> None:
         self.progress.observed(self._decided_in_chunk)
+        self._decided_in_chunk = {}  # a commit of no records (all fenced out, say) says nothing of history
         # Only now may the firing loop read the new stored timers; waking it earlier makes it miss them.
         if self._stored_in_chunk:
             self._stored_version += 1
