@@ -21,43 +21,48 @@ from kadence.protocol.names import TimerKind
 
 # History's own bookkeeping: made stale by a worker's start, completion or heartbeat.
 WAITS_FOR_HISTORY = frozenset(set(TimerKind) - {TimerKind.USER_TIMER, TimerKind.WORKFLOW_RUN_TIMEOUT})
-BEHIND_MS = 1000  # history deciding commands appended longer ago than this is working through a backlog
-BUSY_S = 2.0  # and is still at it if it wrote a batch within this; a history that went quiet is caught up (or away)
+BEHIND_MS = 1000  # a batch read this long after its command was appended: history is working through a backlog
+BUSY_S = 2.0  # and is still at it if such a batch was read within this; a history that went quiet is caught up (or away)
 
 
 @dataclass
 class HistoryProgress:
-    """Per partition, the decision time of the last batch read and when it was read."""
+    """Per partition, the decision time of the last batch read, how long after it that batch was
+    read, and when."""
 
     decided_ms: dict[int, int] = field(default_factory=dict)
+    lag_ms: dict[int, int] = field(default_factory=dict)  # from the last batch's decision time to its reading
     read_at: dict[int, float] = field(default_factory=dict)  # monotonic
     # Per partition, the timers waiting for history: a heap of (fire_at_ms, timer_id).
     _waiting: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
 
-    def observed(self, decided_ms: dict[int, int], now_s: float | None = None) -> None:
-        """Batches read (and applied): the latest decision time of each partition."""
+    def observed(self, decided_ms: dict[int, int], now_ms: int, now_s: float | None = None) -> None:
+        """Batches read (and applied) at `now_ms`: the latest decision time of each partition."""
         read_at = time.monotonic() if now_s is None else now_s
         for partition, decided in decided_ms.items():
             self.decided_ms[partition] = max(self.decided_ms.get(partition, 0), decided)
+            self.lag_ms[partition] = now_ms - self.decided_ms[partition]
             self.read_at[partition] = read_at
 
-    def behind(self, partition: int, now_ms: int, now_s: float) -> bool:
-        """Whether history is working through a backlog on the partition."""
-        decided = self.decided_ms.get(partition)
-        return decided is not None and now_ms - decided > BEHIND_MS and now_s - self.read_at[partition] < BUSY_S
+    def behind(self, partition: int, now_s: float) -> bool:
+        """Whether history is working through a backlog on the partition: the last batch read came
+        long after its command, and not long ago. (A history that decided a command at once and has
+        had nothing to decide since is not behind, however long ago that was.)"""
+        lag = self.lag_ms.get(partition)
+        return lag is not None and lag > BEHIND_MS and now_s - self.read_at[partition] < BUSY_S
 
-    def waits(self, partition: int, kind: str, fire_at_ms: int, now_ms: int, now_s: float) -> bool:
+    def waits(self, partition: int, kind: str, fire_at_ms: int, now_s: float) -> bool:
         """Whether a timer due now waits for history to decide the commands appended before it."""
-        return kind in WAITS_FOR_HISTORY and self.decided_ms.get(partition, 0) < fire_at_ms and self.behind(partition, now_ms, now_s)
+        return kind in WAITS_FOR_HISTORY and self.decided_ms.get(partition, 0) < fire_at_ms and self.behind(partition, now_s)
 
     def wait(self, partition: int, fire_at_ms: int, timer_id: str) -> None:
         heapq.heappush(self._waiting.setdefault(partition, []), (fire_at_ms, timer_id))
 
-    def released(self, now_ms: int, now_s: float) -> list[tuple[int, str]]:
+    def released(self, now_s: float) -> list[tuple[int, str]]:
         """The waiting timers history has caught up with, or whose partition it no longer works on."""
         released: list[tuple[int, str]] = []
         for partition, waiting in list(self._waiting.items()):
-            if not self.behind(partition, now_ms, now_s):
+            if not self.behind(partition, now_s):
                 released += waiting
                 del self._waiting[partition]
                 continue
@@ -71,6 +76,7 @@ class HistoryProgress:
         for partition in partitions:
             self._waiting.pop(partition, None)
             self.decided_ms.pop(partition, None)
+            self.lag_ms.pop(partition, None)
             self.read_at.pop(partition, None)
 
     @property

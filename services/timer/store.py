@@ -153,7 +153,7 @@ class TimerStore:
         return min(next_offset, next(iter(pins.values()))) if pins else next_offset
 
     def on_commit(self) -> None:
-        self.progress.observed(self._decided_in_chunk)
+        self.progress.observed(self._decided_in_chunk, now_ms())
         self._decided_in_chunk = {}  # a commit of no records (all fenced out, say) says nothing of history
         # Only now may the firing loop read the new stored timers; waking it earlier makes it miss them.
         if self._stored_in_chunk:
@@ -220,7 +220,7 @@ class TimerStore:
         """Near-term timers due at `now` (they stay pinned until `fired` says they were sent); a
         timeout due while history works through a backlog waits for it (services/timer/progress.py)."""
         now_s = time.monotonic()
-        for entry in self.progress.released(now, now_s):
+        for entry in self.progress.released(now_s):
             heapq.heappush(self._due, entry)
         due: list[Timer] = []
         while self._due and self._due[0][0] <= now and len(due) < limit:
@@ -230,7 +230,7 @@ class TimerStore:
                 continue
             if timer.partition not in self.caught_up:
                 self._held_back[timer.partition].append((fire_at, timer_id))
-            elif self.progress.waits(timer.partition, timer.kind, fire_at, now, now_s):
+            elif self.progress.waits(timer.partition, timer.kind, fire_at, now_s):
                 self.progress.wait(timer.partition, fire_at, timer_id)
             else:
                 due.append(timer)
