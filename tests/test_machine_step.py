@@ -52,7 +52,7 @@ def test_a_checkpoint_stores_open_runs_with_their_buffers_and_closed_runs_as_wha
     assert snapshot.rows["order-2"].state is None  # closed: what a later start's id reuse policy needs
     assert snapshot.last_source_offset + 1 == state.resume_offset == 9
     restored = PartitionState(0)
-    restored.loaded([snapshot.rows["order-1"].run()])
+    restored.loaded(snapshot.rows["order-1"].run())
     assert restored.fence.next_event_id == {run_id: state.executions["order-1"].next_event_id}
 
 

@@ -84,7 +84,7 @@ def test_a_run_read_back_folds_on_as_if_it_had_stayed() -> None:
 
     read_back = PartitionState(0)
     read_back.fence.last_source_offset[0] = offset - 1
-    read_back.loaded([row.run()])
+    read_back.loaded(row.run())
     assert read_back.dirty == set(), "a run read back is as stored"
     _signal(read_back, "a", offset)
     assert read_back.executions["a"] == stayed.executions["a"]

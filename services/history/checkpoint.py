@@ -258,14 +258,11 @@ def _convert_blob_to_rows(conn: psycopg.Connection[Any], partition: int) -> None
         [(blob,)] = conn.execute("SELECT state FROM kadence_history_checkpoints WHERE partition = %s FOR UPDATE", (partition,)).fetchall()
         runs = codec("PartitionCheckpoint").decode(bytes(blob))["executions"]
         encoded = run_codec()
-        with conn.cursor() as cursor:
-            # Rows a release of rows left before a rollback to one of blobs are older than the blob.
-            cursor.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
-            cursor.executemany(
-                "INSERT INTO kadence_history_open_runs (partition, workflow_id, run_id, state) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, state = EXCLUDED.state",
-                [(partition, run["workflow_id"], run["run_id"], encoded.encode(run)) for run in runs],
-            )
+        # Rows a release of rows left before a rollback to one of blobs are older than the blob.
+        conn.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
+        _store_rows(conn, partition, [
+            RunRow(run["workflow_id"], run["run_id"], run["status"], run["start_request_id"], encoded.encode(run)) for run in runs
+        ], [])
         conn.execute(
             "UPDATE kadence_history_checkpoints SET state = '', schema_fingerprint = %s, stored_ids_history_offset = NULL "
             "WHERE partition = %s", (run_codec().current_fingerprint, partition),

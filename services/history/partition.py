@@ -98,15 +98,14 @@ class PartitionState:
         if current is not None:
             self.executions[workflow_id] = current
 
-    def loaded(self, runs: list[Execution]) -> None:
-        """Runs read back from their rows, for commands or batches about to be folded: as they were
+    def loaded(self, ex: Execution) -> None:
+        """A run read back from its row, for commands or batches about to be folded: as it was
         stored, so not changed."""
-        for ex in runs:
-            if ex.workflow_id in self.executions:
-                continue
-            self.executions[ex.workflow_id] = ex
-            if ex.status == RUNNING:
-                self.fence.next_event_id[ex.run_id] = ex.next_event_id
+        if ex.workflow_id in self.executions:
+            return
+        self.executions[ex.workflow_id] = ex
+        if ex.status == RUNNING:
+            self.fence.next_event_id[ex.run_id] = ex.next_event_id
 
     def begin_snapshot(self) -> Snapshot:
         """Capture the runs changed since the last snapshot; what the loop changes from here on

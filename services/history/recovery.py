@@ -84,7 +84,7 @@ def _load_named_runs(states: dict[int, PartitionState], batches: list[tuple[int,
         return 0
     found = load_runs(wanted)
     for partition, ex in found:
-        states[partition].loaded([ex])
+        states[partition].loaded(ex)
     return len(found)
 
 

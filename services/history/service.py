@@ -409,7 +409,7 @@ class HistoryService:
             )
             RUNS_READ_BACK.inc(len(found))
             for partition, execution in found:
-                self.partitions[partition].loaded([execution])
+                self.partitions[partition].loaded(execution)
 
     def handle(self, msg: Message, command: Record) -> None:
         partition, offset = position(msg)
