@@ -183,6 +183,8 @@ async def test_an_execution_shows_its_timeline_with_a_retry_and_a_signal_sent_fr
     await page.click("#confirm")
     assert "is in the history" in await page.inner_text("#outcome")
     assert await handle.result() == "ORDER-7+from the UI"
+    # The result may come on the reply topic before the read model, which the UI reads, records the close.
+    await wait_for_event(stack, workflow_id, "WorkflowExecutionCompleted", timeout=30)
 
     await page.goto(f"/workflow?workflow_id={workflow_id}")
     assert "ORDER-7+from the UI" in await page.inner_text("#result")
