@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -106,6 +107,11 @@ def _reply_delivered(err: KafkaError | None, msg: Message) -> None:
         log.warning("event=reply_not_delivered partition=%s error=%r", msg.partition(), err.str())
 
 
+def _settle(acknowledged: asyncio.Future[KafkaError | None], err: KafkaError | None) -> None:
+    if not acknowledged.done():
+        acknowledged.set_result(err)
+
+
 class FatalProduceError(RuntimeError):
     """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
 
@@ -139,6 +145,8 @@ class HistoryService:
         self._workflow_task_deltas = writes_field(self.batches, EffectType.WorkflowTask, "first_event_id")
         self.task_records = TaskRecords()
         self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
+        # Dead letters and forwards produced, each with the command it passes, until acknowledged.
+        self._sent_elsewhere: list[tuple[Message, str, str, asyncio.Future[KafkaError | None]]] = []
         self._task_topics: set[str] = set()  # the task queue topics known to exist
         self.replies = Replies()
         self._offsets_lock = threading.Lock()
@@ -192,6 +200,8 @@ class HistoryService:
                         self._dead_letter(msg, str(command))
                     else:
                         self.handle(msg, command)
+                    if self._sent_elsewhere:
+                        await self._pass_once_acknowledged()
                 await self._dispatch_tasks()
                 self._raise_produce_error()
                 LOOP_PAUSE.observe(time.monotonic() - held_since)
@@ -584,8 +594,7 @@ class HistoryService:
     def _dead_letter(self, msg: Message, error: str) -> None:
         ERRORS.labels("dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
-        self.producer.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, error), on_delivery=self._on_delivery())
-        self._write_passed(msg, workflow_id="")
+        self._send_elsewhere(msg, "", topics.DLQ, msg.value(), headers=dead_letter_headers(msg, error))
 
     def _forward(self, msg: Message, command: Record, owner: int) -> None:
         """Send a command produced to the wrong partition on to its owner. A command without a
@@ -600,17 +609,41 @@ class HistoryService:
         request = body["start"] if kind == CommandType.SignalWithStartWorkflowExecution else body
         if request.get("request_id") == "":
             request["request_id"] = f"forwarded:{msg.partition()}@{msg.offset()}"
-        self.producer.produce(
-            topics.COMMANDS, self.commands.encode(command), workflow_id.encode(), partition=owner,
-            headers=msg.headers(), on_delivery=self._on_delivery(),
-        )
-        self._write_passed(msg, workflow_id)
+        self._send_elsewhere(msg, workflow_id, topics.COMMANDS, self.commands.encode(command), partition=owner,
+                             headers=msg.headers())
+
+    def _send_elsewhere(self, msg: Message, workflow_id: str, topic: str, value: bytes | None, **produce: Any) -> None:
+        """Produce what a command becomes elsewhere (a dead letter, a forward); the batch that
+        passes the command waits for the broker to acknowledge it (`_pass_once_acknowledged`)."""
+        loop = asyncio.get_running_loop()
+        acknowledged: asyncio.Future[KafkaError | None] = loop.create_future()
+        on_delivery = self._on_delivery()
+
+        def delivered(err: KafkaError | None, record: Message) -> None:
+            on_delivery(err, record)
+            loop.call_soon_threadsafe(_settle, acknowledged, err)
+
+        self.producer.produce(topic, value, msg.key(), on_delivery=delivered, **produce)
+        self._sent_elsewhere.append((msg, workflow_id, topic, acknowledged))
+
+    async def _pass_once_acknowledged(self) -> None:
+        """Write the batches that pass the commands sent elsewhere, each once the broker has
+        acknowledged what it was sent as, and before the next command's batch: the two records
+        are on different partitions, so a passing batch written first could be acknowledged
+        alone, and a crash then would lose the dead letter or the forward, where this way it
+        repeats it (at least once). Dead letters and forwards are rare; the wait is one produce."""
+        sent, self._sent_elsewhere = self._sent_elsewhere, []
+        for msg, workflow_id, topic, acknowledged in sent:
+            if (err := await acknowledged) is not None:
+                if self._fatal is not None:  # the producer is replaced and these commands read again
+                    return
+                raise FatalProduceError(f"{topic} record for {topics.COMMANDS} offset {msg.offset()} not written: {err}")
+            self._write_passed(msg, workflow_id)
 
     def _write_passed(self, msg: Message, workflow_id: str) -> None:
         """A batch that records only that the command at this offset was dealt with elsewhere
         (forwarded, dead-lettered): the resume position passes it, so a restart does not deal
-        with it again. Written after the forward or dead letter, so a crash between the two
-        repeats that (at least once), never loses it."""
+        with it again."""
         partition, offset = position(msg)
         self._write(partition, eventless(self.partitions[partition], workflow_id, partition, offset, effects=[]),
                     self._decision_time_ms(msg))
