@@ -7,9 +7,11 @@ For each N, on a fresh local stack (one instance of each service; the worker in 
 - the start rate of the first 1,000 starts (no run open, after 500 workflows that close at once
   warmed the path up) and of the last 1,000 (N open), each start returning once history answered it;
 - while the last 1,000 start: history's checkpoints (mean and longest, bytes each, the share of
-  the time spent in them) and the longest its command loop held a batch, from its /metrics
+  the time spent in them), the longest its command loop held the event loop at a stretch, and its
+  garbage collections of the oldest generation, from its /metrics
   (`kadence_history_checkpoint_seconds`, `kadence_history_checkpoint_bytes_total`,
-  `kadence_history_loop_pause_seconds`: a histogram, so "at most" its bucket's bound);
+  `kadence_history_loop_pause_seconds` and `kadence_gc_pause_seconds`: histograms, so "at most"
+  is a bucket's bound);
 - history's resident memory once the N are open, and what it grew by a run since the warm-up;
 - SIGKILL of history, started again at once: until its /readyz answers 200, and until a new
   workflow (no timer) has its result;
@@ -94,13 +96,15 @@ class Histogram:
 @dataclass
 class HistoryMetrics:
     loop_pause: Histogram
+    oldest_collections: Histogram  # collections of the oldest generation, which walk every object
     checkpoint: Histogram
     checkpoint_bytes: float
     timeouts_fired: float  # TimeoutFired commands history read: timers the timer service fired
     rejected: float  # commands history refused (during a bulk cancel: stale timer firings, mostly)
 
     def since(self, before: HistoryMetrics) -> HistoryMetrics:
-        return HistoryMetrics(self.loop_pause.since(before.loop_pause), self.checkpoint.since(before.checkpoint),
+        return HistoryMetrics(self.loop_pause.since(before.loop_pause), self.oldest_collections.since(before.oldest_collections),
+                              self.checkpoint.since(before.checkpoint),
                               self.checkpoint_bytes - before.checkpoint_bytes, self.timeouts_fired - before.timeouts_fired,
                               self.rejected - before.rejected)
 
@@ -112,17 +116,20 @@ def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
     checkpoint_bytes = timeouts_fired = rejected = 0.0
     for family in text_string_to_metric_families(page):
         for sample in family.samples:
+            name = family.name + "".join(f":{v}" for k, v in sample.labels.items() if k != "le")
             if sample.name.endswith("_bucket"):
-                histograms.setdefault(family.name, Histogram({}, 0.0)).buckets[float(sample.labels["le"])] = sample.value
+                histograms.setdefault(name, Histogram({}, 0.0)).buckets[float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum") and family.type == "histogram":
-                histograms.setdefault(family.name, Histogram({}, 0.0)).total = sample.value
+                histograms.setdefault(name, Histogram({}, 0.0)).total = sample.value
             elif sample.name == "kadence_history_checkpoint_bytes_total":
                 checkpoint_bytes = sample.value
             elif sample.name == "kadence_history_commands_total" and sample.labels.get("command") == "TimeoutFired":
                 timeouts_fired = sample.value
             elif sample.name == "kadence_history_commands_rejected_total":
                 rejected += sample.value
-    return HistoryMetrics(histograms["kadence_history_loop_pause_seconds"], histograms["kadence_history_checkpoint_seconds"],
+    return HistoryMetrics(histograms["kadence_history_loop_pause_seconds"],
+                          histograms.get("kadence_gc_pause_seconds:2", Histogram({}, 0.0)),
+                          histograms["kadence_history_checkpoint_seconds"],
                           checkpoint_bytes, timeouts_fired, rejected)
 
 
@@ -185,7 +192,9 @@ class Figures:
             f"checkpoints:          {checkpoints.count:.0f} while the last {MEASURED_STARTS:,} started: mean {mean:.2f} s, "
             f"longest at most {checkpoints.at_most():g} s, {each / 2**20:.1f} MiB each, "
             f"{checkpoints.total / self.full_s:.0%} of the time",
-            f"command loop:         held a batch at most {self.while_full.loop_pause.at_most():g} s",
+            f"command loop:         held the event loop at most {self.while_full.loop_pause.at_most():g} s at a stretch; "
+            f"{self.while_full.oldest_collections.count:.0f} collections of the oldest generation, "
+            f"the longest at most {self.while_full.oldest_collections.at_most():g} s",
             f"SIGKILL of history:   ready {self.kill_to_ready_s:.1f} s later, a new workflow done {self.kill_to_served_s:.1f} s later",
             f"bulk cancel:          {self.cancel_rate:.0f} runs/s; meanwhile history read {self.while_cancelling.timeouts_fired:,.0f} "
             f"timer firings and refused {self.while_cancelling.rejected:,.0f} commands (stale firings, mostly)",

@@ -12,6 +12,7 @@ loop keeps up to date.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
 
 from kadence.protocol import topics
@@ -39,6 +40,29 @@ ERRORS = Counter("kadence_errors_total", "Errors by kind (undecodable records, r
 # buffers, the allocator's free pages), so a growth in memory shows which one grew.
 ALLOCATED_BLOCKS = Gauge("kadence_python_allocated_blocks", "Memory blocks the Python interpreter holds (sys.getallocatedblocks)")
 ALLOCATED_BLOCKS.set_function(sys.getallocatedblocks)
+
+# A collection of the oldest generation walks every object the process holds: with many runs in
+# memory it can stop the event loop longer than any batch, and this tells the two apart.
+GC_PAUSE = Histogram(
+    "kadence_gc_pause_seconds", "How long each garbage collection stopped the process, by generation", ["generation"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
+
+def _time_collections() -> Callable[[str, dict[str, int]], None]:
+    began = 0.0
+
+    def on_collection(phase: str, info: dict[str, int]) -> None:
+        nonlocal began
+        if phase == "start":
+            began = time.perf_counter()
+        else:
+            GC_PAUSE.labels(str(info["generation"])).observe(time.perf_counter() - began)
+
+    return on_collection
+
+
+gc.callbacks.append(_time_collections())
 
 # The broker is asked for metadata this often, in the background: /readyz answers at once from the
 # last answer (a Kubernetes probe gives it a second), and a frozen broker costs no waiting request.
