@@ -1,8 +1,8 @@
 """The partition's run cache and its incremental checkpoints (services/history/partition.py,
 services/history/snapshot.py): a snapshot holds the runs changed since the last one as they were
-when it began, whatever the loop changes while it is stored; only stored, unchanged runs leave
-memory, least recently used first; a run read back folds on as if it had stayed; the clients
-watching runs' closes are bounded too."""
+when it began, whatever the loop changes while it is stored; only stored, unchanged runs rest as
+their rows, and the least recently used rows leave memory; a run woken or read back folds on as if
+it had stayed; the clients watching runs' closes are bounded too."""
 
 from __future__ import annotations
 
@@ -61,19 +61,38 @@ def test_a_snapshot_waits_for_the_batches_written_before_it() -> None:
     assert snapshot.history_offset == 42 and state.history_offset == 43
 
 
-def test_only_stored_unchanged_runs_leave_memory_least_recently_used_first() -> None:
-    state = PartitionState(0)
-    offset = _started(state, ["a", "b", "c", "d"])
-    assert state.evict_least_used(keep=1) == 0, "nothing stored yet: every run is only in memory"
+def _stored(state: PartitionState) -> None:
     snapshot = state.begin_snapshot()
     snapshot.encode_some(10)
     snapshot.history_offset = state.history_offset
     state.snapshot_stored(snapshot)
-    _signal(state, "a", offset)  # "a" is used again (and changed): the most recent, not stored as it is
-    assert state.evict_least_used(keep=2) == 2
-    assert list(state.executions) == ["d", "a"]
-    assert state.evict_least_used(keep=0) == 1 and list(state.executions) == ["a"]
-    assert set(state.fence.next_event_id) == {state.executions["a"].run_id}, "the fence forgets what memory let go"
+
+
+def test_runs_stored_unchanged_rest_as_their_rows_and_the_least_used_rows_leave_memory() -> None:
+    state = PartitionState(0)
+    offset = _started(state, ["a", "b", "c", "d"])
+    assert state.rest_stored_runs(keep=1) == 0 and len(state.executions) == 4, "nothing stored yet: every run is only in memory"
+    c_as_stored = state.executions["c"]
+    _stored(state)
+    _signal(state, "a", offset)  # "a" changed since: its row is not its state
+    assert state.rest_stored_runs(keep=2) == 1, "b, the least recently used row beyond two, left memory"
+    assert list(state.executions) == ["a"] and list(state.at_rest) == ["c", "d"]
+    assert set(state.fence.next_event_id) == {state.executions["a"].run_id}, "the fence forgets the runs at rest"
+    assert state.holds("c") and state.executions["c"] == c_as_stored, "woken as it was stored"
+    assert list(state.at_rest) == ["d", "c"], "the most recently used row"
+    assert not state.holds("b"), "b is read back from Postgres"
+    _signal(state, "c", offset + 1)
+    assert "c" not in state.at_rest and "c" in state.dirty, "changed: its row is stored again"
+
+
+def test_a_run_read_and_not_changed_leaves_its_object_and_keeps_its_row() -> None:
+    state = PartitionState(0)
+    _started(state, ["a", "b"])
+    _stored(state)
+    assert state.rest_stored_runs(keep=10) == 0 and not state.executions
+    assert state.holds("a") and "a" in state.executions, "woken for a command that changed nothing (a query)"
+    assert state.rest_stored_runs(keep=10) == 0
+    assert not state.executions and list(state.at_rest) == ["b", "a"]
 
 
 def test_a_run_read_back_folds_on_as_if_it_had_stayed() -> None:
@@ -105,8 +124,8 @@ def test_closed_runs_leave_memory_once_stored_unless_the_id_started_again() -> N
     _started(state, ["b"], offset)  # a new run of "b" while the snapshot is stored
     state.snapshot_stored(snapshot)
     assert list(state.executions) == ["a", "b"], "a batch waiting for runs to be read back counts on those it holds"
-    assert state.evict_least_used(keep=10) == 1
-    assert list(state.executions) == ["b"] and state.executions["b"].status == "Running"
+    assert state.rest_stored_runs(keep=10) == 1
+    assert list(state.executions) == ["b"] and state.executions["b"].status == "Running" and not state.at_rest
 
 
 def test_a_snapshot_not_stored_gives_its_runs_to_the_next() -> None:

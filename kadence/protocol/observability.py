@@ -49,20 +49,31 @@ GC_PAUSE = Histogram(
 )
 
 
-def _time_collections() -> Callable[[str, dict[str, int]], None]:
-    began = 0.0
+LONG_GC_PAUSE_S = 0.05  # a collection this long is logged, with what it walked and the CPU it took
+
+
+def time_collections() -> None:
+    """Each garbage collection of this process into GC_PAUSE (a service's, from its runner)."""
+    gc.callbacks.append(_collection_timer())
+
+
+def _collection_timer() -> Callable[[str, dict[str, int]], None]:
+    began = began_cpu = 0.0
 
     def on_collection(phase: str, info: dict[str, int]) -> None:
-        nonlocal began
+        nonlocal began, began_cpu
         if phase == "start":
-            began = time.perf_counter()
-        else:
-            GC_PAUSE.labels(str(info["generation"])).observe(time.perf_counter() - began)
+            began, began_cpu = time.perf_counter(), time.thread_time()
+            return
+        took = time.perf_counter() - began
+        GC_PAUSE.labels(str(info["generation"])).observe(took)
+        if took >= LONG_GC_PAUSE_S:
+            # CPU far below the wall time: the process waited for a core (a busy machine), not for the walk.
+            log.warning("event=long_gc_pause generation=%d seconds=%.3f cpu_seconds=%.3f objects=%d frozen=%d",
+                        info["generation"], took, time.thread_time() - began_cpu, len(gc.get_objects()), gc.get_freeze_count())
 
     return on_collection
 
-
-gc.callbacks.append(_time_collections())
 
 # The broker is asked for metadata this often, in the background: /readyz answers at once from the
 # last answer (a Kubernetes probe gives it a second), and a frozen broker costs no waiting request.

@@ -3,9 +3,12 @@ fencing rule.
 
 Live processing and recovery fold the same batches into it (`PartitionState.apply`), so the state
 rebuilt from the log is the state the live service had. Memory holds the runs at work, not every
-open run: `executions` is a cache in order of use (docs/architecture.md, "The run cache"). A run
-that a checkpoint stored and no batch changed since may leave it (`evict_least_used`), and is read
-back from its row (`loaded`) before a command or a batch of it is folded.
+open run: `executions` holds the runs at work as objects (docs/architecture.md, "The run cache").
+A run that a checkpoint stored and no batch changed since rests as its stored row (`at_rest`,
+bytes: nothing for the garbage collector to walk) and is woken from it when a command names it
+(`holds`); the least recently used rows, and runs read back but not changed, leave memory
+(`rest_stored_runs`) and are read back from Postgres (`loaded`) before a command or a batch of
+them is folded.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from kadence.protocol.names import EventType
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
 from services.history.machine.records import HistoryBatch, event_type
-from services.history.snapshot import Snapshot
+from services.history.snapshot import RunRow, Snapshot, restored_run, run_codec
 from services.history.stored_ids import StoredIds
 
 
@@ -43,9 +46,12 @@ class PartitionState:
     epoch: int = 0  # the owner epoch this state was claimed under (services/history/checkpoint.py)
     written: int = 0  # batches written to this partition (by this instance's producer)
     acknowledged: int = 0  # of which the broker has acknowledged
-    # Closed runs a checkpoint stored, by workflow id: they leave memory at the next eviction, between
-    # batches (never while a batch waits for the runs it names to be read back).
-    closed_stored: dict[str, str] = field(default_factory=dict)
+    # The rows of the last checkpoint stored, by workflow id: at the next `rest_stored_runs`, between
+    # batches (never while a batch counts on the runs it named), those of runs unchanged since rest.
+    stored_rows: dict[str, RunRow] = field(default_factory=dict)
+    # Open runs whose stored row is their state, by workflow id, least recently used first: the
+    # row's ExecutionCheckpoint bytes. A change to the run drops its row (it is stored again).
+    at_rest: dict[str, bytes] = field(default_factory=dict)
     # Commands below this offset may have been decided before, by an earlier owner or this one's
     # producer lost in a fatal error, and their tasks dispatched: the end of the partition of
     # kadence.commands when this state was recovered. Their tasks go out marked as possible copies.
@@ -94,9 +100,21 @@ class PartitionState:
         if self.snapshot is not None:
             self.snapshot.capture(workflow_id)
         self.dirty.add(workflow_id)
+        self.at_rest.pop(workflow_id, None)
         current = self.executions.pop(workflow_id, None)
         if current is not None:
             self.executions[workflow_id] = current
+
+    def holds(self, workflow_id: str) -> bool:
+        """Whether memory holds the workflow id's current run, woken from its row at rest if need be."""
+        if workflow_id in self.executions:
+            return True
+        row = self.at_rest.get(workflow_id)
+        if row is None:
+            return False
+        self.loaded(restored_run(run_codec().decode(row)))
+        self.at_rest[workflow_id] = self.at_rest.pop(workflow_id)  # the most recently used
+        return True
 
     def loaded(self, ex: Execution) -> None:
         """A run read back from its row, for commands or batches about to be folded: as it was
@@ -133,33 +151,46 @@ class PartitionState:
         assert snapshot.history_offset is not None
         self.checkpointed_offset = snapshot.history_offset
         self.checkpointed_resume_offset = snapshot.last_source_offset + 1
-        self.closed_stored.update({row.workflow_id: row.run_id for row in snapshot.rows.values() if row.state is None})
+        self.stored_rows.update(snapshot.rows)
 
     def snapshot_failed(self, snapshot: Snapshot) -> None:
         """Not stored: its runs go to the next snapshot."""
         self.snapshot = None
         self.dirty |= snapshot.workflow_ids
 
-    def evict_least_used(self, keep: int) -> int:
-        """Let the closed runs a checkpoint stored, then the least recently used runs that a
-        checkpoint holds as they are, leave memory, until at most `keep` remain (or only runs not
-        stored yet); how many left. Between batches only: a batch counts on the runs it named."""
-        in_snapshot = self.snapshot.workflow_ids if self.snapshot is not None else set()
-        closed, self.closed_stored = self.closed_stored, {}
+    def rest_stored_runs(self, keep: int) -> int:
+        """Between batches only (a batch counts on the runs it named): the runs the last checkpoint
+        stored and no batch changed since rest as their rows, or leave memory when closed; then the
+        runs that memory holds as objects only because they were read, and the rows at rest, each
+        beyond `keep`, leave least recently used first. How many left memory."""
+        busy = self.dirty | (self.snapshot.workflow_ids if self.snapshot is not None else set())
+        stored, self.stored_rows = self.stored_rows, {}
         left = 0
-        for workflow_id, run_id in closed.items():
-            ex = self.executions.get(workflow_id)
-            if ex is not None and ex.run_id == run_id and workflow_id not in self.dirty and workflow_id not in in_snapshot:
+        for workflow_id, ex in list(self.executions.items()):  # in order of use, so the rows are too
+            row = stored.get(workflow_id)
+            if row is None or ex.run_id != row.run_id or workflow_id in busy:
+                continue
+            if row.state is None:
                 del self.executions[workflow_id]
                 left += 1
+            else:
+                self.at_rest[workflow_id] = row.state
+        for workflow_id in [w for w, ex in self.executions.items() if w in self.at_rest and w not in busy and not ex.pending_queries]:
+            self._let_go(workflow_id)
         excess = len(self.executions) - keep
-        if excess <= 0:
-            return left
-        leaving = [
-            workflow_id for workflow_id, ex in islice(self.executions.items(), excess + len(self.dirty) + len(in_snapshot))
-            if workflow_id not in self.dirty and workflow_id not in in_snapshot and not ex.pending_queries
-        ][:excess]
-        for workflow_id in leaving:
-            ex = self.executions.pop(workflow_id)
-            self.fence.next_event_id.pop(ex.run_id, None)
-        return left + len(leaving)
+        if excess > 0:
+            leaving = [
+                workflow_id for workflow_id, ex in islice(self.executions.items(), excess + len(busy))
+                if workflow_id not in busy and not ex.pending_queries
+            ][:excess]
+            for workflow_id in leaving:
+                self._let_go(workflow_id)
+            left += len(leaving)
+        for workflow_id in list(islice(self.at_rest, max(0, len(self.at_rest) - keep))):
+            del self.at_rest[workflow_id]
+            left += 1
+        return left
+
+    def _let_go(self, workflow_id: str) -> None:
+        ex = self.executions.pop(workflow_id)
+        self.fence.next_event_id.pop(ex.run_id, None)

@@ -64,11 +64,12 @@ def recover_partitions(
 
 def runs_to_load(states: dict[int, PartitionState], named: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
     """Of the (partition, workflow_id) pairs that commands or batches name, those whose run memory
-    does not hold and a checkpoint may have stored (StoredIds says no for a new workflow id)."""
+    does not hold (a run at rest is woken here) and a checkpoint may have stored (StoredIds says no
+    for a new workflow id)."""
     wanted: set[tuple[int, str]] = set()
     for partition, workflow_id in named:
         state = states[partition]
-        if workflow_id and workflow_id not in state.executions and (
+        if workflow_id and not state.holds(workflow_id) and (
                 state.stored_ids is None or state.stored_ids.may_hold(workflow_id)):
             wanted.add((partition, workflow_id))
     return sorted(wanted)

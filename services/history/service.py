@@ -76,17 +76,18 @@ CHECKPOINT_SECONDS = Histogram("kadence_history_checkpoint_seconds",
                                "How long a checkpoint took to store every partition due, beside the command loop", buckets=PAUSE_BUCKETS)
 CHECKPOINT_RUNS = Counter("kadence_history_checkpoint_runs_total", "Runs whose rows checkpoints wrote (the runs changed)")
 EXECUTIONS_HELD = Gauge("kadence_history_executions_in_memory",
-                        "Executions the owned partitions hold in memory: the runs at work, within KADENCE_HISTORY_CACHE_RUNS")
-RUNS_READ_BACK = Counter("kadence_history_runs_read_back_total", "Runs read back from their rows for the commands that named them")
+                        "Runs the owned partitions hold in memory as objects: those changed since their last checkpoint, and those read")
+RUNS_AT_REST = Gauge("kadence_history_runs_at_rest", "Open runs held in memory as their stored rows, within KADENCE_HISTORY_CACHE_RUNS")
+RUNS_READ_BACK = Counter("kadence_history_runs_read_back_total", "Runs read back from Postgres for the commands that named them")
 RUNS_EVICTED = Counter("kadence_history_runs_evicted_total", "Stored runs that left memory, least recently used first")
 
 CONSUMER_GROUP = "kadence.history-service"
 CHECKPOINT_FLUSH_TIMEOUT_S = 5.0  # how long a checkpoint waits for the broker to acknowledge the batches written
 ENCODE_SLICE_RUNS = 64  # runs a checkpoint encodes before it lets the command loop go on
 ACKNOWLEDGED_POLL_S = 0.01
-# Each run in memory is about 17 objects that a collection of the oldest generation walks, 6.5 µs a
-# run on two cores: 5,000 keep that pause near 35 ms. The runs at work fit; the rest are read back.
-DEFAULT_CACHE_RUNS = 5_000
+# Runs at rest are held as their rows (about 1 KiB each, nothing the garbage collector walks); a run
+# as objects is about 17 that each collection of the oldest generation walks.
+DEFAULT_CACHE_RUNS = 20_000
 ASSIGN_FLUSH_WAIT_S = 5.0  # how often a recovery waiting for this instance's batches to be written says so
 
 
@@ -253,7 +254,7 @@ class HistoryService:
             raise FatalProduceError(f"history batch not written: {self._produce_error}")
 
     def _checkpoint_if_due(self) -> None:
-        """Every interval: let the least used stored runs leave memory, and begin a checkpoint of every
+        """Every interval: let the runs stored unchanged rest as their rows (`rest_stored_runs`), and begin a checkpoint of every
         owned partition whose state changed since its last (`checkpoint_due`), unless one is still
         being stored. The snapshots are taken here, between batches, and stored beside the loop."""
         if self.checkpoints is None or time.monotonic() < self._next_checkpoint:
@@ -261,16 +262,17 @@ class HistoryService:
         if self._checkpointing is not None and not self._checkpointing.done():
             return
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
-        self._evict_least_used()
+        self._rest_stored_runs()
         with self._offsets_lock:  # the delivery thread completes a snapshot's position
             snapshots = [(state, state.begin_snapshot()) for state in self.partitions.values() if state.checkpoint_due]
         if snapshots:
             self._checkpointing = asyncio.create_task(self._store_snapshots(self.checkpoints, snapshots))
 
-    def _evict_least_used(self) -> None:
+    def _rest_stored_runs(self) -> None:
         keep = max(1, self.cache_runs // max(1, len(self.partitions)))
-        RUNS_EVICTED.inc(sum(state.evict_least_used(keep) for state in list(self.partitions.values())))
+        RUNS_EVICTED.inc(sum(state.rest_stored_runs(keep) for state in list(self.partitions.values())))
         EXECUTIONS_HELD.set(sum(len(state.executions) for state in list(self.partitions.values())))
+        RUNS_AT_REST.set(sum(len(state.at_rest) for state in list(self.partitions.values())))
 
     async def _store_snapshots(self, checkpoints: CheckpointStore, snapshots: list[tuple[PartitionState, Snapshot]]) -> None:
         """Store each snapshot once its runs are encoded (a slice at a time, so the loop goes on
