@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -118,6 +120,15 @@ def _settle(acknowledged: asyncio.Future[KafkaError | None], err: KafkaError | N
         acknowledged.set_result(err)
 
 
+@dataclass
+class SentElsewhere:
+    """A dead letter or a forward produced: the batches after it wait for its acknowledgement."""
+
+    topic: str
+    offset: int  # of its command on kadence.commands
+    acknowledged: asyncio.Future[KafkaError | None]
+
+
 class FatalProduceError(RuntimeError):
     """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
 
@@ -151,8 +162,9 @@ class HistoryService:
         self._workflow_task_deltas = writes_field(self.batches, EffectType.WorkflowTask, "first_event_id")
         self.task_records = TaskRecords()
         self._dispatching: list[TaskRecord] = []  # the tasks of batches produced, for their task queue topics
-        # Dead letters and forwards produced, each with the command it passes, until acknowledged.
-        self._sent_elsewhere: list[tuple[Message, str, str, asyncio.Future[KafkaError | None]]] = []
+        # Dead letters and forwards not acknowledged yet, and the history batches written after
+        # them, in order: each batch is produced once those before it are acknowledged.
+        self._held: list[SentElsewhere | Callable[[], None]] = []
         self._task_topics: set[str] = set()  # the task queue topics known to exist
         self.replies = Replies()
         self._offsets_lock = threading.Lock()
@@ -207,7 +219,7 @@ class HistoryService:
                         self._dead_letter(msg, str(command))
                     else:
                         self.handle(msg, command)
-                    if self._sent_elsewhere or time.monotonic() - held_since > SLICE_S:
+                    if time.monotonic() - held_since > SLICE_S:
                         await self._give_way(held_since)
                         held_since = time.monotonic()
                 await self._give_way(held_since)
@@ -229,7 +241,7 @@ class HistoryService:
         sent elsewhere are passed, and the loop's other work (a checkpoint's encoding, /metrics)
         has its turn before the next command."""
         LOOP_PAUSE.observe(time.monotonic() - held_since)
-        await self._pass_once_acknowledged()
+        await self._write_held()
         await self._dispatch_tasks()
         self._raise_produce_error()
         await asyncio.sleep(0)
@@ -539,11 +551,15 @@ class HistoryService:
                 f"history batch of {batch['workflow_id']} (run {batch['run_id']}) is {len(value)} bytes, over the "
                 f"{MAX_RECORD_VALUE_BYTES}-byte record limit its transition was measured within: a bug in batch_bytes_bound"
             )
-        self.producer.produce(
-            topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
+        produce = functools.partial(
+            self.producer.produce, topics.HISTORY, value, batch["workflow_id"].encode(), partition=partition,
             headers=self.batches.headers() + tracing.headers_of(traceparent), on_delivery=self._on_delivery(replies),
             timestamp=decided_ms,
         )
+        if self._held:
+            self._held.append(produce)
+        else:
+            produce()
 
     async def _dispatch_tasks(self) -> None:
         """Produce the tasks of the batches just produced to their task queue topics, creating a
@@ -632,7 +648,7 @@ class HistoryService:
 
     def _send_elsewhere(self, msg: Message, workflow_id: str, topic: str, value: bytes | None, **produce: Any) -> None:
         """Produce what a command becomes elsewhere (a dead letter, a forward); the batch that
-        passes the command waits for the broker to acknowledge it (`_pass_once_acknowledged`)."""
+        passes the command, and every batch after it, wait for the broker to acknowledge it (`_write_held`)."""
         loop = asyncio.get_running_loop()
         acknowledged: asyncio.Future[KafkaError | None] = loop.create_future()
         on_delivery = self._on_delivery()
@@ -642,21 +658,24 @@ class HistoryService:
             loop.call_soon_threadsafe(_settle, acknowledged, err)
 
         self.producer.produce(topic, value, msg.key(), on_delivery=delivered, **produce)
-        self._sent_elsewhere.append((msg, workflow_id, topic, acknowledged))
+        self._held.append(SentElsewhere(topic, position(msg)[1], acknowledged))
+        self._write_passed(msg, workflow_id)
 
-    async def _pass_once_acknowledged(self) -> None:
-        """Write the batches that pass the commands sent elsewhere, each once the broker has
-        acknowledged what it was sent as, and before the next command's batch: the two records
-        are on different partitions, so a passing batch written first could be acknowledged
-        alone, and a crash then would lose the dead letter or the forward, where this way it
-        repeats it (at least once). Dead letters and forwards are rare; the wait is one produce."""
-        sent, self._sent_elsewhere = self._sent_elsewhere, []
-        for msg, workflow_id, topic, acknowledged in sent:
-            if (err := await acknowledged) is not None:
+    async def _write_held(self) -> None:
+        """Produce the history batches held behind dead letters and forwards, each once the broker
+        has acknowledged those written before it. A dead letter and the batch that passes its
+        command are on different partitions: were the batch (or a later one of its partition)
+        produced first, it could be acknowledged alone, and a crash then would lose the dead letter
+        or the forward, where this way it repeats it (at least once). A storm of them waits one
+        round trip a slice, not one each."""
+        held, self._held = self._held, []
+        for item in held:
+            if not isinstance(item, SentElsewhere):
+                item()
+            elif (err := await item.acknowledged) is not None:
                 if self._fatal is not None:  # the producer is replaced and these commands read again
                     return
-                raise FatalProduceError(f"{topic} record for {topics.COMMANDS} offset {msg.offset()} not written: {err}")
-            self._write_passed(msg, workflow_id)
+                raise FatalProduceError(f"{item.topic} record for {topics.COMMANDS} offset {item.offset} not written: {err}")
 
     def _write_passed(self, msg: Message, workflow_id: str) -> None:
         """A batch that records only that the command at this offset was dealt with elsewhere
