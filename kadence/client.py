@@ -1114,6 +1114,8 @@ class _ReadModel:
         self._starting: asyncio.Future[None] | None = None
         self._unchecked: set[tuple[str, str | None]] = set()  # awaited closes to look up in the next batch
         self._checking: asyncio.Task[None] | None = None
+        self._lookup: asyncio.Future[None] | None = None  # the outcome lookup running
+        self._next_lookup: asyncio.Future[None] | None = None  # the one after it, which new callers join
 
     @property
     def is_started(self) -> bool:
@@ -1199,7 +1201,18 @@ class _ReadModel:
         return await outcome
 
     async def look_up_outcomes(self) -> None:
-        """Settle the awaited outcomes the read model holds already (answered before they were awaited)."""
+        """Settle the awaited outcomes the read model holds already (answered before they were
+        awaited). A caller that comes while a lookup runs shares the one after it, which reads every
+        outcome awaited by then: 2,000 starts at once made 2,000 queries of up to 2,000 ids each."""
+        if self._next_lookup is None:
+            self._next_lookup = asyncio.ensure_future(self._look_up_after(self._lookup))
+        await asyncio.shield(self._next_lookup)
+
+    async def _look_up_after(self, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        self._lookup, self._next_lookup = self._next_lookup, None
+
         async def lookup() -> None:
             async with self.pool.connection() as conn:
                 await self._read_outcomes_again(conn)
@@ -1317,8 +1330,9 @@ class _ReadModel:
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-        if self._checking is not None:
-            self._checking.cancel()
+        for task in (self._checking, self._lookup, self._next_lookup):
+            if task is not None:
+                task.cancel()
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
