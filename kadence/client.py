@@ -393,7 +393,7 @@ class Client:
             waiting = [stored] if replied is None else [stored, replied]
             first = asyncio.FIRST_COMPLETED
             if replied is None or not (await asyncio.wait(waiting, timeout=ANSWERED_BEFORE_LOOKUP_S, return_when=first))[0]:
-                await read_model.look_up_outcomes()
+                read_model.look_up_outcomes_soon()
             await asyncio.wait(waiting, return_when=first)
         except BaseException:
             read_model.forget_outcome(request_id, stored)
@@ -1114,8 +1114,7 @@ class _ReadModel:
         self._starting: asyncio.Future[None] | None = None
         self._unchecked: set[tuple[str, str | None]] = set()  # awaited closes to look up in the next batch
         self._checking: asyncio.Task[None] | None = None
-        self._lookup: asyncio.Future[None] | None = None  # the outcome lookup running
-        self._next_lookup: asyncio.Future[None] | None = None  # the one after it, which new callers join
+        self._outcomes_unchecked = False  # awaited outcomes to look up in the next batch
 
     @property
     def is_started(self) -> bool:
@@ -1197,27 +1196,19 @@ class _ReadModel:
         """An awaited outcome once the read model holds it: looked up first, for a request answered
         before (sent again), whose answer the read model recorded then and announces no more."""
         if not outcome.done():
-            await self.look_up_outcomes()
+            self.look_up_outcomes_soon()
         return await outcome
 
-    async def look_up_outcomes(self) -> None:
+    def look_up_outcomes_soon(self) -> None:
         """Settle the awaited outcomes the read model holds already (answered before they were
-        awaited). A caller that comes while a lookup runs shares the one after it, which reads every
-        outcome awaited by then: 2,000 starts at once made 2,000 queries of up to 2,000 ids each."""
-        if self._next_lookup is None:
-            self._next_lookup = asyncio.ensure_future(self._look_up_after(self._lookup))
-        await asyncio.shield(self._next_lookup)
+        awaited), with the other lookups asked meanwhile: one query for every outcome awaited then
+        (2,000 starts at once, each asking for itself, made 2,000 queries of up to 2,000 ids each)."""
+        self._outcomes_unchecked = True
+        self._start_checking()
 
-    async def _look_up_after(self, previous: asyncio.Future[None] | None) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        self._lookup, self._next_lookup = self._next_lookup, None
-
-        async def lookup() -> None:
-            async with self.pool.connection() as conn:
-                await self._read_outcomes_again(conn)
-
-        await until_answered("client_outcome_lookup", lookup)
+    async def _look_up_outcomes(self) -> None:
+        async with self.pool.connection() as conn:
+            await self._read_outcomes_again(conn)
 
     async def _read_outcomes_again(self, conn: psycopg.AsyncConnection[Any]) -> int:
         if not self.outcome_waiters:
@@ -1257,28 +1248,41 @@ class _ReadModel:
         """Look up whether `key`'s run is closed, with the other lookups asked meanwhile: one query
         for all the closes notified or awaited while the previous one ran (under load, hundreds)."""
         self._unchecked.add(key)
+        self._start_checking()
+
+    def _start_checking(self) -> None:
         if self._checking is None:
             self._checking = asyncio.create_task(self._check_unchecked())
 
     async def _check_unchecked(self) -> None:
-        """Until nothing is left to look up; an error that is not Postgres being away (that is asked
-        again) reaches the waiters it was for."""
+        """Until nothing is left to look up: the awaited outcomes, then the closes."""
         try:
-            while self._unchecked:
+            while self._unchecked or self._outcomes_unchecked:
                 await asyncio.sleep(0)  # the lookups asked in this turn of the loop join the batch
+                if self._outcomes_unchecked:
+                    self._outcomes_unchecked = False
+                    if self.outcome_waiters:  # else settled meanwhile
+                        await self._look_up("client_outcome_lookup", self._look_up_outcomes, self.outcome_waiters,
+                                            set(self.outcome_waiters))
                 keys = {key for key in self._unchecked if key in self.closed_waiters}
                 self._unchecked.clear()
-                if not keys:  # settled meanwhile (a reply, or the lookup before): nothing to ask
-                    continue
-                try:
-                    await until_answered("client_result_lookup", functools.partial(self._look_up_closed, keys))
-                except Exception as exc:
-                    for key in keys:
-                        for future in self.closed_waiters.pop(key, []):
-                            if not future.done():
-                                future.set_exception(exc)
+                if keys:  # else settled meanwhile (a reply, or the lookup before): nothing to ask
+                    await self._look_up("client_result_lookup", functools.partial(self._look_up_closed, keys), self.closed_waiters, keys)
         finally:
             self._checking = None
+
+    @staticmethod
+    async def _look_up(
+        name: str, lookup: Callable[[], Awaitable[Any]], waiters: dict[Any, list[asyncio.Future[Any]]], keys: set[Any],
+    ) -> None:
+        """One lookup, asked again while Postgres is away; any other error reaches the waiters of `keys`."""
+        try:
+            await until_answered(name, lookup)
+        except Exception as exc:
+            for key in keys:
+                for future in waiters.pop(key, []):
+                    if not future.done():
+                        future.set_exception(exc)
 
     async def _look_up_closed(self, keys: set[tuple[str, str | None]]) -> None:
         async with self.pool.connection() as conn:
@@ -1330,9 +1334,8 @@ class _ReadModel:
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
-        for task in (self._checking, self._lookup, self._next_lookup):
-            if task is not None:
-                task.cancel()
+        if self._checking is not None:
+            self._checking.cancel()
         if self._conn is not None:
             await self._conn.close()
         await self.pool.close()
