@@ -1,6 +1,6 @@
 """Throughput and latency of workflows, next to the raw broker round trip.
 
-    python -m bench.bench_workflows --workflows 2000 --concurrency 50 [--broker kafka|tansu]
+    python -m bench.bench_workflows --workflows 2000 --concurrency 50 [--broker kafka|tansu] [--processes one|separate]
     python -m bench.bench_workflows --workflows 200 --concurrency 1 --workload ten-activities --worker-in-process
     python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
 from kadence import activity, workflow
 from kadence.client import Client
-from kadence.dev.local_stack import LocalStack
+from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
 from kadence.protocol import topics
 from kadence.protocol.kafka import base_config, ensure_topics, log_ends, topic_partitions
 from kadence.protocol.settings import KafkaSettings
@@ -226,6 +226,8 @@ def main() -> None:
                         help="run the worker in the client's process (default: a process of its own)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the local broker's: 100 on Apache Kafka, 5 on Tansu)")
+    parser.add_argument("--processes", choices=list(PROCESS_LAYOUTS), default="one",
+                        help="the services in one process (`kadence server`, the default) or each in its own")
     add_broker_option(parser)
     parser.add_argument("--against-settings", action="store_true",
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
@@ -238,7 +240,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
         stack = LocalStack(Path(data_dir), partitions=args.partitions, fetch_wait_max_ms=args.fetch_wait_ms, broker_kind=args.broker)
-        stack.start()
+        stack.start(PROCESS_LAYOUTS[args.processes])
         try:
             uvloop.run(bench(Target(stack.env, stack.settings, stack.postgres_dsn, stack), run, args.pings))
         finally:

@@ -125,7 +125,7 @@ class ProjectionRunner:
         self.dead_letters = make_producer(settings)
 
     async def setup(self) -> None:
-        self._postgres_watch = READINESS.watch_postgres(self.dsn)
+        self._postgres_watch = READINESS.of(self.projection.name).watch_postgres(self.dsn)
         await until_broker_answers(f"{self.projection.name}_topic_setup", lambda: ensure_topics(self.settings, core_topics(self.settings)))
 
         async def create_tables() -> None:
@@ -143,7 +143,7 @@ class ProjectionRunner:
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
                 for partition in ended:  # read to its end, and what was read before the end applied
-                    READINESS.reached_end(partition)
+                    READINESS.of(self.projection.name).reached_end(partition)
                     self.projection.on_caught_up(partition)
                 ended.clear()
                 if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
@@ -260,7 +260,7 @@ class ProjectionRunner:
                       self.projection.name, record.partition, record.offset, exc)
 
     def _dead_letter(self, msg: Any, reason: str) -> None:
-        ERRORS.labels("dead_lettered_history_record").inc()
+        ERRORS.labels(self.projection.name, "dead_lettered_history_record").inc()
         self.dead_letters.produce(topics.DLQ, msg.value(), msg.key(), headers=dead_letter_headers(msg, reason))
         self.dead_letters.poll(0)
 
@@ -280,7 +280,7 @@ class ProjectionRunner:
         self.fences.forget(set(partitions))
         consumer.assign(assigned)
         self.projection.on_assign(set(partitions))
-        READINESS.assign(set(partitions))
+        READINESS.of(self.projection.name).assign(set(partitions))
         log.info("event=partitions_assigned consumer=%s positions=%s", self.projection.name, {tp.partition: tp.offset for tp in assigned})
 
     def _positions(self, partitions: list[int]) -> dict[int, int]:
@@ -311,7 +311,7 @@ class ProjectionRunner:
             self.read_to.pop(partition, None)
             self.stored.pop(partition, None)
         self.projection.on_revoke(partitions)
-        READINESS.revoke()
+        READINESS.of(self.projection.name).revoke()
         log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(partitions))
 
 

@@ -74,12 +74,12 @@ def test_a_killed_service_comes_back_with_a_backoff_that_grows_and_resets(caplog
         assert "visibility" not in stack.services and len(restarts(caplog)) == 5
 
 
-# Run by `kadence dev --run` (so $PPID is `kadence dev`): kill -9 its visibility service, then wait
-# for another to appear in its place. The pattern does not match this script's own command line.
+# Run by `kadence dev --run` (so $PPID is `kadence dev`): kill -9 its one service process
+# (`kadence server`, the default layout), then wait for another to appear in its place. The pattern does not match this script's own command line.
 KILL_AND_WAIT = """
-old=$(pgrep -P $PPID -f "services[.]visibility") && kill -9 $old || exit 2
+old=$(pgrep -P $PPID -f "services[.]server") && kill -9 $old || exit 2
 for i in $(seq 300); do
-  new=$(pgrep -P $PPID -f "services[.]visibility")
+  new=$(pgrep -P $PPID -f "services[.]server")
   if [ -n "$new" ] && [ "$new" != "$old" ]; then exit 0; fi
   sleep 0.1
 done
@@ -101,4 +101,4 @@ def test_kadence_dev_restarts_a_service_killed_under_it() -> None:
     assert ran.returncode == 0, ran.stderr[-3000:]
     [restart] = [key_values(line.split("logger=kadence.dev ", 1)[1]) for line in ran.stderr.splitlines()
                  if "event=service_restarted " in line]
-    assert restart == restart | {"service": "visibility", "exit_code": "137", "signal": "SIGKILL", "backoff_s": "1.0", "restarts": "1"}
+    assert restart == restart | {"service": "server", "exit_code": "137", "signal": "SIGKILL", "backoff_s": "1.0", "restarts": "1"}

@@ -1,7 +1,8 @@
-"""Scale-out under load: two instances of each service (static members, as deployed), two workers,
-and while a few hundred workflows run, instances stopped gracefully (SIGTERM) and killed
-(SIGKILL), then started again: every rebalance that follows moves partitions between the
-instances. Every workflow completes with its result, each activity runs once, the audit is clean."""
+"""Scale-out under load: two instances of each service (static members, as deployed), or two
+instances of the one process that runs them all (`kadence server`), two workers, and while a few
+hundred workflows run, instances stopped gracefully (SIGTERM) and killed (SIGKILL), then started
+again: every rebalance that follows moves partitions between the instances. Every workflow
+completes with its result, each activity runs once, the audit is clean."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kadence.client import Client
-from kadence.dev.local_stack import SERVICES, LocalStack
+from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
 from kadence.ops.audit import audit_history
 from tests.conftest import local_stack
 from tests.workflows import StepSleepStepWorkflow
@@ -28,8 +29,8 @@ WORKFLOWS = 200
 START_RATE_PER_S = 10  # the load runs about 20 s, while the faults land
 SLEEP_S = 1.0
 
-# (seconds after the first start, instance, signal or None to start it again)
-FAULTS = [
+# (seconds after the first start, instance, signal or None to start it again), by process layout
+FAULTS: dict[str, list[tuple[float, str, signal.Signals | None]]] = {"separate": [
     (3.0, "history-1", signal.SIGTERM),
     (5.0, "matching-0", signal.SIGKILL),
     (7.0, "timer-1", signal.SIGKILL),
@@ -44,15 +45,22 @@ FAULTS = [
     (17.0, "history-0", None),
     (18.0, "timer-0", None),
     (19.0, "matching-1", None),
-]
+], "one": [
+    (3.0, "server-1", signal.SIGTERM),
+    (6.0, "server-1", None),
+    (9.0, "server-0", signal.SIGKILL),
+    (12.0, "server-0", None),
+    (15.0, "server-1", signal.SIGKILL),
+    (18.0, "server-1", None),
+]}
 
 
 def start(stack: LocalStack, instance: str) -> None:
     stack.start_service(instance.rsplit("-", 1)[0], instance, env={"KADENCE_INSTANCE_ID": instance})
 
 
-async def inflict(stack: LocalStack, began: float) -> None:
-    for at, instance, sig in FAULTS:
+async def inflict(stack: LocalStack, layout: str, began: float) -> None:
+    for at, instance, sig in FAULTS[layout]:
         await asyncio.sleep(max(0.0, began + at - time.monotonic()))
         if sig is None:
             start(stack, instance)
@@ -60,13 +68,14 @@ async def inflict(stack: LocalStack, began: float) -> None:
             await asyncio.to_thread(stack.kill_service, instance, sig)
 
 
+@pytest.mark.parametrize("layout", list(PROCESS_LAYOUTS))
 async def test_every_workflow_completes_once_while_each_service_rebalances_under_load(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, layout: str,
 ) -> None:
     with local_stack(services=()) as stack:
         for key, value in stack.kadence_env.items():
             monkeypatch.setenv(key, value)  # the in-process client uses this stack
-        for name in SERVICES:
+        for name in PROCESS_LAYOUTS[layout]:
             for instance in (f"{name}-0", f"{name}-1"):
                 start(stack, instance)
         stack.wait_until_ready()
@@ -83,7 +92,7 @@ async def test_every_workflow_completes_once_while_each_service_rebalances_under
             return handle.id, handle.result_run_id or "", await handle.result()
 
         began = time.monotonic()
-        faults = asyncio.ensure_future(inflict(stack, began))
+        faults = asyncio.ensure_future(inflict(stack, layout, began))
         try:
             runs = await asyncio.wait_for(asyncio.gather(*(run_one(i, began) for i in range(WORKFLOWS))), 150)
             await faults

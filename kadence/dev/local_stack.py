@@ -40,10 +40,12 @@ if TYPE_CHECKING:  # the dev extra's; imported when Postgres starts
 log = logging.getLogger("kadence.dev")
 
 SERVICES = ("history", "matching", "timer", "visibility")
+# How the services run: every one in one process (`kadence server`), or each in a process of its own.
+PROCESS_LAYOUTS: dict[str, tuple[str, ...]] = {"one": ("server",), "separate": SERVICES}
 ENV_FILE = "env.sh"  # under the data dir: what `kadence env` prints for processes started by hand
 READY_TIMEOUT_S = 120.0  # a first start resolves topics, group assignments and recovery; minutes mean something is wrong
 
-__all__ = ["SERVICES", "LocalStack", "RestartBackoff", "free_port"]
+__all__ = ["PROCESS_LAYOUTS", "SERVICES", "LocalStack", "RestartBackoff", "free_port"]
 
 SUPERVISE_INTERVAL_S = 0.2  # how soon a dead service is noticed
 

@@ -19,7 +19,7 @@ import click
 from confluent_kafka import KafkaError, KafkaException
 
 from kadence.dev.brokers import CHOICES, BrokerUnavailable
-from kadence.dev.local_stack import ENV_FILE, SERVICES
+from kadence.dev.local_stack import ENV_FILE, PROCESS_LAYOUTS, SERVICES
 from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
@@ -63,11 +63,13 @@ def main() -> None:
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Apache Kafka nodes (broker and controller each). 3 runs a KRaft cluster as deploy/ does: Kadence's topics "
                    "on 3 replicas, min.insync.replicas 2; --port is the first node's, the others take free ports.")
+@click.option("--processes", type=click.Choice(list(PROCESS_LAYOUTS)), default="one", show_default=True,
+              help="The services in one process (`kadence server`), or each in a process of its own (`kadence serve SERVICE`).")
 @click.option("--run", "command", default=None,
               help="Run this shell command against the stack, then stop it and exit with the command's code.")
-def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, brokers: int, command: str | None) -> None:
+def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, brokers: int, processes: str, command: str | None) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services.
-    A service that dies is started again, after a backoff that grows while it keeps dying."""
+    A service process that dies is started again, after a backoff that grows while it keeps dying."""
     from kadence.dev.local_stack import LocalStack, RestartBackoff
 
     configure_logging("dev")
@@ -81,7 +83,7 @@ def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, bro
     click.echo(f"broker: {stack.broker.name} ({stack.broker_choice.reason})", err=True)
     click.echo(f"starting the local stack in {stack.data_dir} (logs in {stack.data_dir / 'logs'}) ...", err=True)
     try:
-        stack.start()
+        stack.start(PROCESS_LAYOUTS[processes])
     except BrokerUnavailable as exc:
         stack.stop()
         raise click.ClickException(str(exc)) from None
@@ -115,6 +117,17 @@ def env_command(data_dir: Path) -> None:
     if not path.exists():
         raise click.ClickException(f"no local stack is running with data dir {data_dir} ({path} is missing); start one with `kadence dev`")
     click.echo(path.read_text(), nl=False)
+
+
+@main.command()
+def server() -> None:
+    """Run every service (history, matching, timer, visibility) in this process and one event loop,
+    each with its own consumer group, positions, readiness and metrics labels: the same as
+    `python -m services.server`, set by the KADENCE_* variables. Run N of them for N-fold capacity;
+    the consumer groups spread the partitions (docs/architecture.md, "Process layouts")."""
+    import runpy
+
+    runpy.run_module("services.server", run_name="__main__", alter_sys=True)
 
 
 @main.command()

@@ -22,7 +22,8 @@ def configure_logging(service: str) -> None:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIds())
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    for chatty in ("aiokafka", "faust", "mode"):  # matching's faust app: each start and stop step at INFO
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     if level not in LEVELS:
         raise SettingError(f"KADENCE_LOG_LEVEL={level!r} is not a log level; set one of {', '.join(LEVELS)} or unset it (default INFO)")
 

@@ -5,8 +5,9 @@ linking samples to traces when the scraper asks for it).
 
 The port is KADENCE_HTTP_PORT (0, the default, serves nothing), on the address KADENCE_HTTP_HOST
 (default 0.0.0.0, what a container's probes and Prometheus need; `kadence dev` sets 127.0.0.1, so
-a laptop's services are not reachable from its network). Readiness is this process's `READINESS`, which the service's consumer
-loop keeps up to date.
+a laptop's services are not reachable from its network). Readiness is this process's `READINESS`, which the services' consumer
+loops keep up to date: one `Readiness` per service it runs (`READINESS.of("history")`), so a
+process that runs every service (`kadence server`) is ready when each of them is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from kadence.protocol.settings import KafkaSettings, env_int
 
 log = logging.getLogger("kadence.observability")
 
-ERRORS = Counter("kadence_errors_total", "Errors by kind (undecodable records, rejected commands, dead letters ...)", ["kind"])
+# By service too: one process may run them all (`kadence server`), and two count the same kind of error.
+ERRORS = Counter("kadence_errors_total", "Errors by service and kind (undecodable records, rejected commands, dead letters ...)",
+                 ["service", "kind"])
 
 # Beside process_resident_memory_bytes: tells a process's Python objects from its C heap (librdkafka's
 # buffers, the allocator's free pages), so a growth in memory shows which one grew.
@@ -83,13 +86,12 @@ BROKER_PROBE_TIMEOUT_S = 2.0
 
 @dataclass
 class Readiness:
-    """Assigned partitions, and which of them the consumer has read to the end at least once."""
+    """One service's: its assigned partitions, which of them its consumer has read to the end at
+    least once, and Postgres where it uses it."""
 
     assigned: set[int] | None = None  # None: no assignment yet
     caught_up: set[int] = field(default_factory=set)
     postgres: Reachability | None = None  # a service that uses Postgres watches it (watch_postgres)
-    broker_problem: str | None = None  # why the broker's last answer (of watch_broker's) was missing
-    _broker_watch: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def assign(self, partitions: set[int]) -> None:
         self.assigned = set(partitions)
@@ -103,18 +105,42 @@ class Readiness:
         away): not ready until the next assignment."""
         self.assigned = None
 
+    def watch_postgres(self, dsn: str) -> asyncio.Task[None]:
+        """Probe Postgres in the background from now on: while it does not answer, the service is
+        not ready. The caller cancels the returned task when it stops."""
+        self.postgres = Reachability("readiness")
+        return asyncio.get_running_loop().create_task(watch(dsn, self.postgres))
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.assigned is None:
+            found.append("no partitions assigned yet")
+        elif not self.assigned <= self.caught_up:
+            found.append(f"partitions {sorted(self.assigned - self.caught_up)} not caught up yet")
+        if self.postgres is not None and self.postgres.problem is not None:
+            found.append(self.postgres.problem)
+        return found
+
+
+class ProcessReadiness:
+    """What /readyz answers: every service this process runs is ready, and the broker answers."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, Readiness] = {}
+        self.broker_problem: str | None = None  # why the broker's last answer (of watch_broker's) was missing
+        self._broker_watch: asyncio.Task[None] | None = None
+
+    def of(self, service: str) -> Readiness:
+        """The readiness of `service` in this process (made at its first use: a service not yet
+        started has no partitions assigned)."""
+        return self.services.setdefault(service, Readiness())
+
     def watch_broker(self, kafka_config: dict[str, Any]) -> None:
         """Ask the broker for metadata every BROKER_PROBE_INTERVAL_S from now on: while it does not
         answer (it is down, frozen, or out of reach), the process is not ready."""
         if self._broker_watch is None:
             probe = _BrokerProbe(kafka_config)
             self._broker_watch = asyncio.get_running_loop().create_task(self._watch_broker(probe))
-
-    def watch_postgres(self, dsn: str) -> asyncio.Task[None]:
-        """Probe Postgres in the background from now on: while it does not answer, the process is
-        not ready. The caller cancels the returned task when it stops."""
-        self.postgres = Reachability("readiness")
-        return asyncio.get_running_loop().create_task(watch(dsn, self.postgres))
 
     async def _watch_broker(self, probe: "_BrokerProbe") -> None:
         loop = asyncio.get_running_loop()
@@ -131,19 +157,19 @@ class Readiness:
             await asyncio.sleep(BROKER_PROBE_INTERVAL_S)
 
     async def problems(self) -> list[str]:
-        found = []
-        if self.assigned is None:
-            found.append("no partitions assigned yet")
-        elif not self.assigned <= self.caught_up:
-            found.append(f"partitions {sorted(self.assigned - self.caught_up)} not caught up yet")
+        """Each service's problems, named by the service when the process runs more than one."""
+        found: list[str] = []
+        for service, readiness in self.services.items():
+            prefix = f"{service}: " if len(self.services) > 1 else ""
+            found.extend(prefix + problem for problem in readiness.problems())
+        if not self.services:
+            found.append("no service started yet")
         if self.broker_problem is not None:
             found.append(self.broker_problem)
-        if self.postgres is not None and self.postgres.problem is not None:
-            found.append(self.postgres.problem)
         return found
 
 
-READINESS = Readiness()
+READINESS = ProcessReadiness()
 
 
 class _BrokerProbe:

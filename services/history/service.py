@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from kadence.protocol.names import CLIENT_COMMANDS, CommandType, EffectType
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
-from kadence.protocol.settings import KafkaSettings, SettingError
+from kadence.protocol.settings import KafkaSettings, SettingError, env_int
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.machine.execution import HISTORY_IDENTITY
 from services.history.machine.records import HistoryBatch, Record
@@ -106,7 +107,7 @@ def _leave_out_workflow_task_events(batch: HistoryBatch) -> None:
 def _task_delivered(err: KafkaError | None, msg: Message) -> None:
     """A task record not written is not fatal: its re-dispatch timer sends the task again."""
     if err is not None:
-        ERRORS.labels("task_not_written").inc()
+        ERRORS.labels("history", "task_not_written").inc()
         log.warning("event=task_not_written topic=%s error=%r", msg.topic(), err.str())
 
 
@@ -198,7 +199,7 @@ class HistoryService:
             return self._check_partition_counts(), topic_partitions(self.settings, topics.REPLIES)
 
         self.partition_count, self.replies.partition_count = await until_broker_answers("history_topic_setup", set_up_topics)
-        postgres_watch = READINESS.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
+        postgres_watch = READINESS.of("history").watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
@@ -206,7 +207,7 @@ class HistoryService:
         stopped = threading.Event()
         threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
-            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.reached_end):
+            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.of("history").reached_end):
                 held_since = time.monotonic()
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
@@ -253,7 +254,7 @@ class HistoryService:
             try:
                 self.producer.poll(0.05)
             except Exception:  # a callback's bug: said loudly, and the reports after it still served
-                ERRORS.labels("delivery_callback_failed").inc()
+                ERRORS.labels("history", "delivery_callback_failed").inc()
                 log.exception("event=delivery_callback_failed")
 
     async def _create_tables(self) -> None:
@@ -301,7 +302,7 @@ class HistoryService:
                         stored, "Postgres does not answer", describe(exc))
             return
         except Exception:
-            ERRORS.labels("checkpoint_failed").inc()
+            ERRORS.labels("history", "checkpoint_failed").inc()
             log.exception("event=checkpoint_failed partitions_stored=%s reason=%r", stored,
                           "a bug: the runs go to the next checkpoint, and this one is tried again then")
             return
@@ -350,7 +351,7 @@ class HistoryService:
         for tp in assigned:
             tp.offset = recovered[tp.partition].resume_offset
         consumer.assign(assigned)
-        READINESS.assign(set(self.partitions))
+        READINESS.of("history").assign(set(self.partitions))
 
     def _wait_for_written_batches(self) -> None:
         """Every batch this instance produced is in the log before it recovers a partition from
@@ -417,7 +418,7 @@ class HistoryService:
             self.partitions.pop(tp.partition, None)
             self.replies.revoked(tp.partition)
             log.info("event=partition_revoked partition=%d", tp.partition)
-        READINESS.revoke()
+        READINESS.of("history").revoke()
 
     def _decode(self, msg: Message) -> Record | UndecodableRecord:
         """The command, or why it is not one (dead-lettered in its turn, so batches keep offset order)."""
@@ -626,7 +627,7 @@ class HistoryService:
                 log.warning("event=reply_not_sent partition=%d error=%r", reply.partition, str(exc))
 
     def _dead_letter(self, msg: Message, error: str) -> None:
-        ERRORS.labels("dead_lettered_command").inc()
+        ERRORS.labels("history", "dead_lettered_command").inc()
         log.warning("event=command_dead_lettered partition=%d offset=%d error=%r", msg.partition(), msg.offset(), error)
         self._send_elsewhere(msg, "", topics.DLQ, msg.value(), headers=dead_letter_headers(msg, error))
 
@@ -693,3 +694,13 @@ def _stored_ids_to_write(state: PartitionState, snapshot: Snapshot) -> bytes | N
     for workflow_id in snapshot.rows:
         state.stored_ids.add(workflow_id)
     return state.stored_ids.to_bytes() if state.stored_ids.changed else None
+
+
+async def run_history_service(stop: asyncio.Event) -> None:
+    """One history service instance, set by the KADENCE_* variables, until `stop`."""
+    # Without a Postgres DSN the service still runs, recovering every partition from offset 0.
+    dsn = os.environ.get("KADENCE_POSTGRES_DSN", "")
+    interval_s = env_int("KADENCE_CHECKPOINT_INTERVAL_MS", 30_000) / 1000
+    cache_runs = env_int("KADENCE_HISTORY_CACHE_RUNS", DEFAULT_CACHE_RUNS)
+    service = HistoryService(KafkaSettings.from_env(), CheckpointStore(dsn) if dsn else None, interval_s, cache_runs)
+    await service.run(stop)

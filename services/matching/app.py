@@ -13,7 +13,7 @@ import faust
 from kadence.protocol import topics
 from kadence.protocol.codec import HeaderList, NewerSchemaVersion
 from kadence.protocol.kafka import CONSUMER_LAG, faust_broker_settings
-from kadence.protocol.observability import READINESS, serve
+from kadence.protocol.observability import READINESS
 from kadence.protocol.runner import stop_for_newer_schema
 from kadence.protocol.settings import KafkaSettings
 from services.matching.relay import OutboundRelay
@@ -40,13 +40,6 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     relay = OutboundRelay(send)
 
-    servers: list[Any] = []  # held: the endpoints live as long as the app
-
-    async def endpoints() -> None:
-        servers.append(await serve("matching"))
-
-    app.task(endpoints)  # a call, not a decorator: faust's decorators are untyped
-
     # Per assigned partition of kadence.history, the offset after the last record read.
     consumed: dict[Any, int] = {}
     measured: set[Any] = set()  # the partitions the lag gauge has a value for
@@ -58,15 +51,15 @@ def create_app(settings: KafkaSettings) -> faust.App:
         history_tps = {tp for tp in assigned if tp.topic == topics.HISTORY}
         partitions = {tp.partition for tp in history_tps}
         relay.fences.forget(partitions)
-        READINESS.assign(partitions)
+        READINESS.of("matching").assign(partitions)
         for partition in partitions:
-            READINESS.reached_end(partition)
+            READINESS.of("matching").reached_end(partition)
         given_away(set(consumed) - history_tps)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         relay.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
-        READINESS.revoke()
+        READINESS.of("matching").revoke()
 
     def given_away(tps: set[Any]) -> None:
         """Partitions no longer this instance's: their lag is another instance's to report."""

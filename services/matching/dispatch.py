@@ -76,7 +76,7 @@ class TaskRecords:
         traceparent: str | None, history_length: int,
     ) -> TaskRecord | None:
         if problem := task_queue_problem(effect["task_queue"]):  # the machine refuses such names: never a crash loop
-            ERRORS.labels("task_queue_invalid").inc()
+            ERRORS.labels("history", "task_queue_invalid").inc()
             log.error("event=task_not_dispatched workflow_id=%s run_id=%s task=%s error=%r", workflow_id, run_id, effect_type, problem)
             return None
         topic = topics.task_queue_topic(effect["task_queue"], kind)
@@ -106,7 +106,7 @@ class TaskRecords:
                      task["workflow_id"], task["run_id"], events, len(value))
         if len(value) <= MAX_RECORD_VALUE_BYTES:
             return value
-        ERRORS.labels("task_too_large").inc()
+        ERRORS.labels("history", "task_too_large").inc()
         log.error("event=task_not_dispatched workflow_id=%s run_id=%s task=%s bytes=%d limit=%d",
                   task["workflow_id"], task["run_id"], effect_type, len(value), MAX_RECORD_VALUE_BYTES)
         return None

@@ -42,7 +42,7 @@ class OutboundRelay:
             raise
         except Exception as exc:  # bad input must not stop the partition: the reason goes with the record
             reason = f"matching: {type(exc).__name__}: {exc}"
-            ERRORS.labels("dead_lettered_history_record").inc()
+            ERRORS.labels("matching", "dead_lettered_history_record").inc()
             log.error("event=history_record_dead_lettered partition=%d offset=%d error=%r", partition, offset, reason)
             await self.send(topics.DLQ, key, value, headers_for_dead_letter(headers, topics.HISTORY, partition, offset, reason))
 
