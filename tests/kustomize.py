@@ -2,15 +2,16 @@
 
 There is no kustomize binary on PyPI, so this renders the subset of kustomize that deploy/ uses:
 `resources` (files and directories), `namespace`, `images`, `patches` (a file holding one
-strategic-merge patch, found by kind and name, or a JSON 6902 patch applied to every resource its
-`target` selects), and `configMapGenerator` entries from `files` with `disableNameSuffixHash`.
-Any other field is refused, so a kustomization that outgrows this renderer fails its test instead
-of rendering wrong.
+strategic-merge patch, found by kind and name, or a JSON 6902 patch, or a `$patch: delete`, applied
+to every resource its `target` selects: kind and name, each a regular expression), and
+`configMapGenerator` entries from `files` with `disableNameSuffixHash`. Any other field is
+refused, so a kustomization that outgrows this renderer fails its test instead of rendering wrong.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,9 @@ def apply_patch(resources: list[Resource], path: Path, target: dict[str, str] | 
         selected = [resource for resource in resources if selects(target, resource)]
         if not selected:
             raise ValueError(f"patch {path} selects nothing with {target}")
+        if isinstance(operations, dict) and operations.get("$patch") == "delete":
+            resources[:] = [resource for resource in resources if not any(resource is chosen for chosen in selected)]
+            return
         for resource in selected:
             for operation in operations:
                 json6902(resource, operation)
@@ -72,7 +76,8 @@ def apply_patch(resources: list[Resource], path: Path, target: dict[str, str] | 
     if len(patches) != 1:
         raise ValueError(f"patch {path} holds {len(patches)} documents; give each strategic-merge patch a file of its own")
     [patch] = patches
-    matches = [resource for resource in resources if selects({"kind": patch["kind"], "name": patch["metadata"]["name"]}, resource)]
+    exactly = {"kind": re.escape(patch["kind"]), "name": re.escape(patch["metadata"]["name"])}
+    matches = [resource for resource in resources if selects(exactly, resource)]
     if len(matches) != 1:
         raise ValueError(f"patch {path} for {patch['kind']}/{patch['metadata']['name']} matches {len(matches)} resources")
     merged = strategic_merge(matches[0], patch)
@@ -84,8 +89,9 @@ def selects(target: dict[str, str], resource: Resource) -> bool:
     unknown = set(target) - {"kind", "name"}
     if unknown:
         raise ValueError(f"patch targets by {sorted(unknown)} are not rendered by tests/kustomize.py")
-    kind, name = resource["kind"], resource["metadata"]["name"]
-    return target.get("kind", kind) == kind and target.get("name", name) == name
+    # kustomize matches each field as a regular expression anchored at both ends.
+    return all(re.fullmatch(target[field], value) for field, value in (("kind", resource["kind"]), ("name", resource["metadata"]["name"]))
+               if field in target)
 
 
 def strategic_merge(base: Any, patch: Any) -> Any:

@@ -75,7 +75,8 @@ def test_a_killed_service_comes_back_with_a_backoff_that_grows_and_resets(caplog
 
 
 # Run by `kadence dev --run` (so $PPID is `kadence dev`): kill -9 its one service process
-# (`kadence server`, the default layout), then wait for another to appear in its place. The pattern does not match this script's own command line.
+# (`kadence server`, the default layout), then wait for another to appear in its place. The
+# pattern does not match this script's own command line.
 KILL_AND_WAIT = """
 old=$(pgrep -P $PPID -f "services[.]server") && kill -9 $old || exit 2
 for i in $(seq 300); do

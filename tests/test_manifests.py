@@ -19,7 +19,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 from kadence.dev.local_stack import SERVICES
-from kadence.ops.cli import serve
+from kadence.ops.cli import main, serve
 from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
@@ -31,7 +31,11 @@ from tests.network_policy import Pod, admits
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 UI = "kadence-ui"
-OVERLAYS = ["dev", "prod"]
+OVERLAYS = ["dev", "prod", "one-process"]
+# The workloads that run the services, by overlay: one per service, or `kadence server` pods.
+# The overlays built on prod (three Kafka nodes, CloudNativePG): the others are dev's.
+ON_PROD = {"prod", "one-process"}
+SERVICE_WORKLOADS = {overlay: {f"kadence-{service}" for service in SERVICES} for overlay in OVERLAYS} | {"one-process": {"kadence-server"}}
 # The oldest Kubernetes minor still in upstream support when this was written, and the newest schemas.
 KUBERNETES_VERSIONS = ["1.32", kubernetes_validate.latest_version()]
 
@@ -66,7 +70,7 @@ def config(resources: list[Resource]) -> dict[str, str]:
     return named(resources, "ConfigMap", "kadence-config")["data"]
 
 
-@pytest.mark.parametrize("kustomization", ["overlays/dev", "overlays/prod", "start-order"])
+@pytest.mark.parametrize("kustomization", [*(f"overlays/{overlay}" for overlay in OVERLAYS), "start-order"])
 def test_the_renderer_agrees_with_kubectl_kustomize(kustomization: str) -> None:
     """Where kubectl is installed, its kustomize renders exactly what tests/kustomize.py does."""
     kubectl = shutil.which("kubectl")
@@ -128,7 +132,7 @@ def test_topics_match_the_code(overlay: str) -> None:
         assert spec["replicas"] == int(settings["KADENCE_REPLICATION_FACTOR"]) <= brokers, name
         if name.startswith("kadence.tq."):
             assert spec["partitions"] == int(settings["KADENCE_TASK_QUEUE_PARTITIONS"]), name
-    if overlay == "prod":
+    if overlay in ON_PROD:
         assert {spec["replicas"] for spec in declared.values()} == {3}
 
 
@@ -143,7 +147,7 @@ def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
     resources = rendered(overlay)
     port = int(config(resources)["KADENCE_HTTP_PORT"])
     deployments = {name: w for name, w in kadence_workloads(resources).items() if name != UI}  # the UI has a test of its own
-    assert set(deployments) == {f"kadence-{service}" for service in SERVICES} | {"kadence-order-worker"}
+    assert set(deployments) == SERVICE_WORKLOADS[overlay] | {"kadence-order-worker"}
     budgets = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in of_kind(resources, "PodDisruptionBudget")}
     services = {s["spec"]["selector"]["app.kubernetes.io/name"]: s for s in of_kind(resources, "Service")}
     [monitor] = of_kind(resources, "ServiceMonitor")
@@ -159,7 +163,7 @@ def test_services_are_probed_budgeted_and_scraped(overlay: str) -> None:
         assert [p["name"] for p in services[name]["spec"]["ports"]] == [monitor["spec"]["endpoints"][0]["port"]], name
     partitions = int(config(resources)["KADENCE_PARTITIONS"])
     scaled = {h["spec"]["scaleTargetRef"]["name"]: h["spec"] for h in of_kind(resources, "HorizontalPodAutoscaler")}
-    assert set(scaled) == {"kadence-matching", "kadence-order-worker"}
+    assert set(scaled) == {"kadence-matching", "kadence-order-worker"} & (SERVICE_WORKLOADS[overlay] | {"kadence-order-worker"})
     assert all(spec["maxReplicas"] <= partitions for spec in scaled.values()), "instances beyond the partition count idle"
 
 
@@ -193,7 +197,7 @@ def test_partition_owners_are_static_members_with_their_pod_name_as_instance_id(
     autoscaled Deployments with no stable names, stay dynamic members."""
     resources = rendered(overlay)
     workloads = kadence_workloads(resources)
-    static = {f"kadence-{service}" for service in ("history", "timer", "visibility")}
+    static = SERVICE_WORKLOADS[overlay] - {"kadence-matching"}
     services = {s["metadata"]["name"] for s in of_kind(resources, "Service")}
     config_maps = {c["metadata"]["name"]: c["data"] for c in of_kind(resources, "ConfigMap")}
     for name, workload in workloads.items():
@@ -221,7 +225,7 @@ def test_pods_run_unprivileged_and_reach_only_what_they_are_labelled_for(overlay
     kafka_peers = listener["networkPolicyPeers"][0]["podSelector"]["matchLabels"]
     [postgres_policy] = [p for p in of_kind(resources, "NetworkPolicy") if p["metadata"]["name"] == "kadence-postgres-clients"]
     postgres_peers = postgres_policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
-    postgres_pod_labels = [named(resources, "Cluster", "kadence-postgres")["spec"]["inheritedMetadata"]["labels"]] if overlay == "prod" \
+    postgres_pod_labels = [named(resources, "Cluster", "kadence-postgres")["spec"]["inheritedMetadata"]["labels"]] if overlay in ON_PROD \
         else [named(resources, "StatefulSet", "kadence-postgres")["spec"]["template"]["metadata"]["labels"]]
     postgres_selector = postgres_policy["spec"]["podSelector"]["matchLabels"]
     assert all(labels.get(k) == v for labels in postgres_pod_labels for k, v in postgres_selector.items()), "the policy selects Postgres"
@@ -267,6 +271,17 @@ def test_the_start_job_and_the_audit_run_kadence_commands() -> None:
     assert audit_job["template"]["spec"]["containers"][0]["args"] == ["audit", "replay"]
     assert audit_job["backoffLimit"] == 0, "a violation fails the Job at once, it is not retried into silence"
     assert audit["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_service_workload_runs_the_kadence_command_of_its_layout(overlay: str) -> None:
+    """`kadence serve <service>` per service, or `kadence server` for them all: commands the CLI has."""
+    workloads = kadence_workloads(rendered(overlay))
+    for name in SERVICE_WORKLOADS[overlay]:
+        [container] = workloads[name]["spec"]["template"]["spec"]["containers"]
+        service = name.removeprefix("kadence-")
+        assert container["args"] == (["server"] if service == "server" else ["serve", service]), name
+        assert container["args"][0] in main.commands and (service == "server" or service in serve.params[0].type.choices), name
 
 
 def test_alerts_watch_what_the_code_counts_and_each_has_a_runbook() -> None:
@@ -352,7 +367,7 @@ def kadence_pods(resources: list[Resource]) -> dict[str, tuple[Pod, bool]]:
 
 
 def postgres_pods(resources: list[Resource], overlay: str) -> list[Pod]:
-    if overlay == "prod":
+    if overlay in ON_PROD:
         cluster = named(resources, "Cluster", "kadence-postgres")
         return [Pod(NAMESPACE, cnpg_instance_pod_labels(cluster, role)) for role in ("primary", "replica")]
     return [Pod(NAMESPACE, named(resources, "StatefulSet", "kadence-postgres")["spec"]["template"]["metadata"]["labels"])]
@@ -376,7 +391,7 @@ def test_postgres_admits_its_clients_and_what_cloudnativepg_needs(overlay: str) 
             assert admits(policies, pod, instance, 5432) == uses_postgres, f"{owner} -> Postgres {instance.labels}"
             assert not admits(policies, pod, instance, 8000), owner
         assert not admits(policies, STRANGER, instance, 5432)
-    if overlay == "prod":
+    if overlay in ON_PROD:
         for instance in instances:
             assert admits(policies, CNPG_OPERATOR, instance, 8000) and admits(policies, CNPG_OPERATOR, instance, 5432)
             assert not admits(policies, Pod("default", CNPG_OPERATOR.labels), instance, 8000), "only the operator's namespace"
