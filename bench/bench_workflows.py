@@ -14,7 +14,9 @@ produce-to-consume round trip measured in the same run, which bounds every hop a
 the CPU-seconds each process spent in the measured run, in all and per 1,000 workflows, and the
 records per workflow it wrote to each topic (counted from the topics' ends; not on Tansu, whose
 ListOffsets is wrong). A record idempotence retried counts once; the offsets also count the
-broker's transaction markers, which Kadence never writes.
+broker's transaction markers, which Kadence never writes. With --broker-requests (Apache Kafka) it
+also prints the broker's requests per workflow by type (its JMX RequestMetrics, read through a
+Jolokia agent it attaches to the broker; Maven fetches the agent once).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from pathlib import Path
 import uvloop
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
+from bench.local import BrokerRequests, CpuMeter, add_broker_option, describe_broker, requests_per_workflow, stack_processes
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
@@ -147,6 +149,7 @@ class Run:
     concurrency: int
     worker_in_process: bool
     warm_up: int
+    broker_requests: bool = False  # count the broker's requests (BrokerRequests)
 
 
 def topic_ends(settings: KafkaSettings) -> dict[str, int] | None:
@@ -175,6 +178,8 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     if worker_process is not None:
         processes["worker"] = worker_process.pid
     cpu = CpuMeter(processes)
+    broker_requests = await asyncio.to_thread(BrokerRequests.attach, target.stack) if target.stack and run.broker_requests else None
+    requests_before: dict[str, int] = {}
     try:
         client = await Client.connect(target.settings.bootstrap_servers, postgres_dsn=target.postgres_dsn)
         async with contextlib.AsyncExitStack() as in_process:
@@ -183,9 +188,12 @@ async def bench(target: Target, run: Run, pings: int) -> None:
             # Warm-up: group joins, topic creation, and (one at a time) 20 workflows, as the engines compared were.
             await run_workflows(client, run.workload, run.warm_up, run.concurrency)
             ends_before = await asyncio.to_thread(topic_ends, target.settings)
+            if broker_requests is not None:
+                requests_before = await asyncio.to_thread(broker_requests.counts)
             cpu.start()
             elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
             cpu_report = cpu.report(per_thousand=run.workflows)
+            requests_after = await asyncio.to_thread(broker_requests.counts) if broker_requests is not None else None
             await asyncio.sleep(0.5)  # the replies and batches of the last workflows land
             ends_after = await asyncio.to_thread(topic_ends, target.settings)
         await client.close()
@@ -205,6 +213,8 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     print(f"broker round trip:    p50 {rtt_p50:.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
     print(cpu_report)
     print(records_per_workflow(ends_before, ends_after, run.workflows))
+    if requests_after is not None:
+        print(requests_per_workflow(requests_before, requests_after, run.workflows))
 
 
 def bench_worker(client: Client) -> Worker:
@@ -226,6 +236,8 @@ def main() -> None:
                         help="run the worker in the client's process (default: a process of its own)")
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the local broker's: 100 on Apache Kafka, 5 on Tansu)")
+    parser.add_argument("--broker-requests", action="store_true",
+                        help="count the broker's requests per workflow (a JMX agent attached to the local Apache Kafka)")
     parser.add_argument("--processes", choices=list(PROCESS_LAYOUTS), default="one",
                         help="the services in one process (`kadence server`, the default) or each in its own")
     add_broker_option(parser)
@@ -234,7 +246,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     warm_up = args.warm_up if args.warm_up is not None else min(50 if args.concurrency > 1 else 20, args.workflows)
-    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process, warm_up)
+    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process, warm_up, args.broker_requests)
     if args.against_settings:
         uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), run, args.pings))
         return

@@ -4,12 +4,17 @@ so a figure can be compared across machines and brokers."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from kadence.dev.brokers import CHOICES
-from kadence.dev.local_stack import LocalStack
+from kadence.dev.local_stack import LocalStack, free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -121,3 +126,53 @@ class CpuMeter:
             scaled = ", ".join(f"{name} {seconds * 1000 / per_thousand:.1f}" for name, seconds in ranked)
             line += f"\nper 1,000 workflows:  {total * 1000 / per_thousand:.1f} CPU-s: {scaled}"
         return line
+
+
+JOLOKIA = "org.jolokia:jolokia-agent-jvm:2.1.1:jar:javaagent"  # a JMX-over-HTTP agent, attached to the running broker
+REQUEST_COUNTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,*"
+FETCH_SUBSETS = {"FetchConsumer", "FetchFollower"}
+
+
+class BrokerRequests:
+    """The requests an Apache Kafka broker has handled, by type (its JMX RequestMetrics), read over
+    Jolokia's agent attached to the running broker (Maven fetches the jar once). None where it
+    cannot be attached (Tansu, no Maven): the benchmark then prints no request counts."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @classmethod
+    def attach(cls, stack: LocalStack) -> BrokerRequests | None:
+        if stack.broker is None or len(stack.broker.nodes) != 1 or shutil.which("java") is None or shutil.which("mvn") is None:
+            return None
+        [node] = stack.broker.nodes.values()
+        if node.process is None or node.process.pid is None:
+            return None
+        group, artifact, version, packaging, classifier = JOLOKIA.split(":")
+        jar = (Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version
+               / f"{artifact}-{version}-{classifier}.{packaging}")
+        if not jar.exists():
+            subprocess.run(["mvn", "-q", "dependency:get", f"-Dartifact={JOLOKIA}"], check=False, capture_output=True, timeout=300)
+        port = free_port()
+        attached = subprocess.run(["java", "-jar", str(jar), f"--port={port}", "--host=127.0.0.1", "start", str(node.process.pid)],
+                                  capture_output=True, text=True, timeout=60) if jar.exists() else None
+        return cls(f"http://127.0.0.1:{port}/jolokia") if attached is not None and attached.returncode == 0 else None
+
+    def counts(self) -> dict[str, int]:
+        """Requests handled so far, by request type (all versions together)."""
+        with urllib.request.urlopen(f"{self.url}/read/{urllib.parse.quote(REQUEST_COUNTS, safe='')}/Count", timeout=10) as response:
+            beans = json.load(response)["value"]
+        counts: dict[str, int] = {}
+        for name, value in beans.items():
+            request = dict(part.split("=", 1) for part in name.split(":", 1)[1].split(","))["request"]
+            counts[request] = counts.get(request, 0) + int(value["Count"])
+        return counts
+
+
+def requests_per_workflow(before: dict[str, int], after: dict[str, int], workflows: int, shown: int = 6) -> str:
+    """The broker's requests per workflow between two counts: in all, and the most frequent types."""
+    # FetchConsumer and FetchFollower are the Fetch requests again, by who sent them.
+    spent = {request: after.get(request, 0) - before.get(request, 0) for request in after if request not in FETCH_SUBSETS}
+    top = sorted(((n, request) for request, n in spent.items() if n > 0), reverse=True)[:shown]
+    return (f"broker requests:      {sum(spent.values()) / workflows:.1f} per workflow: "
+            + ", ".join(f"{request} {n / workflows:.1f}" for n, request in top))

@@ -1,12 +1,12 @@
 """Where each process's CPU goes under load: py-spy profiles of the services and of the client+worker.
 
-    python -m bench.profile_services [--workflows 2000] [--concurrency 2000] [--seconds 10] [--rate 50]
+    python -m bench.profile_services [--workflows 2000] [--concurrency 2000] [--seconds 10] [--rate 50] [--processes one|separate]
 
 Starts a local stack and runs bench.bench_workflows' load (one-activity workflows, the worker in
 this process): after the same warm-up as bench_workflows, rounds of --workflows workflows with at
 most --concurrency in flight, back to back until py-spy has recorded each service process
-(history, matching, timer, visibility) and this one for --seconds, all in the same window, at
---rate samples a second, --nonblocking (the process is not paused to read its stack). For each
+(`kadence server`, or with --processes separate history, matching, timer and visibility) and this
+one for --seconds, all in the same window, at --rate samples a second, --nonblocking (the process is not paused to read its stack). For each
 process it prints, from py-spy's raw (collapsed stack) output, the 10 frames with the most own
 time (the frame a sample was in, with its line) and the 10 functions with the most inclusive
 time (on the stack at all, below the frames every stack of its thread shares), each as its share
@@ -37,7 +37,7 @@ import uvloop
 from bench.bench_workflows import bench_worker, run_workflows
 from bench.local import CpuMeter, add_broker_option, describe_broker, stack_processes
 from kadence.client import Client
-from kadence.dev.local_stack import SERVICES, LocalStack
+from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
 
 WORKLOAD = "one-activity"
 TOP = 10
@@ -102,7 +102,7 @@ def record(pid: int, output: Path, seconds: int, rate: int) -> subprocess.Popen[
 
 async def profile(stack: LocalStack, workflows: int, concurrency: int, seconds: int, rate: int, out_dir: Path) -> None:
     services = stack_processes(stack)
-    pids = {**{name: services[name] for name in SERVICES}, "client+worker": os.getpid()}
+    pids = {**{name: pid for name, pid in services.items() if name in stack.services}, "client+worker": os.getpid()}
     cpu = CpuMeter(pids)
     client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
     rounds = []
@@ -143,12 +143,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2000)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rate", type=int, default=50, help="samples a second")
+    parser.add_argument("--processes", choices=list(PROCESS_LAYOUTS), default="one",
+                        help="the services in one process (`kadence server`, the default) or each in its own")
     add_broker_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="kadence-profile-") as data_dir:
         stack = LocalStack(Path(data_dir) / "stack", broker_kind=args.broker)
-        stack.start()
+        stack.start(PROCESS_LAYOUTS[args.processes])
         try:
             uvloop.run(profile(stack, args.workflows, args.concurrency, args.seconds, args.rate, Path(data_dir)))
         finally:
