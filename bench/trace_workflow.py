@@ -1,6 +1,6 @@
 """Where one workflow's time goes, hop by hop: its trace, and the records it made in each topic.
 
-    python -m bench.trace_workflow [--workload one-activity|ten-activities|timer] [--broker kafka|tansu]
+    python -m bench.trace_workflow [--workload one-activity|ten-activities|timer] [--broker kafka|tansu] [--processes one|separate]
 
 Starts a local stack whose services export their spans by OTLP/HTTP to a receiver in this process
 (kadence/dev/otlp.py), runs 20 workflows of the bench.bench_workflows workload one at a time to
@@ -36,7 +36,7 @@ from bench.bench_workflows import TASK_QUEUE, WORKLOADS, bench_worker, run_workf
 from bench.local import add_broker_option, describe_broker
 from kadence.client import Client
 from kadence.contrib.opentelemetry import TracingInterceptor
-from kadence.dev.local_stack import LocalStack
+from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
 from kadence.dev.otlp import EXPORT_DELAY_MS, OtlpReceiver, Span, exporting_to, otlp_receiver
 from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec, task_codec
@@ -154,12 +154,14 @@ async def trace_one(stack: LocalStack, receiver: OtlpReceiver, workload: str) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", choices=list(WORKLOADS), default="one-activity")
+    parser.add_argument("--processes", choices=list(PROCESS_LAYOUTS), default="one",
+                        help="the services in one process (`kadence server`, the default) or each in its own")
     add_broker_option(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with otlp_receiver() as receiver, tempfile.TemporaryDirectory(prefix="kadence-trace-") as data_dir:
         stack = LocalStack(Path(data_dir), broker_kind=args.broker, service_env=exporting_to(receiver))
-        stack.start()
+        stack.start(PROCESS_LAYOUTS[args.processes])
         try:
             uvloop.run(trace_one(stack, receiver, args.workload))
         finally:
