@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from kadence.protocol.observability import READINESS
 from kadence.protocol.runner import run_service
 from services.history.service import run_history_service
 from services.matching.service import run_matching_service
@@ -26,6 +27,7 @@ SERVICE_MAINS: dict[str, Callable[[asyncio.Event], Coroutine[Any, Any, None]]] =
 async def run_server(stop: asyncio.Event) -> None:
     """Until `stop`, or until one service fails: the others are stopped then, and the process ends
     with the failure (its supervisor starts it again), as a service of its own would."""
+    READINESS.expect(SERVICE_MAINS)
     async with asyncio.TaskGroup() as services:
         for name, main in SERVICE_MAINS.items():
             services.create_task(main(stop), name=name)

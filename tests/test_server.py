@@ -37,6 +37,15 @@ async def test_a_process_is_ready_when_each_of_its_services_is_and_says_which_is
     assert await readiness.problems() == ["timer: no partitions assigned yet"]
 
 
+async def test_a_service_expected_but_not_started_keeps_the_process_unready() -> None:
+    readiness = ProcessReadiness()
+    readiness.expect(["history", "timer"])
+    timer = readiness.of("timer")
+    timer.assign({0})
+    timer.reached_end(0)
+    assert await readiness.problems() == ["history: no partitions assigned yet"]
+
+
 def test_a_process_of_one_service_names_no_service() -> None:
     readiness = ProcessReadiness()
     readiness.of("history")

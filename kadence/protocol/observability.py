@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,12 @@ class ProcessReadiness:
         self.services: dict[str, Readiness] = {}
         self.broker_problem: str | None = None  # why the broker's last answer (of watch_broker's) was missing
         self._broker_watch: asyncio.Task[None] | None = None
+
+    def expect(self, services: Iterable[str]) -> None:
+        """The services this process runs, known before any of them starts: the process is not
+        ready while one of them has not taken its partitions, even before it first says so."""
+        for service in services:
+            self.of(service)
 
     def of(self, service: str) -> Readiness:
         """The readiness of `service` in this process (made at its first use: a service not yet
