@@ -123,8 +123,8 @@ def env_command(data_dir: Path) -> None:
 def server() -> None:
     """Run every service (history, matching, timer, visibility) in this process and one event loop,
     each with its own consumer group, positions, readiness and metrics labels: the same as
-    `python -m services.server`, set by the KADENCE_* variables. Run N of them for N-fold capacity;
-    the consumer groups spread the partitions (docs/architecture.md, "Process layouts")."""
+    `python -m services.server`, set by the KADENCE_* variables. Run several for more capacity: each
+    service's consumer group spreads its partitions over them (docs/architecture.md, "Process layouts")."""
     import runpy
 
     runpy.run_module("services.server", run_name="__main__", alter_sys=True)
