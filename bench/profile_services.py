@@ -4,16 +4,16 @@
 
 Starts a local stack and runs bench.bench_workflows' load (one-activity workflows, the worker in
 this process): after the same warm-up as bench_workflows, rounds of --workflows workflows with at
-most --concurrency in flight, back to back until py-spy has recorded each service process
-(`kadence server`, or with --processes separate history, matching, timer and visibility) and this
-one for --seconds, all in the same window, at --rate samples a second, --nonblocking (the process is not paused to read its stack). For each
-process it prints, from py-spy's raw (collapsed stack) output, the 10 frames with the most own
-time (the frame a sample was in, with its line) and the 10 functions with the most inclusive
-time (on the stack at all, below the frames every stack of its thread shares), each as its share
-of the process's samples. py-spy leaves out the samples of idle threads, so a share is of the
-time the process's threads were busy; the CPU each process spent in the window puts the shares
-on a scale. Own time in `Runner.run (asyncio/runners.py:118)` is the event loop's own C code
-(uvloop: polling, sockets, callbacks), which py-spy does not see into without --native.
+most --concurrency in flight, back to back until py-spy has recorded each service process (`kadence
+server`, or with --processes separate history, matching, timer and visibility) and this one for
+--seconds, all in the same window, at --rate samples a second, --nonblocking (the process is not
+paused to read its stack). For each process it prints, from py-spy's raw (collapsed stack) output,
+the 10 frames with the most own time (the frame a sample was in, with its line) and the 10 functions
+with the most inclusive time (on the stack at all, below the frames every stack of its thread
+shares), each as its share of the process's samples. py-spy leaves out the samples of idle threads,
+so a share is of the time the process's threads were busy; the CPU each process spent in the window
+puts the shares on a scale. Own time in `Runner.run (asyncio/runners.py:118)` is the event loop's
+own C code (uvloop: polling, sockets, callbacks), which py-spy does not see into without --native.
 """
 
 from __future__ import annotations

@@ -123,9 +123,10 @@ class ProjectionRunner:
                **batching_fetch(settings.batching_fetch_wait_ms)},
         )
         self.dead_letters = make_producer(settings)
+        self.readiness = READINESS.of(projection.name)  # what /readyz says of this service
 
     async def setup(self) -> None:
-        self._postgres_watch = READINESS.of(self.projection.name).watch_postgres(self.dsn)
+        self._postgres_watch = self.readiness.watch_postgres(self.dsn)
         await until_broker_answers(f"{self.projection.name}_topic_setup", lambda: ensure_topics(self.settings, core_topics(self.settings)))
 
         async def create_tables() -> None:
@@ -143,7 +144,7 @@ class ProjectionRunner:
                 for chunk in _chunks(messages):
                     await self._apply(chunk)
                 for partition in ended:  # read to its end, and what was read before the end applied
-                    READINESS.of(self.projection.name).reached_end(partition)
+                    self.readiness.reached_end(partition)
                     self.projection.on_caught_up(partition)
                 ended.clear()
                 if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
@@ -280,7 +281,7 @@ class ProjectionRunner:
         self.fences.forget(set(partitions))
         consumer.assign(assigned)
         self.projection.on_assign(set(partitions))
-        READINESS.of(self.projection.name).assign(set(partitions))
+        self.readiness.assign(set(partitions))
         log.info("event=partitions_assigned consumer=%s positions=%s", self.projection.name, {tp.partition: tp.offset for tp in assigned})
 
     def _positions(self, partitions: list[int]) -> dict[int, int]:
@@ -311,7 +312,7 @@ class ProjectionRunner:
             self.read_to.pop(partition, None)
             self.stored.pop(partition, None)
         self.projection.on_revoke(partitions)
-        READINESS.of(self.projection.name).revoke()
+        self.readiness.revoke()
         log.info("event=partitions_revoked consumer=%s partitions=%s", self.projection.name, sorted(partitions))
 
 

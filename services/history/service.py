@@ -141,6 +141,7 @@ class HistoryService:
     ) -> None:
         self.settings = settings
         self.checkpoints = checkpoints
+        self.readiness = READINESS.of("history")  # what /readyz says of this service
         self.checkpoint_interval_s = checkpoint_interval_s
         self._next_checkpoint = time.monotonic() + checkpoint_interval_s
         self._checkpointing: asyncio.Task[None] | None = None
@@ -199,7 +200,7 @@ class HistoryService:
             return self._check_partition_counts(), topic_partitions(self.settings, topics.REPLIES)
 
         self.partition_count, self.replies.partition_count = await until_broker_answers("history_topic_setup", set_up_topics)
-        postgres_watch = READINESS.of("history").watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
+        postgres_watch = self.readiness.watch_postgres(self.checkpoints.dsn) if self.checkpoints is not None else None
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
@@ -207,7 +208,7 @@ class HistoryService:
         stopped = threading.Event()
         threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
-            async for messages in consume_batches(self.consumer, stop, on_end=READINESS.of("history").reached_end):
+            async for messages in consume_batches(self.consumer, stop, on_end=self.readiness.reached_end):
                 held_since = time.monotonic()
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
@@ -351,7 +352,7 @@ class HistoryService:
         for tp in assigned:
             tp.offset = recovered[tp.partition].resume_offset
         consumer.assign(assigned)
-        READINESS.of("history").assign(set(self.partitions))
+        self.readiness.assign(set(self.partitions))
 
     def _wait_for_written_batches(self) -> None:
         """Every batch this instance produced is in the log before it recovers a partition from
@@ -418,7 +419,7 @@ class HistoryService:
             self.partitions.pop(tp.partition, None)
             self.replies.revoked(tp.partition)
             log.info("event=partition_revoked partition=%d", tp.partition)
-        READINESS.of("history").revoke()
+        self.readiness.revoke()
 
     def _decode(self, msg: Message) -> Record | UndecodableRecord:
         """The command, or why it is not one (dead-lettered in its turn, so batches keep offset order)."""

@@ -40,6 +40,8 @@ def create_app(settings: KafkaSettings) -> faust.App:
 
     relay = OutboundRelay(send)
 
+    readiness = READINESS.of("matching")  # what /readyz says of this service
+
     # Per assigned partition of kadence.history, the offset after the last record read.
     consumed: dict[Any, int] = {}
     measured: set[Any] = set()  # the partitions the lag gauge has a value for
@@ -51,15 +53,15 @@ def create_app(settings: KafkaSettings) -> faust.App:
         history_tps = {tp for tp in assigned if tp.topic == topics.HISTORY}
         partitions = {tp.partition for tp in history_tps}
         relay.fences.forget(partitions)
-        READINESS.of("matching").assign(partitions)
+        readiness.assign(partitions)
         for partition in partitions:
-            READINESS.of("matching").reached_end(partition)
+            readiness.reached_end(partition)
         given_away(set(consumed) - history_tps)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         relay.fences.forget({tp.partition for tp in revoked if tp.topic == topics.HISTORY})
-        READINESS.of("matching").revoke()
+        readiness.revoke()
 
     def given_away(tps: set[Any]) -> None:
         """Partitions no longer this instance's: their lag is another instance's to report."""
