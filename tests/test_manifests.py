@@ -340,7 +340,7 @@ def test_the_kafka_user_may_use_every_topic_and_group_kadence_does() -> None:
     for topic in used_topics:
         assert all(allowed("topic", topic, op) for op in ("Create", "Describe", "Read", "Write")), topic
     groups = [HISTORY_GROUP, MATCHING_APP, topics.worker_group("any-queue", "workflow"), "kadence.visibility", "kadence.timer",
-              "kadence-replies", "kadence-reader"]
+              "kadence.projections", "kadence-replies", "kadence-reader"]
     for group in groups:
         assert allowed("group", group, "Read"), group
     assert any(acl["resource"]["type"] == "cluster" and "IdempotentWrite" in acl["operations"] for acl in acls)

@@ -4,18 +4,25 @@ past their retention."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from kadence.protocol.postgres import connection_pool
-from kadence.protocol.settings import KafkaSettings, postgres_dsn
-from services.projection import ProjectionRunner
+from kadence.protocol.settings import KafkaSettings
+from services.projection import ProjectionService, run_projections
 from services.visibility.projector import VisibilityProjector
 from services.visibility.retention import expire_outcomes, outcome_retention
 
+CONSUMER_GROUP = "kadence.visibility"  # when it runs in a process of its own
+
+
+@asynccontextmanager
+async def visibility_projection(settings: KafkaSettings, dsn: str) -> AsyncIterator[ProjectionService]:
+    """The read model projected from kadence.history, and outcomes expired beside its reader."""
+    retention = outcome_retention()
+    async with connection_pool(dsn, min_size=1, max_size=2) as pool:
+        yield ProjectionService(VisibilityProjector(), pool, lambda stop: expire_outcomes(pool, retention, stop))
+
 
 async def run_visibility_service(stop: asyncio.Event) -> None:
-    retention = outcome_retention()
-    dsn = postgres_dsn()
-    async with connection_pool(dsn, min_size=1, max_size=2) as pool:
-        runner = ProjectionRunner(KafkaSettings.from_env(), pool, dsn, VisibilityProjector())
-        await runner.setup()
-        await asyncio.gather(runner.run(stop), expire_outcomes(pool, retention, stop))
+    await run_projections(stop, CONSUMER_GROUP, [visibility_projection])
