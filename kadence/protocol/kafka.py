@@ -421,6 +421,10 @@ class AsyncProducer:
         self._fatal: KafkaError | None = None
         self._closing = False
         self._closed = threading.Event()
+        # Delivery reports served by a poll, per event loop, settled on it in one callback per
+        # poll: one wake-up of the loop for every record a produce request carried.
+        self._reports: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], KafkaError | None, Message | None]]] = {}
+        self._reports_lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve_callbacks, name="kadence-producer", daemon=True)
         self._thread.start()
 
@@ -432,8 +436,24 @@ class AsyncProducer:
     def _serve_callbacks(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(0.05)
+            self._hand_over_reports()
             if self._fatal is not None:
                 self._replace()
+
+    def _report(self, loop: asyncio.AbstractEventLoop, settle: Callable[..., None], err: KafkaError | None, msg: Message | None) -> None:
+        """A delivery report, kept for `_hand_over_reports` (on whichever thread served it)."""
+        with self._reports_lock:
+            self._reports.setdefault(loop, []).append((settle, err, msg))
+
+    def _hand_over_reports(self) -> None:
+        """The reports the last poll or flush served, to their loops: one callback each."""
+        if not self._reports:
+            return
+        with self._reports_lock:  # held while handing over: the reports reach each loop in order
+            reports, self._reports = self._reports, {}
+            for loop, settles in reports.items():
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits these any more
+                    loop.call_soon_threadsafe(_settle_all, settles)
 
     def _replace(self) -> None:
         """A new producer (a new producer id) for one that hit a fatal error; what the old one
@@ -444,6 +464,7 @@ class AsyncProducer:
         held = len(old)
         old.purge(in_queue=True, in_flight=True, blocking=False)
         left = old.flush(5)  # serves the purged records' delivery reports
+        self._hand_over_reports()
         log.warning("event=producer_replaced reason=fatal_error error=%r records_failed=%d records_left=%d",
                     fatal.str() if fatal is not None else "", held, left)
 
@@ -472,10 +493,7 @@ class AsyncProducer:
             else:
                 _settle(future, err, msg)  # type: ignore[arg-type]
 
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            loop.call_soon_threadsafe(settle, err, msg)
-
-        kwargs: dict[str, Any] = {"key": key, "headers": headers, "on_delivery": delivered}
+        kwargs: dict[str, Any] = {"key": key, "headers": headers, "on_delivery": functools.partial(self._report, loop, settle)}
         if partition is not None:
             kwargs["partition"] = partition
         while True:
@@ -486,18 +504,21 @@ class AsyncProducer:
                 return
             except BufferError:
                 producer.poll(0.01)
+                self._hand_over_reports()
             except KafkaException as exc:  # _FATAL: this producer is being replaced
                 loop.call_soon_threadsafe(settle, exc.args[0], None)  # on the loop: this may be another thread
                 return
 
     async def flush(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._producer.flush)
+        self._hand_over_reports()
 
     def close(self) -> None:
         self._closing = True
         self._producer.flush(10)
         self._closed.set()
         self._thread.join()
+        self._hand_over_reports()
 
 
 # Delivery failures that pass: the record may be produced again.
@@ -509,6 +530,14 @@ _PASSING_ERRORS = {
 
 def _passes(err: KafkaError) -> bool:
     return err.retriable() or err.code() in _PASSING_ERRORS
+
+
+def _settle_all(settles: list[tuple[Callable[..., None], KafkaError | None, Message | None]]) -> None:
+    for settle, err, msg in settles:
+        try:
+            settle(err, msg)
+        except Exception:  # a bug in one report's handling must not leave the others unsettled
+            log.exception("event=delivery_report_failed")
 
 
 def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Message) -> None:
