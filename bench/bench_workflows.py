@@ -39,7 +39,15 @@ from pathlib import Path
 import uvloop
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.local import BrokerRequests, CpuMeter, add_broker_option, describe_broker, requests_per_workflow, stack_processes
+from bench.local import (
+    BrokerRequests,
+    CollectionMeter,
+    CpuMeter,
+    add_broker_option,
+    describe_broker,
+    requests_per_workflow,
+    stack_processes,
+)
 from kadence import activity, workflow
 from kadence.client import Client
 from kadence.dev.local_stack import PROCESS_LAYOUTS, LocalStack
@@ -178,6 +186,7 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     if worker_process is not None:
         processes["worker"] = worker_process.pid
     cpu = CpuMeter(processes)
+    collections = CollectionMeter()
     broker_requests = await asyncio.to_thread(BrokerRequests.attach, target.stack) if target.stack and run.broker_requests else None
     requests_before: dict[str, int] = {}
     try:
@@ -191,8 +200,10 @@ async def bench(target: Target, run: Run, pings: int) -> None:
             if broker_requests is not None:
                 requests_before = await asyncio.to_thread(broker_requests.counts)
             cpu.start()
+            collections.start()
             elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
             cpu_report = cpu.report(per_thousand=run.workflows)
+            collections_report = collections.report(run.workflows)
             requests_after = await asyncio.to_thread(broker_requests.counts) if broker_requests is not None else None
             await asyncio.sleep(0.5)  # the replies and batches of the last workflows land
             ends_after = await asyncio.to_thread(topic_ends, target.settings)
@@ -212,6 +223,7 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     print(f"start-to-result:      p50 {p50:.1f} ms ({p50 / rtt_p50:.0f} broker round trips), p99 {percentile(latencies, 99):.1f} ms")
     print(f"broker round trip:    p50 {rtt_p50:.2f} ms, p99 {percentile(round_trip, 99):.2f} ms ({pings} pings)")
     print(cpu_report)
+    print(collections_report)
     print(records_per_workflow(ends_before, ends_after, run.workflows))
     if requests_after is not None:
         print(requests_per_workflow(requests_before, requests_after, run.workflows))

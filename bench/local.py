@@ -4,10 +4,12 @@ so a figure can be compared across machines and brokers."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -91,6 +93,33 @@ def stack_processes(stack: LocalStack) -> dict[str, int]:
     if (postgres := stack.postgres_pid()) is not None:
         pids["postgres"] = postgres
     return pids
+
+
+class CollectionMeter:
+    """The garbage collections of this process (the client's and in-process worker's) between
+    start() and report(): how many of the oldest generation, and the CPU all of them took. A full
+    collection walks every object the process holds, so its cost follows what the workflows in
+    flight hold."""
+
+    def __init__(self) -> None:
+        self.full = 0
+        self.cpu_s = 0.0
+        self._began = 0.0
+
+    def start(self) -> None:
+        gc.callbacks.append(self._on_collection)
+
+    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.thread_time()
+            return
+        self.cpu_s += time.thread_time() - self._began
+        self.full += info["generation"] == 2
+
+    def report(self, workflows: int) -> str:
+        gc.callbacks.remove(self._on_collection)
+        return (f"client's collections: {self.cpu_s * 1000 / workflows:.2f} CPU-s per 1,000 workflows "
+                f"({self.cpu_s:.2f} in all, {self.full} of the oldest generation)")
 
 
 class CpuMeter:

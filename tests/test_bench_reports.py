@@ -3,6 +3,9 @@ table of one workflow's spans, and bench.profile_services' shares from py-spy's 
 
 from __future__ import annotations
 
+import gc
+
+from bench.local import CollectionMeter
 from bench.profile_services import Profile
 from bench.trace_workflow import hop_table, trace_of
 from kadence.dev.otlp import Span
@@ -52,3 +55,16 @@ def test_profile_shares_count_each_sample_once_per_function_below_the_threads_tr
     # one of the other: their trunks. walk recursing counts its samples once.
     assert profile.inclusive == {"handle (svc.py)": 9, "encode (codec.py)": 10, "walk (tree.py)": 3}
     assert profile.report()[1] == "     62.5%  encode (codec.py:77)"
+
+
+def test_the_collection_meter_counts_full_collections_between_start_and_report() -> None:
+    meter = CollectionMeter()
+    meter.start()
+    held = [[index] for index in range(100_000)]  # something for the collection to walk
+    gc.collect()
+    report = meter.report(1000)
+    counted = meter.full  # the one asked for, and any the allocations above set off
+    assert counted >= 1 and meter.cpu_s > 0 and len(held) == 100_000
+    assert report.startswith("client's collections:") and f"{counted} of the oldest generation" in report
+    gc.collect()
+    assert meter.full == counted, "the meter stops counting at its report"
