@@ -24,11 +24,12 @@ PROJECTIONS_GROUP = "kadence.projections"
 async def run_server(stop: asyncio.Event) -> None:
     """Until `stop`, or until one service fails: the others are stopped then, and the process ends
     with the failure (its supervisor starts it again), as a service of its own would."""
+    projections = [timer_projection(), visibility_projection()]  # their settings read before anything starts
     READINESS.expect(SERVICES)
     async with asyncio.TaskGroup() as services:
         services.create_task(run_history_service(stop), name="history")
         services.create_task(run_matching_service(stop), name="matching")
-        services.create_task(run_projections(stop, PROJECTIONS_GROUP, [timer_projection, visibility_projection]), name="projections")
+        services.create_task(run_projections(stop, PROJECTIONS_GROUP, projections), name="projections")
 
 
 if __name__ == "__main__":

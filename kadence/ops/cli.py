@@ -122,9 +122,10 @@ def env_command(data_dir: Path) -> None:
 @main.command()
 def server() -> None:
     """Run every service (history, matching, timer, visibility) in this process and one event loop,
-    each with its own consumer group, positions, readiness and metrics labels: the same as
-    `python -m services.server`, set by the KADENCE_* variables. Run several for more capacity: each
-    service's consumer group spreads its partitions over them (docs/architecture.md, "Process layouts")."""
+    each with its own positions, readiness and metrics labels (the timer and visibility share one
+    reader of kadence.history): the same as `python -m services.server`, set by the KADENCE_*
+    variables. Run several for more capacity: each consumer group spreads its partitions over them
+    (docs/architecture.md, "Process layouts")."""
     import runpy
 
     runpy.run_module("services.server", run_name="__main__", alter_sys=True)
