@@ -107,18 +107,16 @@ class VisibilityProjector:
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
                     [(length, *key) for key, length in rows.lengths.items()],
                 )
-            await _write_outcomes(cur, rows.outcomes, self.notify)
+            notifications = await _write_outcomes(cur, rows.outcomes)
             if rows.closed:
                 await cur.executemany(
                     "UPDATE kadence_executions SET status = %s, close_time = %s, result = %s, failure = %s, next_run_id = %s, "
                     "pending_workflow_task = NULL WHERE workflow_id = %s AND run_id = %s",
                     rows.closed,
                 )
-            if rows.closed and self.notify:
-                await cur.executemany(
-                    "SELECT pg_notify(%s, %s)",
-                    [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in rows.closed],
-                )
+            notifications += [(CLOSED_CHANNEL, json.dumps({"workflow_id": row[5], "run_id": row[6]})) for row in rows.closed]
+            if self.notify:
+                await _notify(cur, notifications)
 
     async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
         """A record the read model cannot hold still answers the requests it carries: a client or
@@ -126,7 +124,9 @@ class VisibilityProjector:
         rows = _Rows()
         self._answers(record.batch, rows)
         async with conn.cursor() as cur:
-            await _write_outcomes(cur, rows.outcomes, self.notify)
+            notifications = await _write_outcomes(cur, rows.outcomes)
+            if self.notify:
+                await _notify(cur, notifications)
 
     @staticmethod
     def _answers(batch: dict[str, Any], rows: _Rows) -> None:
@@ -182,19 +182,25 @@ class VisibilityProjector:
         pass
 
 
-async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]], notify: bool) -> None:
+async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """Store the outcomes; the notifications that announce them (channel, payload)."""
     if not outcomes:
-        return
+        return []
     stored = [(*(_text(value) for value in row[:3]), row[3], _text(row[4]), _text(row[5]), *row[6:]) for row in outcomes]
     await cur.executemany(
         "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted, cause, reason, result, failure) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
         stored,
     )
-    if not notify:
-        return
     # The outcome rides in the notification, so a waiting client or worker needs no query.
-    await cur.executemany("SELECT pg_notify(%s, %s)", [
-        (OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
-        for request_id, _, run_id, accepted, cause, reason, _, _ in stored
-    ])
+    return [(OUTCOME_CHANNEL, CommandOutcome(request_id, run_id, accepted, cause, reason).notification())
+            for request_id, _, run_id, accepted, cause, reason, _, _ in stored]
+
+
+async def _notify(cur: psycopg.AsyncCursor[Any], notifications: list[tuple[str, str]]) -> None:
+    """Every notification of a transaction in one statement (each still its own NOTIFY, as the
+    listeners read them), delivered when the transaction commits."""
+    if notifications:
+        channels, payloads = zip(*notifications, strict=True)
+        await cur.execute("SELECT pg_notify(channel, payload) FROM unnest(%s::text[], %s::text[]) AS n(channel, payload)",
+                          (list(channels), list(payloads)))
