@@ -15,7 +15,7 @@ from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import TerminatedError, WorkflowFailureError
 from kadence.protocol.kafka import partition_for_key
-from kadence.protocol.limits import MAX_PAYLOAD_BYTES, MAX_RECORD_VALUE_BYTES
+from kadence.protocol.limits import MAX_PAYLOAD_BYTES, MAX_RECORD_VALUE_BYTES, iter_payloads, payload_bytes
 from kadence.worker import Worker
 from tests.conftest import workflow_id_on
 
@@ -63,6 +63,16 @@ def ids_on_one_partition(prefix: str, partitions: int) -> tuple[str, str]:
     first = f"{prefix}-{uuid.uuid4()}"
     partition = partition_for_key(first.encode(), partitions)
     return first, workflow_id_on(partition, partitions, f"{prefix}-neighbour")
+
+
+def test_a_history_s_size_counts_the_data_of_every_payload_and_nothing_else() -> None:
+    payload = {"metadata": {"encoding": b"json/plain"}, "data": b'"abcdef"'}
+    attributes = {
+        "input": [payload, {"metadata": {}, "data": b"xy"}], "identity": "worker", "raw": b"not a payload",
+        "header": {"fields": {"trace": payload}}, "outcome": ("Failure", {"details": [payload], "cause": None}), "attempt": 3,
+    }
+    assert payload_bytes(attributes) == 8 + 2 + 8 + 8 == sum(len(p["data"]) for p in iter_payloads(attributes))
+    assert payload_bytes(payload) == 8 and payload_bytes("text") == payload_bytes([]) == 0
 
 
 async def test_a_history_larger_than_a_record_completes_and_its_partition_keeps_moving(
