@@ -54,6 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
     config.addinivalue_line("markers", "slow: makes a venv and installs into it (tens of seconds), without the stack")
     config.addinivalue_line("markers", f"cluster: three Apache Kafka nodes under load beside the stack; run with {CLUSTER_TESTS}=1")
+    config.addinivalue_line("markers", "stack: needs a broker and Postgres the harness starts (set on collection); "
+                                       "`pytest -m 'not stack'` runs the rest, the fast tier")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -67,6 +69,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if metafunc.definition.get_closest_marker("also_on_tansu") and MAIN_BROKER != "tansu":
             brokers.append("tansu")
         metafunc.parametrize("broker_kind", brokers, indirect=True, scope="session")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by markers
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if _needs_stack(item):
+        item.add_marker(pytest.mark.stack)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture, which the sort below keeps within each group
@@ -91,6 +99,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         first_of_module.setdefault(_group_and_module(item), position)
     order = {id(item): position for position, item in enumerate(items)}
     items.sort(key=lambda item: (_group_and_module(item)[0], first_of_module[_group_and_module(item)], order[id(item)]))
+
+
+# What a module calls when its tests start a stack of their own rather than use the session's.
+STACK_STARTERS = ("local_stack(", "LocalStack(")
+
+
+def _needs_stack(item: pytest.Item) -> bool:
+    """Whether the test uses the session stack (its fixtures reach `stack`) or its module starts
+    one of its own (a module-scoped stack, or one within the test)."""
+    if "stack" in getattr(item, "fixturenames", ()):
+        return True
+    return _starts_a_stack(str(item.path))
+
+
+@functools.cache
+def _starts_a_stack(module_path: str) -> bool:
+    return any(starter in Path(module_path).read_text() for starter in STACK_STARTERS)
 
 
 def _group_and_module(item: pytest.Item) -> tuple[int, str]:
