@@ -5,6 +5,7 @@ cluster's metadata who leads a partition and which replicas are in sync."""
 from __future__ import annotations
 
 import logging
+import random
 import signal
 import socket
 import subprocess
@@ -33,17 +34,36 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+# Where free ports are looked for: below the kernel's ephemeral range, whose ports it hands to
+# outgoing connections too. A port picked from that range and released until its process binds it
+# could meanwhile become a client connection's source port (a service then fails to start with
+# "address already in use"); below it, only another listener can take it.
+LISTEN_PORTS_FROM = 10000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_ports(count: int, taken: frozenset[int] = frozenset()) -> list[int]:
-    """`count` distinct free ports on loopback, none of `taken`: each stays bound until all are
-    picked, so the kernel cannot hand one out twice."""
+    """`count` distinct free ports on loopback, none of `taken`, below the ephemeral range where
+    there is one: each stays bound until all are picked, so none is handed out twice."""
+    first_ephemeral = int(EPHEMERAL_RANGE.read_text().split()[0]) if EPHEMERAL_RANGE.exists() else 0
     with ExitStack() as bound:
         ports: list[int] = []
-        while len(ports) < count:
+        for _ in range(100 * count):
+            if len(ports) == count:
+                return ports
+            # Random, so two stacks starting at once seldom try the same port; 0 (the kernel's pick)
+            # where the ephemeral range leaves none below it.
+            candidate = random.randrange(LISTEN_PORTS_FROM, first_ephemeral) if first_ephemeral > LISTEN_PORTS_FROM else 0
             s = bound.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue  # another listener has it
             port = s.getsockname()[1]
-            if port not in taken:
+            if port not in taken and port not in ports:
                 ports.append(port)
+        if len(ports) < count:
+            raise RuntimeError(f"found {len(ports)} of {count} free ports on 127.0.0.1 in {100 * count} tries")
         return ports
 
 
