@@ -40,6 +40,8 @@ def free_port() -> int:
 # "address already in use"); below it, only another listener can take it.
 LISTEN_PORTS_FROM = 10000
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Its own generator: a test that seeds the global one (hypothesis does) must not make the picks repeat.
+_PORT_PICKS = random.Random()
 
 
 def free_ports(count: int, taken: frozenset[int] = frozenset()) -> list[int]:
@@ -53,7 +55,7 @@ def free_ports(count: int, taken: frozenset[int] = frozenset()) -> list[int]:
                 return ports
             # Random, so two stacks starting at once seldom try the same port; 0 (the kernel's pick)
             # where the ephemeral range leaves none below it.
-            candidate = random.randrange(LISTEN_PORTS_FROM, first_ephemeral) if first_ephemeral > LISTEN_PORTS_FROM else 0
+            candidate = _PORT_PICKS.randrange(LISTEN_PORTS_FROM, first_ephemeral) if first_ephemeral > LISTEN_PORTS_FROM else 0
             s = bound.enter_context(socket.socket())
             try:
                 s.bind(("127.0.0.1", candidate))
