@@ -62,6 +62,11 @@ MAX_CHUNK_BYTES = 256 * 1024
 # Far more than a chunk, so a catch-up never waits for a fetch.
 PREFETCH_KBYTES = 2048
 
+STORE_POSITION = (
+    "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
+    "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset"
+)
+
 OFFSETS_DDL = """
 CREATE TABLE IF NOT EXISTS kadence_consumer_offsets (
     consumer text NOT NULL,
@@ -82,6 +87,10 @@ class LogRecord:
 
 
 class Projection(Protocol):
+    """What a reader feeds. The bodies here are what a projection that keeps all its state in
+    Postgres does (a class that subclasses this one explicitly inherits them); one that holds state
+    in memory (the timer's) implements them all."""
+
     name: str
     ddl: list[str]
 
@@ -90,21 +99,29 @@ class Projection(Protocol):
 
     def on_commit(self) -> None:
         """Called once what `apply` wrote is committed."""
+        return None
 
     def resume_offset(self, partition: int, next_offset: int) -> int:
         """The position to store: `next_offset`, or earlier if state held only in memory needs the
         records from there to be read again after a restart."""
+        return next_offset
 
     async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
         """Store what still can be of a record `apply` failed on (it goes to the DLQ): say, the
         answers callers wait for."""
+        return None
 
-    def on_assign(self, partitions: set[int]) -> None: ...
+    def on_assign(self, partitions: set[int]) -> None:
+        """The partitions are this reader's from now on."""
+        return None
 
     def on_caught_up(self, partition: int) -> None:
         """The partition is read to its end, and applied, since it was (last) assigned."""
+        return None
 
-    def on_revoke(self, partitions: set[int]) -> None: ...
+    def on_revoke(self, partitions: set[int]) -> None:
+        """The partitions are this reader's no more."""
+        return None
 
 
 class DeadLetters:
@@ -195,8 +212,7 @@ class ProjectionApplier:
             return
         async with self.pool.connection() as conn, conn.cursor() as cur:
             await cur.executemany(
-                "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
-                "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                STORE_POSITION,
                 [(self.name, p, position) for p, position in moved.items()],
             )
         self.stored.update(moved)
@@ -222,8 +238,7 @@ class ProjectionApplier:
             positions = {p: self.projection.resume_offset(p, o) for p, o in next_offsets.items()}
             async with conn.cursor() as cur:
                 await cur.executemany(
-                    "INSERT INTO kadence_consumer_offsets (consumer, partition, next_offset) VALUES (%s, %s, %s) "
-                    "ON CONFLICT (consumer, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                    STORE_POSITION,
                     [(self.name, p, position) for p, position in positions.items()],
                 )
         return positions

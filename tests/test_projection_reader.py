@@ -14,10 +14,10 @@ from psycopg.conninfo import make_conninfo
 
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol.postgres import connection_pool
-from services.projection import DeadLetters, LogRecord, ProjectionApplier
+from services.projection import DeadLetters, LogRecord, Projection, ProjectionApplier
 
 
-class OffsetsSeen:
+class OffsetsSeen(Projection):
     """A projection that stores the offsets of the records it applies."""
 
     ddl = ["CREATE TABLE IF NOT EXISTS offsets_seen (projection text NOT NULL, partition int NOT NULL, log_offset bigint NOT NULL)"]
@@ -29,23 +29,6 @@ class OffsetsSeen:
         async with conn.cursor() as cur:
             await cur.executemany("INSERT INTO offsets_seen VALUES (%s, %s, %s)", [(self.name, r.partition, r.offset) for r in records])
 
-    def on_commit(self) -> None:
-        pass
-
-    def resume_offset(self, partition: int, next_offset: int) -> int:
-        return next_offset
-
-    async def salvage(self, conn: psycopg.AsyncConnection, record: LogRecord) -> None:
-        pass
-
-    def on_assign(self, partitions: set[int]) -> None:
-        pass
-
-    def on_caught_up(self, partition: int) -> None:
-        pass
-
-    def on_revoke(self, partitions: set[int]) -> None:
-        pass
 
 
 @pytest.fixture

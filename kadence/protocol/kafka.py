@@ -398,6 +398,10 @@ def core_topics(settings: KafkaSettings) -> dict[str, int]:
     }
 
 
+# A delivery report kept for its event loop: the callback that settles the record's future, and what librdkafka said.
+DeliveryReport = tuple[Callable[..., None], KafkaError | None, Message | None]
+
+
 class AsyncProducer:
     """A confluent-kafka Producer whose deliveries resolve asyncio futures.
 
@@ -423,7 +427,7 @@ class AsyncProducer:
         self._closed = threading.Event()
         # Delivery reports served by a poll, per event loop, settled on it in one callback per
         # poll: one wake-up of the loop for every record a produce request carried.
-        self._reports: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], KafkaError | None, Message | None]]] = {}
+        self._reports: dict[asyncio.AbstractEventLoop, list[DeliveryReport]] = {}
         self._reports_lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve_callbacks, name="kadence-producer", daemon=True)
         self._thread.start()
@@ -532,7 +536,7 @@ def _passes(err: KafkaError) -> bool:
     return err.retriable() or err.code() in _PASSING_ERRORS
 
 
-def _settle_all(settles: list[tuple[Callable[..., None], KafkaError | None, Message | None]]) -> None:
+def _settle_all(settles: list[DeliveryReport]) -> None:
     for settle, err, msg in settles:
         try:
             settle(err, msg)

@@ -21,7 +21,7 @@ from kadence.protocol.read_model import (
     update_accepted_request_id,
     update_request_id,
 )
-from services.projection import LogRecord
+from services.projection import LogRecord, Projection
 
 
 def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
@@ -56,7 +56,9 @@ class _Rows:
     pending_tasks: dict[tuple[str, str], bytes | None] = field(default_factory=dict)  # the last of each run's batches
 
 
-class VisibilityProjector:
+class VisibilityProjector(Projection):
+    """Everything it folds is in Postgres: the Projection's own positions and hooks serve it."""
+
     name = "visibility"
     ddl = VISIBILITY_DDL
 
@@ -166,20 +168,6 @@ class VisibilityProjector:
                 rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
                                     attrs.get("new_execution_run_id"), *key))
 
-    def on_commit(self) -> None:
-        pass
-
-    def resume_offset(self, partition: int, next_offset: int) -> int:
-        return next_offset  # everything it folds is in Postgres
-
-    def on_assign(self, partitions: set[int]) -> None:
-        pass
-
-    def on_caught_up(self, partition: int) -> None:
-        pass
-
-    def on_revoke(self, partitions: set[int]) -> None:
-        pass
 
 
 async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
