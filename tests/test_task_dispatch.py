@@ -176,7 +176,7 @@ async def test_a_copy_whose_start_is_refused_is_cancelled_or_has_its_result_refu
         partitions = stack.settings.task_queue_partitions
 
         async def shared() -> bool:  # each worker holds some of the queue's partitions
-            held = [worker._partitions.get("activity", []) for worker in workers.values()]
+            held = [worker._context.assignment.partitions.get("activity", []) for worker in workers.values()]
             return all(held) and sorted(p for mine in held for p in mine) == list(range(partitions))
 
         await until(shared)
