@@ -176,7 +176,7 @@ async def test_a_copy_whose_start_is_refused_is_cancelled_or_has_its_result_refu
         partitions = stack.settings.task_queue_partitions
 
         async def shared() -> bool:  # each worker holds some of the queue's partitions
-            held = [worker._partitions.get("activity", []) for worker in workers.values()]
+            held = [worker._context.assignment.partitions.get("activity", []) for worker in workers.values()]
             return all(held) and sorted(p for mine in held for p in mine) == list(range(partitions))
 
         await until(shared)
@@ -188,7 +188,7 @@ async def test_a_copy_whose_start_is_refused_is_cancelled_or_has_its_result_refu
             await wait_for_event(stack, handle.id, "ActivityTaskStarted", timeout=30)
             routed = await until_routed(stack, activity_topic, handle.id)
             other = next(worker for name, worker in workers.items() if name != attempts.ran_on[path][0])
-            return handle, routed, other._partitions["activity"][0]
+            return handle, routed, other._context.assignment.partitions["activity"][0]
 
         cancelled = str(tmp_path / "cancelled")
         first, routed, elsewhere = await started_elsewhere(cancelled)

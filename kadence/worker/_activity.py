@@ -19,12 +19,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from kadence import activity as activity_module
-from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
+from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.api.common.v1 import Payload
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
@@ -34,11 +34,9 @@ from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
+from kadence.worker._context import WorkerContext
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
-
-if TYPE_CHECKING:
-    from kadence.worker._worker import Worker
 
 log = logging.getLogger("kadence.worker")
 
@@ -99,8 +97,9 @@ class EagerStarts:
 class ActivityWorker:
     def __init__(
         self,
-        worker: Worker,
+        context: WorkerContext,
         activities: Sequence[Callable[..., Any]],
+        interceptors: Sequence[Interceptor],
         executor: concurrent.futures.Executor | None,
         shared_state_manager: SharedStateManager | None,
         max_concurrent_activities: int,
@@ -108,15 +107,10 @@ class ActivityWorker:
         max_task_queue_activities_per_second: float | None,
         disable_eager_activity_execution: bool,
     ) -> None:
-        self.client = worker.client
-        self.task_queue = worker.task_queue
-        self._stop = worker._stop
-        self._subscribe = worker._subscribe
-        self._may_be_redelivered = worker.may_be_redelivered
-        self._owns_partition = worker._owns_partition
-        self._send = worker._send
-        self._decode = worker._decode
-        self._interceptors = worker.interceptors
+        self._context = context
+        self.client = context.client
+        self.task_queue = context.task_queue
+        self._interceptors = interceptors
         # The callable registered is the one called: a bound method keeps its object (as temporalio).
         self._activities = {
             d.name: dataclasses.replace(d, fn=fn) for d, fn in ((activity_module.definition(fn), fn) for fn in activities)
@@ -135,7 +129,7 @@ class ActivityWorker:
                        and writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "eager_request_id"))
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._asked: collections.OrderedDict[AttemptKey, None] = collections.OrderedDict()  # starts sent, the latest last
-        self.rate = _QueueShareRate(max_task_queue_activities_per_second)
+        self._rate = _QueueShareRate(max_task_queue_activities_per_second)
 
     @property
     def types(self) -> list[str]:
@@ -144,9 +138,9 @@ class ActivityWorker:
 
     async def poll(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "activity"))
-        await self._subscribe(consumer, "activity")
+        await self._context.assignment.subscribe(consumer, "activity")
         try:
-            async for messages in consume_batches(consumer, self._stop, max_messages=self._max_concurrent_activities):
+            async for messages in consume_batches(consumer, self._context.shutting_down, max_messages=self._max_concurrent_activities):
                 started = []
                 for msg in messages:
                     try:
@@ -165,19 +159,19 @@ class ActivityWorker:
     async def _start_activity_task(self, msg: Message) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the record holds, and run it (a record whose payloads
         cannot be decoded runs as an attempt that fails with the reason)."""
-        decoded = await self._decode(msg)
+        decoded = await self._context.decode(msg)
         if decoded is None:
             return []
         task, problem = decoded
         if task["task"][0] == EffectType.ActivityCancellation:
             self._cancel_attempt(task)
             return []
+        redelivered = self._context.assignment.may_be_redelivered("activity", msg, task)
         with tracing.hop("worker ActivityTask", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
             "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
-            return await self._start_attempt(task, problem, accepted_first=self._may_be_redelivered("activity", msg, task),
-                                             run_by=run_by_ms(dispatched_ms(msg)))
+            return await self._start_attempt(task, problem, accepted_first=redelivered, run_by=run_by_ms(dispatched_ms(msg)))
 
     def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
@@ -188,8 +182,8 @@ class ActivityWorker:
         `run_eagerly` starts holds the slot, or `drop_eager_starts` gives it back."""
         return (
             self._eager and activity["task_queue"] in ("", self.task_queue) and activity["activity_type"] in self._activities
-            and not self._stop.is_set() and self.client.read_model_started
-            and self._owns_partition("activity", topics.activity_task_key(workflow_id, scheduled_event_id))
+            and not self._context.shutting_down.is_set() and self.client.read_model_started
+            and self._context.assignment.owns("activity", topics.activity_task_key(workflow_id, scheduled_event_id))
             and self._slots.try_acquire()
         )
 
@@ -234,11 +228,11 @@ class ActivityWorker:
             return []
         await self._slots.acquire()
         try:
-            await self.rate.wait()
+            await self._rate.wait(self._context.assignment.share("activity"))
             request_id = _start_request_id(task)
             answer = await self.client.expect_outcome(request_id)
             self._displace_eager_attempt(task, key)
-            started = self._send(task["workflow_id"], *_start_command(task, request_id))
+            started = self._context.send(task["workflow_id"], *_start_command(task, request_id))
         except BaseException:
             self._slots.release()
             raise
@@ -274,7 +268,7 @@ class ActivityWorker:
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
         definition = self._activities.get(at["activity_type"])
-        attempt = _Attempt(Heartbeater(self, task), definition is None or definition.is_async, eager)
+        attempt = _Attempt(Heartbeater(self._context, task), definition is None or definition.is_async, eager)
         job = attempt.job = asyncio.create_task(self._run_activity(task, attempt, started, answer, accepted_first, run_by, problem))
         self._attempts[key] = attempt
         self._running.add(job)
@@ -338,7 +332,7 @@ class ActivityWorker:
             return
         kind, body = outcome
         reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
-        await self._send(task["workflow_id"], kind, {**reply, **body})
+        await self._context.send(task["workflow_id"], kind, {**reply, **body})
 
     async def _attempt_outcome(
         self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
@@ -515,16 +509,16 @@ class _QueueShareRate:
 
     def __init__(self, per_second: float | None) -> None:
         self.per_second = per_second
-        self.share = 1.0
         self._next = 0.0
 
-    async def wait(self) -> None:
-        if not self.per_second or not self.share:
+    async def wait(self, share: float) -> None:
+        """Until the next start is due, at this worker's `share` of the queue's rate."""
+        if not self.per_second or not share:
             return
         now = time.monotonic()
         self._next = max(self._next, now)
         delay = self._next - now
-        self._next += 1 / (self.per_second * self.share)
+        self._next += 1 / (self.per_second * share)
         if delay > 0:
             await asyncio.sleep(delay)
 

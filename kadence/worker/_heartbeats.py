@@ -6,16 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Message
 
 from kadence.exceptions import CancelledError
 from kadence.protocol.codec import Record
 from kadence.protocol.names import CommandType
-
-if TYPE_CHECKING:
-    from kadence.worker._activity import ActivityWorker
+from kadence.worker._context import WorkerContext
 
 log = logging.getLogger("kadence.worker")
 
@@ -26,9 +24,9 @@ class Heartbeater:
     heartbeat timeout (30 s without one); between sends the latest details win. Callable from the
     activity's thread when the activity is sync."""
 
-    def __init__(self, worker: ActivityWorker, task: Record) -> None:
+    def __init__(self, context: WorkerContext, task: Record) -> None:
         at = task["task"][1]
-        self._worker = worker
+        self._context = context
         self._workflow_id = task["workflow_id"]
         self._reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
         timeout_s = at["heartbeat_timeout_ms"] / 1000
@@ -82,9 +80,9 @@ class Heartbeater:
             return
         details, self._pending = self._pending, None
         self._last_sent = self._loop.time()
-        payloads = self._worker.client.data_converter.payload_converter.to_payloads(details)
+        payloads = self._context.client.data_converter.payload_converter.to_payloads(details)
         # Not tried again: a late heartbeat could overwrite newer details.
-        sent = self._worker._send(
+        sent = self._context.send(
             self._workflow_id, CommandType.RecordActivityTaskHeartbeat, {**self._reply, "details": payloads}, until_delivered=False,
         )
         sent.add_done_callback(_log_failed_heartbeat)

@@ -11,14 +11,16 @@ import contextvars
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
+from kadence._worker_interceptor import WorkflowInboundInterceptor
 from kadence._workflow_instance import (
     CacheInvalid,
     LocalActivity,
@@ -39,10 +41,8 @@ from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
+from kadence.worker._context import WorkerContext
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
-
-if TYPE_CHECKING:
-    from kadence.worker._worker import Worker
 
 log = logging.getLogger("kadence.worker")
 
@@ -95,21 +95,19 @@ class StartAnswer:
 
 
 class WorkflowWorker:
-    def __init__(self, worker: Worker, workflows: dict[str, WorkflowDefinition], activities: ActivityWorker, max_cached: int) -> None:
-        self.client = worker.client
-        self.task_queue = worker.task_queue
-        self._stop = worker._stop
-        self._subscribe = worker._subscribe
-        self._may_be_redelivered = worker.may_be_redelivered
-        self._send = worker._send
-        self._send_all = worker._send_all
-        self._decode = worker._decode
+    def __init__(
+        self, context: WorkerContext, workflows: dict[str, WorkflowDefinition],
+        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]], activities: ActivityWorker, max_cached: int,
+    ) -> None:
+        self._context = context
+        self.client = context.client
+        self.task_queue = context.task_queue
         self._workflows = workflows
-        self._interceptor_classes = worker.workflow_interceptor_classes
+        self._interceptor_classes = interceptor_classes
         self._activities = activities  # a local activity runs as the worker's activities do
         self._max_cached = max_cached
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
-        self._starts = HeldStarts(worker._send_all)
+        self._starts = HeldStarts(context.send_all)
         self._answers_carry_starts = writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "started_time_ms")
         # A build pinned to a Command version whose starts carry no request id runs a redelivered
         # task's local activities without waiting for its start's answer, as releases before did.
@@ -122,9 +120,9 @@ class WorkflowWorker:
 
     async def poll(self) -> None:
         consumer = make_consumer(self.client.settings, topics.worker_group(self.task_queue, "workflow"))
-        await self._subscribe(consumer, "workflow")
+        await self._context.assignment.subscribe(consumer, "workflow")
         try:
-            async for messages in consume_batches(consumer, self._stop):
+            async for messages in consume_batches(consumer, self._context.shutting_down):
                 try:
                     await self._handle_workflow_tasks(messages)
                 except Exception as exc:  # a bug must not stop the poller: history dispatches the tasks again
@@ -140,7 +138,7 @@ class WorkflowWorker:
         tasks: list[tuple[Record, Message]] = []
         deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
         for msg in messages:
-            decoded = await self._decode(msg)
+            decoded = await self._context.decode(msg)
             if decoded is None:
                 continue
             task, problem = decoded
@@ -156,7 +154,7 @@ class WorkflowWorker:
                 "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
                 "messaging.kafka.message.offset": msg.offset(), "kadence.workflow_id": task["workflow_id"],
             }):
-                redelivered = self._may_be_redelivered("workflow", msg, task)
+                redelivered = self._context.assignment.may_be_redelivered("workflow", msg, task)
                 handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
                 deliveries += [(task, delivery) for delivery in handled]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
@@ -199,7 +197,7 @@ class WorkflowWorker:
             return [self._fail_workflow_task(task, exc, start)]
         if instance.local_activities_to_run():  # they take a while: the start goes now
             if self._starts.take(start):
-                self._send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
+                self._context.send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
             return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands, accepted, dispatched))]
         self._forget_start_answer(accepted)
         return [self._complete_workflow_task(task, instance, commands, dispatched, start, eager_once_accepted=redelivered)]
@@ -295,7 +293,7 @@ class WorkflowWorker:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
-        return _answer(self._send_all(task["workflow_id"], self._with_start(
+        return _answer(self._context.send_all(task["workflow_id"], self._with_start(
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
 
@@ -339,7 +337,7 @@ class WorkflowWorker:
             completed_with["eager_request_id"] = starts.request_id
         answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, completed_with)
         try:
-            sent = self._send_all(task["workflow_id"], answer)
+            sent = self._context.send_all(task["workflow_id"], answer)
         except BaseException:  # nothing sent: the client is closed (a command it cannot send is refused, not raised)
             if starts is not None:
                 self._activities.drop_eager_starts(starts)
@@ -409,7 +407,7 @@ class WorkflowWorker:
             return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
 
     async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
-        return await self._send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
+        return await self._context.send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
             **self._failure(task, cause, exc), "started_time_ms": started_time_ms,
         })
 

@@ -1,0 +1,55 @@
+"""What the workflow and activity sides of a worker share: the client and the task queue they poll
+as one identity, the partitions assigned to them, the shutdown they stop at, and how they read task
+records and send commands to history. The Worker makes one and hands it to each side."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from confluent_kafka import Message
+
+from kadence.client import Client
+from kadence.protocol.codec import Record, RecordCodec, UndecodableRecord, task_codec
+from kadence.worker._assignment import PartitionAssignment
+
+log = logging.getLogger("kadence.worker")
+
+
+@dataclass
+class WorkerContext:
+    client: Client
+    task_queue: str
+    identity: str
+    assignment: PartitionAssignment
+    shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: RecordCodec = field(default_factory=task_codec, init=False, repr=False)
+
+    def send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
+        """A task's result (or start) goes to history however long the broker is away: a failed
+        delivery is tried again until it succeeds (a repeat is rejected as stale; a loss would leave
+        the task to its timeout, or for ever when it has none)."""
+        return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered)
+
+    def send_all(
+        self, workflow_id: str, commands: list[tuple[str, Record]], loop: asyncio.AbstractEventLoop | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Commands of one task sent as `send` sends one, back to back (Client.send_commands); `loop`:
+        sent from another thread on its behalf."""
+        return self.client.send_commands(workflow_id, commands, identity=self.identity, until_delivered=True, loop=loop)
+
+    async def decode(self, msg: Message) -> tuple[Record, Exception | None] | None:
+        """The task, its payloads through the payload codec, and why the codec could not decode
+        them (the task then fails with that reason); None (logged) for bytes that are no task."""
+        try:
+            task = self._tasks.decode(msg.value(), msg.headers())
+        except UndecodableRecord as exc:
+            log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
+            return None
+        try:
+            await self.client.data_converter.decode_payloads(task)
+        except Exception as exc:
+            log.error("event=task_payloads_undecodable workflow_id=%s run_id=%s error=%r", task["workflow_id"], task["run_id"], str(exc))
+            return task, exc
+        return task, None
