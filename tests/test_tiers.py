@@ -25,5 +25,6 @@ def test_the_fast_tier_leaves_out_every_module_that_starts_a_stack_and_keeps_the
     # Modules that start stacks of their own (test_rebalances, test_server), and one whose fixture
     # reaches the session's (test_projection_reader's `dsn` needs `stack`).
     assert not {"tests/test_rebalances.py", "tests/test_projection_reader.py", "tests/test_server.py"} & fast
-    assert {"tests/test_fence.py", "tests/test_machine_step.py", "tests/test_codec.py", "tests/test_manifests.py"} <= fast
+    assert {"tests/test_fence.py", "tests/test_machine_step.py", "tests/test_codec.py", "tests/test_manifests.py",
+            "tests/test_sdk_replay.py"} <= fast
     assert "tests/test_tiers.py" in fast

@@ -1,0 +1,44 @@
+"""The workflows whose histories are recorded here: those of tests/workflows.py, and the ones no
+other test runs. The recorder's worker and the replay test both take them from RECORDED_WORKFLOWS."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kadence import workflow
+from tests.workflows import (
+    FAST_RETRY,
+    ApprovalWorkflow,
+    CancellableWorkflow,
+    CartWorkflow,
+    CountdownWorkflow,
+    DeclinedWorkflow,
+    FlakyWorkflow,
+    ParentOfTwoStepWorkflow,
+    PatchedWorkflow,
+    RetiredPatchWorkflow,
+    SleepyWorkflow,
+    TwoStepWorkflow,
+    echo,
+    fail_first_attempt,
+)
+
+
+@workflow.defn
+class LocalGreetingWorkflow:
+    """A local activity, a timer, then a local activity whose first attempt fails: the timer puts
+    the second in a later workflow task, whose replay reads the first's outcome from its marker."""
+
+    @workflow.run
+    async def run(self, name: str) -> str:
+        greeting = await workflow.execute_local_activity(echo, f"hello {name}", start_to_close_timeout=timedelta(seconds=5))
+        await workflow.sleep(0.05)
+        return await workflow.execute_local_activity(
+            fail_first_attempt, greeting, start_to_close_timeout=timedelta(seconds=5), retry_policy=FAST_RETRY,
+        )
+
+
+RECORDED_WORKFLOWS = [
+    ApprovalWorkflow, CartWorkflow, SleepyWorkflow, ParentOfTwoStepWorkflow, TwoStepWorkflow, CountdownWorkflow, PatchedWorkflow,
+    RetiredPatchWorkflow, FlakyWorkflow, DeclinedWorkflow, LocalGreetingWorkflow, CancellableWorkflow,
+]

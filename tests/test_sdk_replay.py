@@ -1,0 +1,92 @@
+"""Histories the SDK recorded (tests/sdk_histories: signals, updates accepted and rejected, timers,
+a child workflow, continue-as-new, patches, activity retries, a workflow failure, local activities,
+a cancel) replay cleanly with `kadence.testing.Replayer` against today's workflow code, without a
+broker or Postgres; and workflow code changed so that it decides otherwise (another activity, a
+timer removed, commands reordered, a patch removed) fails their replay with NondeterminismError.
+A change to the SDK or to those workflows that fails here would break the runs already recorded.
+
+To record them again (on a local stack, about 40 s), when a scenario is added or a change is meant
+to change what the workflows decide: `.venv/bin/python -m tests.sdk_histories.record`, then
+review the diff of tests/sdk_histories/*.json.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from kadence import workflow
+from kadence.client import WorkflowHistory
+from kadence.testing import Replayer
+from tests.sdk_histories.workflows import RECORDED_WORKFLOWS
+from tests.workflows import FAST_RETRY, echo, fail_first_attempt
+
+RECORDED = Path(__file__).resolve().parent / "sdk_histories"
+HISTORIES = sorted(RECORDED.glob("*.json"))
+
+
+def load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(json.loads(path.read_text()))
+
+
+def test_there_are_recorded_sdk_histories() -> None:
+    assert len(HISTORIES) >= 8, [path.name for path in HISTORIES]
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=lambda path: path.stem)
+async def test_the_recorded_history_replays_against_todays_workflow_code(path: Path) -> None:
+    result = await Replayer(workflows=RECORDED_WORKFLOWS).replay_workflow(load(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+@workflow.defn(name="DeclinedWorkflow")
+class DeclinedWorkflowRunningAnotherActivity:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(echo, value, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY)
+
+
+@workflow.defn(name="SleepyWorkflow")
+class SleepyWorkflowWithoutItsLongTimer:
+    @workflow.run
+    async def run(self, seconds: float) -> str:
+        before = workflow.now()
+        await workflow.sleep(seconds)
+        return f"slept {(workflow.now() - before).total_seconds():.1f}"
+
+
+@workflow.defn(name="LocalGreetingWorkflow")
+class LocalGreetingWorkflowSleepingFirst:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        await workflow.sleep(0.05)
+        greeting = await workflow.execute_local_activity(echo, f"hello {name}", start_to_close_timeout=timedelta(seconds=5))
+        return await workflow.execute_local_activity(
+            fail_first_attempt, greeting, start_to_close_timeout=timedelta(seconds=5), retry_policy=FAST_RETRY,
+        )
+
+
+@workflow.defn(name="PatchedWorkflow")
+class PatchedWorkflowWithoutItsPatch:
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.sleep(0.05)
+        return "v2, then v2"
+
+
+@pytest.mark.parametrize(("history", "changed", "divergence"), [
+    pytest.param("workflow_failure", DeclinedWorkflowRunningAnotherActivity,
+                 "ActivityTaskScheduled always_fail where the workflow code issued ScheduleActivityTask echo", id="another activity"),
+    pytest.param("timers", SleepyWorkflowWithoutItsLongTimer,
+                 "TimerStarted 2 but the workflow code issued no such command", id="a timer removed"),
+    pytest.param("local_activities", LocalGreetingWorkflowSleepingFirst,
+                 "MarkerRecorded core_local_activity where the workflow code issued StartTimer", id="commands reordered"),
+    pytest.param("patched", PatchedWorkflowWithoutItsPatch,
+                 "MarkerRecorded core_patch where the workflow code issued StartTimer", id="a patch removed"),
+])
+async def test_workflow_code_that_decides_otherwise_fails_the_replay(history: str, changed: type, divergence: str) -> None:
+    with pytest.raises(workflow.NondeterminismError, match=divergence):
+        await Replayer(workflows=[changed]).replay_workflow(load(RECORDED / f"{history}.json"))
