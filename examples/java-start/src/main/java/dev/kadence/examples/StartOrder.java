@@ -31,7 +31,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <pre>java -jar target/java-start.jar ORDER_ID AMOUNT</pre>
  *
- * The record, as README.md ("Starting a workflow from any Kafka producer") describes it:
+ * The record, as docs/workflows.md ("Starting a workflow from any Kafka producer") describes it:
  * key = the workflow id (here the order id) in UTF-8; value = Avro binary of
  * schemas/Command.avsc, no framing, whose command is StartWorkflowExecution; header
  * kadence-schema = the fingerprint of the schema it was written with.
