@@ -91,7 +91,7 @@ def test_values_are_parameters_and_names_are_whitelisted_or_json_keys() -> None:
 async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stack: LocalStack, client: Client) -> None:
     """The visibility service's expiry job: outcome rows recorded more than the retention ago go,
     a batch at a time (here 100 of 250), and newer ones stay."""
-    await client.count_workflows()  # the client created the read model's tables
+    await client.count_workflows()  # the read model is up (the visibility projector created its tables)
     tag = f"retention-{uuid.uuid4().hex[:8]}"
     rows = [(f"{tag}/old/{i}", "8 days") for i in range(250)] + [(f"{tag}/new/{i}", "6 days") for i in range(20)]
     async with connection_pool(stack.postgres_dsn, min_size=1, max_size=2) as pool:
@@ -117,10 +117,11 @@ async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stac
 
 
 async def test_schema_setup_beside_a_writer_of_two_tables_waits_instead_of_deadlocking(stack: LocalStack, client: Client) -> None:
-    """A client sets the read model's schema up while the projector's transaction writes executions,
-    then outcomes: the setup holds one table's lock at a time, so the writer goes on and the setup
-    finishes after it (one transaction for the whole setup deadlocked here, and CI saw it)."""
-    await client.count_workflows()  # the tables exist, as when a client starts beside a running projector
+    """A projector sets the read model's schema up while another's transaction writes executions,
+    then outcomes (a visibility instance starting beside a running one): the setup holds one table's
+    lock at a time, so the writer goes on and the setup finishes after it (one transaction for the
+    whole setup deadlocked here, and CI saw it)."""
+    await client.count_workflows()  # the tables exist, as when a projector starts beside a running one
     tag = f"ddl-{uuid.uuid4().hex[:8]}"
     dsn = stack.postgres_dsn
     async with (await psycopg.AsyncConnection.connect(dsn) as writer,
