@@ -11,7 +11,7 @@ import pytest
 
 from kadence.client import Client, WorkflowExecutionStatus
 from kadence.dev.local_stack import LocalStack
-from kadence.exceptions import WorkflowNotFoundError
+from kadence.exceptions import KadenceError, WorkflowNotFoundError
 from kadence.list_filter import ListFilterError, parse
 from kadence.protocol.postgres import apply_ddl, connection_pool
 from kadence.protocol.read_model import VISIBILITY_DDL
@@ -139,3 +139,29 @@ async def test_schema_setup_beside_a_writer_of_two_tables_waits_instead_of_deadl
             "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted) VALUES (%s, %s, 'run', true)", (tag, tag))
         await writer.rollback()
         await asyncio.wait_for(applying, 10)
+
+
+async def test_a_client_on_a_database_without_the_read_models_tables_names_the_fix_or_waits_for_them(stack: LocalStack) -> None:
+    """The services create the read model's tables, not the client: a read that cannot wait says
+    how to fix it, and a lookup that can waits until the tables exist, then answers."""
+    database = f"fresh_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as admin:
+        await admin.execute(f"CREATE DATABASE {database}")
+    dsn = psycopg.conninfo.make_conninfo(stack.postgres_dsn, dbname=database)
+    fresh = await Client.connect(stack.bootstrap_servers, postgres_dsn=dsn)
+    try:
+        with pytest.raises(KadenceError, match="start the kadence services; they create the read model's tables"):
+            await fresh.count_workflows()
+        with pytest.raises(WorkflowNotFoundError, match="start the kadence services; they create the read model's tables"):
+            await fresh.get_workflow_handle("nowhere").describe()
+        cancel = asyncio.ensure_future(fresh.get_workflow_handle("nowhere", first_execution_run_id="run").cancel())
+        await asyncio.sleep(1)
+        assert not cancel.done()  # the chain's lookup waits for the tables
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await apply_ddl(conn, VISIBILITY_DDL)
+        with pytest.raises(WorkflowNotFoundError, match="workflow nowhere run run not found"):
+            await asyncio.wait_for(cancel, 10)
+    finally:
+        await fresh.close()
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as admin:
+            await admin.execute(f"DROP DATABASE {database} WITH (FORCE)")
