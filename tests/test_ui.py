@@ -38,7 +38,8 @@ from kadence.dev.local_stack import LocalStack, free_port
 from kadence.exceptions import RetryState, WorkflowFailureError
 from kadence.ops.ui.codec_server import from_json, to_json
 from kadence.ops.ui.execution import timeline
-from kadence.ops.ui.server import Ui, UiSettings, make_app
+from kadence.ops.ui.server import make_app
+from kadence.ops.ui.state import Ui, UiSettings
 from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, dead_letters
 from kadence.protocol.kafka import make_producer

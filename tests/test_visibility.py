@@ -11,7 +11,7 @@ import pytest
 
 from kadence.client import Client, WorkflowExecutionStatus
 from kadence.dev.local_stack import LocalStack
-from kadence.exceptions import WorkflowNotFoundError
+from kadence.exceptions import KadenceError, WorkflowNotFoundError
 from kadence.list_filter import ListFilterError, parse
 from kadence.protocol.postgres import apply_ddl, connection_pool
 from kadence.protocol.read_model import VISIBILITY_DDL
@@ -91,7 +91,7 @@ def test_values_are_parameters_and_names_are_whitelisted_or_json_keys() -> None:
 async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stack: LocalStack, client: Client) -> None:
     """The visibility service's expiry job: outcome rows recorded more than the retention ago go,
     a batch at a time (here 100 of 250), and newer ones stay."""
-    await client.count_workflows()  # the client created the read model's tables
+    await client.count_workflows()  # the read model is up (the visibility projector created its tables)
     tag = f"retention-{uuid.uuid4().hex[:8]}"
     rows = [(f"{tag}/old/{i}", "8 days") for i in range(250)] + [(f"{tag}/new/{i}", "6 days") for i in range(20)]
     async with connection_pool(stack.postgres_dsn, min_size=1, max_size=2) as pool:
@@ -117,10 +117,11 @@ async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stac
 
 
 async def test_schema_setup_beside_a_writer_of_two_tables_waits_instead_of_deadlocking(stack: LocalStack, client: Client) -> None:
-    """A client sets the read model's schema up while the projector's transaction writes executions,
-    then outcomes: the setup holds one table's lock at a time, so the writer goes on and the setup
-    finishes after it (one transaction for the whole setup deadlocked here, and CI saw it)."""
-    await client.count_workflows()  # the tables exist, as when a client starts beside a running projector
+    """A projector sets the read model's schema up while another's transaction writes executions,
+    then outcomes (a visibility instance starting beside a running one): the setup holds one table's
+    lock at a time, so the writer goes on and the setup finishes after it (one transaction for the
+    whole setup deadlocked here, and CI saw it)."""
+    await client.count_workflows()  # the tables exist, as when a projector starts beside a running one
     tag = f"ddl-{uuid.uuid4().hex[:8]}"
     dsn = stack.postgres_dsn
     async with (await psycopg.AsyncConnection.connect(dsn) as writer,
@@ -138,3 +139,29 @@ async def test_schema_setup_beside_a_writer_of_two_tables_waits_instead_of_deadl
             "INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted) VALUES (%s, %s, 'run', true)", (tag, tag))
         await writer.rollback()
         await asyncio.wait_for(applying, 10)
+
+
+async def test_a_client_on_a_database_without_the_read_models_tables_names_the_fix_or_waits_for_them(stack: LocalStack) -> None:
+    """The services create the read model's tables, not the client: a read that cannot wait says
+    how to fix it, and a lookup that can waits until the tables exist, then answers."""
+    database = f"fresh_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as admin:
+        await admin.execute(f"CREATE DATABASE {database}")
+    dsn = psycopg.conninfo.make_conninfo(stack.postgres_dsn, dbname=database)
+    fresh = await Client.connect(stack.bootstrap_servers, postgres_dsn=dsn)
+    try:
+        with pytest.raises(KadenceError, match="start the kadence services; they create the read model's tables"):
+            await fresh.count_workflows()
+        with pytest.raises(WorkflowNotFoundError, match="start the kadence services; they create the read model's tables"):
+            await fresh.get_workflow_handle("nowhere").describe()
+        cancel = asyncio.ensure_future(fresh.get_workflow_handle("nowhere", first_execution_run_id="run").cancel())
+        await asyncio.sleep(1)
+        assert not cancel.done()  # the chain's lookup waits for the tables
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await apply_ddl(conn, VISIBILITY_DDL)
+        with pytest.raises(WorkflowNotFoundError, match="workflow nowhere run run not found"):
+            await asyncio.wait_for(cancel, 10)
+    finally:
+        await fresh.close()
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as admin:
+            await admin.execute(f"DROP DATABASE {database} WITH (FORCE)")

@@ -140,7 +140,8 @@ def serve(service: str) -> None:
     import runpy
 
     if service == "ui":
-        from kadence.ops.ui.server import UiSettings, run
+        from kadence.ops.ui.server import run
+        from kadence.ops.ui.state import UiSettings
 
         configure_logging("ui")
         run(UiSettings.from_env())
@@ -169,7 +170,8 @@ def ui(host: str, port: int, token: str | None, auth_proxy_header: str | None, r
     the last audit, from the read model and the log (settings from KADENCE_* env, as the CLI)."""
     import secrets
 
-    from kadence.ops.ui.server import SIGN_IN_CODE_TTL_S, UiSettings, run
+    from kadence.ops.ui.server import run
+    from kadence.ops.ui.state import SIGN_IN_CODE_TTL_S, UiSettings
 
     made_token = token is None and auth_proxy_header is None and not read_only
     if made_token:

@@ -1,4 +1,4 @@
-"""Postgres helpers shared by the services and the client: schema setup, and riding out an outage.
+"""Postgres helpers shared by the services and the client: schema setup (the services'), and riding out an outage.
 
 A Postgres outage (a restart, a switchover, the network) stops nothing for good: an operation
 that finds Postgres unreachable (psycopg's OperationalError: no connection, the connection lost,
@@ -43,7 +43,7 @@ async def apply_ddl(conn: psycopg.AsyncConnection[Any], statements: Sequence[str
     """Run idempotent DDL under a session advisory lock (concurrent CREATE ... IF NOT EXISTS races
     in Postgres), each statement in its own transaction: even a no-op ALTER TABLE or CREATE INDEX
     locks its table, and one transaction holding several tables' locks deadlocks with a writer that
-    touches the same tables in another order (the visibility projector, while a client starts)."""
+    touches the same tables in another order (a projector writing, while another sets up)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_lock(%s)", (_DDL_LOCK,))
     try:
@@ -128,18 +128,19 @@ class Backoff:
     """Waits between attempts of an operation Postgres did not answer: RETRY_FIRST_S, doubling up
     to RETRY_MAX_S. Logs the first failure and, once it succeeds, how long it waited."""
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, *, until: str = "Postgres answers") -> None:
         self.operation = operation
+        self.until = until  # what the attempts wait for, as the warning says
         self.attempts = 0
         self._delay = RETRY_FIRST_S
         self._since = 0.0
 
-    def failed(self, exc: psycopg.OperationalError) -> float:
+    def failed(self, exc: psycopg.Error) -> float:
         """The seconds to wait before the next attempt."""
         if self.attempts == 0:
             self._since = time.monotonic()
             log.warning("event=postgres_operation_waiting operation=%s error=%r retry=%r",
-                        self.operation, describe(exc), "with backoff until Postgres answers")
+                        self.operation, describe(exc), f"with backoff until {self.until}")
         self.attempts += 1
         RETRIES.labels(self.operation).inc()
         delay, self._delay = self._delay, min(self._delay * 2, RETRY_MAX_S)

@@ -15,7 +15,7 @@ from kadence.ops.audit_report import last_audit
 from kadence.ops.task_queues import POLLER_WINDOW_S, RATE_WINDOW_S, describe_task_queue
 from kadence.ops.ui import pages
 from kadence.ops.ui.html import Html, join, raw, render
-from kadence.ops.ui.server import UI_KEY, KafkaTimeout, from_kafka, html_response
+from kadence.ops.ui.state import UI_KEY, KafkaTimeout, from_kafka, html_response
 from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, read_dead_letters, replay
 from kadence.protocol.kafka import base_config

@@ -1,31 +1,19 @@
-"""Client interceptors, as temporalio.client's: `Client(..., interceptors=[...])` wraps every
-outbound call in the interceptors' `OutboundInterceptor`s, first interceptor outermost, so context
-propagation, auth headers and tracing written for temporalio run after an import swap.
-
-Each call's input is a dataclass with temporalio's name and fields. Kadence has no RPC:
-`rpc_metadata` is carried but sent nowhere, `rpc_timeout` bounds only a query (its `timeout`), and
-fields for features Kadence lacks (memo, retry_policy, static summaries) stay None.
-`headers` travel in the command and are recorded in the history where Temporal records them."""
+"""The inputs of the client's outbound calls (OutboundInterceptor's methods), as temporalio.client's:
+each a dataclass with temporalio's name and fields. Kadence has no RPC: `rpc_metadata` is carried
+but sent nowhere, `rpc_timeout` bounds only a query (its `timeout`), and fields for features
+Kadence lacks (memo, retry_policy, static summaries) stay None. `headers` travel in the command
+and are recorded in the history where Temporal records them."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kadence.api.common.v1 import Payload
+from kadence.client._types import AsyncActivityIDReference, WorkflowUpdateStage
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-if TYPE_CHECKING:
-    from kadence.client import (
-        AsyncActivityIDReference,
-        WorkflowExecution,
-        WorkflowExecutionCount,
-        WorkflowHandle,
-        WorkflowUpdateHandle,
-        WorkflowUpdateStage,
-    )
 
 
 @dataclasses.dataclass
@@ -174,57 +162,3 @@ class ReportCancellationAsyncActivityInput:
     details: Sequence[Any]
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None
-
-
-class Interceptor:
-    """Extend this, and override intercept_client, to intercept a client's calls."""
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        """The interceptor the client calls instead of `next` (which it should delegate to)."""
-        return next
-
-
-class OutboundInterceptor:
-    """Every method delegates to `next` unless overridden."""
-
-    def __init__(self, next: OutboundInterceptor) -> None:
-        self.next = next
-
-    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
-        return await self.next.start_workflow(input)
-
-    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
-        await self.next.cancel_workflow(input)
-
-    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecution:
-        return await self.next.describe_workflow(input)
-
-    def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
-        return self.next.list_workflows(input)
-
-    async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
-        return await self.next.count_workflows(input)
-
-    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
-        return await self.next.query_workflow(input)
-
-    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
-        await self.next.signal_workflow(input)
-
-    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
-        await self.next.terminate_workflow(input)
-
-    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
-        return await self.next.start_workflow_update(input)
-
-    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
-        await self.next.heartbeat_async_activity(input)
-
-    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
-        await self.next.complete_async_activity(input)
-
-    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
-        await self.next.fail_async_activity(input)
-
-    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
-        await self.next.report_cancellation_async_activity(input)

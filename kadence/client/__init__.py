@@ -1,0 +1,41 @@
+"""The client (as temporalio.client): `Client` starts workflows and reaches them through handles;
+`Interceptor` and `OutboundInterceptor` wrap its calls."""
+
+from kadence.client._client import Client
+from kadence.client._handles import AsyncActivityHandle, WorkflowHandle, WorkflowUpdateHandle
+from kadence.client._inputs import (
+    CancelWorkflowInput,
+    CompleteAsyncActivityInput,
+    CountWorkflowsInput,
+    DescribeWorkflowInput,
+    FailAsyncActivityInput,
+    HeartbeatAsyncActivityInput,
+    ListWorkflowsInput,
+    QueryWorkflowInput,
+    ReportCancellationAsyncActivityInput,
+    SignalWorkflowInput,
+    StartWorkflowInput,
+    StartWorkflowUpdateInput,
+    TerminateWorkflowInput,
+)
+from kadence.client._interceptor import Interceptor, OutboundInterceptor
+from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.exceptions import (
+    AsyncActivityCancelledError,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from kadence.visibility import PendingWorkflowTask, WorkflowExecution, WorkflowExecutionStatus, WorkflowHistory
+
+__all__ = [
+    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "AsyncActivityHandle", "AsyncActivityIDReference",
+    "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus", "PendingWorkflowTask",
+    "WorkflowExecutionCount", "WorkflowHistory",
+    "Interceptor", "OutboundInterceptor", "StartWorkflowInput", "CancelWorkflowInput", "DescribeWorkflowInput",
+    "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",
+    "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",
+    "ReportCancellationAsyncActivityInput",
+    # temporalio.client's names for these errors of kadence.exceptions
+    "AsyncActivityCancelledError", "WorkflowFailureError", "WorkflowQueryFailedError", "WorkflowUpdateFailedError",
+]

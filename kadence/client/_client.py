@@ -1,0 +1,482 @@
+"""The client: start workflows by producing commands, wait for answers and results on kadence.replies
+and the read model, whichever comes first (as temporalio.client)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from confluent_kafka import Message
+
+from kadence import workflow as workflow_module
+from kadence.client._handles import AsyncActivityHandle, WorkflowHandle
+from kadence.client._impl import _ClientImpl
+from kadence.client._inputs import CountWorkflowsInput, ListWorkflowsInput, StartWorkflowInput
+from kadence.client._interceptor import Interceptor, OutboundInterceptor
+from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
+from kadence.client._replies import ReplyListener, RunWatch
+from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount
+from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from kadence.converter import DataConverter
+from kadence.exceptions import (
+    ClientClosedError,
+    CommandRejectedError,
+    CommandTooLargeError,
+    KadenceError,
+    WorkflowAlreadyStartedError,
+)
+from kadence.protocol import topics, tracing
+from kadence.protocol.codec import HeaderList, command_codec
+from kadence.protocol.cron import parse_cron
+from kadence.protocol.kafka import AsyncProducer
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem
+from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.visibility import WorkflowExecution
+
+log = logging.getLogger("kadence.client")
+ANSWERED_BEFORE_LOOKUP_S = 1.0  # a request's answer neither replied nor announced by then is looked up in the read model
+
+
+def default_identity() -> str:
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+class Client:
+    """Talks to Kadence through Kafka (commands out; answers, results and query answers back on
+    kadence.replies) and the Postgres read model (lists, describe, and every answer and result again)."""
+
+    def __init__(
+        self, settings: KafkaSettings, *, data_converter: DataConverter, identity: str, postgres_dsn: str | None,
+        interceptors: Sequence[Interceptor] = (),
+    ) -> None:
+        self.settings = settings
+        self.data_converter = data_converter
+        self.identity = identity
+        self._postgres_dsn = postgres_dsn
+        self._producer = AsyncProducer(settings)
+        self._commands = command_codec()
+        self._results: ReadModel | None = None
+        self._reply_listener: asyncio.Future[ReplyListener] | None = None
+        # workflow id -> what to await before reading the read model about it (see _read_model_behind)
+        self._unrecorded: dict[str, Callable[[], Awaitable[Any]]] = {}
+        self._encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
+        self._encoder: asyncio.Task[None] | None = None
+        self._closed = False
+        # As temporalio: the first interceptor is the outermost, called first.
+        self.interceptors = tuple(interceptors)
+        impl: OutboundInterceptor = _ClientImpl(self)
+        for interceptor in reversed(self.interceptors):
+            impl = interceptor.intercept_client(impl)
+        self._impl = impl
+
+    @classmethod
+    async def connect(
+        cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,
+        data_converter: DataConverter | None = None, identity: str | None = None, interceptors: Sequence[Interceptor] = (),
+    ) -> Client:
+        """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN.
+        A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default"."""
+        if namespace != "default":
+            raise ValueError(
+                f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
+                "give each namespace its own topics and database (a deployment of its own) instead"
+            )
+        settings = KafkaSettings.from_env()
+        if bootstrap_servers:
+            settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)
+        return cls(
+            settings, data_converter=data_converter or DataConverter(), identity=identity or default_identity(),
+            postgres_dsn=postgres_dsn, interceptors=interceptors,
+        )
+
+    async def start_workflow(
+        self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (),
+        id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
+        task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None,
+        start_signal_args: Sequence[Any] = (),
+        search_attributes: dict[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+        cron_schedule: str = "",
+    ) -> WorkflowHandle:
+        """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
+        run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
+        With `start_signal`, this is signal-with-start: the running run gets the signal, or a new
+        run starts with the signal delivered before its first workflow task. With `start_delay`, the
+        run's first workflow task waits that long (a signal-with-start does not wait). With
+        `cron_schedule` (`*/5 * * * *`, `@hourly`, `@every 90s`, `CRON_TZ=Europe/Paris 0 9 * * 1-5`),
+        each run starts at the schedule's next time and one that completes, fails or times out is
+        followed by the next, until the workflow is canceled or terminated (as Temporal)."""
+        if cron_schedule:
+            parse_cron(cron_schedule)  # a clear CronError here, not a rejection from history
+        definition = workflow_module.definition(workflow)
+        workflow_type = definition if isinstance(definition, str) else definition.name
+        if result_type is None and not isinstance(definition, str):
+            result_type = definition.result_type()
+        return await self._impl.start_workflow(StartWorkflowInput(
+            workflow=workflow_type, args=([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
+            execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
+            id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy, retry_policy=None,
+            cron_schedule=cron_schedule, memo=None, search_attributes=search_attributes, start_delay=start_delay, headers={},
+            start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
+            ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_id=request_id,
+        ))
+
+    async def signal_with_start(
+        self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, signal: Callable[..., Any] | str,
+        signal_args: Sequence[Any] = (), **options: Any,
+    ) -> WorkflowHandle:
+        """Signal the running run of the workflow id, or start one (with start_workflow's options)
+        that gets the signal first: start_workflow(..., start_signal=..., start_signal_args=...)."""
+        return await self.start_workflow(
+            workflow, arg, start_signal=workflow_module.signal_name(signal), start_signal_args=signal_args, **options,
+        )
+
+    async def execute_workflow(self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, **options: Any) -> Any:
+        """start_workflow (with any of its options), then wait for the result."""
+        return await (await self.start_workflow(workflow, arg, **options)).result()
+
+    def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> AsyncIterator[WorkflowExecution]:
+        """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
+        newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse."""
+        return self._impl.list_workflows(ListWorkflowsInput(
+            query=query, page_size=page_size, next_page_token=None, rpc_metadata={}, rpc_timeout=None, limit=limit,
+        ))
+
+    async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
+        """How many executions match a list filter."""
+        return await self._impl.count_workflows(CountWorkflowsInput(query=query, rpc_metadata={}, rpc_timeout=None))
+
+    def get_workflow_handle(
+        self, workflow_id: str, *, run_id: str | None = None, first_execution_run_id: str | None = None,
+        result_type: type | None = None,
+    ) -> WorkflowHandle:
+        """A handle on `run_id` (the current run without one); `first_execution_run_id` keeps
+        cancel, terminate and updates to the runs of the chain that run started (as temporalio)."""
+        return WorkflowHandle(
+            self, workflow_id, run_id=run_id, result_run_id=run_id, first_execution_run_id=first_execution_run_id,
+            result_type=result_type,
+        )
+
+    def get_async_activity_handle(
+        self, *, workflow_id: str | None = None, run_id: str | None = None, activity_id: str | None = None,
+        task_token: bytes | None = None,
+    ) -> AsyncActivityHandle:
+        """A handle to complete, fail, heartbeat or cancel an activity attempt from outside its worker
+        (one that called activity.raise_complete_async()): by its `task_token` alone, or by
+        `workflow_id`, `activity_id` and optionally `run_id` (the current run without one), which
+        reach the activity's current started attempt."""
+        if task_token is not None:
+            if workflow_id is not None or run_id is not None or activity_id is not None:
+                raise ValueError("Task token cannot be present with other IDs")
+            return AsyncActivityHandle(self, task_token)
+        if workflow_id is not None:
+            if activity_id is None:
+                raise ValueError("Workflow ID and activity ID must both be present")
+            return AsyncActivityHandle(self, AsyncActivityIDReference(workflow_id=workflow_id, run_id=run_id, activity_id=activity_id))
+        if activity_id is not None:
+            raise ValueError("an activity_id without a workflow_id names a standalone activity; Kadence runs activities only "
+                             "from workflows: give the workflow_id too, or the task token")
+        raise ValueError("Task token or workflow/activity ID must be present")
+
+    def send_command(
+        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
+        reply_partition: int | None = None,
+    ) -> asyncio.Future[Message]:
+        """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
+        With a payload codec, commands are encoded one at a time, so they still leave in order.
+        With `until_delivered`, a delivery that fails for a passing reason (the broker away past
+        the delivery timeout) is tried again until it succeeds: for commands whose repetition is
+        rejected as stale (a worker's task results). With `reply_partition`, the history service
+        also answers the command's request id on that partition of kadence.replies."""
+        return self.send_commands(workflow_id, [(kind, body)], identity=identity, until_delivered=until_delivered,
+                                  reply_partition=reply_partition)[0]
+
+    def send_commands(
+        self, workflow_id: str, commands: Sequence[tuple[str, dict[str, Any]]], *, identity: str | None = None,
+        until_delivered: bool = False, reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
+    ) -> list[asyncio.Future[Message]]:
+        """Commands of one workflow, as `send_command` sends one, produced back to back once all
+        are encoded, so they usually travel in one produce request and the history service reads
+        them in one poll (a workflow task's start and its answer). One that cannot be sent (too
+        large, its payloads not encodable) is refused with the reason, and the commands after it
+        with it: they may depend on it (an answer on the start before it). With `loop`, called
+        from another thread on that loop's behalf: produced at once, so only for commands without
+        payloads (the payload codec's encoding runs on the loop)."""
+        if self._closed:
+            raise ClientClosedError(f"{', '.join(kind for kind, _ in commands)} for {workflow_id}")
+        records = [{
+            "workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body),
+            "reply_partition": reply_partition,
+        } for kind, body in commands]
+        traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
+        if loop is not None or self.data_converter.payload_codec is None:
+            return self._produce_commands(records, until_delivered, traced, loop or asyncio.get_running_loop())
+        if self._encoding is None:
+            self._encoding = asyncio.Queue()
+            self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
+        running = asyncio.get_running_loop()
+        delivered: list[asyncio.Future[Message]] = [running.create_future() for _ in records]
+        self._encoding.put_nowait((records, until_delivered, traced, delivered))
+        return delivered
+
+    def _produce_commands(
+        self, records: list[dict[str, Any]], until_delivered: bool, traced: HeaderList, loop: asyncio.AbstractEventLoop,
+    ) -> list[asyncio.Future[Message]]:
+        """Encode them all, then produce them one right after the other, up to the first that
+        cannot be sent; its future and those of the commands after it say why."""
+        values: list[bytes] = []
+        refusal: Exception | None = None
+        for record in records:
+            try:
+                values.append(self._commands.encode(record))
+            except Exception as exc:  # payloads the codec left unencodable: the caller hears why
+                refusal = exc
+                break
+            if len(values[-1]) > MAX_RECORD_VALUE_BYTES:  # the broker would refuse it: say so, and why
+                refusal = CommandTooLargeError(
+                    f"{record['command'][0]} for {record['workflow_id']} is {len(values[-1]) / 1e6:.1f} MB; a kadence.commands "
+                    f"record holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB: keep large data out of payloads (pass a reference to it)"
+                )
+                values.pop()
+                break
+        headers = self._commands.headers() + traced
+        sent = [
+            self._producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers,
+                                   until_delivered=until_delivered, loop=loop)
+            for record, value in zip(records, values, strict=False)
+        ]
+        return sent + _refusals(loop, records[len(values):], refusal)
+
+    async def _encode_commands(
+        self, queue: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]],
+    ) -> None:
+        while True:
+            records, until_delivered, traced, delivered = await queue.get()
+            loop, encoded, refusal = asyncio.get_running_loop(), 0, None
+            try:
+                for record in records:
+                    await self.data_converter.encode_payloads(record)
+                    encoded += 1
+            except Exception as exc:  # the codec failed: the callers hear it, and the next commands go on
+                refusal = exc
+            try:
+                sent = self._produce_commands(records[:encoded], until_delivered, traced, loop)
+            except Exception as exc:  # never leave a caller waiting
+                sent, encoded, refusal = [], 0, exc
+            sent += _refusals(loop, records[encoded:], refusal)
+            for produced, future in zip(sent, delivered, strict=True):
+                produced.add_done_callback(functools.partial(_chain, target=future))
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes, headers: HeaderList, *, partition: int | None = None,
+    ) -> asyncio.Future[Message]:
+        """Produce a record of Kadence's own (a worker's heartbeat on kadence.pollers, a query's answer)."""
+        return self._producer.produce(topic, value, key, partition=partition, headers=headers)
+
+    async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
+        """Send a client command and wait for its outcome; the run id it applied to. A command the
+        history service would refuse whatever the state (a bad id, name or search attribute) is
+        refused here, with the same error, without a round trip."""
+        problem = command_problem({"workflow_id": workflow_id, "identity": self.identity, "command": (kind, body)})
+        if problem:
+            raise CommandRejectedError(workflow_id, "INVALID_ARGUMENT", problem)
+        outcome = await self.send_and_wait(workflow_id, kind, body, request_id)
+        if outcome.accepted:
+            return outcome.run_id
+        if outcome.cause == "WORKFLOW_ALREADY_STARTED":
+            workflow_type = body.get("workflow_type") or body.get("start", {}).get("workflow_type", "")
+            raise WorkflowAlreadyStartedError(workflow_id, workflow_type, run_id=outcome.run_id or None, reason=outcome.reason or "")
+        raise CommandRejectedError(workflow_id, outcome.cause or "", outcome.reason or "")
+
+    async def send_and_wait(
+        self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str, *, identity: str | None = None,
+    ) -> CommandOutcome:
+        """Send a command carrying `request_id` and wait for the history service's answer to it:
+        on this client's partition of kadence.replies, or from the read model, whichever comes
+        first (the reply is sent once the answer is in the log; the read model holds it a few
+        milliseconds later, and holds it whatever becomes of the reply).
+        The command is sent again if its delivery fails (the broker away past the delivery
+        timeout), so the call waits for the broker to come back: the history service applies a
+        command of one request id once (a start starts one run, a signal signals once)."""
+        read_model = await self._read_model()
+        stored = read_model.expect_outcome(request_id)
+        replies = await self._replies_if_listening()
+        replied = replies.expect_answer(request_id) if replies is not None else None
+        try:
+            await self.send_command(
+                workflow_id, kind, body, identity=identity, until_delivered=True,
+                reply_partition=replies.partition if replies is not None else None,
+            )
+            # A request answered before (this one sent again) writes nothing the read model would
+            # announce: its first answer is in the table, looked up at once without a reply
+            # listener, else if the reply is late (lost: replies are best effort).
+            waiting = [stored] if replied is None else [stored, replied]
+            first = asyncio.FIRST_COMPLETED
+            if replied is None or not (await asyncio.wait(waiting, timeout=ANSWERED_BEFORE_LOOKUP_S, return_when=first))[0]:
+                read_model.look_up_outcomes_soon()
+            await asyncio.wait(waiting, return_when=first)
+        except BaseException:
+            read_model.forget_outcome(request_id, stored)
+            raise
+        finally:
+            if replies is not None:
+                replies.forget_answer(request_id)
+        if stored.done():
+            return stored.result()
+        assert replied is not None
+        self._read_model_behind(workflow_id, lambda: read_model.recorded(stored))
+        return replied.result()
+
+    def _read_model_behind(self, workflow_id: str, recorded: Callable[[], Awaitable[Any]]) -> None:
+        """This client heard about `workflow_id` on kadence.replies (a command's answer, a run's
+        close) before the read model recorded it: for the next NOT_FOUND_AFTER_S, its reads of the
+        read model about that workflow first await `recorded()`, so a describe() right after
+        start_workflow or result() sees what the reply said. A factory: nothing is asked of
+        Postgres unless such a read comes."""
+        self._unrecorded[workflow_id] = recorded
+
+        def expire() -> None:
+            if self._unrecorded.get(workflow_id) is recorded:
+                del self._unrecorded[workflow_id]
+
+        asyncio.get_running_loop().call_later(NOT_FOUND_AFTER_S, expire)
+
+    async def _read_model_caught_up(self, workflow_id: str | None = None) -> None:
+        """Until the read model recorded what this client heard on kadence.replies (about
+        `workflow_id`, or about any workflow), for at most NOT_FOUND_AFTER_S."""
+        if workflow_id is None:
+            behind = dict(self._unrecorded)
+        else:
+            behind = {workflow_id: self._unrecorded[workflow_id]} if workflow_id in self._unrecorded else {}
+        if not behind:
+            return
+        pending = {asyncio.ensure_future(recorded()): (behind_id, recorded) for behind_id, recorded in behind.items()}
+        done, still = await asyncio.wait(pending, timeout=NOT_FOUND_AFTER_S)
+        for future in still:
+            future.cancel()
+        for future in done:
+            behind_id, recorded = pending[future]
+            if not future.cancelled() and future.exception() is None and self._unrecorded.get(behind_id) is recorded:
+                del self._unrecorded[behind_id]  # caught up: later reads need not wait
+
+    async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
+        """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
+        return (await self._read_model()).expect_outcome(request_id)
+
+    @property
+    def read_model_started(self) -> bool:
+        """Whether `expect_outcome_now` may be asked."""
+        return self._results is not None and self._results.is_started
+
+    def forget_outcome(self, request_id: str, future: asyncio.Future[CommandOutcome]) -> None:
+        """Stop waiting for the answer to a command that was not sent."""
+        if self._results is not None:
+            self._results.forget_outcome(request_id, future)
+
+    def expect_outcome_now(self, request_id: str) -> asyncio.Future[CommandOutcome]:
+        """`expect_outcome` without waiting, once the read model is started (`read_model_started`)."""
+        if self._results is None or not self._results.is_started:
+            raise RuntimeError("the read model is not started yet: await expect_outcome instead, or check read_model_started")
+        return self._results.expect_outcome(request_id)
+
+    def readiness_problems(self) -> list[str]:
+        """Why answers from Postgres cannot reach this client now (its LISTEN connection is lost and
+        being opened again): part of a worker's /readyz."""
+        problem = self._results.reachability.problem if self._results is not None else None
+        return [problem] if problem is not None else []
+
+    async def _read_model(self) -> ReadModel:
+        if self._closed:
+            raise ClientClosedError("reading the read model")
+        if self._results is None:
+            self._results = ReadModel(self._postgres_dsn or postgres_dsn())
+        await self._results.started()
+        return self._results
+
+    async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None, str | None]:
+        return await (await self._read_model()).wait_closed(workflow_id, run_id)
+
+    async def _replies(self) -> ReplyListener:
+        if self._closed:
+            raise ClientClosedError("waiting for a reply")
+        if self._reply_listener is None:
+            self._reply_listener = asyncio.ensure_future(self._start_replies())
+        starting = self._reply_listener
+        try:
+            return await asyncio.shield(starting)
+        except Exception:
+            if self._reply_listener is starting and starting.done():
+                self._reply_listener = None  # the next call tries again
+            raise
+
+    async def _replies_if_listening(self) -> ReplyListener | None:
+        """The reply listener, or None when it cannot start now (the broker away): answers then
+        come from the read model alone, and the next call tries again."""
+        try:
+            return await self._replies()
+        except ClientClosedError:
+            raise
+        except Exception as exc:
+            log.warning("event=replies_unavailable error=%r fallback=%r", str(exc), "the read model")
+            return None
+
+    async def _watch_run(self, request_id: str) -> RunWatch | None:
+        """The closes the history service sends for the run a start carrying `request_id` answers with."""
+        replies = await self._replies_if_listening()
+        return replies.watch(request_id) if replies is not None else None
+
+    async def _start_replies(self) -> ReplyListener:
+        listener = ReplyListener(self.settings)
+        await listener.start()
+        return listener
+
+    async def close(self) -> None:
+        """Stop sending and listening; any later call raises ClientClosedError instead of waiting."""
+        self._closed = True
+        if self._encoder is not None:
+            self._encoder.cancel()
+        if self._reply_listener is not None:
+            await (await self._reply_listener).close()
+        if self._results is not None:
+            await self._results.close()
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.close)
+
+
+def _refusals(loop: asyncio.AbstractEventLoop, records: list[dict[str, Any]], reason: Exception | None) -> list[asyncio.Future[Message]]:
+    """The deliveries of commands not sent: the first failed with `reason`, those after it because
+    of it; failed at once on `loop`'s own thread, else (a caller on another thread) by `loop`."""
+    on_loop = asyncio._get_running_loop() is loop
+    refused: list[asyncio.Future[Message]] = []
+    for index, record in enumerate(records):
+        why = reason if index == 0 and reason is not None else KadenceError(
+            f"{record['command'][0]} for {record['workflow_id']} not sent, as {records[0]['command'][0]} before it was not: {reason}"
+        )
+        future: asyncio.Future[Message] = loop.create_future()
+        if on_loop:
+            future.set_exception(why)
+        else:
+            loop.call_soon_threadsafe(future.set_exception, why)
+        refused.append(future)
+    return refused
+
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    if target.done():
+        return
+    if source.exception() is not None:
+        target.set_exception(source.exception())  # type: ignore[arg-type]
+    else:
+        target.set_result(source.result())

@@ -1,0 +1,241 @@
+"""The innermost outbound interceptor: what each of the client's calls does (temporalio's _ClientImpl)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any, Protocol
+
+import psycopg
+from confluent_kafka import Message
+
+from kadence.client._handles import AsyncActivityHandle, HandleClient, WorkflowHandle, WorkflowUpdateHandle
+from kadence.client._inputs import (
+    CancelWorkflowInput,
+    CompleteAsyncActivityInput,
+    CountWorkflowsInput,
+    DescribeWorkflowInput,
+    FailAsyncActivityInput,
+    HeartbeatAsyncActivityInput,
+    ListWorkflowsInput,
+    QueryWorkflowInput,
+    ReportCancellationAsyncActivityInput,
+    SignalWorkflowInput,
+    StartWorkflowInput,
+    StartWorkflowUpdateInput,
+    TerminateWorkflowInput,
+)
+from kadence.client._interceptor import OutboundInterceptor
+from kadence.client._read_model import TABLES_MISSING, until_created
+from kadence.client._replies import ReplyListener, RunWatch
+from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.common import to_ms
+from kadence.exceptions import (
+    AsyncActivityCancelledError,
+    CommandRejectedError,
+    KadenceError,
+    WorkflowQueryFailedError,
+    WorkflowQueryTimeoutError,
+)
+from kadence.protocol.limits import text_problem
+from kadence.protocol.names import CommandType
+from kadence.protocol.read_model import update_accepted_request_id, update_request_id
+from kadence.protocol.task_token import TaskToken
+from kadence.visibility import WorkflowExecution, activity_cancel_requested, count_executions, list_executions
+
+log = logging.getLogger("kadence.client")
+QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
+
+
+class ImplClient(HandleClient, Protocol):
+    """The client, as its implementation uses it: what its handles use, and its replies."""
+
+    def send_command(self, workflow_id: str, kind: str, body: dict[str, Any]) -> asyncio.Future[Message]: ...
+
+    async def _replies(self) -> ReplyListener: ...
+
+    async def _watch_run(self, request_id: str) -> RunWatch | None: ...
+
+
+class _ClientImpl(OutboundInterceptor):
+    """The innermost interceptor: what each client call does (temporalio's _ClientImpl)."""
+
+    def __init__(self, client: ImplClient) -> None:  # no next: this is the end of the chain
+        self._client = client
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        client = self._client
+        payloads = client.data_converter.payload_converter
+        request_id = input.request_id or str(uuid.uuid4())
+        watch = await client._watch_run(request_id)  # before the send: the close may come soon after the answer
+        start = {
+            "workflow_type": input.workflow, "task_queue": input.task_queue,
+            "input": payloads.to_payloads(list(input.args)), "request_id": request_id,
+            "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+            "workflow_task_timeout_ms": to_ms(input.task_timeout), "start_delay_ms": to_ms(input.start_delay),
+            "cron_schedule": input.cron_schedule,
+            "id_reuse_policy": input.id_reuse_policy.value, "id_conflict_policy": input.id_conflict_policy.value,
+            "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
+            "header": dict(input.headers),
+        }
+        if input.start_signal is None:
+            run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
+        else:
+            run_id = await client._request(input.id, CommandType.SignalWithStartWorkflowExecution, {
+                "start": start, "signal_name": input.start_signal, "signal_input": payloads.to_payloads(list(input.start_signal_args)),
+            }, request_id)
+        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", input.id, run_id, input.workflow)
+        # As temporalio: the handle targets the workflow id's current run (run_id None), so signals,
+        # queries, updates and cancellation reach the run a continue-as-new started; result() starts
+        # from this run and follows the chain; cancel, terminate and update stay within its chain.
+        handle = WorkflowHandle(
+            client, input.id, result_run_id=run_id, first_execution_run_id=run_id if input.start_signal is None else None,
+            result_type=input.ret_type,
+        )
+        handle._recorded = True  # the start is in the log: result() need not look for the run first
+        handle._close_watch = watch
+        return handle
+
+    async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
+        handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
+        await handle._request_in_chain(CommandType.RequestCancelWorkflowExecution, {"reason": input.reason}, str(uuid.uuid4()))
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecution:
+        return await self._handle(input.id, input.run_id)._execution(input.run_id)
+
+    def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
+        async def executions() -> AsyncIterator[WorkflowExecution]:
+            await self._client._read_model_caught_up()
+            pool = (await self._client._read_model()).pool
+            try:
+                async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
+                    yield execution
+            except psycopg.errors.UndefinedTable as exc:
+                raise KadenceError(f"listing workflows: {TABLES_MISSING}") from exc
+
+        return executions()
+
+    async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
+        await self._client._read_model_caught_up()
+        try:
+            return WorkflowExecutionCount(await count_executions((await self._client._read_model()).pool, input.query or ""))
+        except psycopg.errors.UndefinedTable as exc:
+            raise KadenceError(f"counting workflows: {TABLES_MISSING}") from exc
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        client, name = self._client, input.query
+        if problem := text_problem("query name", name):
+            raise CommandRejectedError(input.id, "INVALID_ARGUMENT", problem)
+        execution = await self._handle(input.id, input.run_id)._execution(input.run_id)
+        replies = await client._replies()
+        converter = client.data_converter
+        query_id = str(uuid.uuid4())
+        answer = replies.expect(query_id)
+        command = {"run_id": execution.run_id, "query": {
+            "task_queue": execution.task_queue, "workflow_type": execution.workflow_type, "query_id": query_id,
+            "query_type": name, "args": converter.payload_converter.to_payloads(list(input.args)),
+            "reply_partition": replies.partition, "header": dict(input.headers),
+        }}
+        timeout = input.rpc_timeout if input.rpc_timeout is not None else timedelta(seconds=30)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout.total_seconds()
+        # Sent again while unanswered: the history service holds a query in memory until the run's
+        # workflow task is done, so its restart (or a worker's) would otherwise cost the whole timeout.
+        # Every copy has the same query id; history holds it once, and the first answer wins.
+        while not answer.done() and loop.time() < deadline:
+            await client.send_command(input.id, CommandType.QueryWorkflow, command)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(answer), min(QUERY_RESEND_S, max(0.0, deadline - loop.time())))
+        if not answer.done():
+            replies.forget(query_id)
+            raise WorkflowQueryTimeoutError(
+                f"no worker answered query {name!r} of workflow {input.id} within {timeout}: "
+                f"is a worker polling task queue {execution.task_queue!r}?"
+            ) from None
+        answered = answer.result()
+        await converter.decode_payloads(answered)
+        if answered["error"] is not None:
+            raise WorkflowQueryFailedError(answered["error"]["message"]) from converter.from_failure(answered["error"])
+        return converter.payload_converter.from_payload(answered["result"], input.ret_type)
+
+    async def signal_workflow(self, input: SignalWorkflowInput) -> None:
+        request_id = str(uuid.uuid4())
+        await self._client._request(input.id, CommandType.SignalWorkflowExecution, {
+            "run_id": input.run_id or "", "signal_name": input.signal,
+            "input": self._client.data_converter.payload_converter.to_payloads(list(input.args)), "request_id": request_id,
+            "header": dict(input.headers),
+        }, request_id)
+
+    async def terminate_workflow(self, input: TerminateWorkflowInput) -> None:
+        handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
+        await handle._request_in_chain(CommandType.TerminateWorkflowExecution, {
+            "reason": input.reason or "", "details": self._client.data_converter.payload_converter.to_payloads(list(input.args)),
+        }, str(uuid.uuid4()))
+
+    async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
+        client, workflow_id = self._client, input.id
+        update_id = input.update_id or str(uuid.uuid4())
+        read_model = await client._read_model()
+        # Asked for before the send, so neither answer can be missed.
+        reached = [read_model.expect_outcome(update_request_id(workflow_id, update_id))]
+        if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED:
+            reached.append(read_model.expect_outcome(update_accepted_request_id(workflow_id, update_id)))
+        workflow_handle = self._handle(workflow_id, input.run_id, input.first_execution_run_id)
+        run_id = await workflow_handle._request_in_chain(CommandType.UpdateWorkflowExecution, {
+            "update_id": update_id, "name": input.update,
+            "args": client.data_converter.payload_converter.to_payloads(list(input.args)), "header": dict(input.headers),
+        }, f"admit/{workflow_id}/{update_id}")
+        handle = WorkflowUpdateHandle(client, update_id, workflow_id, workflow_run_id=run_id, result_type=input.ret_type)
+        await handle._wait_for(reached, [update_request_id(workflow_id, update_id)] + (
+            [update_accepted_request_id(workflow_id, update_id)] if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
+        ))
+        return handle
+
+    async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
+        client, id_or_token = self._client, input.id_or_token
+        run_id = await AsyncActivityHandle(client, id_or_token)._report(
+            CommandType.RecordActivityTaskHeartbeat, {"details": client.data_converter.payload_converter.to_payloads(list(input.details))},
+        )
+        if isinstance(id_or_token, AsyncActivityIDReference):
+            asked: dict[str, Any] = {"activity_id": id_or_token.activity_id}
+            workflow_id = id_or_token.workflow_id
+        else:
+            token = TaskToken.decode(id_or_token)
+            asked = {"scheduled_event_id": token.scheduled_event_id}
+            workflow_id = token.workflow_id
+        await client._read_model_caught_up(workflow_id)
+        pool = (await client._read_model()).pool
+        # The cancel request was recorded before the heartbeat it answers: the read model holds it now.
+        if await until_created("client_activity_cancel_lookup", lambda: activity_cancel_requested(pool, workflow_id, run_id, **asked)):
+            raise AsyncActivityCancelledError()
+
+    async def complete_async_activity(self, input: CompleteAsyncActivityInput) -> None:
+        payloads = self._client.data_converter.payload_converter
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            CommandType.RespondActivityTaskCompleted, {"result": None if input.result is UNSET else payloads.to_payload(input.result)},
+        )
+
+    async def fail_async_activity(self, input: FailAsyncActivityInput) -> None:
+        if input.last_heartbeat_details:
+            await self._client._impl.heartbeat_async_activity(HeartbeatAsyncActivityInput(
+                id_or_token=input.id_or_token, details=input.last_heartbeat_details, rpc_metadata=input.rpc_metadata,
+                rpc_timeout=input.rpc_timeout,
+            ))
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            CommandType.RespondActivityTaskFailed, {"failure": self._client.data_converter.to_failure(input.error)},
+        )
+
+    async def report_cancellation_async_activity(self, input: ReportCancellationAsyncActivityInput) -> None:
+        await AsyncActivityHandle(self._client, input.id_or_token)._report(
+            CommandType.RespondActivityTaskCanceled,
+            {"details": self._client.data_converter.payload_converter.to_payloads(list(input.details))},
+        )
+
+    def _handle(self, workflow_id: str, run_id: str | None, first_execution_run_id: str | None = None) -> WorkflowHandle:
+        return WorkflowHandle(self._client, workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id)
+
+

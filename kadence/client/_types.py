@@ -1,0 +1,34 @@
+"""The client's small types, below everything else in kadence.client: the update stages, an async
+activity's ids, a count of executions, and the marker of an argument not given."""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import IntEnum
+from typing import Any
+
+UNSET: Any = object()  # an argument not given (None may be the value given)
+
+
+class WorkflowUpdateStage(IntEnum):
+    """The stage start_update waits for the update to reach (as temporalio.client.WorkflowUpdateStage)."""
+
+    ADMITTED = 1
+    ACCEPTED = 2
+    COMPLETED = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncActivityIDReference:
+    """An activity by its ids (as temporalio.client.AsyncActivityIDReference); run_id None is the current run."""
+
+    workflow_id: str
+    run_id: str | None
+    activity_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowExecutionCount:
+    """As temporalio.client.WorkflowExecutionCount."""
+
+    count: int
