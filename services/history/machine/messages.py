@@ -98,8 +98,8 @@ def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
             planned.updates[update_id] = leaves
         return None
 
-    given = recorded_as_given(command, "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE")
-    return TaskCommand(given.bad_attributes, given.record, check)
+    given = recorded_as_given("BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE")
+    return TaskCommand(given.bad_attributes, given.event, check)
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {

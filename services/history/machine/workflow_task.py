@@ -9,9 +9,10 @@ from dataclasses import replace
 
 from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.codec import history_batch_codec, writes_field
-from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
+from kadence.protocol.events import CLOSE_COMMANDS, EVENT_FOR_COMMAND, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.records import Failure, TimeoutFired
 from services.history.machine import activity, child, lifecycle, messages, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
@@ -139,7 +140,7 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
         _fail(t, wt, "UNHANDLED_COMMAND", None, identity, retried=False)
     elif problem := _invalid_command(ex, cmd["commands"]):
         cause, message = problem
-        failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
+        failure: Failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
         _fail(t, wt, cause, failure, identity, retried=True)
     else:
         runs_on = _record_commands(t, _recorded(t, wt), cmd["commands"], identity)
@@ -151,13 +152,14 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
 
 
 def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[tuple[str, Record]], identity: str) -> bool:
-    """WorkflowTaskCompleted and each command's events, up to a command that closes the run;
-    whether the run goes on."""
+    """WorkflowTaskCompleted and each command's events (the event EVENT_FOR_COMMAND names, and what
+    its `then` adds), up to a command that closes the run; whether the run goes on."""
     completed_id = t.add(EventType.WorkflowTaskCompleted, {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
     })
     for kind, attrs in commands:
-        TASK_COMMANDS[kind].record(t, attrs, completed_id, identity)
+        command = TASK_COMMANDS[kind]
+        command.then(t, attrs, t.add(EVENT_FOR_COMMAND[kind], command.event(t, attrs, completed_id, identity)))
         if kind in CLOSE_COMMANDS:
             return False
     return True
@@ -192,7 +194,7 @@ def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tran
     return t
 
 
-def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, *, retried: bool) -> None:
+def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Failure | None, identity: str, *, retried: bool) -> None:
     """The task failed: `retried`, its next attempt retries it after a backoff, as a transient task
     (the first failure is recorded, the ones after only counted, as Temporal does); else (new
     events it did not see) a new task follows at once."""
@@ -217,7 +219,7 @@ def _retries_are_transient() -> bool:
     return writes_field(history_batch_codec(), "HistoryBatch", "workflow_task")
 
 
-def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None) -> None:
+def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Failure | None) -> None:
     """The next attempt of a task that failed or timed out: a transient task, dispatched after its
     backoff. It keeps the ids the task's events would take now (after the events it writes, those
     buffered while the attempt ran: the next attempt sees them)."""
@@ -245,13 +247,13 @@ COMMANDS: dict[str, Decide] = {
 TASK_COMMANDS: dict[str, TaskCommand] = {
     **lifecycle.TASK_COMMANDS, **activity.TASK_COMMANDS, **timer.TASK_COMMANDS, **child.TASK_COMMANDS,
     **messages.TASK_COMMANDS,
-    TaskCommandType.RecordMarker: recorded_as_given(TaskCommandType.RecordMarker, "BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
+    TaskCommandType.RecordMarker: recorded_as_given("BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
 }
 
 # ---- timeouts
 
 
-def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _start_to_close_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     wt = ex.workflow_task
     if (wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id
             or (wt.transient and wt.attempt != cmd["attempt"])):
@@ -267,7 +269,7 @@ def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transi
     return t
 
 
-def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _retry_due(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     """Its start delay or backoff ended, or no worker started it yet: dispatched (again)."""
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
