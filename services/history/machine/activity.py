@@ -18,7 +18,13 @@ from kadence.protocol.records import (
     ActivityTaskScheduled,
     ActivityTaskTimedOut,
     Failure,
+    RecordActivityTaskHeartbeat,
+    RecordActivityTaskStarted,
     RequestCancelActivityTask,
+    RespondActivityTaskCanceled,
+    RespondActivityTaskCompleted,
+    RespondActivityTaskFailed,
+    RespondWorkflowTaskCompleted,
     ScheduleActivityTask,
     TimeoutFired,
 )
@@ -158,7 +164,7 @@ def _eager_if_foreseen(t: Transition, attrs: ScheduleActivityTask, scheduled_id:
         t.eager_activities.add(scheduled_id)
 
 
-def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
+def record_eager_starts(t: Transition, cmd: RespondWorkflowTaskCompleted, identity: str) -> None:
     """Start, by the completing worker, the first attempts it runs itself, after the completion's
     command events (so they shift none of the ids it foresaw): as Temporal's
     RespondWorkflowTaskCompleted starts the eager activities it hands back. All or none, under the
@@ -169,8 +175,11 @@ def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
     request_id = cmd.get("eager_request_id") or ""
     if not request_id:
         return
-    foreseen = [attrs["eager_scheduled_event_id"] for kind, attrs in cmd["commands"]
-                if kind == TaskCommandType.ScheduleActivityTask and attrs.get("eager_scheduled_event_id")]
+    foreseen = []
+    for command in cmd["commands"]:
+        match command:
+            case ("ScheduleActivityTask", schedule) if schedule.get("eager_scheduled_event_id"):
+                foreseen.append(schedule["eager_scheduled_event_id"])
     recorded = sorted(t.eager_activities)
     closes = any(event_type(event) in CLOSE_STATUS for event in t.events)
     if foreseen != recorded or closes:
@@ -219,7 +228,7 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 # ---- commands: a worker's (or an async handle's) reports
 
 
-def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _attempt_started(ex: Execution, cmd: RecordActivityTaskStarted, identity: str, now_ms: int) -> Transition:
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
         raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
@@ -230,13 +239,17 @@ def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> 
     return t
 
 
-def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityState:
+# A worker's, or a client's async activity handle's, report on a started attempt.
+ActivityReport = RecordActivityTaskHeartbeat | RespondActivityTaskCompleted | RespondActivityTaskFailed | RespondActivityTaskCanceled
+
+
+def _started_activity(ex: Execution, cmd: ActivityReport, identity: str) -> ActivityState:
     """The started attempt a report is for. A worker's report counts only from the worker that
     started the attempt; a client's, by task token or activity id, from anyone (async completion)."""
     if cmd.get("activity_id"):
         return _started_activity_by_id(ex, cmd["activity_id"])
-    if cmd.get("task_token"):
-        return _started_activity_by_token(ex, cmd["task_token"])
+    if token := cmd.get("task_token"):
+        return _started_activity_by_token(ex, token)
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
         raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
@@ -271,7 +284,7 @@ def _started_activity_by_token(ex: Execution, token_bytes: bytes) -> ActivitySta
     return activity
 
 
-def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _heartbeat(ex: Execution, cmd: RecordActivityTaskHeartbeat, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     problem = payload_problem(cmd["details"], "heartbeat details")
     if problem:
@@ -289,7 +302,7 @@ def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
     return t
 
 
-def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _canceled(ex: Execution, cmd: RespondActivityTaskCanceled, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     if not activity.cancel_requested_event_id:
         raise Rejected("activity cancellation was not requested")
@@ -301,12 +314,13 @@ def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transit
     return t
 
 
-def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _completed(ex: Execution, cmd: RespondActivityTaskCompleted, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     too_large = payload_problem(cmd["result"], f"result of activity {activity.activity_type}")
     if too_large:  # as Temporal: the attempt fails for good, and the workflow hears why
-        failure = {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}
-        return _attempt_failed(ex, {**cmd, "failure": failure}, identity, now_ms)
+        t = Transition(ex, now_ms)
+        _record_failure(t, activity, {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}, failed_by=identity)
+        return t
     t = Transition(ex, now_ms)
     t.add_workflow_visible(EventType.ActivityTaskCompleted, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
@@ -315,7 +329,7 @@ def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
     return t
 
 
-def _attempt_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _attempt_failed(ex: Execution, cmd: RespondActivityTaskFailed, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     problem = payload_problem(cmd["failure"], "activity failure")
     failure = cmd["failure"]

@@ -15,6 +15,9 @@ from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
     ContinueAsNewWorkflowExecution,
+    RequestCancelWorkflowExecution,
+    SignalWorkflowExecution,
+    TerminateWorkflowExecution,
     TimeoutFired,
     WorkflowExecutionContinuedAsNew,
     WorkflowExecutionSignaled,
@@ -34,7 +37,7 @@ from services.history.machine.transition import Rejected, Transition
 
 def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
-    now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
+    now_ms: int, source_partition: int, source_offset: int, signal: SignalWorkflowExecution | None = None,
 ) -> Transition:
     if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
         return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
@@ -57,7 +60,7 @@ def decide_start(
 
 
 def _start_while_running(
-    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: Record | None,
+    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: SignalWorkflowExecution | None,
 ) -> Transition:
     """The start's id conflict policy: answered with the running run, or that run terminated and a
     new one started in the same record, or refused."""
@@ -86,7 +89,7 @@ def _cron_problem(start: Record) -> str | None:
     return None
 
 
-def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) -> int:
+def _first_task_backoff_ms(start: Record, now_ms: int, signal: SignalWorkflowExecution | None) -> int:
     """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
     if signal is not None:
         return 0  # a signal starts it at once
@@ -95,7 +98,9 @@ def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) ->
     return start.get("start_delay_ms", 0)
 
 
-def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
+def _new_run(
+    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: SignalWorkflowExecution | None,
+) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
     t = Transition(ex, now_ms)
@@ -148,7 +153,7 @@ def decide_signal_with_start(
 ) -> Transition:
     """Signal the running run, or start a new one whose first event after the start is the signal.
     The start's request id names the whole request: sent again, it signals (or starts) once."""
-    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"], "header": cmd["start"].get("header", {})}
+    signal = SignalWorkflowExecution(signal_name=cmd["signal_name"], input=cmd["signal_input"], header=cmd["start"].get("header", {}))
     request_id = cmd["start"]["request_id"]
     if current is not None and current.status == RUNNING:
         if request_id and request_id == current.start_request_id:
@@ -273,7 +278,7 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 # ---- commands
 
 
-def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _cancel_requested(ex: Execution, cmd: RequestCancelWorkflowExecution, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     requester = cmd.get("initiated_by")
     if not ex.cancel_requested:  # asking twice is answered, not recorded twice
@@ -287,7 +292,7 @@ def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     return t
 
 
-def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _terminated(ex: Execution, cmd: TerminateWorkflowExecution, identity: str, now_ms: int) -> Transition:
     problem = payload_problem(cmd["details"], "termination details")
     if problem:
         raise Rejected(problem)

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.codec import history_batch_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, EVENT_FOR_COMMAND, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
-from kadence.protocol.records import Failure, TimeoutFired
+from kadence.protocol.records import (
+    Failure,
+    RecordWorkflowTaskStarted,
+    RespondWorkflowTaskCompleted,
+    RespondWorkflowTaskFailed,
+    TimeoutFired,
+)
+from kadence.protocol.records import RespondWorkflowTaskCompletedCommands as TaskCommandRecord
 from services.history.machine import activity, child, lifecycle, messages, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
@@ -50,8 +59,11 @@ APPLY: dict[str, Apply] = {
 
 # ---- commands: the worker's
 
+# A worker's start or answer of a workflow task attempt.
+TaskAnswer = RecordWorkflowTaskStarted | RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed
 
-def _same_attempt(wt: WorkflowTaskState, cmd: Record) -> None:
+
+def _same_attempt(wt: WorkflowTaskState, cmd: TaskAnswer) -> None:
     """An answer or start names the attempt it was dispatched as (0: a release that did not say):
     a transient task keeps its ids from one attempt to the next, so only the attempt tells a late
     answer to an attempt since retried from one to the current attempt."""
@@ -59,7 +71,7 @@ def _same_attempt(wt: WorkflowTaskState, cmd: Record) -> None:
         raise Rejected(f"workflow task {wt.scheduled_event_id} is at attempt {wt.attempt}; attempt {cmd['attempt']} was retried")
 
 
-def _started_task(ex: Execution, cmd: Record, identity: str) -> WorkflowTaskState:
+def _started_task(ex: Execution, cmd: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed, identity: str) -> WorkflowTaskState:
     wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
         raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
@@ -69,7 +81,7 @@ def _started_task(ex: Execution, cmd: Record, identity: str) -> WorkflowTaskStat
     return wt
 
 
-def _pending_task(ex: Execution, cmd: Record) -> WorkflowTaskState:
+def _pending_task(ex: Execution, cmd: TaskAnswer) -> WorkflowTaskState:
     wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id != 0:
         raise Rejected(f"no pending workflow task with scheduled_event_id={scheduled_event_id}")
@@ -88,7 +100,7 @@ def _transient_started(wt: WorkflowTaskState, identity: str, started_time_ms: in
     return replace(wt, started_event_id=wt.scheduled_event_id + 1, started_identity=identity, started_time_ms=started_time_ms)
 
 
-def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_started(ex: Execution, cmd: RecordWorkflowTaskStarted, identity: str, now_ms: int) -> Transition:
     wt = _pending_task(ex, cmd)
     t = Transition(ex, now_ms)
     if not wt.transient:
@@ -101,19 +113,20 @@ def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tra
     return t
 
 
-def _answered_task(t: Transition, cmd: Record, identity: str) -> WorkflowTaskState:
+def _answered_task(t: Transition, cmd: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed, identity: str) -> WorkflowTaskState:
     """The task an answer is for: started before, or started by the answer itself (it carries the
     start the worker held back while the task ran: docs/architecture.md, "Workflow task start").
     Then its WorkflowTaskStarted comes first in the same batch, its re-dispatch timer goes, and no
     start-to-close timer is set for a task already over (`_on_started`)."""
     ex = t.execution
-    if cmd.get("started_time_ms") is None:
+    started_time_ms = cmd.get("started_time_ms")
+    if started_time_ms is None:
         return _started_task(ex, cmd, identity)
     wt = _pending_task(ex, cmd)
     t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, wt.scheduled_event_id, wt.attempt))
     if wt.transient:
-        return _transient_started(wt, identity, cmd["started_time_ms"])
-    return replace(wt, started_event_id=_record_started(t, wt, identity, cmd["started_time_ms"]), started_identity=identity)
+        return _transient_started(wt, identity, started_time_ms)
+    return replace(wt, started_event_id=_record_started(t, wt, identity, started_time_ms), started_identity=identity)
 
 
 def _recorded(t: Transition, wt: WorkflowTaskState) -> WorkflowTaskState:
@@ -131,7 +144,7 @@ def _recorded(t: Transition, wt: WorkflowTaskState) -> WorkflowTaskState:
     return WorkflowTaskState(scheduled_event_id, wt.attempt, started_event_id, wt.started_identity)
 
 
-def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_completed(ex: Execution, cmd: RespondWorkflowTaskCompleted, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
     runs_on = False
@@ -151,7 +164,7 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
     return t
 
 
-def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[tuple[str, Record]], identity: str) -> bool:
+def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[TaskCommandRecord], identity: str) -> bool:
     """WorkflowTaskCompleted and each command's events (the event EVENT_FOR_COMMAND names, and what
     its `then` adds), up to a command that closes the run; whether the run goes on."""
     completed_id = t.add(EventType.WorkflowTaskCompleted, {
@@ -165,9 +178,9 @@ def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[tuple[
     return True
 
 
-def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
+def _invalid_command(ex: Execution, commands: list[TaskCommandRecord]) -> tuple[str, str] | None:
     """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
-    counts = Counter(kind for kind, _ in commands)
+    counts = Counter[str](kind for kind, _ in commands)
     limit = activity.pending_limit(ex, counts) or child.pending_limit(ex, counts)
     if limit:
         return limit
@@ -180,12 +193,12 @@ def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple
     return None
 
 
-def _missing(kind: str, command: TaskCommand, attrs: Record) -> str | None:
+def _missing(kind: str, command: TaskCommand, attrs: Mapping[str, Any]) -> str | None:
     missing = [name for name in command.required if not attrs[name]]
     return f"{kind} needs {' and '.join(missing)}" if missing else None
 
 
-def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_failed(ex: Execution, cmd: RespondWorkflowTaskFailed, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
     if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
