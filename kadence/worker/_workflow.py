@@ -52,7 +52,6 @@ HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 
-
 def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms: int) -> Record:
     """An eager attempt's task, as history's dispatch would make it (its payloads copied: sending
     the completion runs the payload codec over the command's in place)."""

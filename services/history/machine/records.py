@@ -7,16 +7,17 @@ from typing import Any, TypedDict, cast
 
 from kadence.protocol.codec import Record as Record  # re-exported: the machine's modules import it from here
 from kadence.protocol.records import ActivityHeartbeat as ActivityHeartbeat
-from kadence.protocol.records import CommandRejection as Rejection
+from kadence.protocol.records import CommandRejection, HistoryEventAttributesRecord
 from kadence.protocol.records import HistoryEvent as HistoryEvent
-from kadence.protocol.records import HistoryEventAttributesRecord as EventAttributes
 from kadence.protocol.records import TransientWorkflowTask as TransientWorkflowTask
 
-# (record name, fields): a branch of HistoryBatch.effects, named by an EffectType (the generated
-# HistoryBatchEffects tags its branches with the bare strings).
-Effect = tuple[str, Record]
+EventAttributes = HistoryEventAttributesRecord  # the attributes of any event
+Rejection = CommandRejection
 
-__all__ = ["ActivityHeartbeat", "Effect", "EventAttributes", "HistoryEvent", "Record", "Rejection", "TransientWorkflowTask"]
+# (record name, fields): a branch of HistoryBatch.effects, named by an EffectType (the generated
+# HistoryBatchEffects tags its branches with their names as Literal strings, which mypy does not
+# match with EffectType members).
+Effect = tuple[str, Record]
 
 
 class NextRun(TypedDict):
@@ -56,8 +57,8 @@ def attributes(event: HistoryEvent) -> Record:
 
 
 def history_event(event_id: int, event_time_ms: int, event_type: str, attributes: EventAttributes) -> HistoryEvent:
-    """A HistoryEvent: the caller names the type `attributes` are of (the generated union tags each
-    with its Literal name, which an EventType is not, to mypy)."""
+    """A HistoryEvent: the caller names the type `attributes` are of (cast: the generated union tags
+    each branch with its name as a Literal string, which mypy does not match with an EventType member)."""
     return {"event_id": event_id, "event_time_ms": event_time_ms, "attributes": cast(Any, (event_type, attributes))}
 
 
