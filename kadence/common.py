@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
@@ -67,7 +67,7 @@ def to_ms(duration: timedelta | None) -> int:
     return 0 if duration is None else int(duration.total_seconds() * 1000)
 
 
-def attempt_timeout_ms(activity: dict[str, Any]) -> int:
+def attempt_timeout_ms(activity: Mapping[str, Any]) -> int:
     """How long one attempt of an activity (a ScheduleActivityTask's attributes) may run: its
     start-to-close timeout, else, as Temporal, the whole schedule-to-close."""
     return int(activity["start_to_close_timeout_ms"] or activity["schedule_to_close_timeout_ms"])
@@ -95,14 +95,14 @@ def workflow_task_backoff_ms(attempt: int) -> int:
     return retry_backoff_ms(WORKFLOW_TASK_RETRY_POLICY, attempt - 1)
 
 
-def next_attempt_backoff_ms(policy: dict[str, Any] | None, attempt: int, failure: dict[str, Any]) -> int:
+def next_attempt_backoff_ms(policy: dict[str, Any] | None, attempt: int, failure: Mapping[str, Any]) -> int:
     """The wait before the attempt after `attempt` failed with `failure`: the delay its
     ApplicationError(next_retry_delay=...) asked for, else the retry policy's backoff."""
     asked = failure.get("next_retry_delay_ms")
     return max(0, asked) if asked is not None else retry_backoff_ms(policy, attempt)
 
 
-def retry_state(policy: dict[str, Any] | None, attempt: int, failure: dict[str, Any], time_left_ms: float | None) -> RetryState:
+def retry_state(policy: dict[str, Any] | None, attempt: int, failure: Mapping[str, Any], time_left_ms: float | None) -> RetryState:
     """Whether attempt `attempt`, failed with `failure`, is followed by another (IN_PROGRESS) or why
     not: the activity's (or local activity's) retry policy, and the time left before its deadline
     (None: no deadline), which the backoff before the next attempt must stay within."""

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from kadence.common import retry_backoff_ms
+from kadence.protocol.events import CLOSE_COMMANDS, EVENT_FOR_COMMAND, FOLLOWING_EVENT, ONE_EVENT_COMMANDS
 from kadence.protocol.limits import MAX_HISTORY_BYTES
+from kadence.protocol.names import TaskCommandType
 from kadence.protocol.task_token import TaskToken
-from kadence.worker._workflow import SINGLE_EVENT_COMMANDS
 from services.history.machine.activity import activity_retry_state
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
@@ -21,6 +22,7 @@ from services.history.step import step
 from tests.machine_steps import (
     ACTIVITY,
     BIG,
+    CHILD,
     NOW,
     apply,
     command,
@@ -332,26 +334,67 @@ def test_an_eager_activity_its_worker_never_started_is_dispatched_by_its_retry_t
     assert [(k, e.get("activity_id")) for k, e in dispatched["effects"]] == [("DropTimer", None), ("ActivityTask", "0"), ("Timer", None)]
 
 
-def test_the_commands_a_worker_counts_one_event_for_write_one_event_each() -> None:
-    """A worker foresees an eager activity's scheduled_event_id by counting one event for each
-    command before it (SINGLE_EVENT_COMMANDS): each of those writes exactly one."""
+def test_each_command_records_the_events_the_shared_table_names() -> None:
+    """History records each command's EVENT_FOR_COMMAND event and, after it, nothing but its
+    FOLLOWING_EVENT: a worker foresees the ids of the events after ONE_EVENT_COMMANDS (an eager
+    activity's) from the same table. Every command of a workflow task is recorded here once."""
     state, run_id = started_workflow()
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, 1)
-    first = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+    failure = {"message": "no", "type": "", "source": "", "stack_trace": "", "non_retryable": False, "timeout_type": None,
+               "details": [], "activity_failure_info": None, "cause": None}
+    payload = {"metadata": {"encoding": b"json/plain"}, "data": b"1"}
+    offset = 0
+
+    def step(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        nonlocal offset
+        offset += 1
+        return command(state, kind, body, offset)
+
+    def completed(*commands: tuple[str, dict[str, Any]]) -> list[str]:
+        """The events of the pending workflow task completed with `commands`, WorkflowTaskCompleted left out."""
+        task = state.executions["order-1"].workflow_task
+        assert task is not None
+        step("RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id})
+        batch = step("RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id,
+                                                      "commands": list(commands)})
+        kinds = [e["attributes"][0] for e in batch["events"]]
+        assert kinds[0] == "WorkflowTaskCompleted"
+        return [kind for kind in kinds[1:] if kind != "WorkflowTaskScheduled"]
+
+    def update(update_id: str) -> None:
+        step("UpdateWorkflowExecution", {"run_id": "", "update_id": update_id, "name": "u", "args": [], "request_id": "",
+                                         "identity": "", "header": {}})
+
+    first = [
         ("StartTimer", {"timer_id": "t", "start_to_fire_timeout_ms": 60_000}),
         ("RecordMarker", {"marker_name": "m", "details": {}}),
-        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "0"}),
-    ]}, 2)
-    assert [e["attributes"][0] for e in first["events"]] == [
-        "WorkflowTaskCompleted", "TimerStarted", "MarkerRecorded", "ActivityTaskScheduled"]
-    command(state, "SignalWorkflowExecution", {"run_id": "", "signal_name": "s", "input": [], "request_id": ""}, 3)
-    task = state.executions["order-1"].workflow_task
-    assert task is not None
-    command(state, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id}, 4)
-    second = command(state, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": task.scheduled_event_id,
-                                                             "commands": [("CancelTimer", {"timer_id": "t"})]}, 5)
-    assert [e["attributes"][0] for e in second["events"]] == ["WorkflowTaskCompleted", "TimerCanceled"]
-    assert SINGLE_EVENT_COMMANDS == {"StartTimer", "RecordMarker", "ScheduleActivityTask", "CancelTimer"}
+        ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"}),
+        ("UpsertWorkflowSearchAttributes", {"search_attributes": {"Size": payload}}),
+        ("StartChildWorkflowExecution", CHILD),
+        ("SignalExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "signal_name": "s", "input": [],
+                                             "child_workflow_only": False, "header": {}}),
+        ("RequestCancelExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "child_workflow_only": False, "reason": ""}),
+    ]
+    assert completed(*first) == [EVENT_FOR_COMMAND[kind] for kind, _ in first]
+    update("u1")
+    second = [
+        ("AcceptWorkflowUpdate", {"update_id": "u1"}),
+        ("CompleteWorkflowUpdate", {"update_id": "u1", "result": payload, "failure": None}),
+        ("CancelTimer", {"timer_id": "t"}),
+    ]
+    assert completed(*second) == [EVENT_FOR_COMMAND[kind] for kind, _ in second]
+    update("u2")
+    third = [
+        ("RejectWorkflowUpdate", {"update_id": "u2", "failure": failure}),
+        ("RequestCancelActivityTask", {"scheduled_event_id": 7}),  # not started: canceled at once
+        ("CompleteWorkflowExecution", {"result": None}),
+    ]
+    assert completed(*third) == [
+        EVENT_FOR_COMMAND["RejectWorkflowUpdate"], EVENT_FOR_COMMAND["RequestCancelActivityTask"],
+        FOLLOWING_EVENT["RequestCancelActivityTask"], EVENT_FOR_COMMAND["CompleteWorkflowExecution"],
+    ]
+    recorded = {kind for kind, _ in [*first, *second, *third]}
+    assert ONE_EVENT_COMMANDS == recorded - {"RequestCancelActivityTask", "CompleteWorkflowExecution"}
+    assert recorded | set(CLOSE_COMMANDS) == set(TaskCommandType)
 
 
 def test_an_activity_id_names_one_pending_activity() -> None:

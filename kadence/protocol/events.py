@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
+from kadence.protocol.records import Failure, Payload
 
 # The events that close a run, and the execution status each one leaves.
 CLOSE_STATUS: dict[str, str] = {
@@ -32,7 +33,9 @@ CLOSE_COMMANDS: dict[str, str] = {
     TaskCommandType.ContinueAsNewWorkflowExecution: EventType.WorkflowExecutionContinuedAsNew,
 }
 
-# The event each command of a completed workflow task records (the SDK matches them on replay).
+# The event each command of a completed workflow task records, in its order among them, after the
+# task's WorkflowTaskCompleted: history records each command's event under this name, the SDK
+# matches them on replay.
 EVENT_FOR_COMMAND: dict[str, str] = {
     TaskCommandType.ScheduleActivityTask: EventType.ActivityTaskScheduled, TaskCommandType.StartTimer: EventType.TimerStarted,
     TaskCommandType.CancelTimer: EventType.TimerCanceled,
@@ -47,6 +50,14 @@ EVENT_FOR_COMMAND: dict[str, str] = {
     TaskCommandType.RequestCancelExternalWorkflowExecution: EventType.RequestCancelExternalWorkflowExecutionInitiated,
     **CLOSE_COMMANDS,
 }
+
+# The event a command may record right after its own: a cancel request for an activity no worker
+# started cancels it at once. Every other command records its one event and nothing more in its run.
+FOLLOWING_EVENT: dict[str, str] = {TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCanceled}
+
+# The commands that each record exactly one event and leave the run open: a worker foresees the ids
+# of the events after them (an eager activity's ActivityTaskScheduled).
+ONE_EVENT_COMMANDS = frozenset(EVENT_FOR_COMMAND.keys() - FOLLOWING_EVENT.keys() - CLOSE_COMMANDS.keys())
 
 # The event in a parent's history that tells how a child ended, by the child's close status.
 CHILD_RESULT_FOR_STATUS: dict[str, str] = {
@@ -114,7 +125,7 @@ def refused(batch: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*([rejection] if rejection is not None else []), *batch.get("refusals", [])]
 
 
-def failure_record(message: str, failure_type: str, source: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def failure_record(message: str, failure_type: str, source: str, details: list[Payload] | None = None) -> Failure:
     """A Failure record (schemas/Failure.avsc) for failures the engine itself raises."""
     return {
         "message": message, "type": failure_type, "source": source, "stack_trace": "", "non_retryable": False,
@@ -122,7 +133,7 @@ def failure_record(message: str, failure_type: str, source: str, details: list[d
     }
 
 
-def close_failure(kind: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
     """Why a run closed without a result: its failure, or the cancellation or termination as one
     (what the read model records, and what a client's result() raises from)."""
     if kind == EventType.WorkflowExecutionCanceled:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
@@ -146,7 +146,7 @@ def task_queue_problem(task_queue: str) -> str | None:
     return None
 
 
-def name_problem(workflow_id: str, attrs: dict[str, Any]) -> str | None:
+def name_problem(workflow_id: str, attrs: Mapping[str, Any]) -> str | None:
     """The first name or id among `attrs`' own fields (and the workflow id) that cannot be used, and why."""
     for field, value in (("workflow_id", workflow_id), *((f, attrs.get(f)) for f in _NAME_FIELDS)):
         if isinstance(value, str) and (problem := text_problem(field, value)):

@@ -35,7 +35,7 @@ from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_st
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, codec, command_codec, writes_field
-from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
+from kadence.protocol.events import CLOSE_COMMANDS, ONE_EVENT_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
@@ -50,15 +50,6 @@ log = logging.getLogger("kadence.worker")
 # visibility projector writes them a moment after history): the default workflow task timeout.
 HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
-
-
-
-# Commands that each write exactly one event when a workflow task completes with them (history's
-# services/history/machine; tests/test_machine_activity.py keeps the two in step): the ids of the
-# events after them can be foreseen, for eager activities.
-SINGLE_EVENT_COMMANDS = frozenset({
-    TaskCommandType.ScheduleActivityTask, TaskCommandType.StartTimer, TaskCommandType.CancelTimer, TaskCommandType.RecordMarker,
-})
 
 
 def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms: int) -> Record:
@@ -376,7 +367,7 @@ class WorkflowWorker:
         sent, attempts = list(commands), []
         scheduled_event_id = wt["scheduled_event_id"] + 3
         for index, (kind, attrs) in enumerate(commands):
-            if kind not in SINGLE_EVENT_COMMANDS:
+            if kind not in ONE_EVENT_COMMANDS:
                 break
             if (kind == TaskCommandType.ScheduleActivityTask and not instance.eager_execution_disabled(attrs["activity_id"])
                     and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)):

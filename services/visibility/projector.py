@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -21,10 +22,11 @@ from kadence.protocol.read_model import (
     update_accepted_request_id,
     update_request_id,
 )
+from kadence.protocol.records import HistoryEvent, Payload
 from services.projection import LogRecord, Projection
 
 
-def _search_attributes(payloads: dict[str, dict[str, Any]]) -> Jsonb:
+def _search_attributes(payloads: dict[str, Payload]) -> Jsonb:
     """Search attributes as JSON for the read model: JSON payloads as their value."""
     values = {}
     for name, payload in payloads.items():
@@ -142,31 +144,35 @@ class VisibilityProjector(Projection):
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
         key = (workflow_id, section.run_id)
-        for event in section.events:
-            kind, attrs = event["attributes"]
+        for event in cast(list[HistoryEvent], section.events):  # decoded HistoryEvent records
+            kind = event["attributes"][0]
             rows.archive.append((*key, event["event_id"], kind, _time(event["event_time_ms"]), self.events.encode(event)))
             rows.lengths[key] = event["event_id"]
-            if kind == EventType.WorkflowTaskScheduled and attrs["attempt"] > 1:  # a retried task's attempt completed
-                rows.pending_tasks[key] = None
-            if kind == EventType.WorkflowExecutionStarted:
-                rows.started.append((*key, attrs["workflow_type"], attrs["task_queue"], _time(event["event_time_ms"]),
-                                     _search_attributes(attrs["search_attributes"])))
-            elif kind == EventType.UpsertWorkflowSearchAttributes:
-                rows.upserts.append((_search_attributes(attrs["search_attributes"]), *key))
-            elif kind == EventType.WorkflowExecutionUpdateAccepted:  # start_update(wait_for_stage=ACCEPTED) waits for this
-                rows.outcomes.append((update_accepted_request_id(key[0], attrs["update_id"]), *key, True, None, None, None, None))
-            elif kind == EventType.WorkflowExecutionUpdateCompleted:  # the caller of execute_update waits for this
-                result = self.payloads.encode(attrs["result"]) if attrs["result"] else None
-                failure = self.failures.encode(attrs["failure"]) if attrs["failure"] else None
-                rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, True, None, None, result, failure))
-            elif kind == EventType.WorkflowExecutionUpdateRejected:
-                rows.outcomes.append((update_request_id(key[0], attrs["update_id"]), *key, False, "UPDATE_REJECTED",
-                                      attrs["failure"]["message"], None, self.failures.encode(attrs["failure"])))
-            elif kind in CLOSE_STATUS:
-                result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
-                failure = self.failures.encode(close_failure(kind, attrs)) if kind != EventType.WorkflowExecutionCompleted else None
-                rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
-                                    attrs.get("new_execution_run_id"), *key))
+            # Matched by the literal names the records' union tags its branches with: mypy narrows
+            # each branch's attributes to its TypedDict by them.
+            match event["attributes"]:
+                case ("WorkflowTaskScheduled", scheduled) if scheduled.get("attempt", 1) > 1:  # a retried task's attempt completed
+                    rows.pending_tasks[key] = None
+                case ("WorkflowExecutionStarted", started):
+                    rows.started.append((*key, started["workflow_type"], started["task_queue"], _time(event["event_time_ms"]),
+                                         _search_attributes(started.get("search_attributes", {}))))
+                case ("UpsertWorkflowSearchAttributes", upsert):
+                    rows.upserts.append((_search_attributes(upsert["search_attributes"]), *key))
+                case ("WorkflowExecutionUpdateAccepted", accepted):  # start_update(wait_for_stage=ACCEPTED) waits for this
+                    rows.outcomes.append((update_accepted_request_id(key[0], accepted["update_id"]), *key, True, None, None, None, None))
+                case ("WorkflowExecutionUpdateCompleted", completed):  # the caller of execute_update waits for this
+                    result = self.payloads.encode(payload) if (payload := completed.get("result")) else None
+                    failure = self.failures.encode(reason) if (reason := completed.get("failure")) else None
+                    rows.outcomes.append((update_request_id(key[0], completed["update_id"]), *key, True, None, None, result, failure))
+                case ("WorkflowExecutionUpdateRejected", rejected):
+                    rows.outcomes.append((update_request_id(key[0], rejected["update_id"]), *key, False, "UPDATE_REJECTED",
+                                          rejected["failure"]["message"], None, self.failures.encode(rejected["failure"])))
+                case (closing, closed) if closing in CLOSE_STATUS:
+                    attrs: Mapping[str, Any] = closed  # the close events' fields, which the union of every event's lacks
+                    result = self.payloads.encode(attrs["result"]) if attrs.get("result") else None
+                    failure = self.failures.encode(close_failure(kind, attrs)) if kind != EventType.WorkflowExecutionCompleted else None
+                    rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
+                                        attrs.get("new_execution_run_id"), *key))
 
 
 

@@ -4,12 +4,30 @@ out by their four timeouts, canceled on request."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import RetryState
-from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, FOLLOWING_EVENT
 from kadence.protocol.limits import MAX_PENDING_ACTIVITIES, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.records import (
+    ActivityTaskCanceled,
+    ActivityTaskCancelRequested,
+    ActivityTaskFailed,
+    ActivityTaskScheduled,
+    ActivityTaskTimedOut,
+    Failure,
+    RecordActivityTaskHeartbeat,
+    RecordActivityTaskStarted,
+    RequestCancelActivityTask,
+    RespondActivityTaskCanceled,
+    RespondActivityTaskCompleted,
+    RespondActivityTaskFailed,
+    RespondWorkflowTaskCompleted,
+    ScheduleActivityTask,
+    TimeoutFired,
+)
 from kadence.protocol.task_token import TaskToken
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms, timer
 from services.history.machine.execution import RUNNING, ActivityState, Execution, Pending
@@ -25,7 +43,7 @@ REPORTS = {
 }
 
 
-def activity_retry_state(activity: ActivityState, failure: Record, now_ms: int) -> RetryState:
+def activity_retry_state(activity: ActivityState, failure: Failure, now_ms: int) -> RetryState:
     """Whether the activity's current attempt, failed with `failure`, is followed by another."""
     time_left = None
     if activity.schedule_to_close_timeout_ms:
@@ -117,10 +135,10 @@ def pending_limit(ex: Execution, counts: Counter[str]) -> tuple[str, str] | None
     return None
 
 
-def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+def _check_schedule(ex: Execution, attrs: ScheduleActivityTask, planned: Planned) -> str | None:
     if not attrs["activity_type"]:
         return "ScheduleActivityTask needs an activity_type"
-    if attrs["start_to_close_timeout_ms"] <= 0 and attrs["schedule_to_close_timeout_ms"] <= 0:
+    if attrs.get("start_to_close_timeout_ms", 0) <= 0 and attrs.get("schedule_to_close_timeout_ms", 0) <= 0:
         return f"activity {attrs['activity_type']}: set start_to_close_timeout or schedule_to_close_timeout"
     # As Temporal: an activity id names one pending activity (reports and eager starts find it by it).
     if attrs["activity_id"]:
@@ -130,20 +148,23 @@ def _check_schedule(ex: Execution, attrs: Record, planned: Planned) -> str | Non
     return None
 
 
-def _record_schedule(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    """The activity is scheduled; its first attempt goes to the task queue, unless the completing
-    worker runs it itself and foresaw the event's id (`record_eager_starts`)."""
+def _scheduled_event(t: Transition, attrs: ScheduleActivityTask, completed_id: int, identity: str) -> ActivityTaskScheduled:
     recorded = {name: value for name, value in attrs.items() if name != "eager_scheduled_event_id"}
-    scheduled_id = t.add(EventType.ActivityTaskScheduled, {
+    return cast(ActivityTaskScheduled, {
         **recorded, "task_queue": attrs["task_queue"] or t.execution.task_queue,
         "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
     })
+
+
+def _eager_if_foreseen(t: Transition, attrs: ScheduleActivityTask, scheduled_id: int) -> None:
+    """The activity is scheduled; its first attempt goes to the task queue, unless the completing
+    worker runs it itself and foresaw the event's id (`record_eager_starts`)."""
     if attrs.get("eager_scheduled_event_id") == scheduled_id:
         t.eager_activities.add(scheduled_id)
 
 
-def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
+def record_eager_starts(t: Transition, cmd: RespondWorkflowTaskCompleted, identity: str) -> None:
     """Start, by the completing worker, the first attempts it runs itself, after the completion's
     command events (so they shift none of the ids it foresaw): as Temporal's
     RespondWorkflowTaskCompleted starts the eager activities it hands back. All or none, under the
@@ -154,8 +175,11 @@ def record_eager_starts(t: Transition, cmd: Record, identity: str) -> None:
     request_id = cmd.get("eager_request_id") or ""
     if not request_id:
         return
-    foreseen = [attrs["eager_scheduled_event_id"] for kind, attrs in cmd["commands"]
-                if kind == TaskCommandType.ScheduleActivityTask and attrs.get("eager_scheduled_event_id")]
+    foreseen = []
+    for command in cmd["commands"]:
+        match command:
+            case ("ScheduleActivityTask", schedule) if schedule.get("eager_scheduled_event_id"):
+                foreseen.append(schedule["eager_scheduled_event_id"])
     recorded = sorted(t.eager_activities)
     closes = any(event_type(event) in CLOSE_STATUS for event in t.events)
     if foreseen != recorded or closes:
@@ -172,32 +196,39 @@ def _record_started(t: Transition, scheduled_event_id: int, attempt: int, identi
     t.add(EventType.ActivityTaskStarted, {"scheduled_event_id": scheduled_event_id, "attempt": attempt, "identity": identity})
 
 
-def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+def _check_cancel(ex: Execution, attrs: RequestCancelActivityTask, planned: Planned) -> str | None:
     return None if attrs["scheduled_event_id"] in ex.activities else f"activity {attrs['scheduled_event_id']} is not pending"
 
 
-def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    """An attempt not started is canceled at once; a started one hears of it through its worker."""
+def _cancel_requested_event(
+    t: Transition, attrs: RequestCancelActivityTask, completed_id: int, identity: str,
+) -> ActivityTaskCancelRequested:
+    return {"scheduled_event_id": attrs["scheduled_event_id"], "workflow_task_completed_event_id": completed_id}
+
+
+def _canceled_if_not_started(t: Transition, attrs: RequestCancelActivityTask, requested_id: int) -> None:
+    """An attempt not started is canceled at once (FOLLOWING_EVENT); a started one hears of it through its worker."""
     scheduled_event_id = attrs["scheduled_event_id"]
-    requested_id = t.add(EventType.ActivityTaskCancelRequested, {
-        "scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": completed_id,
-    })
     if not t.execution.activities[scheduled_event_id].started_event_id:
-        t.add(EventType.ActivityTaskCanceled, {
-            "scheduled_event_id": scheduled_event_id, "started_event_id": 0,
-            "latest_cancel_requested_event_id": requested_id, "details": [], "identity": "",
-        })
+        t.add(FOLLOWING_EVENT[TaskCommandType.RequestCancelActivityTask], ActivityTaskCanceled(
+            scheduled_event_id=scheduled_event_id, started_event_id=0,
+            latest_cancel_requested_event_id=requested_id, details=[], identity="",
+        ))
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {
-    TaskCommandType.ScheduleActivityTask: TaskCommand("BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _record_schedule, _check_schedule),
-    TaskCommandType.RequestCancelActivityTask: TaskCommand("BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _record_cancel, _check_cancel),
+    TaskCommandType.ScheduleActivityTask: TaskCommand(
+        "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _scheduled_event, _check_schedule, then=_eager_if_foreseen,
+    ),
+    TaskCommandType.RequestCancelActivityTask: TaskCommand(
+        "BAD_REQUEST_CANCEL_ACTIVITY_ATTRIBUTES", _cancel_requested_event, _check_cancel, then=_canceled_if_not_started,
+    ),
 }
 
 # ---- commands: a worker's (or an async handle's) reports
 
 
-def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _attempt_started(ex: Execution, cmd: RecordActivityTaskStarted, identity: str, now_ms: int) -> Transition:
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id != 0:
         raise Rejected(f"no pending activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
@@ -208,13 +239,17 @@ def _attempt_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> 
     return t
 
 
-def _started_activity(ex: Execution, cmd: Record, identity: str) -> ActivityState:
+# A worker's, or a client's async activity handle's, report on a started attempt.
+ActivityReport = RecordActivityTaskHeartbeat | RespondActivityTaskCompleted | RespondActivityTaskFailed | RespondActivityTaskCanceled
+
+
+def _started_activity(ex: Execution, cmd: ActivityReport, identity: str) -> ActivityState:
     """The started attempt a report is for. A worker's report counts only from the worker that
     started the attempt; a client's, by task token or activity id, from anyone (async completion)."""
     if cmd.get("activity_id"):
         return _started_activity_by_id(ex, cmd["activity_id"])
-    if cmd.get("task_token"):
-        return _started_activity_by_token(ex, cmd["task_token"])
+    if token := cmd.get("task_token"):
+        return _started_activity_by_token(ex, token)
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or activity.attempt != cmd["attempt"] or activity.started_event_id == 0:
         raise Rejected(f"no started activity attempt scheduled_event_id={cmd['scheduled_event_id']} attempt={cmd['attempt']}")
@@ -249,7 +284,7 @@ def _started_activity_by_token(ex: Execution, token_bytes: bytes) -> ActivitySta
     return activity
 
 
-def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _heartbeat(ex: Execution, cmd: RecordActivityTaskHeartbeat, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     problem = payload_problem(cmd["details"], "heartbeat details")
     if problem:
@@ -267,7 +302,7 @@ def _heartbeat(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
     return t
 
 
-def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _canceled(ex: Execution, cmd: RespondActivityTaskCanceled, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     if not activity.cancel_requested_event_id:
         raise Rejected("activity cancellation was not requested")
@@ -279,12 +314,13 @@ def _canceled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transit
     return t
 
 
-def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _completed(ex: Execution, cmd: RespondActivityTaskCompleted, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     too_large = payload_problem(cmd["result"], f"result of activity {activity.activity_type}")
     if too_large:  # as Temporal: the attempt fails for good, and the workflow hears why
-        failure = {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}
-        return _attempt_failed(ex, {**cmd, "failure": failure}, identity, now_ms)
+        t = Transition(ex, now_ms)
+        _record_failure(t, activity, {**engine_failure(too_large, "BlobSizeLimitError"), "non_retryable": True}, failed_by=identity)
+        return t
     t = Transition(ex, now_ms)
     t.add_workflow_visible(EventType.ActivityTaskCompleted, {
         "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
@@ -293,7 +329,7 @@ def _completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transi
     return t
 
 
-def _attempt_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _attempt_failed(ex: Execution, cmd: RespondActivityTaskFailed, identity: str, now_ms: int) -> Transition:
     activity = _started_activity(ex, cmd, identity)
     problem = payload_problem(cmd["failure"], "activity failure")
     failure = cmd["failure"]
@@ -301,17 +337,20 @@ def _attempt_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
         failure = {**failure, "details": [], "stack_trace": "", "cause": None,
                    "message": f"{failure['message'][:1000]} ({problem}; details dropped)"}
     t = Transition(ex, now_ms)
-    _record_failure(t, activity, EventType.ActivityTaskFailed, failure, identity=identity)
+    _record_failure(t, activity, failure, failed_by=identity)
     return t
 
 
-def _record_failure(t: Transition, activity: ActivityState, kind: str, failure: Record, **extra: str) -> None:
-    """A failed or timed-out attempt: written at once if another follows, else the workflow's to see."""
+def _record_failure(t: Transition, activity: ActivityState, failure: Failure, failed_by: str | None = None) -> None:
+    """A failed attempt (`failed_by` the worker's identity) or a timed-out one: written at once if
+    another follows, else the workflow's to see."""
     state = activity_retry_state(activity, failure, t.now_ms)
-    attrs = {
-        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
-        "failure": failure, "retry_state": state.value, **extra,
-    }
+    timed_out = ActivityTaskTimedOut(
+        scheduled_event_id=activity.scheduled_event_id, started_event_id=activity.started_event_id,
+        failure=failure, retry_state=state.value,
+    )
+    kind = EventType.ActivityTaskTimedOut if failed_by is None else EventType.ActivityTaskFailed
+    attrs: ActivityTaskTimedOut | ActivityTaskFailed = timed_out if failed_by is None else {**timed_out, "identity": failed_by}
     if state == RetryState.IN_PROGRESS:
         t.add(kind, attrs)
     else:
@@ -329,21 +368,21 @@ COMMANDS: dict[str, Decide] = {
 # ---- timeouts
 
 
-def _timed_activity(ex: Execution, cmd: Record, *, any_attempt: bool = False) -> ActivityState:
+def _timed_activity(ex: Execution, cmd: TimeoutFired, *, any_attempt: bool = False) -> ActivityState:
     activity = ex.activities.get(cmd["scheduled_event_id"])
     if activity is None or (not any_attempt and activity.attempt != cmd["attempt"]):
         raise Rejected(f"stale {cmd['kind']} timer")
     return activity
 
 
-def _unstarted_activity(ex: Execution, cmd: Record) -> ActivityState:
+def _unstarted_activity(ex: Execution, cmd: TimeoutFired) -> ActivityState:
     activity = _timed_activity(ex, cmd)
     if activity.started_event_id:
         raise Rejected("activity attempt already started")
     return activity
 
 
-def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _retry_due(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     """The backoff before this attempt ended, or no worker started it yet: dispatched (again)."""
     activity = _unstarted_activity(ex, cmd)
     t = Transition(ex, now_ms)
@@ -355,41 +394,40 @@ def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
     return t
 
 
-def _schedule_to_start_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _schedule_to_start_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     activity = _unstarted_activity(ex, cmd)
     # As Temporal: not retried, another attempt would wait in the same queue.
-    failure = {**engine_failure("activity ScheduleToStart timeout", ""), "timeout_type": "SCHEDULE_TO_START"}
+    failure: Failure = {**engine_failure("activity ScheduleToStart timeout", ""), "timeout_type": "SCHEDULE_TO_START"}
     t = Transition(ex, now_ms)
-    t.add_workflow_visible(EventType.ActivityTaskTimedOut, {
-        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": 0, "failure": failure,
-        "retry_state": RetryState.TIMEOUT.value,
-    })
+    t.add_workflow_visible(EventType.ActivityTaskTimedOut, ActivityTaskTimedOut(
+        scheduled_event_id=activity.scheduled_event_id, started_event_id=0, failure=failure, retry_state=RetryState.TIMEOUT.value,
+    ))
     return t
 
 
-def _schedule_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _schedule_to_close_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     activity = _timed_activity(ex, cmd, any_attempt=True)
-    failure = {**engine_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
+    failure: Failure = {**engine_failure("activity ScheduleToClose timeout", ""), "timeout_type": "SCHEDULE_TO_CLOSE"}
     t = Transition(ex, now_ms)
-    t.add_workflow_visible(EventType.ActivityTaskTimedOut, {
-        "scheduled_event_id": activity.scheduled_event_id, "started_event_id": activity.started_event_id,
-        "failure": failure, "retry_state": RetryState.TIMEOUT.value,
-    })
+    t.add_workflow_visible(EventType.ActivityTaskTimedOut, ActivityTaskTimedOut(
+        scheduled_event_id=activity.scheduled_event_id, started_event_id=activity.started_event_id,
+        failure=failure, retry_state=RetryState.TIMEOUT.value,
+    ))
     return t
 
 
-def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _start_to_close_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     return _attempt_timed_out(_started_attempt(ex, cmd), "START_TO_CLOSE", ex, now_ms)
 
 
-def _heartbeat_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _heartbeat_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     activity = _started_attempt(ex, cmd)
     if activity.last_heartbeat_ms + activity.heartbeat_timeout_ms > now_ms:
         raise Rejected("a heartbeat arrived since the heartbeat timer was set")
     return _attempt_timed_out(activity, "HEARTBEAT", ex, now_ms)
 
 
-def _started_attempt(ex: Execution, cmd: Record) -> ActivityState:
+def _started_attempt(ex: Execution, cmd: TimeoutFired) -> ActivityState:
     activity = _timed_activity(ex, cmd)
     if not activity.started_event_id:
         raise Rejected("activity attempt not started")
@@ -397,10 +435,10 @@ def _started_attempt(ex: Execution, cmd: Record) -> ActivityState:
 
 
 def _attempt_timed_out(activity: ActivityState, timeout_type: str, ex: Execution, now_ms: int) -> Transition:
-    failure = {**engine_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
+    failure: Failure = {**engine_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
                "details": activity.heartbeat["details"] if activity.heartbeat else []}
     t = Transition(ex, now_ms)
-    _record_failure(t, activity, EventType.ActivityTaskTimedOut, failure)
+    _record_failure(t, activity, failure)
     return t
 
 

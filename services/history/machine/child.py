@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 
 from kadence.protocol.events import CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, INITIATED
 from kadence.protocol.limits import MAX_PENDING_CHILDREN, MAX_PENDING_EXTERNAL_REQUESTS
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
+from kadence.protocol.records import (
+    ChildWorkflowExecutionStarted,
+    RecordChildExecutionClosed,
+    RecordChildExecutionStarted,
+    RecordExternalRequestOutcome,
+    StartChildWorkflowExecution,
+    StartChildWorkflowExecutionFailed,
+    StartChildWorkflowExecutionInitiated,
+)
 from services.history.machine.effects import outbound
 from services.history.machine.execution import RUNNING, ChildState, Execution, ExternalRequest, Pending
-from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
 from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
@@ -72,26 +82,28 @@ def pending_limit(ex: Execution, counts: Counter[str]) -> tuple[str, str] | None
     return None
 
 
-def _record_start_child(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add(_START_CHILD, {
+def _start_child_event(
+    t: Transition, attrs: StartChildWorkflowExecution, completed_id: int, identity: str,
+) -> StartChildWorkflowExecutionInitiated:
+    return {
         "workflow_id": attrs["workflow_id"], "workflow_type": attrs["workflow_type"],
         "task_queue": attrs["task_queue"] or t.execution.task_queue, "input": attrs["input"],
         "workflow_execution_timeout_ms": attrs["execution_timeout_ms"], "workflow_run_timeout_ms": attrs["run_timeout_ms"],
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "parent_close_policy": attrs["parent_close_policy"], "search_attributes": attrs["search_attributes"],
         "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
-    })
+    }
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.StartChildWorkflowExecution: TaskCommand(
-        "BAD_START_CHILD_EXECUTION_ATTRIBUTES", _record_start_child, required=("workflow_id", "workflow_type"),
+        "BAD_START_CHILD_EXECUTION_ATTRIBUTES", _start_child_event, required=("workflow_id", "workflow_type"),
     ),
     TaskCommandType.SignalExternalWorkflowExecution: recorded_as_given(
-        TaskCommandType.SignalExternalWorkflowExecution, "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES", ("workflow_id", "signal_name"),
+        "BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES", ("workflow_id", "signal_name"),
     ),
     TaskCommandType.RequestCancelExternalWorkflowExecution: recorded_as_given(
-        TaskCommandType.RequestCancelExternalWorkflowExecution, "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
+        "BAD_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_ATTRIBUTES",
         ("workflow_id",),
     ),
 }
@@ -99,7 +111,7 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 # ---- commands: the targets' answers
 
 
-def _start_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _start_recorded(ex: Execution, cmd: RecordChildExecutionStarted, identity: str, now_ms: int) -> Transition:
     child = ex.children.get(cmd["initiated_event_id"])
     if child is None or child.run_id:
         raise Rejected(f"no child workflow awaits its start with initiated_event_id={cmd['initiated_event_id']}")
@@ -109,31 +121,31 @@ def _start_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
 
 
 def _record_child_started(t: Transition, child: ChildState, run_id: str) -> None:
-    t.add_workflow_visible(INITIATED[_START_CHILD].applied, {
-        "workflow_id": child.workflow_id, "run_id": run_id, "workflow_type": child.workflow_type,
-        "initiated_event_id": child.initiated_event_id,
-    })
+    t.add_workflow_visible(INITIATED[_START_CHILD].applied, ChildWorkflowExecutionStarted(
+        workflow_id=child.workflow_id, run_id=run_id, workflow_type=child.workflow_type, initiated_event_id=child.initiated_event_id,
+    ))
 
 
 # What a child's close event carries besides the child's ids, by its close status.
 _CLOSE_FIELDS = {"Completed": ("result",), "Failed": ("failure", "retry_state"), "Canceled": ("details",), "TimedOut": ("retry_state",)}
 
 
-def _close_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _close_recorded(ex: Execution, cmd: RecordChildExecutionClosed, identity: str, now_ms: int) -> Transition:
     child = ex.children.get(cmd["initiated_event_id"])
     if child is None:
         raise Rejected(f"no pending child workflow with initiated_event_id={cmd['initiated_event_id']}")
     status = cmd["status"]
-    if status not in CHILD_RESULT_FOR_STATUS or (status == "Failed" and cmd["failure"] is None):
+    if status not in CHILD_RESULT_FOR_STATUS or (status == "Failed" and cmd.get("failure") is None):
         raise Rejected(f"child close status {status!r}: expected one of {sorted(CHILD_RESULT_FOR_STATUS)}, Failed with its failure")
     t = Transition(ex, now_ms)
     if not child.run_id:  # the start's answer is missing: the close implies it
         _record_child_started(t, child, cmd["child_run_id"])
-    t.add_workflow_visible(CHILD_RESULT_FOR_STATUS[status], {
+    # The ids every child result event has, and the fields of the status's own (_CLOSE_FIELDS).
+    t.add_workflow_visible(CHILD_RESULT_FOR_STATUS[status], cast(EventAttributes, {
         "workflow_id": child.workflow_id, "run_id": cmd["child_run_id"], "workflow_type": child.workflow_type,
         "initiated_event_id": child.initiated_event_id, "started_event_id": child.started_event_id,
-        **{name: cmd[name] for name in _CLOSE_FIELDS.get(status, ())},
-    })
+        **{name: cmd.get(name) for name in _CLOSE_FIELDS.get(status, ())},
+    }))
     return t
 
 
@@ -144,24 +156,25 @@ _EXTERNAL_FAILED_CAUSE = {
 }
 
 
-def _outcome_recorded(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
-    initiated, cause = cmd["initiated_event_id"], cmd["cause"]
+def _outcome_recorded(ex: Execution, cmd: RecordExternalRequestOutcome, identity: str, now_ms: int) -> Transition:
+    initiated, cause = cmd["initiated_event_id"], cmd.get("cause", "")
     t = Transition(ex, now_ms)
     child = ex.children.get(initiated)
     if child is not None and not child.run_id and cause:
-        t.add_workflow_visible(INITIATED[_START_CHILD].failed, {
-            "workflow_id": child.workflow_id, "workflow_type": child.workflow_type,
-            "cause": _START_CHILD_FAILED_CAUSE.get(cause, cause), "initiated_event_id": initiated,
-        })
+        t.add_workflow_visible(INITIATED[_START_CHILD].failed, StartChildWorkflowExecutionFailed(
+            workflow_id=child.workflow_id, workflow_type=child.workflow_type,
+            cause=_START_CHILD_FAILED_CAUSE.get(cause, cause), initiated_event_id=initiated,
+        ))
         return t
     request = ex.external_requests.get(initiated)
     if request is None:
         raise Rejected(f"no request awaits an answer with initiated_event_id={initiated}")
-    attrs: Record = {"workflow_id": request.workflow_id, "run_id": request.run_id, "initiated_event_id": initiated}
+    answered: Record = {"workflow_id": request.workflow_id, "run_id": request.run_id, "initiated_event_id": initiated}
     if cause:
-        attrs["cause"] = _EXTERNAL_FAILED_CAUSE.get(cause, cause)
+        answered["cause"] = _EXTERNAL_FAILED_CAUSE.get(cause, cause)
     sent = INITIATED[request.initiated]
-    t.add_workflow_visible(sent.failed if cause else sent.applied, attrs)
+    # An External*Signaled or *CancelRequested, or with the cause the request's *Failed.
+    t.add_workflow_visible(sent.failed if cause else sent.applied, cast(EventAttributes, answered))
     return t
 
 
@@ -213,9 +226,9 @@ _COMMAND_BODY: dict[str, Callable[[Execution, HistoryEvent], Record]] = {
 
 def _send(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The command an *Initiated event sends to its target; its request id makes a redelivery apply once."""
-    kind, attrs = event["attributes"]
+    kind = event_type(event)
     body = {**_COMMAND_BODY[kind](ex, event), "request_id": f"{ex.run_id}/{event['event_id']}"}
-    return [outbound(attrs["workflow_id"], INITIATED[kind].command, body)]
+    return [outbound(attributes(event)["workflow_id"], INITIATED[kind].command, body)]
 
 
 EFFECTS: dict[str, EffectsOf] = {kind: _send for kind in INITIATED}

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.records import TimeoutFired
 from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, WorkflowTaskState, execution_from_start
 from services.history.machine.limits import within_history_limit
@@ -45,7 +46,7 @@ _CURRENT_RUN_COMMANDS = {
 }
 
 
-def timeout_fired(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def timeout_fired(ex: Execution, cmd: TimeoutFired, identity: str, now_ms: int) -> Transition:
     """A timer's firing, and the timer dropped in the same record: the timer service, reading the
     log again after a restart or a rebalance, forgets the timer there rather than fire it again. A
     timer the transition sets again under the same id (a re-dispatch) comes after the drop and stands."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kadence.protocol.codec import command_codec
 from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.records import InitiatedBy
 from services.history.machine.execution import HISTORY_IDENTITY, Execution
 from services.history.machine.records import Effect, Record
 from services.history.machine.transition import Rejected
@@ -46,7 +47,7 @@ def outbound(workflow_id: str, kind: str, body: Record) -> Effect:
     })
 
 
-def answer(requester: Record, cause: str) -> Effect:
+def answer(requester: InitiatedBy, cause: str) -> Effect:
     """Tell the workflow that sent a command (a child start, a signal, a cancel request) whether it applied."""
     return outbound(requester["workflow_id"], CommandType.RecordExternalRequestOutcome, {
         "run_id": requester["run_id"], "initiated_event_id": requester["initiated_event_id"], "cause": cause,

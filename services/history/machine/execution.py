@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kadence.protocol.records import Failure
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes
 
 RUNNING = "Running"
@@ -69,7 +70,7 @@ class WorkflowTaskState:
     scheduled_time_ms: int = 0  # a transient task's: when its WorkflowTaskScheduled would have been written
     started_time_ms: int = 0  # a transient task's start, recorded with its events once an attempt completes
     last_cause: str = ""  # why the previous attempt failed (a transient task's)
-    last_failure: Record | None = None
+    last_failure: Failure | None = None
 
     @classmethod
     def from_transient(cls, task: TransientWorkflowTask) -> WorkflowTaskState:

@@ -4,17 +4,31 @@ a termination or its run timeout."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from kadence.exceptions import RetryState
 from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.records import (
+    ContinueAsNewWorkflowExecution,
+    RequestCancelWorkflowExecution,
+    SignalWorkflowExecution,
+    TerminateWorkflowExecution,
+    TimeoutFired,
+    WorkflowExecutionContinuedAsNew,
+    WorkflowExecutionSignaled,
+    WorkflowExecutionStarted,
+    WorkflowTaskScheduled,
+)
 from services.history.machine import child, messages
 from services.history.machine.effects import answer, drop, outbound, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
 from services.history.machine.limits import within_history_limit
-from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
 from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, Timeout, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
@@ -23,7 +37,7 @@ from services.history.machine.transition import Rejected, Transition
 
 def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
-    now_ms: int, source_partition: int, source_offset: int, signal: Record | None = None,
+    now_ms: int, source_partition: int, source_offset: int, signal: SignalWorkflowExecution | None = None,
 ) -> Transition:
     if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
         return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
@@ -46,7 +60,7 @@ def decide_start(
 
 
 def _start_while_running(
-    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: Record | None,
+    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: SignalWorkflowExecution | None,
 ) -> Transition:
     """The start's id conflict policy: answered with the running run, or that run terminated and a
     new one started in the same record, or refused."""
@@ -75,7 +89,7 @@ def _cron_problem(start: Record) -> str | None:
     return None
 
 
-def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) -> int:
+def _first_task_backoff_ms(start: Record, now_ms: int, signal: SignalWorkflowExecution | None) -> int:
     """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
     if signal is not None:
         return 0  # a signal starts it at once
@@ -84,11 +98,14 @@ def _first_task_backoff_ms(start: Record, now_ms: int, signal: Record | None) ->
     return start.get("start_delay_ms", 0)
 
 
-def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: Record | None) -> Transition:
+def _new_run(
+    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: SignalWorkflowExecution | None,
+) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
     t = Transition(ex, now_ms)
-    t.add(EventType.WorkflowExecutionStarted, {
+    # Cast: the parent's and root's fields are spread in.
+    t.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
         "workflow_type": start["workflow_type"], "task_queue": start["task_queue"],
         "input": start["input"], "request_id": start["request_id"], "identity": identity,
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
@@ -98,12 +115,12 @@ def _new_run(workflow_id: str, run_id: str, start: Record, identity: str, now_ms
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}),
-    })
-    if signal is not None:
-        t.add(EventType.WorkflowExecutionSignaled, {
+    }))
+    if signal is not None:  # a signal-with-start's: its signal_name, input and header
+        t.add(EventType.WorkflowExecutionSignaled, cast(WorkflowExecutionSignaled, {
             **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
-        })
-    t.add(EventType.WorkflowTaskScheduled, {"task_queue": start["task_queue"], "attempt": 1})
+        }))
+    t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
     if parent is not None:
         t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
             "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
@@ -136,7 +153,7 @@ def decide_signal_with_start(
 ) -> Transition:
     """Signal the running run, or start a new one whose first event after the start is the signal.
     The start's request id names the whole request: sent again, it signals (or starts) once."""
-    signal = {"signal_name": cmd["signal_name"], "input": cmd["signal_input"], "header": cmd["start"].get("header", {})}
+    signal = SignalWorkflowExecution(signal_name=cmd["signal_name"], input=cmd["signal_input"], header=cmd["start"].get("header", {}))
     request_id = cmd["start"]["request_id"]
     if current is not None and current.status == RUNNING:
         if request_id and request_id == current.start_request_id:
@@ -157,42 +174,46 @@ def decide_signal_with_start(
 _CRON_CONTINUES = {EventType.WorkflowExecutionCompleted, EventType.WorkflowExecutionFailed, EventType.WorkflowExecutionTimedOut}
 
 
-def close(t: Transition, kind: str, attrs: Record) -> None:
-    """Close the run; a run of a cron schedule that completed, failed or timed out starts the next
-    run in the same record, its first workflow task at the schedule's next time (as Temporal)."""
+def close(t: Transition, kind: str, attrs: Mapping[str, Any]) -> None:
+    """Close the run with the close event `kind` (its attributes but new_execution_run_id)."""
+    t.add(kind, close_event(t, kind, attrs))
+
+
+def close_event(t: Transition, kind: str, attrs: Mapping[str, Any]) -> EventAttributes:
+    """The attributes of the event that closes the run, taking the run's next event id. A run of a
+    cron schedule that completed, failed or timed out starts the next run in the same record, its
+    first workflow task at the schedule's next time (as Temporal)."""
     ex = t.execution
     started = ex.started
     cron_schedule = started.get("cron_schedule", "")
     if not cron_schedule or kind not in _CRON_CONTINUES:
-        t.add(kind, {**attrs, "new_execution_run_id": ""})
-        return
+        return cast(EventAttributes, {**attrs, "new_execution_run_id": ""})
     following = Execution(
         workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, t.next_event_id), workflow_type=ex.workflow_type,
         task_queue=ex.task_queue,
     )
-    t.add(kind, {**attrs, "new_execution_run_id": following.run_id})
     t.next_run = Transition(following, t.now_ms)
-    t.next_run.add(EventType.WorkflowExecutionStarted, {
+    t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
         **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE",
         "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
-    })
-    t.next_run.add(EventType.WorkflowTaskScheduled, {"task_queue": following.task_queue, "attempt": 1})
+    }))
+    t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
+    return cast(EventAttributes, {**attrs, "new_execution_run_id": following.run_id})
 
 
-def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    """Close the run and start its successor in the same transition (one record: atomic)."""
+def _continued_as_new_event(
+    t: Transition, attrs: ContinueAsNewWorkflowExecution, completed_id: int, identity: str,
+) -> WorkflowExecutionContinuedAsNew:
+    """The run closes and its successor starts in the same transition (one record: atomic)."""
     ex = t.execution
     following = Execution(
         workflow_id=ex.workflow_id, run_id=continued_run_id(ex.run_id, completed_id),
         workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
     )
-    t.add(EventType.WorkflowExecutionContinuedAsNew, {
-        **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
-        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
-    })
     started = ex.started
     t.next_run = Transition(following, t.now_ms)
-    t.next_run.add(EventType.WorkflowExecutionStarted, {
+    # Cast: the parent's and the chain's fields are spread in.
+    t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
         "workflow_type": following.workflow_type, "task_queue": following.task_queue, "input": attrs["input"],
         "request_id": "", "identity": identity,
         # As Temporal: what the command leaves unset is the current run's, and the execution
@@ -203,8 +224,12 @@ def _continue_as_new(t: Transition, attrs: Record, completed_id: int, identity: 
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex), "header": attrs.get("header", {}),
-    })
-    t.next_run.add(EventType.WorkflowTaskScheduled, {"task_queue": following.task_queue, "attempt": 1})
+    }))
+    t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
+    return {
+        **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
+        "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
+    }
 
 
 def _execution_time_left_ms(ex: Execution, now_ms: int) -> int:
@@ -234,10 +259,10 @@ def _chain_attributes(ex: Execution) -> Record:
 
 
 def _closing(command: str, bad_attributes: str) -> TaskCommand:
-    def record(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-        close(t, CLOSE_COMMANDS[command], {**attrs, "workflow_task_completed_event_id": completed_id})
+    def event(t: Transition, attrs: Mapping[str, Any], completed_id: int, identity: str) -> EventAttributes:
+        return close_event(t, CLOSE_COMMANDS[command], {**attrs, "workflow_task_completed_event_id": completed_id})
 
-    return TaskCommand(bad_attributes, record)
+    return TaskCommand(bad_attributes, event)
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {
@@ -246,16 +271,14 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
     ),
     TaskCommandType.FailWorkflowExecution: _closing(TaskCommandType.FailWorkflowExecution, "BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES"),
     TaskCommandType.CancelWorkflowExecution: _closing(TaskCommandType.CancelWorkflowExecution, "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
-    TaskCommandType.ContinueAsNewWorkflowExecution: TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continue_as_new),
-    TaskCommandType.UpsertWorkflowSearchAttributes: recorded_as_given(
-        TaskCommandType.UpsertWorkflowSearchAttributes, "BAD_SEARCH_ATTRIBUTES",
-    ),
+    TaskCommandType.ContinueAsNewWorkflowExecution: TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continued_as_new_event),
+    TaskCommandType.UpsertWorkflowSearchAttributes: recorded_as_given("BAD_SEARCH_ATTRIBUTES"),
 }
 
 # ---- commands
 
 
-def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _cancel_requested(ex: Execution, cmd: RequestCancelWorkflowExecution, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     requester = cmd.get("initiated_by")
     if not ex.cancel_requested:  # asking twice is answered, not recorded twice
@@ -269,7 +292,7 @@ def _cancel_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) ->
     return t
 
 
-def _terminated(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _terminated(ex: Execution, cmd: TerminateWorkflowExecution, identity: str, now_ms: int) -> Transition:
     problem = payload_problem(cmd["details"], "termination details")
     if problem:
         raise Rejected(problem)
@@ -286,7 +309,7 @@ COMMANDS: dict[str, Decide] = {
 # ---- timeouts
 
 
-def _run_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _run_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     t.flush_buffered()
     close(t, EventType.WorkflowExecutionTimedOut, {"retry_state": RetryState.TIMEOUT.value})
@@ -327,7 +350,7 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
 def _on_closed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """A child run's close is told to its parent (unless the chain goes on); the run timeout goes
     (unless it is what fired)."""
-    kind, attrs = event["attributes"]
+    kind, attrs = event_type(event), attributes(event)
     effects = [child.close_report(ex, kind, attrs)] if not attrs.get("new_execution_run_id") and ex.parent is not None else []
     if kind != EventType.WorkflowExecutionTimedOut:
         effects.append(drop(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, 1, 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kadence.protocol.limits import MAX_HISTORY_BYTES, MAX_HISTORY_EVENTS, MAX_RECORD_VALUE_BYTES, payload_bytes
 from kadence.protocol.names import CommandType, EffectType, EventType
 from services.history.machine.execution import HISTORY_IDENTITY
-from services.history.machine.records import attributes, event_type
+from services.history.machine.records import event_type
 from services.history.machine.transition import Rejected, Transition
 
 # Commands a client or another workflow sends: refused, with the reason, when their record would be
@@ -76,7 +76,7 @@ def _ending_in_place_of(t: Transition) -> Transition:
     for event in t.events:  # a transient task's WorkflowTaskScheduled first, then the start
         if event_type(event) not in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
             break
-        ending.add(event_type(event), attributes(event), event_time_ms=event["event_time_ms"])
+        ending.add(event_type(event), event["attributes"][1], event_time_ms=event["event_time_ms"])
         if event_type(event) == EventType.WorkflowTaskStarted:
             break
     ending.effects.extend(effect for effect in t.effects if effect[0] == EffectType.DropTimer)

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from kadence.protocol.limits import MAX_PENDING_SIGNALS, name_problem, payload_problem
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
+from kadence.protocol.records import (
+    AcceptWorkflowUpdate,
+    CompleteWorkflowUpdate,
+    RejectWorkflowUpdate,
+    SignalWorkflowExecution,
+    UpdateWorkflowExecution,
+)
 from services.history.machine.effects import answer
 from services.history.machine.execution import Execution
-from services.history.machine.records import HistoryEvent, Record, attributes, event_type
+from services.history.machine.records import HistoryEvent, attributes, event_type
 from services.history.machine.tables import Apply, Decide, Planned, TaskCommand, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
@@ -43,7 +50,7 @@ APPLY: dict[str, Apply] = {
 # ---- commands
 
 
-def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def signaled(ex: Execution, cmd: SignalWorkflowExecution, identity: str, now_ms: int) -> Transition:
     if not cmd["signal_name"]:
         raise Rejected("SignalWorkflowExecution needs a signal_name")
     problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["input"], "signal input")
@@ -65,7 +72,7 @@ def signaled(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transiti
     return t
 
 
-def _update_requested(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _update_requested(ex: Execution, cmd: UpdateWorkflowExecution, identity: str, now_ms: int) -> Transition:
     if not cmd["update_id"] or not cmd["name"]:
         raise Rejected("UpdateWorkflowExecution needs an update_id and a name")
     problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
@@ -88,7 +95,7 @@ COMMANDS: dict[str, Decide] = {CommandType.SignalWorkflowExecution: signaled, Co
 
 def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
     """A command that moves an update from the state `needed` to `leaves` (None: it ends)."""
-    def check(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+    def check(ex: Execution, attrs: AcceptWorkflowUpdate | RejectWorkflowUpdate | CompleteWorkflowUpdate, planned: Planned) -> str | None:
         update_id = attrs["update_id"]
         if planned.updates.get(update_id) != needed:
             return f"{command}: update {update_id} is not {needed}"
@@ -98,8 +105,8 @@ def _update_step(command: str, needed: str, leaves: str | None) -> TaskCommand:
             planned.updates[update_id] = leaves
         return None
 
-    given = recorded_as_given(command, "BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE")
-    return TaskCommand(given.bad_attributes, given.record, check)
+    given = recorded_as_given("BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE")
+    return TaskCommand(given.bad_attributes, given.event, check)
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {

@@ -1,55 +1,36 @@
-"""The records the history machine builds and reads (schemas/*.avsc), typed as the codec gives them."""
+"""The records the history machine builds and reads (schemas/*.avsc), typed by the generated
+kadence/protocol/records.py."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict, cast
 
 from kadence.protocol.codec import Record as Record  # re-exported: the machine's modules import it from here
+from kadence.protocol.records import ActivityHeartbeat as ActivityHeartbeat
+from kadence.protocol.records import CommandRejection, HistoryEventAttributesRecord
+from kadence.protocol.records import HistoryEvent as HistoryEvent
+from kadence.protocol.records import TransientWorkflowTask as TransientWorkflowTask
 
-Effect = tuple[str, Record]  # (record name, fields): a branch of HistoryBatch.effects
+EventAttributes = HistoryEventAttributesRecord  # the attributes of any event
+Rejection = CommandRejection
 
-
-class HistoryEvent(TypedDict):
-    event_id: int  # 0 while buffered
-    event_time_ms: int
-    attributes: tuple[str, Record]  # (event type, its attributes): a branch of HistoryEvent.attributes
-
-
-class ActivityHeartbeat(TypedDict):
-    scheduled_event_id: int
-    attempt: int
-    details: list[Record]
-    recorded_at_ms: int
+# (record name, fields): a branch of HistoryBatch.effects, named by an EffectType (the generated
+# HistoryBatchEffects tags its branches with their names as Literal strings, which mypy does not
+# match with EffectType members).
+Effect = tuple[str, Record]
 
 
 class NextRun(TypedDict):
-    """The run a continue-as-new or a cron schedule starts in the same record."""
+    """The run a continue-as-new or a cron schedule starts in the same record (schemas/HistoryBatch.avsc)."""
 
     run_id: str
     events: list[HistoryEvent]
     effects: list[Effect]
 
 
-class Rejection(TypedDict):
-    request_id: str
-    command: str
-    cause: str
-    reason: str
-
-
-class TransientWorkflowTask(TypedDict):
-    """A workflow task retried after a failure or timeout, which no event records yet (schemas/TransientWorkflowTask.avsc)."""
-
-    scheduled_event_id: int
-    attempt: int
-    scheduled_time_ms: int
-    started_time_ms: int
-    started_identity: str
-    last_cause: str
-    last_failure: Record | None
-
-
 class HistoryBatch(TypedDict):
+    """schemas/HistoryBatch.avsc as the machine writes it: every field set, its effects as `Effect`s."""
+
     workflow_id: str
     run_id: str
     first_event_id: int
@@ -71,7 +52,14 @@ def event_type(event: HistoryEvent) -> str:
 
 
 def attributes(event: HistoryEvent) -> Record:
-    return event["attributes"][1]
+    """An event's attributes, whatever its type: a reader knows which fields its event type has."""
+    return cast(Record, event["attributes"][1])
+
+
+def history_event(event_id: int, event_time_ms: int, event_type: str, attributes: EventAttributes) -> HistoryEvent:
+    """A HistoryEvent: the caller names the type `attributes` are of (cast: the generated union tags
+    each branch with its name as a Literal string, which mypy does not match with an EventType member)."""
+    return {"event_id": event_id, "event_time_ms": event_time_ms, "attributes": cast(Any, (event_type, attributes))}
 
 
 def history_batch(

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
-from kadence.protocol.events import EVENT_FOR_COMMAND
+from kadence.protocol.records import TimeoutFired
 from services.history.machine.execution import Execution
-from services.history.machine.records import Effect, HistoryEvent, Record
+from services.history.machine.records import Effect, EventAttributes, HistoryEvent
 from services.history.machine.transition import Transition
 
 Apply = Callable[[Execution, HistoryEvent], None]  # an event's effect on the execution's state
-Decide = Callable[[Execution, Record, str, int], Transition]  # (execution, command, identity, now_ms)
-Timeout = Callable[[Execution, Record, int], Transition]  # (execution, TimeoutFired, now_ms)
+# (execution, command, identity, now_ms): the command is its branch's TypedDict of kadence.protocol.records.
+Decide = Callable[[Execution, Any, str, int], Transition]
+Timeout = Callable[[Execution, TimeoutFired, int], Transition]  # (execution, the timer's firing, now_ms)
 EffectsOf = Callable[[Execution, Transition, HistoryEvent], list[Effect]]  # (applied execution, transition, event)
 
 
@@ -29,23 +31,33 @@ class Planned:
         return cls(set(ex.timers), dict(ex.updates), {activity.activity_id for activity in ex.activities.values()})
 
 
-def _no_check(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+def _no_check(ex: Execution, attrs: Any, planned: Planned) -> str | None:
+    return None
+
+
+def _nothing_more(t: Transition, attrs: Any, event_id: int) -> None:
     return None
 
 
 @dataclass(frozen=True)
 class TaskCommand:
-    """A command of a completed workflow task: how it is checked and what it records."""
+    """A command of a completed workflow task: how it is checked, and what it records. Its event is
+    the one EVENT_FOR_COMMAND names (workflow_task.py records it); only FOLLOWING_EVENT's commands
+    record another after it. A command's attributes are its own TypedDict of kadence.protocol.records."""
 
     bad_attributes: str  # Temporal's WorkflowTaskFailedCause when it cannot apply
-    record: Callable[[Transition, Record, int, str], None]  # (transition, attributes, WorkflowTaskCompleted event id, identity)
-    check: Callable[[Execution, Record, Planned], str | None] = _no_check  # why it cannot apply, or None
+    # Its event's attributes, from (transition, its attributes, WorkflowTaskCompleted event id, identity).
+    event: Callable[[Transition, Any, int, str], EventAttributes]
+    check: Callable[[Execution, Any, Planned], str | None] = _no_check  # why it cannot apply, or None
     required: tuple[str, ...] = ()  # attributes it needs set
+    # What it does once its event is recorded, from (transition, its attributes, its event's id).
+    then: Callable[[Transition, Any, int], None] = _nothing_more
 
 
-def recorded_as_given(command: str, bad_attributes: str, required: tuple[str, ...] = ()) -> TaskCommand:
-    """A command whose event carries its attributes as they are (plus the completing task's event id)."""
-    def record(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-        t.add(EVENT_FOR_COMMAND[command], {**attrs, "workflow_task_completed_event_id": completed_id})
+def recorded_as_given(bad_attributes: str, required: tuple[str, ...] = ()) -> TaskCommand:
+    """A command whose event carries its attributes as they are, plus the completing task's event id
+    (the schemas give the event every field of the command)."""
+    def event(t: Transition, attrs: Mapping[str, Any], completed_id: int, identity: str) -> EventAttributes:
+        return cast(EventAttributes, {**attrs, "workflow_task_completed_event_id": completed_id})
 
-    return TaskCommand(bad_attributes, record, required=required)
+    return TaskCommand(bad_attributes, event, required=required)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from kadence.protocol.names import EventType, TaskCommandType, TimerKind
+from kadence.protocol.records import CancelTimer, StartTimer, TimeoutFired, TimerCanceled, TimerFired, TimerStarted
 from services.history.machine.effects import drop, timer
 from services.history.machine.execution import Execution, Pending
-from services.history.machine.records import Effect, HistoryEvent, Record
+from services.history.machine.records import Effect, HistoryEvent, attributes
 from services.history.machine.tables import Apply, EffectsOf, Planned, TaskCommand, Timeout
 from services.history.machine.transition import Rejected, Transition
 
@@ -13,11 +14,11 @@ from services.history.machine.transition import Rejected, Transition
 
 
 def _started(ex: Execution, event: HistoryEvent) -> None:
-    ex.timers[event["attributes"][1]["timer_id"]] = event["event_id"]
+    ex.timers[attributes(event)["timer_id"]] = event["event_id"]
 
 
 def _ended(ex: Execution, event: HistoryEvent) -> None:
-    ex.timers.pop(event["attributes"][1]["timer_id"], None)
+    ex.timers.pop(attributes(event)["timer_id"], None)
 
 
 APPLY: dict[str, Apply] = {EventType.TimerStarted: _started, EventType.TimerFired: _ended, EventType.TimerCanceled: _ended}
@@ -25,7 +26,7 @@ APPLY: dict[str, Apply] = {EventType.TimerStarted: _started, EventType.TimerFire
 # ---- the workflow task's commands
 
 
-def _check_start(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+def _check_start(ex: Execution, attrs: StartTimer, planned: Planned) -> str | None:
     if attrs["start_to_fire_timeout_ms"] <= 0:
         return f"timer {attrs['timer_id']}: start_to_fire_timeout must be positive"
     if attrs["timer_id"] in planned.timers:
@@ -34,35 +35,35 @@ def _check_start(ex: Execution, attrs: Record, planned: Planned) -> str | None:
     return None
 
 
-def _record_start(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add(EventType.TimerStarted, {**attrs, "workflow_task_completed_event_id": completed_id})
+def _started_event(t: Transition, attrs: StartTimer, completed_id: int, identity: str) -> TimerStarted:
+    return {**attrs, "workflow_task_completed_event_id": completed_id}
 
 
-def _check_cancel(ex: Execution, attrs: Record, planned: Planned) -> str | None:
+def _check_cancel(ex: Execution, attrs: CancelTimer, planned: Planned) -> str | None:
     return None if attrs["timer_id"] in ex.timers else f"timer {attrs['timer_id']} is not pending"
 
 
-def _record_cancel(t: Transition, attrs: Record, completed_id: int, identity: str) -> None:
-    t.add(EventType.TimerCanceled, {
+def _canceled_event(t: Transition, attrs: CancelTimer, completed_id: int, identity: str) -> TimerCanceled:
+    return {
         "timer_id": attrs["timer_id"], "started_event_id": t.execution.timers[attrs["timer_id"]],
         "workflow_task_completed_event_id": completed_id,
-    })
+    }
 
 
 TASK_COMMANDS: dict[str, TaskCommand] = {
-    TaskCommandType.StartTimer: TaskCommand("BAD_START_TIMER_ATTRIBUTES", _record_start, _check_start),
-    TaskCommandType.CancelTimer: TaskCommand("BAD_CANCEL_TIMER_ATTRIBUTES", _record_cancel, _check_cancel),
+    TaskCommandType.StartTimer: TaskCommand("BAD_START_TIMER_ATTRIBUTES", _started_event, _check_start),
+    TaskCommandType.CancelTimer: TaskCommand("BAD_CANCEL_TIMER_ATTRIBUTES", _canceled_event, _check_cancel),
 }
 
 # ---- timeouts
 
 
-def _fired(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _fired(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     fired = next((tid for tid, started in ex.timers.items() if started == cmd["scheduled_event_id"]), None)
     if fired is None:
         raise Rejected("stale user timer")
     t = Transition(ex, now_ms)
-    t.add_workflow_visible(EventType.TimerFired, {"timer_id": fired, "started_event_id": cmd["scheduled_event_id"]})
+    t.add_workflow_visible(EventType.TimerFired, TimerFired(timer_id=fired, started_event_id=cmd["scheduled_event_id"]))
     return t
 
 
@@ -72,7 +73,7 @@ TIMEOUTS: dict[str, Timeout] = {TimerKind.USER_TIMER: _fired}
 
 
 def _set(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    fire_at = t.now_ms + event["attributes"][1]["start_to_fire_timeout_ms"]
+    fire_at = t.now_ms + attributes(event)["start_to_fire_timeout_ms"]
     return [timer(ex, TimerKind.USER_TIMER, fire_at, event["event_id"], 1)]
 
 

@@ -8,17 +8,19 @@ from dataclasses import dataclass, field
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
 from kadence.protocol.names import CommandType, EffectType, EventType
+from kadence.protocol.records import Failure, WorkflowTaskScheduled
 from services.history.machine.execution import HISTORY_IDENTITY, Execution, WorkflowTaskState
 from services.history.machine.records import (
     ActivityHeartbeat,
     Effect,
+    EventAttributes,
     HistoryBatch,
     HistoryEvent,
     NextRun,
-    Record,
     Rejection,
     event_type,
     history_batch,
+    history_event,
 )
 
 
@@ -78,10 +80,9 @@ class Transition:
         """An upper bound of the encoded HistoryBatch this transition makes (taken before it applies)."""
         return batch_bytes_bound(self)
 
-    def add(self, event_type: str, attributes: Record, event_time_ms: int | None = None) -> int:
+    def add(self, event_type: str, attributes: EventAttributes, event_time_ms: int | None = None) -> int:
         event_id = self.next_event_id
-        time_ms = self.now_ms if event_time_ms is None else event_time_ms
-        self.events.append({"event_id": event_id, "event_time_ms": time_ms, "attributes": (event_type, attributes)})
+        self.events.append(history_event(event_id, self.now_ms if event_time_ms is None else event_time_ms, event_type, attributes))
         return event_id
 
     def refuse_eager_starts(self, request_id: str, why: str) -> None:
@@ -89,18 +90,18 @@ class Transition:
         self.refused = {"request_id": request_id, "command": CommandType.RespondWorkflowTaskCompleted, "cause": "INVALID_ARGUMENT",
                         "reason": f"the eager activity attempts were not started ({why}); any scheduled go to the task queue"}
 
-    def add_workflow_visible(self, event_type: str, attributes: Record) -> None:
+    def add_workflow_visible(self, event_type: str, attributes: EventAttributes) -> None:
         """Buffer the event while a workflow task is in flight, else write it and schedule a task
         (one per transition, after its last workflow-visible event)."""
         if self.execution.workflow_task is not None:
-            self.buffered.append({"event_id": 0, "event_time_ms": self.now_ms, "attributes": (event_type, attributes)})
+            self.buffered.append(history_event(0, self.now_ms, event_type, attributes))
             return
         if self.events and self.events[-1]["attributes"] == (EventType.WorkflowTaskScheduled, self._first_task_attributes()):
             self.events.pop()
         self.add(event_type, attributes)
         self.add(EventType.WorkflowTaskScheduled, self._first_task_attributes())
 
-    def _first_task_attributes(self) -> Record:
+    def _first_task_attributes(self) -> WorkflowTaskScheduled:
         return {"task_queue": self.execution.task_queue, "attempt": 1}
 
     def flush_buffered(self) -> None:
@@ -125,7 +126,7 @@ class Transition:
         )
 
 
-def engine_failure(message: str, failure_type: str) -> Record:
+def engine_failure(message: str, failure_type: str) -> Failure:
     """A Failure the history service itself records (a timeout, a bad command)."""
     return failure_record(message, failure_type, HISTORY_IDENTITY)
 

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.codec import history_batch_codec, writes_field
-from kadence.protocol.events import CLOSE_COMMANDS, WORKFLOW_TASK_TOO_LARGE
+from kadence.protocol.events import CLOSE_COMMANDS, EVENT_FOR_COMMAND, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.records import (
+    Failure,
+    RecordWorkflowTaskStarted,
+    RespondWorkflowTaskCompleted,
+    RespondWorkflowTaskFailed,
+    TimeoutFired,
+)
+from kadence.protocol.records import RespondWorkflowTaskCompletedCommands as TaskCommandRecord
 from services.history.machine import activity, child, lifecycle, messages, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
@@ -49,8 +59,11 @@ APPLY: dict[str, Apply] = {
 
 # ---- commands: the worker's
 
+# A worker's start or answer of a workflow task attempt.
+TaskAnswer = RecordWorkflowTaskStarted | RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed
 
-def _same_attempt(wt: WorkflowTaskState, cmd: Record) -> None:
+
+def _same_attempt(wt: WorkflowTaskState, cmd: TaskAnswer) -> None:
     """An answer or start names the attempt it was dispatched as (0: a release that did not say):
     a transient task keeps its ids from one attempt to the next, so only the attempt tells a late
     answer to an attempt since retried from one to the current attempt."""
@@ -58,7 +71,7 @@ def _same_attempt(wt: WorkflowTaskState, cmd: Record) -> None:
         raise Rejected(f"workflow task {wt.scheduled_event_id} is at attempt {wt.attempt}; attempt {cmd['attempt']} was retried")
 
 
-def _started_task(ex: Execution, cmd: Record, identity: str) -> WorkflowTaskState:
+def _started_task(ex: Execution, cmd: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed, identity: str) -> WorkflowTaskState:
     wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id == 0:
         raise Rejected(f"no started workflow task with scheduled_event_id={scheduled_event_id}")
@@ -68,7 +81,7 @@ def _started_task(ex: Execution, cmd: Record, identity: str) -> WorkflowTaskStat
     return wt
 
 
-def _pending_task(ex: Execution, cmd: Record) -> WorkflowTaskState:
+def _pending_task(ex: Execution, cmd: TaskAnswer) -> WorkflowTaskState:
     wt, scheduled_event_id = ex.workflow_task, cmd["scheduled_event_id"]
     if wt is None or wt.scheduled_event_id != scheduled_event_id or wt.started_event_id != 0:
         raise Rejected(f"no pending workflow task with scheduled_event_id={scheduled_event_id}")
@@ -87,7 +100,7 @@ def _transient_started(wt: WorkflowTaskState, identity: str, started_time_ms: in
     return replace(wt, started_event_id=wt.scheduled_event_id + 1, started_identity=identity, started_time_ms=started_time_ms)
 
 
-def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_started(ex: Execution, cmd: RecordWorkflowTaskStarted, identity: str, now_ms: int) -> Transition:
     wt = _pending_task(ex, cmd)
     t = Transition(ex, now_ms)
     if not wt.transient:
@@ -100,19 +113,20 @@ def _task_started(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tra
     return t
 
 
-def _answered_task(t: Transition, cmd: Record, identity: str) -> WorkflowTaskState:
+def _answered_task(t: Transition, cmd: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed, identity: str) -> WorkflowTaskState:
     """The task an answer is for: started before, or started by the answer itself (it carries the
     start the worker held back while the task ran: docs/architecture.md, "Workflow task start").
     Then its WorkflowTaskStarted comes first in the same batch, its re-dispatch timer goes, and no
     start-to-close timer is set for a task already over (`_on_started`)."""
     ex = t.execution
-    if cmd.get("started_time_ms") is None:
+    started_time_ms = cmd.get("started_time_ms")
+    if started_time_ms is None:
         return _started_task(ex, cmd, identity)
     wt = _pending_task(ex, cmd)
     t.effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, wt.scheduled_event_id, wt.attempt))
     if wt.transient:
-        return _transient_started(wt, identity, cmd["started_time_ms"])
-    return replace(wt, started_event_id=_record_started(t, wt, identity, cmd["started_time_ms"]), started_identity=identity)
+        return _transient_started(wt, identity, started_time_ms)
+    return replace(wt, started_event_id=_record_started(t, wt, identity, started_time_ms), started_identity=identity)
 
 
 def _recorded(t: Transition, wt: WorkflowTaskState) -> WorkflowTaskState:
@@ -130,7 +144,7 @@ def _recorded(t: Transition, wt: WorkflowTaskState) -> WorkflowTaskState:
     return WorkflowTaskState(scheduled_event_id, wt.attempt, started_event_id, wt.started_identity)
 
 
-def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_completed(ex: Execution, cmd: RespondWorkflowTaskCompleted, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
     runs_on = False
@@ -139,7 +153,7 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
         _fail(t, wt, "UNHANDLED_COMMAND", None, identity, retried=False)
     elif problem := _invalid_command(ex, cmd["commands"]):
         cause, message = problem
-        failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
+        failure: Failure = {**engine_failure(message, "BadCommandAttributes"), "non_retryable": True}
         _fail(t, wt, cause, failure, identity, retried=True)
     else:
         runs_on = _record_commands(t, _recorded(t, wt), cmd["commands"], identity)
@@ -150,22 +164,23 @@ def _task_completed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> T
     return t
 
 
-def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[tuple[str, Record]], identity: str) -> bool:
-    """WorkflowTaskCompleted and each command's events, up to a command that closes the run;
-    whether the run goes on."""
+def _record_commands(t: Transition, wt: WorkflowTaskState, commands: list[TaskCommandRecord], identity: str) -> bool:
+    """WorkflowTaskCompleted and each command's events (the event EVENT_FOR_COMMAND names, and what
+    its `then` adds), up to a command that closes the run; whether the run goes on."""
     completed_id = t.add(EventType.WorkflowTaskCompleted, {
         "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id, "identity": identity,
     })
     for kind, attrs in commands:
-        TASK_COMMANDS[kind].record(t, attrs, completed_id, identity)
+        command = TASK_COMMANDS[kind]
+        command.then(t, attrs, t.add(EVENT_FOR_COMMAND[kind], command.event(t, attrs, completed_id, identity)))
         if kind in CLOSE_COMMANDS:
             return False
     return True
 
 
-def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple[str, str] | None:
+def _invalid_command(ex: Execution, commands: list[TaskCommandRecord]) -> tuple[str, str] | None:
     """The first command that cannot apply, as (Temporal's WorkflowTaskFailedCause, message)."""
-    counts = Counter(kind for kind, _ in commands)
+    counts = Counter[str](kind for kind, _ in commands)
     limit = activity.pending_limit(ex, counts) or child.pending_limit(ex, counts)
     if limit:
         return limit
@@ -178,12 +193,12 @@ def _invalid_command(ex: Execution, commands: list[tuple[str, Record]]) -> tuple
     return None
 
 
-def _missing(kind: str, command: TaskCommand, attrs: Record) -> str | None:
+def _missing(kind: str, command: TaskCommand, attrs: Mapping[str, Any]) -> str | None:
     missing = [name for name in command.required if not attrs[name]]
     return f"{kind} needs {' and '.join(missing)}" if missing else None
 
 
-def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Transition:
+def _task_failed(ex: Execution, cmd: RespondWorkflowTaskFailed, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     wt = _answered_task(t, cmd, identity)
     if cmd["cause"] == WORKFLOW_TASK_TOO_LARGE:  # every attempt would fail alike
@@ -192,7 +207,7 @@ def _task_failed(ex: Execution, cmd: Record, identity: str, now_ms: int) -> Tran
     return t
 
 
-def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None, identity: str, *, retried: bool) -> None:
+def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Failure | None, identity: str, *, retried: bool) -> None:
     """The task failed: `retried`, its next attempt retries it after a backoff, as a transient task
     (the first failure is recorded, the ones after only counted, as Temporal does); else (new
     events it did not see) a new task follows at once."""
@@ -217,7 +232,7 @@ def _retries_are_transient() -> bool:
     return writes_field(history_batch_codec(), "HistoryBatch", "workflow_task")
 
 
-def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Record | None) -> None:
+def _next_attempt(t: Transition, wt: WorkflowTaskState, cause: str, failure: Failure | None) -> None:
     """The next attempt of a task that failed or timed out: a transient task, dispatched after its
     backoff. It keeps the ids the task's events would take now (after the events it writes, those
     buffered while the attempt ran: the next attempt sees them)."""
@@ -245,13 +260,13 @@ COMMANDS: dict[str, Decide] = {
 TASK_COMMANDS: dict[str, TaskCommand] = {
     **lifecycle.TASK_COMMANDS, **activity.TASK_COMMANDS, **timer.TASK_COMMANDS, **child.TASK_COMMANDS,
     **messages.TASK_COMMANDS,
-    TaskCommandType.RecordMarker: recorded_as_given(TaskCommandType.RecordMarker, "BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
+    TaskCommandType.RecordMarker: recorded_as_given("BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
 }
 
 # ---- timeouts
 
 
-def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _start_to_close_timed_out(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     wt = ex.workflow_task
     if (wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or not wt.started_event_id
             or (wt.transient and wt.attempt != cmd["attempt"])):
@@ -267,7 +282,7 @@ def _start_to_close_timed_out(ex: Execution, cmd: Record, now_ms: int) -> Transi
     return t
 
 
-def _retry_due(ex: Execution, cmd: Record, now_ms: int) -> Transition:
+def _retry_due(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     """Its start delay or backoff ended, or no worker started it yet: dispatched (again)."""
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != cmd["scheduled_event_id"] or wt.attempt != cmd["attempt"] or wt.started_event_id:
