@@ -22,15 +22,15 @@ from typing import Any
 from confluent_kafka import KafkaException, Message
 
 from kadence import workflow as workflow_module
-from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
-from kadence._workflow_instance import WorkflowDefinition
 from kadence.client import Client
 from kadence.protocol import topics
 from kadence.protocol.codec import Record, UndecodableRecord, codec, task_codec
 from kadence.protocol.kafka import ensure_topics, partition_for_key
 from kadence.worker._activity import ActivityWorker
+from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence.worker._shared_state import SharedStateManager
 from kadence.worker._workflow import WorkflowWorker
+from kadence.workflow._definition import WorkflowDefinition
 
 log = logging.getLogger("kadence.worker")
 
