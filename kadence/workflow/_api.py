@@ -24,8 +24,8 @@ from kadence import activity as activity_module
 from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.codec import Record
-from kadence.workflow._definition import Handler, _check_dynamic, definition, signal_name
-from kadence.workflow._runtime import _UNSET, ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
+from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
+from kadence.workflow._runtime import UNSET, ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
 ActivityHandle = asyncio.Task  # temporalio's name for what start_activity returns: await it for the result
 
@@ -39,16 +39,13 @@ class ContinueAsNewError(BaseException):
         self.attributes = attributes
 
 
-_runtime = _Runtime.current
-
-
 def in_workflow() -> bool:
     """Whether the code is running in a workflow."""
     return _Runtime.maybe_current() is not None
 
 
 def info() -> WorkflowInfo:
-    return _runtime().workflow_info()
+    return _Runtime.current().workflow_info()
 
 
 def current_update_info() -> UpdateInfo | None:
@@ -58,83 +55,83 @@ def current_update_info() -> UpdateInfo | None:
 
 def payload_converter() -> PayloadConverter:
     """The run's payload converter: to convert a dynamic handler's RawValue arguments."""
-    return _runtime().converter.payload_converter
+    return _Runtime.current().converter.payload_converter
 
 
 def all_handlers_finished() -> bool:
     """Whether no signal or update handler is still running: wait for it before the run returns
     (`await workflow.wait_condition(workflow.all_handlers_finished)`) so none is cut off."""
-    return _runtime().all_handlers_finished()
+    return _Runtime.current().all_handlers_finished()
 
 
 def get_signal_handler(name: str) -> Callable[..., Any] | None:
     """The handler of signal `name` (None if there is none)."""
-    return _handler_fn(_runtime().signals, name)
+    return _handler_fn(_Runtime.current().signals, name)
 
 
 def set_signal_handler(name: str, handler: Callable[..., Any] | None) -> None:
     """Handle signal `name` with `handler` (None removes it); signals of that name that arrived
     before it was set reach it now, in order (as temporalio)."""
-    _runtime().set_signal_handler(name, handler)
+    _Runtime.current().set_signal_handler(name, handler)
 
 
 def get_dynamic_signal_handler() -> Callable[..., Any] | None:
-    return _handler_fn(_runtime().signals, None)
+    return _handler_fn(_Runtime.current().signals, None)
 
 
 def set_dynamic_signal_handler(handler: Callable[..., Any] | None) -> None:
     """Handle every signal no other handler takes with `handler(name, args: Sequence[RawValue])`;
     the signals kept for want of a handler reach it now."""
     if handler is not None:
-        _check_dynamic(handler, "signal", is_method=False)
-    _runtime().set_signal_handler(None, handler)
+        check_dynamic(handler, "signal", is_method=False)
+    _Runtime.current().set_signal_handler(None, handler)
 
 
 def get_query_handler(name: str) -> Callable[..., Any] | None:
-    return _handler_fn(_runtime().queries, name)
+    return _handler_fn(_Runtime.current().queries, name)
 
 
 def set_query_handler(name: str, handler: Callable[..., Any] | None) -> None:
     """Answer query `name` with `handler` (None removes it)."""
-    _runtime().set_query_handler(name, handler)
+    _Runtime.current().set_query_handler(name, handler)
 
 
 def get_dynamic_query_handler() -> Callable[..., Any] | None:
-    return _handler_fn(_runtime().queries, None)
+    return _handler_fn(_Runtime.current().queries, None)
 
 
 def set_dynamic_query_handler(handler: Callable[..., Any] | None) -> None:
     """Answer every query no other handler takes with `handler(name, args: Sequence[RawValue])`."""
     if handler is not None:
-        _check_dynamic(handler, "query", is_method=False)
-    _runtime().set_query_handler(None, handler)
+        check_dynamic(handler, "query", is_method=False)
+    _Runtime.current().set_query_handler(None, handler)
 
 
 def get_update_handler(name: str) -> Callable[..., Any] | None:
-    return _handler_fn(_runtime().updates, name)
+    return _handler_fn(_Runtime.current().updates, name)
 
 
 def set_update_handler(name: str, handler: Callable[..., Any] | None, *, validator: Callable[..., Any] | None = None) -> None:
     """Run `handler` for update `name` (None removes it), after `validator` if given."""
-    _runtime().set_update_handler(name, handler, validator)
+    _Runtime.current().set_update_handler(name, handler, validator)
 
 
 def get_dynamic_update_handler() -> Callable[..., Any] | None:
-    return _handler_fn(_runtime().updates, None)
+    return _handler_fn(_Runtime.current().updates, None)
 
 
 def set_dynamic_update_handler(handler: Callable[..., Any] | None, *, validator: Callable[..., Any] | None = None) -> None:
     """Run `handler(name, args: Sequence[RawValue])` for every update no other handler takes."""
     if handler is not None:
-        _check_dynamic(handler, "update", is_method=False)
-    _runtime().set_update_handler(None, handler, validator)
+        check_dynamic(handler, "update", is_method=False)
+    _Runtime.current().set_update_handler(None, handler, validator)
 
 
 def _handler_fn(handlers: dict[str | None, Handler], name: str | None) -> Callable[..., Any] | None:
     handler = handlers.get(name)
     if handler is None:
         return None
-    return _runtime().callable(handler)
+    return _Runtime.current().callable(handler)
 
 
 class SandboxImportNotificationPolicy(enum.Flag):
@@ -179,18 +176,18 @@ class unsafe:  # noqa: N801 (temporalio's name)
     def is_replaying() -> bool:
         """Whether the workflow runs again over history already recorded (a query or update
         validator during a replay included)."""
-        return _runtime().is_replaying()
+        return _Runtime.current().is_replaying()
 
     @staticmethod
     def is_replaying_history_events() -> bool:
         """Whether the workflow replays history events (queries and update validators, being live, excluded)."""
-        runtime = _runtime()
+        runtime = _Runtime.current()
         return runtime.is_replaying() and not runtime.read_only
 
     @staticmethod
     def is_read_only() -> bool:
         """Whether the code runs in a query handler or update validator, which must not change state."""
-        return _runtime().read_only
+        return _Runtime.current().read_only
 
     @staticmethod
     def is_sandbox_unrestricted() -> bool:
@@ -275,60 +272,60 @@ logger = LoggerAdapter(logging.getLogger("kadence.workflow"), None)
 
 def now() -> datetime:
     """Deterministic current time: the start time of the current workflow task."""
-    return _runtime().now()
+    return _Runtime.current().now()
 
 
 def random() -> _random.Random:
     """A random generator for workflow code: seeded by the run, so replay draws the same numbers."""
-    return _runtime().random
+    return _Runtime.current().random
 
 
 def uuid4() -> _uuid.UUID:
     """A version-4 UUID drawn from workflow.random(): the same on every replay."""
-    return _uuid.UUID(int=_runtime().random.getrandbits(128), version=4)
+    return _uuid.UUID(int=_Runtime.current().random.getrandbits(128), version=4)
 
 
 def get_current_history_length() -> int:
     """Events in this run's history as of the current workflow task (its WorkflowTaskStarted included)."""
-    return _runtime().history_length
+    return _Runtime.current().history_length
 
 
 def get_current_history_size() -> int:
     """Payload bytes in this run's history as of the current workflow task."""
-    return _runtime().history_bytes
+    return _Runtime.current().history_bytes
 
 
 def is_continue_as_new_suggested() -> bool:
     """True once the history passes 10,240 events or 10 MB (the history service warns there and ends
     the run at 51,200 events or 50 MB): time to workflow.continue_as_new()."""
-    return _runtime().continue_as_new_suggested()
+    return _Runtime.current().continue_as_new_suggested()
 
 
 def continue_as_new(
-    arg: Any = _UNSET, *, args: Sequence[Any] = (), workflow: type | str | None = None, task_queue: str | None = None,
+    arg: Any = UNSET, *, args: Sequence[Any] = (), workflow: type | str | None = None, task_queue: str | None = None,
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
 ) -> NoReturn:
     """End this run and start a new one of the same workflow id with fresh history (and these arguments)."""
-    runtime = _runtime()
+    runtime = _Runtime.current()
     workflow_type = None
     if workflow is not None:
         found = definition(workflow)
         workflow_type = found if isinstance(found, str) else found.name
     runtime.continue_as_new(
-        workflow_type, ([arg] if arg is not _UNSET else []) + list(args), task_queue=task_queue, run_timeout=run_timeout,
+        workflow_type, ([arg] if arg is not UNSET else []) + list(args), task_queue=task_queue, run_timeout=run_timeout,
         task_timeout=task_timeout,
     )
 
 
 def upsert_search_attributes(attributes: dict[str, Any]) -> None:
     """Set (or overwrite) search attributes of this run: indexed in the read model for list queries."""
-    _runtime().upsert_search_attributes(attributes)
+    _Runtime.current().upsert_search_attributes(attributes)
 
 
 async def wait_condition(condition: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:
     """Wait until `condition()` is true (checked whenever the workflow has run dry); raises
     asyncio.TimeoutError after `timeout`, which is a durable timer."""
-    future = _runtime().wait_condition(condition)
+    future = _Runtime.current().wait_condition(condition)
     seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     await asyncio.wait_for(future, seconds)
 
@@ -358,7 +355,7 @@ def start_activity(
     A worker that polls the activity's task queue and has a free slot runs it itself (eager
     execution, as Temporal's) unless `disable_eager_execution` is set.
     """
-    runtime = _runtime()
+    runtime = _Runtime.current()
     if isinstance(activity, str):
         activity_type = activity
     else:
@@ -388,7 +385,7 @@ def start_local_activity(
     """Run a short activity in this worker, within the workflow task, with no task queue round
     trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
     workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short."""
-    runtime = _runtime()
+    runtime = _Runtime.current()
     if isinstance(activity, str):
         activity_type = activity
     else:
@@ -470,7 +467,7 @@ async def wait(
         return len(done) == len(futures)
 
     if not enough():
-        runtime = _runtime()
+        runtime = _Runtime.current()
         waiter = runtime.create_future()
 
         def release() -> None:
@@ -500,7 +497,7 @@ def as_completed(fs: typing.Iterable[typing.Awaitable[Any]], *, timeout: float |
     rest raise asyncio.TimeoutError."""
     if asyncio.isfuture(fs) or asyncio.iscoroutine(fs):
         raise TypeError(f"workflow.as_completed takes an iterable of awaitables, not a {type(fs).__name__}")
-    runtime = _runtime()
+    runtime = _Runtime.current()
     todo = [asyncio.ensure_future(f, loop=runtime) for f in fs]
     finished: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue()
     outstanding = list(todo)
@@ -558,18 +555,18 @@ async def execute_activity(
 def patched(id: str) -> bool:
     """Whether this run takes the code after patch `id`: True for runs that reach it with the patch
     deployed (a MarkerRecorded event remembers it), False when replaying history recorded before it."""
-    return _runtime().patched(id)
+    return _Runtime.current().patched(id)
 
 
 def deprecate_patch(id: str) -> None:
     """Mark patch `id` as the only path left: histories with or without its marker both replay."""
-    _runtime().patched(id, deprecated=True)
+    _Runtime.current().patched(id, deprecated=True)
 
 
 
 async def start_child_workflow(
     workflow: type | Callable[..., Any] | str,
-    arg: Any = _UNSET,
+    arg: Any = UNSET,
     *,
     args: Sequence[Any] = (),
     id: str | None = None,
@@ -585,14 +582,14 @@ async def start_child_workflow(
     """Start a child workflow and wait until it started (raises WorkflowAlreadyStartedError if its
     id is taken). The child runs on `task_queue` (default: this workflow's); its id is `id`, else
     workflow.uuid4() (the same on every replay), as temporalio."""
-    runtime = _runtime()
+    runtime = _Runtime.current()
     id = id or str(uuid4())
     found = definition(workflow)
     workflow_type = found if isinstance(found, str) else found.name
     if result_type is None and not isinstance(found, str):
         result_type = found.result_type()
     return await runtime.start_child_workflow(
-        workflow_type, ([arg] if arg is not _UNSET else []) + list(args), id=id, task_queue=task_queue,
+        workflow_type, ([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
         execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
         parent_close_policy=parent_close_policy, search_attributes=search_attributes, result_type=result_type,
     )
@@ -601,7 +598,7 @@ async def start_child_workflow(
 
 async def execute_child_workflow(
     workflow: type | Callable[..., Any] | str,
-    arg: Any = _UNSET,
+    arg: Any = UNSET,
     *,
     args: Sequence[Any] = (),
     id: str | None = None,
@@ -630,20 +627,20 @@ class ExternalWorkflowHandle:
         self.id = id
         self.run_id = run_id
 
-    async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
+    async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the workflow; raises ApplicationError if it is not found or closed."""
-        await _runtime().signal_external_workflow(
-            self.id, self.run_id, signal_name(signal), ([arg] if arg is not _UNSET else []) + list(args),
+        await _Runtime.current().signal_external_workflow(
+            self.id, self.run_id, signal_name(signal), ([arg] if arg is not UNSET else []) + list(args),
         )
 
     async def cancel(self) -> None:
         """Ask the workflow to cancel; raises ApplicationError if it is not found or closed."""
-        await _runtime().cancel_external_workflow(self.id, self.run_id)
+        await _Runtime.current().cancel_external_workflow(self.id, self.run_id)
 
 
 def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
     """A handle to signal or cancel another workflow (its current run unless `run_id` is given)."""
-    _runtime()
+    _Runtime.current()
     return ExternalWorkflowHandle(workflow_id, run_id)
 
 

@@ -147,7 +147,7 @@ def _check_init_matches_run(cls: type, run_fn: Callable[..., Any]) -> None:
         )
 
 
-def _check_dynamic(fn: Callable[..., Any], kind: str, is_method: bool = True) -> None:
+def check_dynamic(fn: Callable[..., Any], kind: str, is_method: bool = True) -> None:
     """A dynamic handler takes the name and the raw arguments: (self, name: str, args: Sequence[RawValue]);
     a signal or query one may take temporalio's deprecated (self, name: str, *args) instead (warned)."""
     parameters = list(inspect.signature(fn).parameters.values())
@@ -252,7 +252,7 @@ def _handler_key(fn: Callable[..., Any], kind: str, name: str | None, dynamic: b
         return name or fn.__name__
     if name is not None:
         raise ValueError(f"{kind} {fn.__qualname__}: a dynamic handler takes no name")
-    _check_dynamic(fn, kind)
+    check_dynamic(fn, kind)
     return None
 
 

@@ -24,7 +24,8 @@ from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.workflow._definition import Handler, signal_name
 
-_UNSET: Any = object()  # an argument not given (None being a value)
+UNSET: Any = object()  # an argument not given (None being a value)
+
 
 @dataclass(frozen=True)
 class ParentInfo:
@@ -124,9 +125,9 @@ class ChildWorkflowHandle(asyncio.Task[Any]):
     id: str
     first_execution_run_id: str
 
-    async def signal(self, signal: Callable[..., Any] | str, arg: Any = _UNSET, *, args: Sequence[Any] = ()) -> None:
+    async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the child; raises ApplicationError if it cannot be signalled (it closed)."""
-        await _Runtime.current().signal_child_workflow(self.id, signal_name(signal), ([arg] if arg is not _UNSET else []) + list(args))
+        await _Runtime.current().signal_child_workflow(self.id, signal_name(signal), ([arg] if arg is not UNSET else []) + list(args))
 
 
 class _Runtime(asyncio.AbstractEventLoop, abc.ABC):

@@ -7,8 +7,9 @@ Events resolve futures (activity results) in history order before the activation
 so replaying a history makes the same decisions it made live.
 
 Modules, bottom up: _commands (a handle per command kind, matched to its event by key), _loop (the
-event loop), _run (the run's state, commands, handlers and runtime), _history (what each event does),
-_handlers and _outbound (where the interceptor chains end), _instance (the run wired and driven).
+event loop), _run (the run's state, its commands and the runtime the workflow API calls), _outbound
+(where the outbound interceptor chain ends), _handlers (signal, query and update dispatch, and where
+the inbound chain ends), _history (what each history event does), _instance (the run wired and driven).
 """
 
 from kadence.worker._workflow_instance._commands import LocalActivity

@@ -28,14 +28,12 @@ class PendingCommand:
         return ""
 
 
-@dataclass(eq=False)
 class StartTimerCommand(PendingCommand):
     @property
     def key(self) -> str:
         return str(self.command[1]["timer_id"])
 
 
-@dataclass(eq=False)
 class CancelTimerCommand(PendingCommand):
     @property
     def key(self) -> str:
@@ -53,21 +51,18 @@ class ScheduleActivityCommand(PendingCommand):
         return str(self.command[1]["activity_type"])
 
 
-@dataclass(eq=False)
 class RequestCancelActivityCommand(PendingCommand):
     @property
     def key(self) -> str:
         return str(self.command[1]["scheduled_event_id"])
 
 
-@dataclass(eq=False)
 class RecordMarkerCommand(PendingCommand):
     @property
     def key(self) -> str:
         return str(self.command[1]["marker_name"])
 
 
-@dataclass(eq=False)
 class UpdateResponseCommand(PendingCommand):
     """An update's acceptance, rejection or completion."""
 
@@ -82,7 +77,6 @@ class InitiatedCommand(PendingCommand):
     that event's id (kadence.protocol.events.INITIATED_BY_ANSWER)."""
 
     future: asyncio.Future[Any]  # the answer: a child's result, a signal's or cancellation request's delivery
-    initiated_event_id: int = 0
 
     @property
     def key(self) -> str:
@@ -94,14 +88,12 @@ class StartChildWorkflowCommand(InitiatedCommand):
     started: asyncio.Future[str] = field(kw_only=True)  # the child's run id, once it started
 
 
-@dataclass(eq=False)
 class SignalExternalCommand(InitiatedCommand):
-    pass
+    """A signal to another workflow (a child's included)."""
 
 
-@dataclass(eq=False)
 class RequestCancelExternalCommand(InitiatedCommand):
-    pass
+    """A request that another workflow (a child's included) cancel."""
 
 
 @dataclass

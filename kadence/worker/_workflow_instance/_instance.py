@@ -9,15 +9,14 @@ from kadence.converter import DataConverter
 from kadence.protocol.codec import Record
 from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._workflow_instance._commands import Command
-from kadence.worker._workflow_instance._handlers import _WorkflowInboundImpl
+from kadence.worker._workflow_instance._handlers import WorkflowHandlers, _WorkflowInboundImpl
 from kadence.worker._workflow_instance._history import apply_event
 from kadence.worker._workflow_instance._outbound import _WorkflowOutboundImpl
-from kadence.worker._workflow_instance._run import WorkflowRun
 from kadence.workflow._definition import WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo
 
 
-class WorkflowInstance(WorkflowRun):
+class WorkflowInstance(WorkflowHandlers):
     """One run in a worker. Being an asyncio loop with typeshed's abstract methods left out, it is
     made with a type: ignore[abstract] (see WorkflowLoop)."""
 

@@ -1,6 +1,6 @@
 """One workflow run inside a worker: its state, the commands its code issues and how they are
-matched to the events that record them, its signal, query and update handlers, and the runtime
-(kadence.workflow's _Runtime) the workflow API calls, on its deterministic loop (WorkflowLoop).
+matched to the events that record them, and the runtime (kadence.workflow's _Runtime) the
+workflow API calls, on its deterministic loop (WorkflowLoop).
 
 An activation runs the code until it waits on history and collects the commands it issued; the
 history (kadence.worker._workflow_instance._history) resolves what they wait on. Commands produced
@@ -14,19 +14,16 @@ import asyncio
 import collections
 import contextvars
 import dataclasses
-import functools
 import json
-import logging
 import random
-import traceback
 import warnings
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ParentClosePolicy, RawValue, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
@@ -36,9 +33,6 @@ from kadence.protocol.names import EventType, TaskCommandType
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
     ExecuteWorkflowInput,
-    HandleQueryInput,
-    HandleSignalInput,
-    HandleUpdateInput,
     SignalChildWorkflowInput,
     SignalExternalWorkflowInput,
     StartActivityInput,
@@ -60,7 +54,6 @@ from kadence.worker._workflow_instance._commands import (
     SignalExternalCommand,
     StartChildWorkflowCommand,
     StartTimerCommand,
-    UpdateResponseCommand,
 )
 from kadence.worker._workflow_instance._loop import WorkflowLoop, WorkflowTaskError
 from kadence.workflow import (
@@ -71,16 +64,12 @@ from kadence.workflow import (
     RootInfo,
     UnfinishedSignalHandlersWarning,
     UnfinishedUpdateHandlersWarning,
-    UpdateInfo,
 )
 from kadence.workflow._definition import Handler, WorkflowDefinition
-from kadence.workflow._runtime import WorkflowInfo, _Runtime, current_update
-
-log = logging.getLogger("kadence.worker")
+from kadence.workflow._runtime import WorkflowInfo, _Runtime
 
 PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
-STACK_TRACE_QUERY = "__stack_trace"  # built in, as temporalio's: where the run's coroutines wait
 
 _Ts = TypeVarTuple("_Ts")
 _Pending = TypeVar("_Pending", bound=PendingCommand)
@@ -106,8 +95,9 @@ class DurableTimerHandle(asyncio.TimerHandle):
 
 
 class WorkflowRun(WorkflowLoop, _Runtime):
-    """One run's state and the runtime its workflow code calls. WorkflowInstance wires its
-    interceptor chains (inbound, outbound) and applies its history."""
+    """One run's state, its commands and the runtime its workflow code calls. WorkflowHandlers adds
+    the handlers' dispatch; WorkflowInstance wires the interceptor chains (inbound, outbound) and
+    applies the history."""
 
     inbound: WorkflowInboundInterceptor  # the chain signals, queries and updates reach the code through
     outbound: WorkflowOutboundInterceptor  # the chain what the code sends goes through
@@ -129,7 +119,6 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._timer_seq = 0
         self.main: asyncio.Task[Any] | None = None
         self.workflow_object: Any = None
-        self._unhandled_signals: list[tuple[str, list[Record], Record]] = []  # no handler yet: kept until one is set
         self.signals = {name: Handler(fn, dynamic=name is None) for name, fn in definition.signals.items()}
         self.queries = {name: Handler(fn, dynamic=name is None) for name, fn in definition.queries.items()}
         self.updates = {
@@ -239,7 +228,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._local_activities.remove(local)
         self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details})))
         if "result" in details:
-            _resolve(local.future, details["result"][0])
+            set_result_unless_done(local.future, details["result"][0])
             return
         failed = self.converter.payload_converter.from_payload(details["failure"][0])
         error = ActivityError(
@@ -247,7 +236,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             activity_id=str(local.seq), retry_state=RetryState(failed["retry_state"]),
         )
         error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])
-        _fail(local.future, error)
+        set_exception_unless_done(local.future, error)
 
     def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
         """Local activity outcomes (marker details by seq) the replayed task recorded."""
@@ -309,7 +298,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             root=RootInfo(attrs["root_run_id"], attrs["root_workflow_id"]) if attrs["root_workflow_id"] else None,
             run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
             search_attributes=search_attributes,
-            headers=_headers(attrs.get("header") or {}),
+            headers=payload_headers(attrs.get("header") or {}),
             start_time=datetime.fromtimestamp(first_task_ms / 1000, UTC),
             task_timeout=timedelta(milliseconds=attrs["workflow_task_timeout_ms"]),
             workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
@@ -353,159 +342,6 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self._new_commands = [c for c in self._new_commands if c is not command]
             return True
         return False
-
-    # ---- handlers ----------------------------------------------------------------------------
-
-    def deliver_signal(self, name: str, payloads: list[Record], header: Record) -> None:
-        handler = _lookup(self.signals, name)
-        if handler is None:
-            self._unhandled_signals.append((name, payloads, header))  # as temporalio: kept until a handler is set
-            return
-        try:
-            call, args = self._bind(handler, name, payloads)
-        except Exception as exc:  # as temporalio: logged and dropped, the run goes on
-            log.exception("event=signal_dropped workflow_id=%s run_id=%s signal_name=%s reason=undecodable_input error=%r",
-                          self.info.workflow_id, self.info.run_id, name, str(exc))
-            return
-        running = RunningHandler("signal", name, "", handler.unfinished_policy)
-        self.running_handlers.append(running)
-        signal = HandleSignalInput(signal=name, args=args, headers=_headers(header))
-        self.create_task(self._run_signal(running, signal), name=f"signal:{name}")
-
-    def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
-        """The handler to call for `name` and its arguments: a dynamic one gets the name and the
-        payloads unconverted (as temporalio)."""
-        call = self.callable(handler)
-        if handler.dynamic and handler.takes_varargs():  # temporalio's deprecated form: (name, *args), converted
-            return call, [name, *self.converter.payload_converter.from_payloads(payloads, [handler.arg_types()[-1]] * len(payloads))]
-        if handler.dynamic:
-            return call, [name, [RawValue(payload) for payload in payloads]]
-        return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())
-
-    def callable(self, handler: Handler) -> Callable[..., Any]:
-        """What to call for a handler: a method with the workflow object, else the callable as it is."""
-        return functools.partial(handler.fn, self.workflow_object) if handler.is_method else handler.fn
-
-    def set_signal_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
-        """Set (or with None remove) a signal handler; the signals kept for want of one reach it now."""
-        self.assert_not_read_only("set signal handler")
-        if fn is None:
-            self.signals.pop(name, None)
-            return
-        self.signals[name] = Handler(fn, is_method=False, dynamic=name is None)
-        kept, self._unhandled_signals = self._unhandled_signals, []
-        for signal_name, payloads, header in kept:
-            if name is None or signal_name == name:
-                self.deliver_signal(signal_name, payloads, header)
-            else:
-                self._unhandled_signals.append((signal_name, payloads, header))
-
-    def set_query_handler(self, name: str | None, fn: Callable[..., Any] | None) -> None:
-        self.assert_not_read_only("set query handler")
-        if fn is None:
-            self.queries.pop(name, None)
-        else:
-            self.queries[name] = Handler(fn, is_method=False, dynamic=name is None)
-
-    def set_update_handler(self, name: str | None, fn: Callable[..., Any] | None, validator: Callable[..., Any] | None) -> None:
-        self.assert_not_read_only("set update handler")
-        if fn is None:
-            self.updates.pop(name, None)
-        else:
-            self.updates[name] = Handler(fn, is_method=False, validator=validator, dynamic=name is None)
-
-    async def _run_signal(self, running: RunningHandler, signal: HandleSignalInput) -> None:
-        """Run a signal handler (through the interceptors) as a task of the workflow (as temporalio):
-        a FailureError it raises fails the workflow, any other exception fails the workflow task."""
-        try:
-            await self.inbound.handle_signal(signal)
-        except FailureError as exc:
-            if self._handler_failure is None:
-                self._handler_failure = exc
-        except Exception as exc:
-            if self._task_error is None:
-                self._task_error = WorkflowTaskError(f"signal handler {running.name!r} failed: {type(exc).__name__}: {exc}")
-                self._task_error.__cause__ = exc
-        finally:
-            self.running_handlers.remove(running)
-
-    def admit_update(self, attrs: Record) -> None:
-        """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
-        update_id = attrs["update_id"]
-        current_update.set(UpdateInfo(update_id, attrs["name"]))  # this callback's own context, which its task copies
-        handler = _lookup(self.updates, attrs["name"])
-        try:
-            if handler is None:
-                raise ApplicationError(
-                    f"workflow {self.definition.name} has no update {attrs['name']!r} (known updates: {_names(self.updates)})",
-                    type="UpdateNotRegistered", non_retryable=True,
-                )
-            _, args = self._bind(handler, attrs["name"], attrs["args"])
-            update = HandleUpdateInput(id=update_id, update=attrs["name"], args=args, headers=_headers(attrs.get("header") or {}))
-            if handler.validator is not None:
-                self.read_only = True
-                try:
-                    self.inbound.handle_update_validator(update)
-                finally:
-                    self.read_only = False
-        except Exception as exc:  # the validator said no: the caller hears why
-            rejection = {"update_id": update_id, "failure": self.converter.to_failure(exc)}
-            self.issue(UpdateResponseCommand((TaskCommandType.RejectWorkflowUpdate, rejection)))
-            return
-        self.issue(UpdateResponseCommand((TaskCommandType.AcceptWorkflowUpdate, {"update_id": update_id})))
-        running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
-        self.running_handlers.append(running)
-        self.create_task(self._run_update(running, update), name=f"update:{attrs['name']}")
-
-    async def _run_update(self, running: RunningHandler, update: HandleUpdateInput) -> None:
-        update_id = running.update_id
-        try:
-            result = await self.inbound.handle_update_handler(update)
-            encoded = self.converter.payload_converter.to_payload(result)
-        except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
-            self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, {
-                "update_id": update_id, "result": None, "failure": self.converter.to_failure(exc),
-            })))
-            return
-        finally:
-            self.running_handlers.remove(running)
-        completion = {"update_id": update_id, "result": encoded, "failure": None}
-        self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, completion)))
-
-    def query(self, name: str, payloads: list[Record], header: Record | None = None, query_id: str = "") -> Record:
-        """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
-        The built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
-        if name == STACK_TRACE_QUERY:
-            return self.converter.payload_converter.to_payload(self.stack_trace())
-        handler = _lookup(self.queries, name)
-        if handler is None:
-            raise ApplicationError(
-                f"workflow {self.definition.name} has no query {name!r} (known queries: {_names(self.queries)})",
-                type="QueryNotRegistered", non_retryable=True,
-            )
-        _, args = self._bind(handler, name, payloads)
-        query = HandleQueryInput(id=query_id, query=name, args=args, headers=_headers(header or {}))
-        with self.running(read_only=True):
-            result = _run_to_end(self.inbound.handle_query(query), f"query {name!r}")
-        return self.converter.payload_converter.to_payload(result)
-
-    def stack_trace(self) -> str:
-        """Where each of the run's coroutines waits (its main one, signal and update handlers, the
-        tasks it created), one stack per task, as temporalio's `__stack_trace` query answers."""
-        stacks: list[str] = []
-        for task in sorted(asyncio.all_tasks(self), key=lambda t: t.get_name()):
-            # Down the chain of awaits (Task.print_stack shows the task's own coroutine only, so
-            # an interceptor's execute_workflow, not the run method it awaits).
-            frames: list[traceback.FrameSummary] = []
-            coro: Any = task.get_coro()  # then what it awaits: a coroutine, generator or future
-            while coro is not None:
-                frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-                if frame is not None:  # named as the coroutine (`ApprovalWorkflow.run()`), as a task's repr names it
-                    frames.append(traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, f"{frame.f_code.co_qualname}()"))
-                coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-            lines = "".join(traceback.StackSummary.from_list(frames).format())
-            stacks.append(f"Stack for {task!r} (most recent call last):\n{lines}".rstrip())
-        return "\n\n".join(stacks)
 
     # ---- what the workflow code asks of the run ----------------------------------------------
 
@@ -691,44 +527,26 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             versioning_intent=None, arg_types=None,
         ))
 
+
 def _duration(ms: int) -> timedelta | None:
     return timedelta(milliseconds=ms) if ms else None
-
-
-def _lookup(handlers: dict[str | None, Handler], name: str) -> Handler | None:
-    """The handler of `name`, else the dynamic one."""
-    return handlers.get(name) or handlers.get(None)
-
-
-def _names(handlers: dict[str | None, Handler]) -> list[str]:
-    return sorted(name for name in handlers if name is not None)
 
 
 async def _raise(error: Exception) -> None:
     raise error
 
 
-def _resolve(future: asyncio.Future[Any] | None, value: Any) -> None:
+def set_result_unless_done(future: asyncio.Future[Any] | None, value: Any) -> None:
     if future is not None and not future.done():  # a future the workflow cancelled takes no result
         future.set_result(value)
 
 
-def _fail(future: asyncio.Future[Any] | None, error: BaseException) -> None:
+def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseException) -> None:
     if future is not None and not future.done():
         future.set_exception(error)
 
 
 
-def _headers(header: Mapping[str, Record]) -> dict[str, Payload]:
+def payload_headers(header: Mapping[str, Record]) -> dict[str, Payload]:
     """A record's header field as temporalio's Mapping[str, Payload]."""
     return {name: Payload.of(payload) for name, payload in header.items()}
-
-
-def _run_to_end(coro: Coroutine[Any, Any, Any], what: str) -> Any:
-    """Run a coroutine that must not wait (a query through the interceptors) to its result."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    coro.close()
-    raise ReadOnlyContextError(f"{what} waited on something: a query handler, and its interceptors, must not wait")
