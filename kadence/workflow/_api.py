@@ -551,7 +551,6 @@ async def execute_activity(
     )
 
 
-
 def patched(id: str) -> bool:
     """Whether this run takes the code after patch `id`: True for runs that reach it with the patch
     deployed (a MarkerRecorded event remembers it), False when replaying history recorded before it."""
@@ -561,7 +560,6 @@ def patched(id: str) -> bool:
 def deprecate_patch(id: str) -> None:
     """Mark patch `id` as the only path left: histories with or without its marker both replay."""
     _Runtime.current().patched(id, deprecated=True)
-
 
 
 async def start_child_workflow(
@@ -593,7 +591,6 @@ async def start_child_workflow(
         execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
         parent_close_policy=parent_close_policy, search_attributes=search_attributes, result_type=result_type,
     )
-
 
 
 async def execute_child_workflow(
@@ -640,7 +637,5 @@ class ExternalWorkflowHandle:
 
 def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
     """A handle to signal or cancel another workflow (its current run unless `run_id` is given)."""
-    _Runtime.current()
+    _Runtime.current()  # workflow code only, as the handle's calls
     return ExternalWorkflowHandle(workflow_id, run_id)
-
-

@@ -24,6 +24,11 @@ _VALIDATOR_ATTR = "__kadence_workflow_update_validator"
 _INIT_ATTR = "__kadence_workflow_init"
 
 
+def method_arg_types(fn: Callable[..., Any]) -> list[Any]:
+    """Type hints of a method's parameters after self, for decoding payloads."""
+    return callable_arg_types(fn)[1:]
+
+
 class HandlerUnfinishedPolicy(enum.Enum):
     """What happens to a signal or update handler still running when the run ends (as temporalio)."""
 
@@ -79,13 +84,6 @@ class WorkflowDefinition:
 
     def result_type(self) -> Any:
         return type_hints(self.run_fn).get("return")
-
-
-
-def method_arg_types(fn: Callable[..., Any]) -> list[Any]:
-    """Type hints of a method's parameters after self, for decoding payloads."""
-    return callable_arg_types(fn)[1:]
-
 
 
 @overload

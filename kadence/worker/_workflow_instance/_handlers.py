@@ -249,4 +249,3 @@ def _run_to_end(coro: Coroutine[Any, Any, Any], what: str) -> Any:
         return done.value
     coro.close()
     raise ReadOnlyContextError(f"{what} waited on something: a query handler, and its interceptors, must not wait")
-

@@ -128,4 +128,3 @@ async def _child_result(run: WorkflowRun, pending: StartChildWorkflowCommand, re
             if not cancel_requested:
                 run.cancel_child_workflow(pending)
                 cancel_requested = True
-

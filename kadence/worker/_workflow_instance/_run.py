@@ -83,7 +83,6 @@ class RunningHandler:
     unfinished_policy: HandlerUnfinishedPolicy
 
 
-
 class DurableTimerHandle(asyncio.TimerHandle):
     """A loop timer backed by a StartTimer command; it fires when history says TimerFired."""
 
@@ -544,7 +543,6 @@ def set_result_unless_done(future: asyncio.Future[Any] | None, value: Any) -> No
 def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseException) -> None:
     if future is not None and not future.done():
         future.set_exception(error)
-
 
 
 def payload_headers(header: Mapping[str, Record]) -> dict[str, Payload]:
