@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from kadence import workflow as workflow_module
-from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
-from kadence._workflow_instance import WorkflowDefinition, WorkflowInfo, WorkflowTaskError, replay
 from kadence.converter import DataConverter
 from kadence.exceptions import NondeterminismError
 from kadence.protocol.names import EventType
 from kadence.visibility import WorkflowHistory
+from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
+from kadence.worker._workflow_instance import WorkflowTaskError, replay
+from kadence.workflow._definition import WorkflowDefinition
+from kadence.workflow._runtime import WorkflowInfo
 
 __all__ = ["Replayer", "WorkflowReplayResult", "workflows_in"]
 

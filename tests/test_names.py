@@ -47,8 +47,8 @@ def test_the_names_are_the_schemas(names: type[StrEnum], expected: Any) -> None:
 def test_the_workflow_instance_applies_every_event_of_a_command_and_every_answer() -> None:
     """A replayed run matches each event its commands record and resolves each answer to what it
     initiated: an event missing from the instance's table would be skipped silently."""
-    from kadence._workflow_instance import _APPLY
     from kadence.protocol.events import EVENT_FOR_COMMAND, INITIATED, INITIATED_BY_ANSWER
+    from kadence.worker._workflow_instance._history import _APPLY
 
     needed = set(EVENT_FOR_COMMAND.values()) | set(INITIATED) | set(INITIATED_BY_ANSWER)
     assert needed - set(_APPLY) == set()

@@ -1,7 +1,7 @@
 """The worker (as temporalio.worker): `Worker` polls a task queue's workflow and activity tasks;
 `SharedStateManager` carries heartbeats and cancellation to sync activities run in other processes."""
 
-from kadence._worker_interceptor import (
+from kadence.worker._interceptor import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
     ContinueAsNewInput,

@@ -24,7 +24,6 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from kadence import activity as activity_module
-from kadence._worker_interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.api.common.v1 import Payload
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
@@ -36,6 +35,7 @@ from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._context import WorkerContext
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
+from kadence.worker._interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
 
 log = logging.getLogger("kadence.worker")

@@ -21,8 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from kadence import workflow as workflow_module
-from kadence._worker_interceptor import Interceptor, WorkflowInterceptorClassInput
-from kadence._workflow_instance import WorkflowDefinition
 from kadence.client import Client
 from kadence.protocol import topics
 from kadence.protocol.codec import codec
@@ -30,8 +28,10 @@ from kadence.protocol.kafka import ensure_topics
 from kadence.worker._activity import ActivityWorker
 from kadence.worker._assignment import PartitionAssignment
 from kadence.worker._context import WorkerContext
+from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence.worker._shared_state import SharedStateManager
 from kadence.worker._workflow import WorkflowWorker
+from kadence.workflow._definition import WorkflowDefinition
 
 log = logging.getLogger("kadence.worker")
 

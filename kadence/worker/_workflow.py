@@ -20,16 +20,6 @@ import psycopg
 from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
-from kadence._worker_interceptor import WorkflowInboundInterceptor
-from kadence._workflow_instance import (
-    CacheInvalid,
-    LocalActivity,
-    WorkflowDefinition,
-    WorkflowInfo,
-    WorkflowInstance,
-    WorkflowTaskError,
-    replay,
-)
 from kadence.api.common.v1 import Payload
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
@@ -42,7 +32,11 @@ from kadence.protocol.read_model import CommandOutcome
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
 from kadence.worker._context import WorkerContext
+from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
+from kadence.worker._workflow_instance import CacheInvalid, LocalActivity, WorkflowInstance, WorkflowTaskError, replay
+from kadence.workflow._definition import WorkflowDefinition
+from kadence.workflow._runtime import WorkflowInfo
 
 log = logging.getLogger("kadence.worker")
 

@@ -1,6 +1,6 @@
-"""Worker interceptors, as temporalio.worker's: `Worker(..., interceptors=[...])` (and the client's
-interceptors that are also worker interceptors) wrap each activity attempt and each workflow run,
-first interceptor outermost, so code written for temporalio's interceptors runs after an import swap.
+"""Workflow interceptors, as temporalio.worker's: a worker's interceptors
+(kadence.worker.Interceptor.workflow_interceptor_class) wrap each workflow run, first
+interceptor outermost. They run as workflow code, on the run's deterministic loop.
 
 Inputs have temporalio's names and fields; those for features Kadence lacks (versioning, summaries,
 priorities, eager execution) are carried and ignored. `headers` are what the caller's interceptors
@@ -8,76 +8,14 @@ set: they travel in the records and are recorded in the history where Temporal r
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
-
-if TYPE_CHECKING:
-    import asyncio
-
-    from kadence import activity
-    from kadence._workflow_instance import WorkflowInfo
-    from kadence.workflow import ChildWorkflowHandle
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkflowInterceptorClassInput:
-    """Input for Interceptor.workflow_interceptor_class (Kadence has no sandbox: nothing extern)."""
-
-    unsafe_extern_functions: MutableMapping[str, Callable[..., Any]]
-
-
-class Interceptor:
-    """Extend this to intercept a worker's activities and workflows."""
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        """The interceptor each activity attempt runs through instead of `next`."""
-        return next
-
-    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor] | None:
-        """A class whose instance, made with the next interceptor, each workflow run goes through; None for none."""
-        return None
-
-
-# ---- activities
-
-
-@dataclasses.dataclass
-class ExecuteActivityInput:
-    fn: Callable[..., Any]
-    args: Sequence[Any]
-    executor: concurrent.futures.Executor | None
-    headers: Mapping[str, Payload]
-
-
-class ActivityInboundInterceptor:
-    def __init__(self, next: ActivityInboundInterceptor) -> None:
-        self.next = next
-
-    def init(self, outbound: ActivityOutboundInterceptor) -> None:
-        """Called once per attempt before execute_activity; wrap `outbound` here to intercept it."""
-        self.next.init(outbound)
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        return await self.next.execute_activity(input)
-
-
-class ActivityOutboundInterceptor:
-    def __init__(self, next: ActivityOutboundInterceptor) -> None:
-        self.next = next
-
-    def info(self) -> activity.Info:
-        return self.next.info()
-
-    def heartbeat(self, *details: Any) -> None:
-        self.next.heartbeat(*details)
-
-
-# ---- workflows
+from kadence.workflow._runtime import ChildWorkflowHandle, WorkflowInfo
 
 
 @dataclasses.dataclass

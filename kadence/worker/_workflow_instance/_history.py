@@ -1,0 +1,243 @@
+"""What each history event does to a run (as temporalio's _WorkflowInstance._apply by activation
+job): the table _APPLY names, for each event type, the function that applies it. Events resolve
+what the workflow code waits on (an activity's result, a timer) in history order, before the
+activation that sees them; an event that records a command matches it (WorkflowRun.match).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kadence.exceptions import ApplicationError, RetryState, WorkflowAlreadyStartedError
+from kadence.protocol.codec import Record
+from kadence.protocol.limits import payload_bytes
+from kadence.protocol.names import EventType
+from kadence.worker._workflow_instance._commands import (
+    InitiatedCommand,
+    PendingCommand,
+    RecordMarkerCommand,
+    RequestCancelActivityCommand,
+    ScheduleActivityCommand,
+    StartChildWorkflowCommand,
+    UpdateResponseCommand,
+)
+from kadence.worker._workflow_instance._handlers import WorkflowHandlers
+from kadence.worker._workflow_instance._run import set_exception_unless_done, set_result_unless_done
+
+
+class CacheInvalid(Exception):
+    """This cached run acted on a task that history says failed; rebuild it from history."""
+
+
+def apply_event(run: WorkflowHandlers, event: Record) -> None:
+    kind, attrs = event["attributes"]
+    run.history_bytes += payload_bytes(attrs)
+    apply = _APPLY.get(kind)
+    if apply is not None:  # the rest (WorkflowTaskScheduled, ActivityTaskStarted ...) change nothing the code sees
+        apply(run, kind, attrs, event)
+
+
+# Each _apply_<event> takes the run, the event's type, its attributes and the event.
+
+
+def _apply_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.time_ms = event["event_time_ms"]
+    run.info = run.started_info(attrs, event["event_time_ms"])
+    run.start(attrs["input"])
+
+
+def _apply_workflow_task_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.time_ms = event["event_time_ms"]
+    run.history_length = event["event_id"]
+
+
+def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    if attrs["scheduled_event_id"] != run.last_activated_task:
+        run.replaying = True  # a past task: replay it
+        try:
+            run.run_activation()
+        finally:
+            run.replaying = False
+
+
+def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """A WorkflowTaskFailed or WorkflowTaskTimedOut."""
+    if attrs["scheduled_event_id"] == run.last_activated_task:
+        raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
+
+
+def _apply_workflow_execution_cancel_requested(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    if run.main is not None and not run.main.done():
+        run.main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
+
+
+def _apply_workflow_execution_signaled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.deliver_signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
+
+
+def _apply_timer_command(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """A TimerStarted or TimerCanceled: the StartTimer or CancelTimer the code issued."""
+    run.match(kind, attrs["timer_id"], PendingCommand)
+
+
+def _apply_timer_fired(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    handle = run.timers.pop(attrs["timer_id"], None)
+    if handle is not None and not handle.cancelled():
+        run.ready.append(handle)
+
+
+def _apply_activity_task_scheduled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    pending = run.match(kind, attrs["activity_type"], ScheduleActivityCommand)
+    pending.scheduled = attrs
+    pending.scheduled_event_id = event["event_id"]
+    run.activities[event["event_id"]] = pending
+
+
+def _apply_activity_task_cancel_requested(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.match(kind, str(attrs["scheduled_event_id"]), RequestCancelActivityCommand)
+
+
+def _apply_upsert_workflow_search_attributes(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.match(kind, "", PendingCommand)
+
+
+def _apply_marker_recorded(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.match(kind, attrs["marker_name"], RecordMarkerCommand)
+
+
+def _apply_workflow_execution_update_admitted(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.call_soon(run.admit_update, attrs)  # runs in the activation, like a signal handler
+
+
+def _apply_update_command(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """An update's WorkflowExecutionUpdateAccepted, Rejected or Completed: the command the code issued."""
+    run.match(kind, attrs["update_id"], UpdateResponseCommand)
+
+
+def _apply_initiated(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """A request to another workflow (kadence.protocol.events.INITIATED): answered later by the
+    events INITIATED_BY_ANSWER names, which carry this event's id."""
+    run.initiated[event["event_id"]] = run.match(kind, attrs["workflow_id"], InitiatedCommand)
+
+
+def _apply_child_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    set_result_unless_done(_child_start(run, attrs["initiated_event_id"]).started, attrs["run_id"])
+
+
+def _apply_start_child_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    pending = _child_start(run, attrs["initiated_event_id"])
+    del run.initiated[attrs["initiated_event_id"]]
+    set_exception_unless_done(pending.started, WorkflowAlreadyStartedError(
+        attrs["workflow_id"], attrs["workflow_type"], reason="child workflow already started", cause=attrs["cause"],
+    ))
+
+
+def _apply_child_workflow_execution_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    set_result_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, attrs["result"])
+
+
+def _apply_child_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """A child that failed, was canceled, timed out or was terminated."""
+    pending = run.initiated.pop(attrs["initiated_event_id"])
+    error = run.converter.failure_converter.child_workflow_error(kind, attrs, run.converter.payload_converter)
+    set_exception_unless_done(pending.future, error)
+
+
+def _apply_external_request_applied(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """An ExternalWorkflowExecutionSignaled or ExternalWorkflowExecutionCancelRequested."""
+    set_result_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, None)
+
+
+def _apply_signal_external_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    _fail_external_request(run, "signal", attrs)
+
+
+def _apply_request_cancel_external_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    _fail_external_request(run, "cancel", attrs)
+
+
+def _apply_activity_task_canceled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    run.activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
+
+
+def _apply_activity_task_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    pending = run.activities.pop(attrs["scheduled_event_id"])
+    if not pending.future.done():
+        pending.future.set_result(attrs["result"])
+
+
+def _apply_activity_task_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """An ActivityTaskFailed or ActivityTaskTimedOut: the activity's error unless only an attempt ended."""
+    if attrs["retry_state"] == RetryState.IN_PROGRESS:
+        return
+    pending = run.activities.pop(attrs["scheduled_event_id"])
+    if not pending.future.done():
+        pending.future.set_exception(run.converter.failure_converter.activity_error(
+            kind, pending.scheduled, attrs, run.converter.payload_converter))
+
+
+def _apply_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """The event of a command that closed the run (kadence.protocol.events.CLOSE_COMMANDS)."""
+    run.match(kind, "", PendingCommand)
+    run.closed = True
+
+
+def _fail_external_request(run: WorkflowHandlers, verb: str, attrs: Record) -> None:
+    set_exception_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, ApplicationError(
+        f"unable to {verb} external workflow {attrs['workflow_id']}: {attrs['cause']}", type=attrs["cause"], non_retryable=True,
+    ))
+
+
+def _child_start(run: WorkflowHandlers, initiated_event_id: int) -> StartChildWorkflowCommand:
+    pending = run.initiated[initiated_event_id]
+    assert isinstance(pending, StartChildWorkflowCommand), f"event {initiated_event_id} did not start a child"
+    return pending
+
+
+_Apply = Callable[[WorkflowHandlers, str, Record, Record], None]
+
+# What each history event does to a run, as temporalio's _WorkflowInstance._apply by activation
+# job. Every event a command records (kadence.protocol.events.EVENT_FOR_COMMAND) and every answer
+# to an initiated request (INITIATED_BY_ANSWER) has its row: tests/test_names.py checks.
+_APPLY: dict[str, _Apply] = {
+    EventType.WorkflowExecutionStarted: _apply_workflow_execution_started,
+    EventType.WorkflowExecutionSignaled: _apply_workflow_execution_signaled,
+    EventType.WorkflowExecutionCancelRequested: _apply_workflow_execution_cancel_requested,
+    EventType.WorkflowTaskStarted: _apply_workflow_task_started,
+    EventType.WorkflowTaskCompleted: _apply_workflow_task_completed,
+    EventType.WorkflowTaskFailed: _apply_workflow_task_failed,
+    EventType.WorkflowTaskTimedOut: _apply_workflow_task_failed,
+    EventType.ActivityTaskScheduled: _apply_activity_task_scheduled,
+    EventType.ActivityTaskCompleted: _apply_activity_task_completed,
+    EventType.ActivityTaskFailed: _apply_activity_task_failed,
+    EventType.ActivityTaskTimedOut: _apply_activity_task_failed,
+    EventType.ActivityTaskCancelRequested: _apply_activity_task_cancel_requested,
+    EventType.ActivityTaskCanceled: _apply_activity_task_canceled,
+    EventType.WorkflowExecutionCompleted: _apply_workflow_execution_closed,
+    EventType.WorkflowExecutionFailed: _apply_workflow_execution_closed,
+    EventType.UpsertWorkflowSearchAttributes: _apply_upsert_workflow_search_attributes,
+    EventType.TimerStarted: _apply_timer_command,
+    EventType.TimerFired: _apply_timer_fired,
+    EventType.TimerCanceled: _apply_timer_command,
+    EventType.WorkflowExecutionCanceled: _apply_workflow_execution_closed,
+    EventType.WorkflowExecutionContinuedAsNew: _apply_workflow_execution_closed,
+    EventType.MarkerRecorded: _apply_marker_recorded,
+    EventType.StartChildWorkflowExecutionInitiated: _apply_initiated,
+    EventType.StartChildWorkflowExecutionFailed: _apply_start_child_workflow_execution_failed,
+    EventType.ChildWorkflowExecutionStarted: _apply_child_workflow_execution_started,
+    EventType.ChildWorkflowExecutionCompleted: _apply_child_workflow_execution_completed,
+    EventType.ChildWorkflowExecutionFailed: _apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionCanceled: _apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionTimedOut: _apply_child_workflow_execution_closed,
+    EventType.ChildWorkflowExecutionTerminated: _apply_child_workflow_execution_closed,
+    EventType.SignalExternalWorkflowExecutionInitiated: _apply_initiated,
+    EventType.SignalExternalWorkflowExecutionFailed: _apply_signal_external_workflow_execution_failed,
+    EventType.ExternalWorkflowExecutionSignaled: _apply_external_request_applied,
+    EventType.RequestCancelExternalWorkflowExecutionInitiated: _apply_initiated,
+    EventType.RequestCancelExternalWorkflowExecutionFailed: _apply_request_cancel_external_workflow_execution_failed,
+    EventType.ExternalWorkflowExecutionCancelRequested: _apply_external_request_applied,
+    EventType.WorkflowExecutionUpdateAdmitted: _apply_workflow_execution_update_admitted,
+    EventType.WorkflowExecutionUpdateAccepted: _apply_update_command,
+    EventType.WorkflowExecutionUpdateRejected: _apply_update_command,
+    EventType.WorkflowExecutionUpdateCompleted: _apply_update_command,
+}

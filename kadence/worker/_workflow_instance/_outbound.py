@@ -1,0 +1,130 @@
+"""Where a run's outbound interceptor chain ends (as temporalio's): what the workflow code sends
+(activities, local activities, children, signals, continue-as-new) becomes the run's commands."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, NoReturn
+
+from kadence.common import ParentClosePolicy, WorkflowIDReusePolicy, to_ms
+from kadence.worker._interceptor import (
+    ContinueAsNewInput,
+    SignalChildWorkflowInput,
+    SignalExternalWorkflowInput,
+    StartActivityInput,
+    StartChildWorkflowInput,
+    StartLocalActivityInput,
+    WorkflowOutboundInterceptor,
+)
+from kadence.worker._workflow_instance._commands import StartChildWorkflowCommand
+from kadence.worker._workflow_instance._run import WorkflowRun
+from kadence.workflow import ChildWorkflowHandle, ContinueAsNewError
+from kadence.workflow._runtime import WorkflowInfo
+
+
+class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
+    """The innermost outbound interceptor: what the workflow API does past the interceptors."""
+
+    def __init__(self, run: WorkflowRun) -> None:  # no next: this is the end of the chain
+        self._run = run
+
+    def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
+        raise ContinueAsNewError({
+            "workflow_type": input.workflow or "", "task_queue": input.task_queue or "",
+            "input": self._run.converter.payload_converter.to_payloads(list(input.args)),
+            "workflow_task_timeout_ms": to_ms(input.task_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+            "header": dict(input.headers),
+        })
+
+    def info(self) -> WorkflowInfo:
+        return self._run.info
+
+    async def signal_child_workflow(self, input: SignalChildWorkflowInput) -> None:
+        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
+        await self._run.signal_external(input.child_workflow_id, "", input.signal, payloads, True, dict(input.headers))
+
+    async def signal_external_workflow(self, input: SignalExternalWorkflowInput) -> None:
+        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
+        await self._run.signal_external(input.workflow_id, input.workflow_run_id or "", input.signal, payloads, False,
+                                             dict(input.headers))
+
+    def start_activity(self, input: StartActivityInput) -> asyncio.Task[Any]:
+        run = self._run
+        future = run.schedule_activity({
+            "activity_id": input.activity_id or "",
+            "activity_type": input.activity,
+            "task_queue": input.task_queue or "",
+            "input": run.converter.payload_converter.to_payloads(list(input.args)),
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
+            "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+            "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
+            "header": dict(input.headers),
+        }, disable_eager_execution=input.disable_eager_execution)
+
+        async def result() -> Any:
+            return run.converter.payload_converter.from_payload(await future, input.ret_type)
+
+        return run.create_task(result(), name=f"activity:{input.activity}")
+
+    async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
+        return await _start_child(self._run, input)
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
+        run = self._run
+        future = run.schedule_local_activity({
+            "activity_type": input.activity,
+            "input": run.converter.payload_converter.to_payloads(list(input.args)),
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
+            "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
+            "header": dict(input.headers),
+        })
+
+        async def result() -> Any:
+            return run.converter.payload_converter.from_payload(await future, input.ret_type)
+
+        return run.create_task(result(), name=f"local-activity:{input.activity}")
+
+
+async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
+    """What start_child_workflow does past the interceptors: issue the start and wait until the child started."""
+    payloads = run.converter.payload_converter
+    pending = run.issue_child_workflow_start({
+        "workflow_id": input.id, "workflow_type": input.workflow, "task_queue": input.task_queue or "",
+        "input": payloads.to_payloads(list(input.args)),
+        "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
+        "workflow_task_timeout_ms": to_ms(input.task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(input.id_reuse_policy).value,
+        "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
+        "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
+        "header": dict(input.headers),
+    })
+    id = input.id
+    result_type = input.ret_type
+    try:
+        run_id = await asyncio.shield(pending.started)
+    except asyncio.CancelledError:
+        if not pending.started.done():
+            run.cancel_child_workflow(pending)
+        raise
+    handle = ChildWorkflowHandle(_child_result(run, pending, result_type), loop=run, name=f"child:{id}")
+    handle.id = id
+    handle.first_execution_run_id = run_id
+    return handle
+
+
+async def _child_result(run: WorkflowRun, pending: StartChildWorkflowCommand, result_type: type | None) -> Any:
+    """The child's result; a cancellation of the waiting task asks the child to cancel and keeps
+    waiting for how it ends (temporalio's WAIT_CANCELLATION_COMPLETED)."""
+    cancel_requested = False
+    while True:
+        try:
+            payload = await asyncio.shield(pending.future)
+            return run.converter.payload_converter.from_payload(payload, result_type)
+        except asyncio.CancelledError:
+            if pending.future.done():
+                raise
+            if not cancel_requested:
+                run.cancel_child_workflow(pending)
+                cancel_requested = True
