@@ -1,6 +1,7 @@
 """The package shows who uses what: a user's `import kadence` and the SDK modules a user imports
 pull in the SDK and the part of kadence.protocol it needs, never the operator tools
-(kadence.ops), the dev stack (kadence.dev), the services, or what only those need."""
+(kadence.ops), the dev stack (kadence.dev), the services, or what only those need; and no module
+imports one that imports it back (docs/development.md, "Layout")."""
 
 from __future__ import annotations
 
