@@ -560,8 +560,9 @@ def history_replay(files: tuple[Path, ...], worker_module: str, as_json: bool) -
 
     import uvloop
 
-    from kadence.testing import Replayer, workflows_in
+    from kadence.testing import workflows_in
     from kadence.visibility import WorkflowHistory
+    from kadence.worker import Replayer
 
     replayer = Replayer(workflows=workflows_in(importlib.import_module(worker_module)))
     failed = 0
