@@ -56,8 +56,16 @@ def is_temporal_history(history: Mapping[str, Any]) -> bool:
 
 def run_id_of(history: Mapping[str, Any]) -> str:
     """The run id a Temporal history records (its start's originalExecutionRunId, as temporalio reads it)."""
-    started = history["events"][0].get("workflowExecutionStartedEventAttributes") or {}
-    return str(started.get("originalExecutionRunId") or "")
+    return str(_start(history).get("originalExecutionRunId") or "")
+
+
+def workflow_id_of(history: Mapping[str, Any]) -> str:
+    """The workflow id a Temporal history's start records ("" from older servers, which do not write it)."""
+    return str(_start(history).get("workflowId") or "")
+
+
+def _start(history: Mapping[str, Any]) -> Json:
+    return dict(history["events"][0].get("workflowExecutionStartedEventAttributes") or {})
 
 
 def events_from_temporal(history: Mapping[str, Any]) -> list[Json]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,8 @@ from kadence.worker import (
 from tests.temporal_histories.workflows import TEMPORAL_WORKFLOWS
 from tests.workflows import always_fail, echo
 
-TEMPORAL = Path(__file__).resolve().parent / "temporal_histories"
+REPO = Path(__file__).resolve().parents[1]
+TEMPORAL = REPO / "tests" / "temporal_histories"
 HISTORIES = sorted(TEMPORAL.glob("*.json"))
 CLOSE_WITH_RESULT = {EventType.WorkflowExecutionCompleted}
 
@@ -240,8 +244,33 @@ def test_from_json_reads_kadence_exports_and_temporal_histories_apart() -> None:
     exported = temporal.to_json()
     assert WorkflowHistory.from_json(exported) == temporal  # Kadence's export, alone
     assert WorkflowHistory.from_json("countdown", json.dumps(exported)) == temporal  # or after its workflow id, as JSON text
-    with pytest.raises(ValueError, match="does not name its workflow"):
-        WorkflowHistory.from_json(raw("continue_as_new.json"))
+    assert WorkflowHistory.from_json(raw("continue_as_new.json")) == temporal  # its start records the workflow id
+    older = raw("continue_as_new.json")
+    del older["events"][0]["workflowExecutionStartedEventAttributes"]["workflowId"]  # as servers before it wrote
+    with pytest.raises(ValueError, match="does not record its workflow id"):
+        WorkflowHistory.from_json(older)
+    assert WorkflowHistory.from_json("countdown", older) == temporal
+
+
+def test_kadence_history_replay_reads_temporal_histories(tmp_path: Path) -> None:
+    changed = tmp_path / "changed_cart.py"
+    changed.write_text("from tests.test_temporal_replay import UpdatableCartWorkflowWithoutTheActivity\n")
+    unreadable = tmp_path / "nexus.json"
+    history = raw("signals_and_timers.json")
+    history["events"][5] = {"eventId": "6", "eventTime": "2026-11-20T09:05:01Z", "eventType": "NexusOperationScheduled"}
+    unreadable.write_text(json.dumps(history))
+
+    def replay(module: str, *files: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "kadence.ops.cli", "history", "replay", *map(str, files), "--worker-module", module],
+                              cwd=REPO, env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}, capture_output=True, text=True, timeout=120)
+
+    replayed = replay("tests.temporal_histories.workflows", *HISTORIES)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert [line.split()[0] for line in replayed.stdout.splitlines()] == ["ok"] * len(HISTORIES), replayed.stdout
+    diverged = replay("changed_cart", TEMPORAL / "updatable_cart.json")
+    assert diverged.returncode == 1 and "FAILED" in diverged.stdout and "NondeterminismError" in diverged.stdout, diverged.stdout
+    refused = replay("tests.temporal_histories.workflows", unreadable)
+    assert refused.returncode == 1 and "event 6 is a NexusOperationScheduled" in refused.stderr, refused.stderr
 
 
 def _short(event_type: str) -> str:
