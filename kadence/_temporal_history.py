@@ -30,12 +30,11 @@ from datetime import datetime
 from typing import Any
 
 from kadence.protocol.codec import UndecodableRecord, codec
+from kadence.protocol.events import LOCAL_ACTIVITY_MARKER, PATCH_MARKER
 from kadence.protocol.names import EventType
 
 Json = dict[str, Any]
 
-PATCH_MARKER = "core_patch"  # the marker names temporalio and Kadence both write
-LOCAL_ACTIVITY_MARKER = "core_local_activity"
 _CHANGE_VERSION = "TemporalChangeVersion"  # the search attribute temporalio upserts beside a patch marker
 _JSON_PLAIN = b"json/plain"
 
@@ -70,7 +69,7 @@ def _start(history: Mapping[str, Any]) -> Json:
 
 def events_from_temporal(history: Mapping[str, Any]) -> list[Json]:
     """Kadence's history events for a Temporal JSON history; raises TemporalHistoryError naming the
-    first event Kadence has no counterpart for."""
+    first event it cannot read (of a type Kadence has no counterpart for, or without what Kadence needs)."""
     raw = history.get("events")
     if not isinstance(raw, list) or not raw:
         raise TemporalHistoryError("a Temporal JSON history is an object with a non-empty `events` list")
@@ -82,9 +81,11 @@ def _typed(index: int, event: Any) -> tuple[str, int, int, Json]:
     if not isinstance(event, Mapping) or "eventType" not in event or "eventId" not in event:
         raise TemporalHistoryError(f"event #{index + 1} of the history is not a Temporal HistoryEvent with eventId and eventType")
     event_type = _pascal(str(event["eventType"]), "EVENT_TYPE_")
-    event_id = int(event["eventId"])
     key = event_type[0].lower() + event_type[1:] + "EventAttributes"
-    return event_type, event_id, _time_ms(event.get("eventTime")), dict(event.get(key) or {})
+    try:
+        return event_type, int(event["eventId"]), _time_ms(event.get("eventTime")), dict(event.get(key) or {})
+    except (TypeError, ValueError) as exc:
+        raise TemporalHistoryError(f"event #{index + 1} ({event_type}) cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
 class _Reader:
