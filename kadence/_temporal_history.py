@@ -101,8 +101,7 @@ class _Reader:
         self.last_task_completed = 0  # the Temporal id of the latest WorkflowTaskCompleted read
 
     def events(self) -> list[Json]:
-        # (Temporal id, or None for an inserted event; event type; time; Kadence attributes)
-        read: list[tuple[int | None, str, int, Json]] = []
+        read: list[tuple[int, str, int, Json]] = []  # (Temporal id, event type, time, Kadence attributes)
         admissions: dict[int, list[Json]] = {}  # by the Temporal id of the WorkflowTaskScheduled they precede
         for event_type, event_id, time_ms, attrs in self.temporal:
             convert = _CONVERT.get(event_type)
@@ -131,10 +130,10 @@ class _Reader:
             raise TemporalHistoryError(f"event {accepted_id} (WorkflowExecutionUpdateAccepted) follows no WorkflowTaskCompleted")
         return int(completed[1]["scheduledEventId"])
 
-    def _numbered(self, read: list[tuple[int | None, str, int, Json]], admissions: dict[int, list[Json]]) -> list[Json]:
-        ordered: list[tuple[int | None, str, int, Json]] = []
+    def _numbered(self, read: list[tuple[int, str, int, Json]], admissions: dict[int, list[Json]]) -> list[Json]:
+        ordered: list[tuple[int | None, str, int, Json]] = []  # the Temporal id is None for an inserted event
         for event_id, event_type, time_ms, attrs in read:
-            ordered += [(None, EventType.WorkflowExecutionUpdateAdmitted, time_ms, a) for a in admissions.get(event_id or 0, [])]
+            ordered += [(None, EventType.WorkflowExecutionUpdateAdmitted, time_ms, a) for a in admissions.get(event_id, [])]
             ordered.append((event_id, event_type, time_ms, attrs))
         new_id = {old: index for index, (old, *_) in enumerate(ordered, 1) if old is not None}
         records = codec("HistoryEvent")
