@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kadence.api.common.v1 import Payload
+from kadence.api.common.v1 import Payload, Payloads
 from kadence.common import to_ms
 from kadence.exceptions import (
     ActivityError,
@@ -522,6 +522,14 @@ class PayloadCodec(abc.ABC):
     @abc.abstractmethod
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
 
+    async def encode_wrapper(self, payloads: Payloads) -> None:
+        """`encode` over the payloads of a `Payloads` message, replacing them."""
+        payloads.payloads[:] = [Payload.of(p) for p in await self.encode(payloads.payloads)]
+
+    async def decode_wrapper(self, payloads: Payloads) -> None:
+        """`decode` over the payloads of a `Payloads` message, replacing them."""
+        payloads.payloads[:] = [Payload.of(p) for p in await self.decode(payloads.payloads)]
+
 
 # Payloads no codec encodes: search attributes (the read model indexes them), headers (temporalio's default).
 NOT_ENCODED = frozenset({"search_attributes", "header"})
@@ -554,6 +562,14 @@ class DataConverter:
         found = [Payload.of(p) for p in payloads]
         decoded = await self.payload_codec.decode(found) if self.payload_codec is not None else found
         return self.payload_converter.from_payloads(decoded, type_hints)
+
+    async def encode_wrapper(self, values: Sequence[Any]) -> Payloads:
+        """`encode`, wrapped in a `Payloads` message."""
+        return Payloads(await self.encode(values))
+
+    async def decode_wrapper(self, payloads: Payloads | None, type_hints: Sequence[Any] | None = None) -> list[Any]:
+        """`decode` of a `Payloads` message's payloads (none for None)."""
+        return await self.decode(payloads.payloads, type_hints) if payloads is not None and payloads.payloads else []
 
     def to_failure(self, exc: BaseException) -> Failure:
         return self.failure_converter.to_failure(exc, self.payload_converter)

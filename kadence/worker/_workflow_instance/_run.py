@@ -27,7 +27,7 @@ from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
-from kadence.protocol.events import EVENT_FOR_COMMAND
+from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
 from kadence.protocol.names import EventType, TaskCommandType
 from kadence.worker._interceptor import (
@@ -67,9 +67,6 @@ from kadence.workflow import (
 )
 from kadence.workflow._definition import Handler, WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo, _Runtime
-
-PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
-LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
 
 _Ts = TypeVarTuple("_Ts")
 _Pending = TypeVar("_Pending", bound=PendingCommand)
