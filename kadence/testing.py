@@ -7,11 +7,13 @@ import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import cast
 
 from kadence import workflow as workflow_module
 from kadence.converter import DataConverter
 from kadence.exceptions import NondeterminismError
 from kadence.protocol.names import EventType
+from kadence.protocol.records import HistoryEvent
 from kadence.visibility import WorkflowHistory
 from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence.worker._workflow_instance import WorkflowTaskError, replay
@@ -64,7 +66,7 @@ class Replayer:
         events = copy.deepcopy(history.events)  # decoded in place: the caller's history stays as it was
         await self.data_converter.decode_payloads(events)
         info = WorkflowInfo(history.workflow_id, history.run_id, definition.name, started["task_queue"])
-        replay(definition, info, self.data_converter, events, self.interceptor_classes)
+        replay(definition, info, self.data_converter, cast(list[HistoryEvent], events), self.interceptor_classes)  # read from JSON
 
 
 def workflows_in(module: ModuleType) -> list[type]:

@@ -17,7 +17,7 @@ import logging
 import pickle
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,10 +30,11 @@ from kadence.exceptions import ApplicationError, ApplicationErrorCategory, Cance
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import Record, command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import CommandType
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import ActivityCancellation, Task
 from kadence.protocol.task_token import TaskToken
-from kadence.worker._context import WorkerContext
+from kadence.worker._context import WorkerContext, activity_task
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
 from kadence.worker._interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
@@ -89,7 +90,7 @@ class EagerStarts:
     """The eager attempts a workflow task's completion starts (their slots claimed), and the
     answer to the completion's eager_request_id: history starts them all with it, or refuses."""
 
-    tasks: list[Record]
+    tasks: list[Task]
     request_id: str
     answer: asyncio.Future[CommandOutcome]
 
@@ -163,9 +164,10 @@ class ActivityWorker:
         if decoded is None:
             return []
         task, problem = decoded
-        if task["task"][0] == EffectType.ActivityCancellation:
-            self._cancel_attempt(task)
-            return []
+        match task["task"]:
+            case ("ActivityCancellation", cancellation):
+                self._cancel_attempt(task["run_id"], cancellation)
+                return []
         redelivered = self._context.assignment.may_be_redelivered("activity", msg, task)
         with tracing.hop("worker ActivityTask", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
@@ -187,7 +189,7 @@ class ActivityWorker:
             and self._slots.try_acquire()
         )
 
-    def eager_starts(self, tasks: list[Record]) -> EagerStarts | None:
+    def eager_starts(self, tasks: list[Task]) -> EagerStarts | None:
         """The starts of the eager attempts a workflow task's completion schedules (their slots
         claimed), which the completion carries under one request id (its eager_request_id)."""
         if not tasks:
@@ -212,12 +214,12 @@ class ActivityWorker:
                                   accepted_first=accepted_first, run_by=run_by)
 
     async def _start_attempt(
-        self, task: Record, problem: Exception | None, *, accepted_first: bool, run_by: float,
+        self, task: Task, problem: Exception | None, *, accepted_first: bool, run_by: float,
     ) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it: once its start is
         in the log, or once history accepted it where the record may be a redelivery, whose attempt
         may have run already (`accepted_first`), or where the start reached the log after `run_by`."""
-        at = task["task"][1]
+        at = activity_task(task)
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
         # Past its schedule-to-start deadline: its timeout fires instead.
@@ -240,7 +242,7 @@ class ActivityWorker:
         self._run_started(task, request_id, answer, started, problem, accepted_first=accepted_first, run_by=run_by)
         return [started]
 
-    def _displace_eager_attempt(self, task: Record, key: AttemptKey) -> None:
+    def _displace_eager_attempt(self, task: Task, key: AttemptKey) -> None:
         """A task from the queue for the key an eager attempt of this worker runs under: history
         dispatches no task for an eager attempt it started, so that one was foreseen at a shifted
         id (its refusal is on its way) and the key is another activity's. The eager attempt stops
@@ -257,13 +259,13 @@ class ActivityWorker:
         displaced.cancel()
 
     def _run_started(
-        self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
+        self, task: Task, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
         problem: Exception | None, *, eager: bool = False, accepted_first: bool, run_by: float,
     ) -> None:
         """Run an attempt whose start was sent, in the slot taken for it (`accepted_first`, or its
         start delivered after `run_by`: once its start is accepted); a start that could not be sent
         is answered by nobody, so its answer is not waited for."""
-        at = task["task"][1]
+        at = activity_task(task)
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
@@ -286,13 +288,13 @@ class ActivityWorker:
         if len(self._asked) > REMEMBERED_STARTS:
             self._asked.popitem(last=False)
 
-    def _start_answered(self, task: Record, attempt: _Attempt, answer: asyncio.Future[CommandOutcome]) -> None:
+    def _start_answered(self, task: Task, attempt: _Attempt, answer: asyncio.Future[CommandOutcome]) -> None:
         """History refused the attempt's start: the attempt is cancelled if it still runs, and
         reports nothing (a report it sent already is refused too, as the start was)."""
         if answer.cancelled() or answer.result().accepted:
             return
         outcome = answer.result()
-        at = task["task"][1]
+        at = activity_task(task)
         running = self._attempts.get((task["run_id"], at["scheduled_event_id"], at["attempt"])) is attempt
         log.info("event=activity_start_refused workflow_id=%s run_id=%s activity_type=%s attempt=%d running=%s cause=%s reason=%r",
                  task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], running, outcome.cause, outcome.reason)
@@ -309,18 +311,17 @@ class ActivityWorker:
             job.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    def _cancel_attempt(self, task: Record) -> None:
+    def _cancel_attempt(self, run_id: str, cancellation: ActivityCancellation) -> None:
         """The workflow asked to cancel this attempt (or its run closed)."""
-        cancellation = task["task"][1]
-        attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
+        attempt = self._attempts.get((run_id, cancellation["scheduled_event_id"], cancellation["attempt"]))
         if attempt is not None:  # else finished already, or running elsewhere
             attempt.cancel()
 
     async def _run_activity(
-        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        self, task: Task, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
         accepted_first: bool, run_by: float, problem: Exception | None,
     ) -> None:
-        at = task["task"][1]
+        at = activity_task(task)
         try:
             outcome = await self._attempt_outcome(task, attempt.heartbeater, started, answer, accepted_first, run_by, problem)
         finally:
@@ -335,13 +336,13 @@ class ActivityWorker:
         await self._context.send(task["workflow_id"], kind, {**reply, **body})
 
     async def _attempt_outcome(
-        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        self, task: Task, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
         accepted_first: bool, run_by: float, problem: Exception | None,
     ) -> tuple[str, Record] | None:
         """The report on the attempt (its command and what it adds to the reply), once it ran;
         None for one completed later, by task token, and for one that did not run (its start not
         sent, or, where it waits for the `answer` to its start, not accepted)."""
-        at = task["task"][1]
+        at = activity_task(task)
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
         # The start delivered first (a produce round trip): so it is in the log before anything
@@ -383,8 +384,8 @@ class ActivityWorker:
             return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
         return CommandType.RespondActivityTaskCompleted, {"result": result}
 
-    async def _execute_activity(self, task: Record, heartbeater: Heartbeater) -> Any:
-        at = task["task"][1]
+    async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
+        at = activity_task(task)
         info = activity_module.Info(
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
             scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
@@ -397,11 +398,13 @@ class ActivityWorker:
         return await self.call(at["activity_type"], at["input"], context, at.get("header") or {}, heartbeater)
 
     async def call(
-        self, activity_type: str, payloads: list[Record], context: contextvars.Context, header: Record, heartbeat: Heartbeater | None,
+        self, activity_type: str, payloads: Sequence[Mapping[str, Any]], context: contextvars.Context,
+        header: Mapping[str, Mapping[str, Any]], heartbeat: Heartbeater | None,
     ) -> Any:
         """Call the registered activity with its decoded arguments through the worker's interceptors
         (async ones on the loop, sync ones in the executor), in `context`, which holds its info;
-        `heartbeat` None for a local activity, whose heartbeats are ignored."""
+        `heartbeat` None for a local activity, whose heartbeats are ignored. Its payloads: a task's
+        records, or a local activity's from the payload converter."""
         definition = self._activities.get(activity_type)
         if definition is None:
             raise ApplicationError(
@@ -544,13 +547,13 @@ def _check_sync_activities(
                 raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
 
 
-async def _start_accepted(task: Record, answer: asyncio.Future[CommandOutcome]) -> bool:
+async def _start_accepted(task: Task, answer: asyncio.Future[CommandOutcome]) -> bool:
     """Whether history accepted the start of an attempt whose task record may be a redelivery: the
     attempt may have run already, on the worker that read the record before, so it runs here only
     once history says this start is the attempt's first. A refusal is logged where it is heard
     (_start_answered). An answer that does not come within the attempt's time limit (Postgres away)
     leaves the attempt to its start-to-close timeout."""
-    at = task["task"][1]
+    at = activity_task(task)
     await asyncio.wait({answer}, timeout=at["start_to_close_timeout_ms"] / 1000 or None)
     if not answer.done():
         log.warning("event=activity_start_unanswered workflow_id=%s run_id=%s activity_type=%s attempt=%d consequence=%r",
@@ -565,30 +568,30 @@ async def _delivered(sent: asyncio.Future[Message]) -> bool:
     return not sent.cancelled() and sent.exception() is None
 
 
-def _start_command(task: Record, request_id: str) -> tuple[str, Record]:
+def _start_command(task: Task, request_id: str) -> tuple[str, Record]:
     """An attempt's RecordActivityTaskStarted."""
-    at = task["task"][1]
+    at = activity_task(task)
     return CommandType.RecordActivityTaskStarted, {
         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "request_id": request_id,
     }
 
 
-def _start_request_id(task: Record) -> str:
+def _start_request_id(task: Task) -> str:
     """A request id for an attempt's start. The attempt runs once its start is in the log, without
     waiting for history to accept it; the answer comes later, and a refusal (a closed run, a stale
     attempt, a copy another worker started, a schedule-to-start timeout that fired) cancels it.
     History accepts a report only from the worker that started the attempt. Each delivery asks with
     its own request id (as each Temporal poll does): the copy's refusal must not read as the first's
     acceptance."""
-    at = task["task"][1]
+    at = activity_task(task)
     return f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
 
 
-def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:
+def _log_lost_activity(job: asyncio.Task[None], task: Task) -> None:
     """An attempt whose outcome could not be sent (its reply too large, say) is left to its timeout: say so."""
     if not job.cancelled() and job.exception() is not None:
         log.error("event=activity_outcome_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
-                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(job.exception()))
+                  task["workflow_id"], task["run_id"], activity_task(task)["activity_type"], str(job.exception()))
 
 
 def failure_log_level(exc: BaseException) -> int:

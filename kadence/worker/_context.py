@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import cast
 
 from confluent_kafka import Message
 
 from kadence.client import Client
 from kadence.protocol.codec import Record, RecordCodec, UndecodableRecord, task_codec
+from kadence.protocol.records import ActivityTask, QueryTask, Task, WorkflowTask
 from kadence.worker._assignment import PartitionAssignment
 
 log = logging.getLogger("kadence.worker")
@@ -39,11 +41,11 @@ class WorkerContext:
         sent from another thread on its behalf."""
         return self.client.send_commands(workflow_id, commands, identity=self.identity, until_delivered=True, loop=loop)
 
-    async def decode(self, msg: Message) -> tuple[Record, Exception | None] | None:
+    async def decode(self, msg: Message) -> tuple[Task, Exception | None] | None:
         """The task, its payloads through the payload codec, and why the codec could not decode
         them (the task then fails with that reason); None (logged) for bytes that are no task."""
         try:
-            task = self._tasks.decode(msg.value(), msg.headers())
+            task = cast(Task, self._tasks.decode(msg.value(), msg.headers()))  # the codec reads plain dicts
         except UndecodableRecord as exc:
             log.error("event=task_undecodable topic=%s partition=%d offset=%d error=%s", msg.topic(), msg.partition(), msg.offset(), exc)
             return None
@@ -53,3 +55,27 @@ class WorkerContext:
             log.error("event=task_payloads_undecodable workflow_id=%s run_id=%s error=%r", task["workflow_id"], task["run_id"], str(exc))
             return task, exc
         return task, None
+
+
+# The branch of a task record each side reads, where the record's kind was told apart before.
+
+
+def workflow_task(task: Task) -> WorkflowTask:
+    match task["task"]:
+        case ("WorkflowTask", body):
+            return body
+    raise AssertionError(f"{task['task'][0]} is no WorkflowTask")
+
+
+def query_task(task: Task) -> QueryTask:
+    match task["task"]:
+        case ("QueryTask", body):
+            return body
+    raise AssertionError(f"{task['task'][0]} is no QueryTask")
+
+
+def activity_task(task: Task) -> ActivityTask:
+    match task["task"]:
+        case ("ActivityTask", body):
+            return body
+    raise AssertionError(f"{task['task'][0]} is no ActivityTask")

@@ -11,9 +11,9 @@ from typing import Any
 from confluent_kafka import Message
 
 from kadence.exceptions import CancelledError
-from kadence.protocol.codec import Record
 from kadence.protocol.names import CommandType
-from kadence.worker._context import WorkerContext
+from kadence.protocol.records import Task
+from kadence.worker._context import WorkerContext, activity_task
 
 log = logging.getLogger("kadence.worker")
 
@@ -24,8 +24,8 @@ class Heartbeater:
     heartbeat timeout (30 s without one); between sends the latest details win. Callable from the
     activity's thread when the activity is sync."""
 
-    def __init__(self, context: WorkerContext, task: Record) -> None:
-        at = task["task"][1]
+    def __init__(self, context: WorkerContext, task: Task) -> None:
+        at = activity_task(task)
         self._context = context
         self._workflow_id = task["workflow_id"]
         self._reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from confluent_kafka import KafkaException, Message
@@ -29,9 +29,11 @@ from kadence.protocol.events import CLOSE_COMMANDS, ONE_EVENT_COMMANDS, WORKFLOW
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import ActivityTask, HistoryEvent, ScheduleActivityTask, Task
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
-from kadence.worker._context import WorkerContext
+from kadence.worker._context import WorkerContext, query_task, workflow_task
 from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
 from kadence.worker._workflow_instance import CacheInvalid, LocalActivity, WorkflowInstance, WorkflowTaskError, replay
@@ -46,18 +48,19 @@ HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 
-def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms: int) -> Record:
+def _activity_task(task: Task, attrs: ScheduleActivityTask, scheduled_event_id: int, now_ms: int) -> Task:
     """An eager attempt's task, as history's dispatch would make it (its payloads copied: sending
     the completion runs the payload codec over the command's in place)."""
-    wt = task["task"][1]
-    return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": (EffectType.ActivityTask, {
+    wt = workflow_task(task)
+    activity: ActivityTask = {
         "task_queue": attrs["task_queue"] or wt["task_queue"], "workflow_type": wt["workflow_type"],
         "scheduled_event_id": scheduled_event_id, "attempt": 1, "activity_id": attrs["activity_id"],
         "activity_type": attrs["activity_type"], "input": [_copy(payload) for payload in attrs["input"]],
         "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
         "schedule_to_start_deadline_ms": 0, "header": {name: _copy(payload) for name, payload in (attrs.get("header") or {}).items()},
-    })}
+    }
+    return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": ("ActivityTask", activity)}
 
 
 def _answer(sent: list[asyncio.Future[Message]]) -> asyncio.Future[Message]:
@@ -67,7 +70,7 @@ def _answer(sent: list[asyncio.Future[Message]]) -> asyncio.Future[Message]:
     return sent[-1]
 
 
-def _copy(payload: Record) -> Record:
+def _copy(payload: PayloadRecord) -> PayloadRecord:
     return {"metadata": dict(payload["metadata"]), "data": payload["data"]}
 
 
@@ -120,8 +123,8 @@ class WorkflowWorker:
 
     async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
         """One batch: each task is answered, and a task whose payloads cannot be decoded fails."""
-        tasks: list[tuple[Record, Message]] = []
-        deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
+        tasks: list[tuple[Task, Message]] = []
+        deliveries: list[tuple[Task, asyncio.Future[Any]]] = []
         for msg in messages:
             decoded = await self._context.decode(msg)
             if decoded is None:
@@ -149,7 +152,7 @@ class WorkflowWorker:
                           task["workflow_id"], task["run_id"], str(outcome))
 
     async def _handle_workflow_task(
-        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None], redelivered: bool, dispatched: float,
+        self, task: Task, earlier: dict[tuple[str, str], list[HistoryEvent] | None], redelivered: bool, dispatched: float,
     ) -> list[asyncio.Future[Any]]:
         """Activate the run with the task and answer it. A task record that may be a redelivery
         (`redelivered`) runs its local activities only once history accepted its start: the worker
@@ -158,7 +161,7 @@ class WorkflowWorker:
         if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
-        wt = task["task"][1]
+        wt = workflow_task(task)
         if wt["attempt"] > 1:
             # A retried (transient) task: its failed attempts left no events, so a cached run may be one
             # whose completion history refused; it replays from the recorded events instead.
@@ -187,9 +190,9 @@ class WorkflowWorker:
         self._forget_start_answer(accepted)
         return [self._complete_workflow_task(task, instance, commands, dispatched, start, eager_once_accepted=redelivered)]
 
-    async def _start_answer(self, task: Record) -> StartAnswer:
+    async def _start_answer(self, task: Task) -> StartAnswer:
         """The answer to the start of a task that may be a redelivery, asked for before the start can be sent."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         request_id = f"{task['run_id']}/workflow-task/{wt['scheduled_event_id']}/{uuid.uuid4()}"
         return StartAnswer(request_id, await self.client.expect_outcome(request_id))
 
@@ -198,23 +201,23 @@ class WorkflowWorker:
         if accepted is not None:
             self.client.forget_outcome(accepted.request_id, accepted.answer)
 
-    def _hold_start(self, task: Record, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
+    def _hold_start(self, task: Task, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
         """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see
         _task_starts. With the request id `accepted` waits on, where its answer is wanted."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         start = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
                  "started_time_ms": started_time_ms}
         if accepted is not None:
             start["request_id"] = accepted.request_id
         return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, start))
 
-    def _lacks(self, task: Record) -> tuple[int, int] | None:
+    def _lacks(self, task: Task) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
         cache nor the task holds: the task brings those after the previous task's (what a worker
         that ran it has), or none when they were too large to carry."""
         if task["task"][0] != EffectType.WorkflowTask:
             return None
-        wt = task["task"][1]
+        wt = workflow_task(task)
         cached = self._cache.get(task["run_id"])
         have = cached.processed_event_id if cached is not None else 0
         # Without the events, the task's own: up to its WorkflowTaskScheduled, or, retried (transient), before the
@@ -222,15 +225,15 @@ class WorkflowWorker:
         first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + (1 if wt["attempt"] == 1 else 0)
         return (have, first) if first > have + 1 else None
 
-    async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
+    async def _earlier_events(self, tasks: list[Task]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
         """The events these workflow tasks lack (see `_read_events`)."""
         return await self._read_events({(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None})
 
-    async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[Record] | None]:
+    async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
         """Per run, its events between (after, before), both exclusive, from the read model in one
         query, asked again while the visibility projector has not written them all yet (for at most
         HISTORY_WAIT_S). None for a run whose events did not all arrive."""
-        found: dict[tuple[str, str], list[Record] | None] = dict.fromkeys(wanted)
+        found: dict[tuple[str, str], list[HistoryEvent] | None] = dict.fromkeys(wanted)
         wanted = dict(wanted)
         if not wanted:
             return found
@@ -246,7 +249,7 @@ class WorkflowWorker:
             for run, (after, before) in list(wanted.items()):
                 events = rows.get(run, [])
                 if len(events) == before - after - 1:
-                    found[run] = events
+                    found[run] = cast(list[HistoryEvent], events)  # the read model's rows: decoded HistoryEvent records
                     del wanted[run]
             if not wanted or time.monotonic() + delay > deadline:
                 break
@@ -255,10 +258,10 @@ class WorkflowWorker:
         await self.client.data_converter.decode_payloads([events for events in found.values() if events is not None])
         return found
 
-    async def _task_history(self, task: Record, earlier: dict[tuple[str, str], list[Record] | None]) -> list[Record]:
+    async def _task_history(self, task: Task, earlier: dict[tuple[str, str], list[HistoryEvent] | None]) -> list[HistoryEvent]:
         """The events to activate the task with: those it lacks (read with the batch it came in,
         else now: the cache may have changed since), then those it brings."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         lacks = self._lacks(task)
         if lacks is None:
             return wt["history"]
@@ -274,7 +277,7 @@ class WorkflowWorker:
             )
         return events + wt["history"]
 
-    def _fail_workflow_task(self, task: Record, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
+    def _fail_workflow_task(self, task: Task, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
@@ -282,12 +285,13 @@ class WorkflowWorker:
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
 
-    def _failure(self, task: Record, cause: str, exc: Exception) -> Record:
+    def _failure(self, task: Task, cause: str, exc: Exception) -> Record:
         """The task's RespondWorkflowTaskFailed (without its start), logged as it is decided."""
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                   task["workflow_id"], task["run_id"], cause, str(exc))
+        wt = workflow_task(task)
         return {
-            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "attempt": task["task"][1]["attempt"],
+            "run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
             "cause": cause,
             "failure": self.client.data_converter.to_failure(exc),
         }
@@ -302,7 +306,7 @@ class WorkflowWorker:
         return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], dispatched: float, start: HeldStart | None = None, *,
+        self, task: Task, instance: WorkflowInstance, commands: list[Any], dispatched: float, start: HeldStart | None = None, *,
         eager_once_accepted: bool = False,
     ) -> asyncio.Future[Message]:
         """Complete the task with the commands, after its start if it is still held. The eager
@@ -314,7 +318,7 @@ class WorkflowWorker:
         run_id = task["run_id"]
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
-        wt = task["task"][1]
+        wt = workflow_task(task)
         completed_with: Record = {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"], "commands": commands,
         }
@@ -343,7 +347,7 @@ class WorkflowWorker:
                 self._cache.popitem(last=False)
         return completed
 
-    def _eager_attempts(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Record]]:
+    def _eager_attempts(self, task: Task, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Task]]:
         """The commands to send, and the first attempts of the activities they schedule that this
         worker runs itself (eager execution, saving the task queue's hop), made as history would
         dispatch them; their commands name the scheduled_event_id foreseen. The ids follow the task's:
@@ -354,7 +358,7 @@ class WorkflowWorker:
         until history's refusal of the completion's eager_request_id cancelled them: so nothing runs
         eagerly while an activity an earlier task scheduled is pending, nor from a retried task (its
         WorkflowTaskScheduled is written with its completion, past any event written meanwhile)."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities() or wt["attempt"] > 1:
             return commands, []
         now_ms = int(time.time() * 1000)
@@ -371,7 +375,7 @@ class WorkflowWorker:
         return sent, attempts
 
     async def _completed_or_too_large(
-        self, task: Record, completed: asyncio.Future[Message], started_time_ms: int | None,
+        self, task: Task, completed: asyncio.Future[Message], started_time_ms: int | None,
     ) -> Message:
         """A completion too large for a record fails the workflow task instead, with the cause that
         ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
@@ -391,13 +395,13 @@ class WorkflowWorker:
                 raise
             return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
 
-    async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
+    async def _fail_unsent_completion(self, task: Task, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
         return await self._context.send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
             **self._failure(task, cause, exc), "started_time_ms": started_time_ms,
         })
 
     async def _complete_after_local_activities(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None, dispatched: float,
+        self, task: Task, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None, dispatched: float,
     ) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
         it waits on nothing local; then complete the task with every command. With `accepted`, only
@@ -414,7 +418,7 @@ class WorkflowWorker:
             return
         await self._complete_workflow_task(task, instance, commands, dispatched)
 
-    async def _start_accepted(self, task: Record, accepted: StartAnswer) -> bool:
+    async def _start_accepted(self, task: Task, accepted: StartAnswer) -> bool:
         """Whether history accepted the start of a task that may be a redelivery, so its local
         activities may run: the worker that read the record before may have run them and completed
         the task. Not answered within HISTORY_WAIT_S (Postgres away), the task is left to its
@@ -425,13 +429,13 @@ class WorkflowWorker:
         if outcome is None or not outcome.accepted:
             self.client.forget_outcome(accepted.request_id, answer)
             log.info("event=workflow_task_start_refused workflow_id=%s run_id=%s scheduled_event_id=%d cause=%s reason=%r consequence=%r",
-                     task["workflow_id"], task["run_id"], task["task"][1]["scheduled_event_id"],
+                     task["workflow_id"], task["run_id"], workflow_task(task)["scheduled_event_id"],
                      outcome.cause if outcome else "UNANSWERED", outcome.reason if outcome else f"no answer within {HISTORY_WAIT_S:.0f} s",
                      "a redelivered task's local activities run only once its start is accepted")
             return False
         return True
 
-    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
+    async def _run_local_activity(self, task: Task, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
         """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
         attrs = local.attributes
         payloads = self.client.data_converter.payload_converter
@@ -445,7 +449,7 @@ class WorkflowWorker:
             context.run(activity_module._current_info.set, activity_module.Info(
                 activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
                 task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
-                workflow_type=task["task"][1]["workflow_type"], is_local=True,
+                workflow_type=workflow_task(task)["workflow_type"], is_local=True,
             ))
             try:
                 result = await asyncio.wait_for(
@@ -468,10 +472,10 @@ class WorkflowWorker:
                             "retry_state": state.value}
                 return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
 
-    async def _answer_query(self, task: Record, problem: Exception | None = None) -> None:
+    async def _answer_query(self, task: Task, problem: Exception | None = None) -> None:
         """Answer from the cached run, or from a replay of its recorded history (a closed run too);
         a query whose arguments or answer the payload codec cannot handle is answered with the error."""
-        query = task["task"][1]
+        query = query_task(task)
         answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
         try:
             if problem is not None:
@@ -494,8 +498,8 @@ class WorkflowWorker:
             log.warning("event=query_answer_not_sent workflow_id=%s run_id=%s query_type=%s error=%r",
                         task["workflow_id"], task["run_id"], query["query_type"], str(exc))
 
-    async def _replay(self, task: Record) -> WorkflowInstance:
-        workflow_type = task["task"][1]["workflow_type"]
+    async def _replay(self, task: Task) -> WorkflowInstance:
+        workflow_type = query_task(task)["workflow_type"]
         definition = self._workflows.get(workflow_type)
         if definition is None:
             raise ApplicationError(f"workflow type {workflow_type!r} is not registered on this worker", type="NotFoundError")
@@ -503,7 +507,7 @@ class WorkflowWorker:
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
         return replay(definition, info, self.client.data_converter, events, self._interceptor_classes)
 
-    async def _history_to_answer_from(self, task: Record) -> list[Record]:
+    async def _history_to_answer_from(self, task: Task) -> list[HistoryEvent]:
         """The run's events the query's answer must see: exactly the history it had when history
         released the query (the read model may not hold them all yet), or, from a task of a release
         that did not say, whatever the read model holds."""
@@ -521,12 +525,12 @@ class WorkflowWorker:
         if not history.events:
             raise ApplicationError(f"workflow {run[0]} has no recorded history yet", type="NotFoundError")
         await self.client.data_converter.decode_payloads(history.events)
-        return history.events
+        return cast(list[HistoryEvent], history.events)  # read from JSON
 
     def _activate(
-        self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,
+        self, task: Task, cached: WorkflowInstance | None, history: list[HistoryEvent], started_time_ms: int,
     ) -> tuple[WorkflowInstance, list[Any]]:
-        wt = task["task"][1]
+        wt = workflow_task(task)
         if cached is not None:
             return cached, cached.activate(history, wt["scheduled_event_id"], started_time_ms)
         definition = self._workflows.get(wt["workflow_type"])

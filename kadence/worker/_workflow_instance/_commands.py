@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kadence.protocol.codec import Record
+from kadence.protocol.records import ActivityTaskScheduled
 
 Command = tuple[str, Record]
 
@@ -43,7 +44,7 @@ class CancelTimerCommand(PendingCommand):
 @dataclass(eq=False)
 class ScheduleActivityCommand(PendingCommand):
     future: asyncio.Future[Any]  # the activity's result payload
-    scheduled: Record = field(default_factory=dict)  # its ActivityTaskScheduled attributes
+    scheduled: ActivityTaskScheduled | None = None  # its ActivityTaskScheduled attributes, once recorded
     scheduled_event_id: int = 0
 
     @property

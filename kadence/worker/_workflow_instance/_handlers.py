@@ -10,14 +10,16 @@ import functools
 import inspect
 import logging
 import traceback
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, cast
 
+from kadence.api.common.v1 import Payload
 from kadence.common import RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
-from kadence.protocol.codec import Record
 from kadence.protocol.names import TaskCommandType
+from kadence.protocol.records import Payload as PayloadRecord
+from kadence.protocol.records import WorkflowExecutionUpdateAdmitted
 from kadence.worker._interceptor import (
     ExecuteWorkflowInput,
     HandleQueryInput,
@@ -42,9 +44,10 @@ class WorkflowHandlers(WorkflowRun):
 
     def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
         super().__init__(definition, info, converter)
-        self._unhandled_signals: list[tuple[str, list[Record], Record]] = []  # no handler yet: kept until one is set
+        # Signals with no handler yet: kept until one is set.
+        self._unhandled_signals: list[tuple[str, list[PayloadRecord], Mapping[str, PayloadRecord]]] = []
 
-    def deliver_signal(self, name: str, payloads: list[Record], header: Record) -> None:
+    def deliver_signal(self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord]) -> None:
         handler = lookup_handler(self.signals, name)
         if handler is None:
             self._unhandled_signals.append((name, payloads, header))  # as temporalio: kept until a handler is set
@@ -60,14 +63,15 @@ class WorkflowHandlers(WorkflowRun):
         signal = HandleSignalInput(signal=name, args=args, headers=payload_headers(header))
         self.create_task(self._run_signal(running, signal), name=f"signal:{name}")
 
-    def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
+    def _bind(self, handler: Handler, name: str, payloads: list[PayloadRecord]) -> tuple[Callable[..., Any], list[Any]]:
         """The handler to call for `name` and its arguments: a dynamic one gets the name and the
         payloads unconverted (as temporalio)."""
         call = self.callable(handler)
         if handler.dynamic and handler.takes_varargs():  # temporalio's deprecated form: (name, *args), converted
             return call, [name, *self.converter.payload_converter.from_payloads(payloads, [handler.arg_types()[-1]] * len(payloads))]
         if handler.dynamic:
-            return call, [name, [RawValue(payload) for payload in payloads]]
+            # RawValue's payload is temporalio's dict; a decoded Payload record is one.
+            return call, [name, [RawValue(cast(dict[str, Any], payload)) for payload in payloads]]
         return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())
 
     def callable(self, handler: Handler) -> Callable[..., Any]:
@@ -117,7 +121,7 @@ class WorkflowHandlers(WorkflowRun):
         finally:
             self.running_handlers.remove(running)
 
-    def admit_update(self, attrs: Record) -> None:
+    def admit_update(self, attrs: WorkflowExecutionUpdateAdmitted) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
         update_id = attrs["update_id"]
         current_update.set(UpdateInfo(update_id, attrs["name"]))  # this callback's own context, which its task copies
@@ -160,7 +164,9 @@ class WorkflowHandlers(WorkflowRun):
         completion = {"update_id": update_id, "result": encoded, "failure": None}
         self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, completion)))
 
-    def query(self, name: str, payloads: list[Record], header: Record | None = None, query_id: str = "") -> Record:
+    def query(
+        self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord] | None = None, query_id: str = "",
+    ) -> Payload:
         """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
         The built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
         if name == STACK_TRACE_QUERY:

@@ -30,6 +30,8 @@ from kadence.protocol.codec import Record
 from kadence.protocol.events import EVENT_FOR_COMMAND
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
 from kadence.protocol.names import EventType, TaskCommandType
+from kadence.protocol.records import HistoryEvent, WorkflowExecutionStarted
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
     ExecuteWorkflowInput,
@@ -70,6 +72,9 @@ from kadence.workflow._runtime import WorkflowInfo, _Runtime
 
 PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
+
+# A local activity's outcome as its marker's details: the worker's payloads, or those its marker recorded.
+LocalOutcome = Mapping[str, Sequence[Mapping[str, Any]]]
 
 _Ts = TypeVarTuple("_Ts")
 _Pending = TypeVar("_Pending", bound=PendingCommand)
@@ -127,7 +132,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self.initiated: dict[int, InitiatedCommand] = {}  # children and external requests by initiated event id
         self.replaying = False
         self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
-        self.upcoming: list[Record] = []  # the history after the event being applied
+        self.upcoming: list[HistoryEvent] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
         self._local_activities: list[LocalActivity] = []
         self._local_seq = 0
@@ -214,7 +219,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
 
-    def resolve_local_activities(self, outcomes: Mapping[int, Mapping[str, Sequence[Record]]]) -> list[Command]:
+    def resolve_local_activities(self, outcomes: Mapping[int, LocalOutcome]) -> list[Command]:
         """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
         self._new_commands = []
         for local in list(self._local_activities):
@@ -223,7 +228,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._drive()
         return self._new_commands
 
-    def _record_local_outcome(self, local: LocalActivity, details: Mapping[str, Sequence[Record]]) -> None:
+    def _record_local_outcome(self, local: LocalActivity, details: LocalOutcome) -> None:
         self._local_activities.remove(local)
         self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details})))
         if "result" in details:
@@ -237,21 +242,21 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])
         set_exception_unless_done(local.future, error)
 
-    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
+    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[PayloadRecord]]]:
         """Local activity outcomes (marker details by seq) the replayed task recorded."""
         payloads = self.converter.payload_converter
         return {payloads.from_payload(details["seq"][0]): details for details in self.recorded_markers(LOCAL_ACTIVITY_MARKER)}
 
-    def recorded_markers(self, marker_name: str) -> list[dict[str, list[Record]]]:
+    def recorded_markers(self, marker_name: str) -> list[dict[str, list[PayloadRecord]]]:
         """Details of the markers named so that the replayed task recorded: the events after its
         WorkflowTaskCompleted, up to the next workflow task."""
         found = []
         for event in self.upcoming:
-            kind, attrs = event["attributes"]
-            if kind in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
-                break
-            if kind == EventType.MarkerRecorded and attrs["marker_name"] == marker_name:
-                found.append(attrs["details"])
+            match event["attributes"]:
+                case ("WorkflowTaskScheduled" | "WorkflowTaskStarted", _):
+                    break
+                case ("MarkerRecorded", marker) if marker["marker_name"] == marker_name:
+                    found.append(marker["details"])
         return found
 
     def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
@@ -273,7 +278,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             return (TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(exc)})
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
-    def started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:
+    def started_info(self, attrs: WorkflowExecutionStarted, started_ms: int) -> WorkflowInfo:
         """The info the WorkflowExecutionStarted event gives; the first workflow task's start is the
         next WorkflowTaskStarted recorded, else the task being run now."""
         first_task_ms = next(
@@ -303,7 +308,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
         )
 
-    def start(self, input_payloads: list[Record]) -> None:
+    def start(self, input_payloads: list[PayloadRecord]) -> None:
         """Make the workflow object and start its run method, through the interceptors, as the main task."""
         try:
             args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
@@ -545,6 +550,6 @@ def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseExc
         future.set_exception(error)
 
 
-def payload_headers(header: Mapping[str, Record]) -> dict[str, Payload]:
+def payload_headers(header: Mapping[str, PayloadRecord]) -> dict[str, Payload]:
     """A record's header field as temporalio's Mapping[str, Payload]."""
     return {name: Payload.of(payload) for name, payload in header.items()}
