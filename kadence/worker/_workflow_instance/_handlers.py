@@ -17,9 +17,13 @@ from kadence.api.common.v1 import Payload
 from kadence.common import RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
-from kadence.protocol.names import TaskCommandType
+from kadence.protocol.records import (
+    AcceptWorkflowUpdate,
+    CompleteWorkflowUpdate,
+    RejectWorkflowUpdate,
+    WorkflowExecutionUpdateAdmitted,
+)
 from kadence.protocol.records import Payload as PayloadRecord
-from kadence.protocol.records import WorkflowExecutionUpdateAdmitted
 from kadence.worker._interceptor import (
     ExecuteWorkflowInput,
     HandleQueryInput,
@@ -30,7 +34,7 @@ from kadence.worker._interceptor import (
 )
 from kadence.worker._workflow_instance._commands import UpdateResponseCommand
 from kadence.worker._workflow_instance._loop import WorkflowTaskError
-from kadence.worker._workflow_instance._run import RunningHandler, WorkflowRun, payload_headers
+from kadence.worker._workflow_instance._run import RunningHandler, WorkflowRun, failure_record, payload_headers, payload_record
 from kadence.workflow._definition import Handler, WorkflowDefinition
 from kadence.workflow._runtime import UpdateInfo, WorkflowInfo, current_update
 
@@ -141,10 +145,11 @@ class WorkflowHandlers(WorkflowRun):
                 finally:
                     self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
-            rejection = {"update_id": update_id, "failure": self.converter.to_failure(exc)}
-            self.issue(UpdateResponseCommand((TaskCommandType.RejectWorkflowUpdate, rejection)))
+            rejection: RejectWorkflowUpdate = {"update_id": update_id, "failure": failure_record(self.converter.to_failure(exc))}
+            self.issue(UpdateResponseCommand(("RejectWorkflowUpdate", rejection)))
             return
-        self.issue(UpdateResponseCommand((TaskCommandType.AcceptWorkflowUpdate, {"update_id": update_id})))
+        acceptance: AcceptWorkflowUpdate = {"update_id": update_id}
+        self.issue(UpdateResponseCommand(("AcceptWorkflowUpdate", acceptance)))
         running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
         self.running_handlers.append(running)
         self.create_task(self._run_update(running, update), name=f"update:{attrs['name']}")
@@ -155,14 +160,14 @@ class WorkflowHandlers(WorkflowRun):
             result = await self.inbound.handle_update_handler(update)
             encoded = self.converter.payload_converter.to_payload(result)
         except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
-            self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, {
-                "update_id": update_id, "result": None, "failure": self.converter.to_failure(exc),
-            })))
+            failure = failure_record(self.converter.to_failure(exc))
+            failed: CompleteWorkflowUpdate = {"update_id": update_id, "result": None, "failure": failure}
+            self.issue(UpdateResponseCommand(("CompleteWorkflowUpdate", failed)))
             return
         finally:
             self.running_handlers.remove(running)
-        completion = {"update_id": update_id, "result": encoded, "failure": None}
-        self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, completion)))
+        completion: CompleteWorkflowUpdate = {"update_id": update_id, "result": payload_record(encoded), "failure": None}
+        self.issue(UpdateResponseCommand(("CompleteWorkflowUpdate", completion)))
 
     def query(
         self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord] | None = None, query_id: str = "",

@@ -20,17 +20,29 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack
+from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
 from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
-from kadence.converter import DataConverter
+from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
 from kadence.protocol.events import EVENT_FOR_COMMAND
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
-from kadence.protocol.names import EventType, TaskCommandType
-from kadence.protocol.records import HistoryEvent, WorkflowExecutionStarted
+from kadence.protocol.names import EventType
+from kadence.protocol.records import (
+    CancelWorkflowExecution,
+    CompleteWorkflowExecution,
+    FailWorkflowExecution,
+    HistoryEvent,
+    RecordMarker,
+    RequestCancelActivityTask,
+    ScheduleActivityTask,
+    StartChildWorkflowExecution,
+    UpsertWorkflowSearchAttributesCommand,
+    WorkflowExecutionStarted,
+)
+from kadence.protocol.records import Failure as FailureRecord
 from kadence.protocol.records import Payload as PayloadRecord
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
@@ -185,8 +197,8 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             return
         if self._handler_failure is not None:
             self._close_issued = True
-            failure = self.converter.to_failure(self._handler_failure)
-            self.issue(PendingCommand((TaskCommandType.FailWorkflowExecution, {"failure": failure})))
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(self._handler_failure))}
+            self.issue(PendingCommand(("FailWorkflowExecution", fail)))
         elif self.main is not None and self.main.done():
             command = self._close_command(self.main)
             self._close_issued = True
@@ -230,7 +242,9 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def _record_local_outcome(self, local: LocalActivity, details: LocalOutcome) -> None:
         self._local_activities.remove(local)
-        self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details})))
+        # The details as given: the worker's payloads, or those the marker recorded (the same dicts).
+        marker: RecordMarker = {"marker_name": LOCAL_ACTIVITY_MARKER, "details": cast(dict[str, list[PayloadRecord]], details)}
+        self.issue(RecordMarkerCommand(("RecordMarker", marker)))
         if "result" in details:
             set_result_unless_done(local.future, details["result"][0])
             return
@@ -268,14 +282,17 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():
-            return (TaskCommandType.CancelWorkflowExecution, {"details": []})
+            cancel: CancelWorkflowExecution = {"details": []}
+            return ("CancelWorkflowExecution", cancel)
         exc = main.exception()
         if isinstance(exc, ContinueAsNewError):
-            return (TaskCommandType.ContinueAsNewWorkflowExecution, exc.attributes)
+            return ("ContinueAsNewWorkflowExecution", exc.attributes)
         if exc is None:
-            return (TaskCommandType.CompleteWorkflowExecution, {"result": self.converter.payload_converter.to_payload(main.result())})
+            complete: CompleteWorkflowExecution = {"result": payload_record(self.converter.payload_converter.to_payload(main.result()))}
+            return ("CompleteWorkflowExecution", complete)
         if isinstance(exc, FailureError):
-            return (TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(exc)})
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(exc))}
+            return ("FailWorkflowExecution", fail)
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
     def started_info(self, attrs: WorkflowExecutionStarted, started_ms: int) -> WorkflowInfo:
@@ -349,13 +366,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     # ---- what the workflow code asks of the run ----------------------------------------------
 
-    def schedule_activity(self, attrs: Record, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
+    def schedule_activity(self, attrs: ScheduleActivityTask, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
         self._activity_seq += 1
         attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
         if disable_eager_execution:
             self._eager_disabled.add(attrs["activity_id"])
         future = self.create_future()
-        pending = self.issue(ScheduleActivityCommand((TaskCommandType.ScheduleActivityTask, attrs), future))
+        pending = self.issue(ScheduleActivityCommand(("ScheduleActivityTask", attrs), future))
         future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
 
@@ -376,13 +393,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if not future.cancelled() or self._withdraw(pending):
             return
         if pending.scheduled_event_id in self.activities:
-            request = {"scheduled_event_id": pending.scheduled_event_id}
-            self.issue(RequestCancelActivityCommand((TaskCommandType.RequestCancelActivityTask, request)))
+            request: RequestCancelActivityTask = {"scheduled_event_id": pending.scheduled_event_id}
+            self.issue(RequestCancelActivityCommand(("RequestCancelActivityTask", request)))
 
-    def issue_child_workflow_start(self, attrs: Record) -> StartChildWorkflowCommand:
+    def issue_child_workflow_start(self, attrs: StartChildWorkflowExecution) -> StartChildWorkflowCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
         return self.issue(StartChildWorkflowCommand(
-            (TaskCommandType.StartChildWorkflowExecution, attrs), self.create_future(), started=self.create_future(),
+            ("StartChildWorkflowExecution", attrs), self.create_future(), started=self.create_future(),
         ))
 
     def cancel_child_workflow(self, pending: StartChildWorkflowCommand) -> None:
@@ -391,15 +408,16 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
 
     def signal_external(
-        self, workflow_id: str, run_id: str, signal_name: str, payloads: Sequence[Record], child_workflow_only: bool, header: Record,
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[PayloadRecord], child_workflow_only: bool,
+        header: dict[str, PayloadRecord],
     ) -> asyncio.Future[None]:
-        return self.issue(SignalExternalCommand((TaskCommandType.SignalExternalWorkflowExecution, {
+        return self.issue(SignalExternalCommand(("SignalExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
             "child_workflow_only": child_workflow_only, "header": header,
         }), self.create_future())).future
 
     def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
-        return self.issue(RequestCancelExternalCommand((TaskCommandType.RequestCancelExternalWorkflowExecution, {
+        return self.issue(RequestCancelExternalCommand(("RequestCancelExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "child_workflow_only": child_workflow_only, "reason": "",
         }), self.create_future())).future
 
@@ -411,8 +429,9 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self._patches[patch_id] = use_patch
             if use_patch:
                 payloads = self.converter.payload_converter
-                details = {"patch_id": payloads.to_payloads([patch_id]), "deprecated": payloads.to_payloads([deprecated])}
-                self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": PATCH_MARKER, "details": details})))
+                details = {"patch_id": payload_records(payloads.to_payloads([patch_id])),
+                           "deprecated": payload_records(payloads.to_payloads([deprecated]))}
+                self.issue(RecordMarkerCommand(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details})))
         return self._patches[patch_id]
 
     def _recorded_patch_ids(self) -> set[str]:
@@ -420,9 +439,10 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         return {payloads.from_payload(details["patch_id"][0]) for details in self.recorded_markers(PATCH_MARKER)}
 
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
-        payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
+        payloads = {name: payload_record(self.converter.payload_converter.to_payload(value)) for name, value in attributes.items()}
         self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
-        self.issue(PendingCommand((TaskCommandType.UpsertWorkflowSearchAttributes, {"search_attributes": payloads})))
+        upsert: UpsertWorkflowSearchAttributesCommand = {"search_attributes": payloads}
+        self.issue(PendingCommand(("UpsertWorkflowSearchAttributes", upsert)))
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         self.assert_not_read_only("wait condition")
@@ -443,7 +463,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._timer_seq += 1
         timer_id = str(self._timer_seq)
         timeout_ms = max(1, round(delay * 1000))
-        start = StartTimerCommand((TaskCommandType.StartTimer, {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
+        start = StartTimerCommand(("StartTimer", {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
         handle = DurableTimerHandle(self.time() + delay, callback, args, self, context, start)
         self.timers[timer_id] = handle
         self.issue(start)
@@ -453,7 +473,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if not isinstance(handle, DurableTimerHandle) or self.timers.pop(handle.timer_id, None) is None:
             return  # already fired
         if not self._withdraw(handle.start):
-            self.issue(CancelTimerCommand((TaskCommandType.CancelTimer, {"timer_id": handle.timer_id})))
+            self.issue(CancelTimerCommand(("CancelTimer", {"timer_id": handle.timer_id})))
 
     @property
     def random(self) -> random.Random:
@@ -553,3 +573,24 @@ def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseExc
 def payload_headers(header: Mapping[str, PayloadRecord]) -> dict[str, Payload]:
     """A record's header field as temporalio's Mapping[str, Payload]."""
     return {name: Payload.of(payload) for name, payload in header.items()}
+
+
+# What the converter makes, as a command's fields: its Payload (kadence.api.common.v1) is the
+# Payload record's dict, and its Failure the Failure record's.
+
+
+def payload_record(payload: Payload) -> PayloadRecord:
+    return cast(PayloadRecord, payload)
+
+
+def payload_records(payloads: list[Payload]) -> list[PayloadRecord]:
+    return cast(list[PayloadRecord], payloads)
+
+
+def header_record(headers: Mapping[str, Payload]) -> dict[str, PayloadRecord]:
+    """Headers as the interceptors give them, as a command's header field."""
+    return cast(dict[str, PayloadRecord], dict(headers))
+
+
+def failure_record(failure: Failure) -> FailureRecord:
+    return cast(FailureRecord, failure)
