@@ -32,7 +32,7 @@ from kadence.protocol.codec import Record, command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType
 from kadence.protocol.read_model import CommandOutcome
-from kadence.protocol.records import ActivityCancellation, Task
+from kadence.protocol.records import ActivityCancellation, RecordActivityTaskStarted, Task
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._context import WorkerContext, activity_task
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
@@ -568,7 +568,7 @@ async def _delivered(sent: asyncio.Future[Message]) -> bool:
     return not sent.cancelled() and sent.exception() is None
 
 
-def _start_command(task: Task, request_id: str) -> tuple[str, Record]:
+def _start_command(task: Task, request_id: str) -> tuple[str, RecordActivityTaskStarted]:
     """An attempt's RecordActivityTaskStarted."""
     at = activity_task(task)
     return CommandType.RecordActivityTaskStarted, {

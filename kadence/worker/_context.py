@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from confluent_kafka import Message
 
 from kadence.client import Client
-from kadence.protocol.codec import Record, RecordCodec, UndecodableRecord, task_codec
+from kadence.protocol.codec import RecordCodec, UndecodableRecord, task_codec
 from kadence.protocol.records import ActivityTask, QueryTask, Task, WorkflowTask
 from kadence.worker._assignment import PartitionAssignment
 
@@ -28,14 +29,14 @@ class WorkerContext:
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: RecordCodec = field(default_factory=task_codec, init=False, repr=False)
 
-    def send(self, workflow_id: str, kind: str, body: Record, *, until_delivered: bool = True) -> asyncio.Future[Message]:
+    def send(self, workflow_id: str, kind: str, body: Mapping[str, Any], *, until_delivered: bool = True) -> asyncio.Future[Message]:
         """A task's result (or start) goes to history however long the broker is away: a failed
         delivery is tried again until it succeeds (a repeat is rejected as stale; a loss would leave
         the task to its timeout, or for ever when it has none)."""
         return self.client.send_command(workflow_id, kind, body, identity=self.identity, until_delivered=until_delivered)
 
     def send_all(
-        self, workflow_id: str, commands: list[tuple[str, Record]], loop: asyncio.AbstractEventLoop | None = None,
+        self, workflow_id: str, commands: Sequence[tuple[str, Mapping[str, Any]]], loop: asyncio.AbstractEventLoop | None = None,
     ) -> list[asyncio.Future[Message]]:
         """Commands of one task sent as `send` sends one, back to back (Client.send_commands); `loop`:
         sent from another thread on its behalf."""

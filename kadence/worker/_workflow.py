@@ -11,7 +11,7 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -24,19 +24,35 @@ from kadence.api.common.v1 import Payload
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record, codec, command_codec, writes_field
+from kadence.protocol.codec import codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, ONE_EVENT_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType, TaskCommandType
 from kadence.protocol.read_model import CommandOutcome
-from kadence.protocol.records import ActivityTask, HistoryEvent, ScheduleActivityTask, Task
+from kadence.protocol.records import (
+    ActivityTask,
+    HistoryEvent,
+    QueryAnswer,
+    RecordWorkflowTaskStarted,
+    RespondWorkflowTaskCompleted,
+    RespondWorkflowTaskFailed,
+    ScheduleActivityTask,
+    Task,
+)
 from kadence.protocol.records import Payload as PayloadRecord
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
 from kadence.worker._context import WorkerContext, query_task, workflow_task
 from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
-from kadence.worker._workflow_instance import CacheInvalid, LocalActivity, WorkflowInstance, WorkflowTaskError, replay
+from kadence.worker._workflow_instance import (
+    CacheInvalid,
+    LocalActivity,
+    WorkflowInstance,
+    WorkflowTaskError,
+    failure_record,
+    replay,
+)
 from kadence.workflow._definition import WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo
 
@@ -205,11 +221,11 @@ class WorkflowWorker:
         """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see
         _task_starts. With the request id `accepted` waits on, where its answer is wanted."""
         wt = workflow_task(task)
-        start = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
-                 "started_time_ms": started_time_ms}
+        start: RecordWorkflowTaskStarted = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"],
+                                            "attempt": wt["attempt"], "started_time_ms": started_time_ms}
         if accepted is not None:
             start["request_id"] = accepted.request_id
-        return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, start))
+        return self._starts.hold(task["workflow_id"], ("RecordWorkflowTaskStarted", start))
 
     def _lacks(self, task: Task) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
@@ -285,7 +301,7 @@ class WorkflowWorker:
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
 
-    def _failure(self, task: Task, cause: str, exc: Exception) -> Record:
+    def _failure(self, task: Task, cause: str, exc: Exception) -> RespondWorkflowTaskFailed:
         """The task's RespondWorkflowTaskFailed (without its start), logged as it is decided."""
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                   task["workflow_id"], task["run_id"], cause, str(exc))
@@ -293,10 +309,12 @@ class WorkflowWorker:
         return {
             "run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
             "cause": cause,
-            "failure": self.client.data_converter.to_failure(exc),
+            "failure": failure_record(self.client.data_converter.to_failure(exc)),
         }
 
-    def _with_start(self, start: HeldStart | None, kind: str, answer: Record) -> list[tuple[str, Record]]:
+    def _with_start(
+        self, start: HeldStart | None, kind: str, answer: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed,
+    ) -> list[tuple[str, Mapping[str, Any]]]:
         """The task's answer, carrying its start unless the thread sent that already (or after its
         start, when this worker writes a Command version whose answers carry none: a schema pin)."""
         if start is None or not self._starts.take(start):
@@ -319,7 +337,7 @@ class WorkflowWorker:
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
         wt = workflow_task(task)
-        completed_with: Record = {
+        completed_with: RespondWorkflowTaskCompleted = {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"], "commands": commands,
         }
         if starts is not None:
@@ -476,7 +494,7 @@ class WorkflowWorker:
         """Answer from the cached run, or from a replay of its recorded history (a closed run too);
         a query whose arguments or answer the payload codec cannot handle is answered with the error."""
         query = query_task(task)
-        answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
+        answer: QueryAnswer = {"query_id": query["query_id"], "result": None, "error": None}
         try:
             if problem is not None:
                 raise problem
@@ -486,7 +504,7 @@ class WorkflowWorker:
         except Exception as exc:  # the query failed: the caller hears why
             log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
                      task["workflow_id"], task["run_id"], query["query_type"], str(exc))
-            answer = {"query_id": query["query_id"], "result": None, "error": self.client.data_converter.to_failure(exc)}
+            answer = {"query_id": query["query_id"], "result": None, "error": failure_record(self.client.data_converter.to_failure(exc))}
             with contextlib.suppress(Exception):  # the codec that failed: the error goes as it is
                 await self.client.data_converter.encode_payloads(answer)
         answers = codec("QueryAnswer")

@@ -16,5 +16,6 @@ from kadence.worker._workflow_instance._commands import LocalActivity
 from kadence.worker._workflow_instance._history import CacheInvalid
 from kadence.worker._workflow_instance._instance import WorkflowInstance, replay
 from kadence.worker._workflow_instance._loop import WorkflowTaskError
+from kadence.worker._workflow_instance._run import failure_record
 
-__all__ = ["CacheInvalid", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "replay"]
+__all__ = ["CacheInvalid", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "failure_record", "replay"]

@@ -13,7 +13,6 @@ import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
-from kadence.api.common.v1 import Payload
 from kadence.common import RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
@@ -171,11 +170,11 @@ class WorkflowHandlers(WorkflowRun):
 
     def query(
         self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord] | None = None, query_id: str = "",
-    ) -> Payload:
+    ) -> PayloadRecord:
         """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
         The built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
         if name == STACK_TRACE_QUERY:
-            return self.converter.payload_converter.to_payload(self.stack_trace())
+            return payload_record(self.converter.payload_converter.to_payload(self.stack_trace()))
         handler = lookup_handler(self.queries, name)
         if handler is None:
             raise ApplicationError(
@@ -186,7 +185,7 @@ class WorkflowHandlers(WorkflowRun):
         query = HandleQueryInput(id=query_id, query=name, args=args, headers=payload_headers(header or {}))
         with self.running(read_only=True):
             result = _run_to_end(self.inbound.handle_query(query), f"query {name!r}")
-        return self.converter.payload_converter.to_payload(result)
+        return payload_record(self.converter.payload_converter.to_payload(result))
 
     def stack_trace(self) -> str:
         """Where each of the run's coroutines waits (its main one, signal and update handlers, the
