@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
@@ -32,12 +32,22 @@ from kadence.protocol.codec import Record, command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType
 from kadence.protocol.read_model import CommandOutcome
-from kadence.protocol.records import ActivityCancellation, RecordActivityTaskStarted, Task
+from kadence.protocol.records import (
+    ActivityCancellation,
+    RecordActivityTaskStarted,
+    RespondActivityTaskCanceled,
+    RespondActivityTaskCompleted,
+    RespondActivityTaskFailed,
+    Task,
+)
+from kadence.protocol.records import Failure as FailureRecord
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.protocol.task_token import TaskToken
 from kadence.worker._context import WorkerContext, activity_task
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
 from kadence.worker._interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
+from kadence.worker._workflow_instance import failure_record, payload_record
 
 log = logging.getLogger("kadence.worker")
 
@@ -65,6 +75,13 @@ def run_by_ms(dispatched: float, task_timeout: timedelta | None = None) -> float
     return dispatched + limit_s * 1000
 
 AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
+
+# An attempt's report to history: the command that records how it ended.
+ActivityReport = (
+    tuple[Literal["RespondActivityTaskCompleted"], RespondActivityTaskCompleted]
+    | tuple[Literal["RespondActivityTaskFailed"], RespondActivityTaskFailed]
+    | tuple[Literal["RespondActivityTaskCanceled"], RespondActivityTaskCanceled]
+)
 
 
 @dataclasses.dataclass
@@ -331,15 +348,13 @@ class ActivityWorker:
             attempt.heartbeater.close()
         if outcome is None or attempt.refused:  # completed later by task token, or its start was refused
             return
-        kind, body = outcome
-        reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
-        await self._context.send(task["workflow_id"], kind, {**reply, **body})
+        await self._context.send(task["workflow_id"], *outcome)
 
     async def _attempt_outcome(
         self, task: Task, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
         accepted_first: bool, run_by: float, problem: Exception | None,
-    ) -> tuple[str, Record] | None:
-        """The report on the attempt (its command and what it adds to the reply), once it ran;
+    ) -> ActivityReport | None:
+        """The report on the attempt (its command), once it ran;
         None for one completed later, by task token, and for one that did not run (its start not
         sent, or, where it waits for the `answer` to its start, not accepted)."""
         at = activity_task(task)
@@ -365,24 +380,24 @@ class ActivityWorker:
                 return None
             if problem is not None:
                 raise problem
-            result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
+            result = payload_record(converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater)))
         except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
             log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      workflow_id, run_id, at["activity_type"], at["attempt"])
             return None
         except (asyncio.CancelledError, CancelledError) as exc:
             if heartbeater.cancel_requested:
-                return CommandType.RespondActivityTaskCanceled, {"details": []}
+                return _canceled(task)
             if isinstance(exc, CancelledError):
-                return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
+                return _failed(task, failure_record(converter.to_failure(exc)))
             # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
-            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(shutdown)}
+            return _failed(task, failure_record(converter.to_failure(shutdown)))
         except Exception as exc:  # an activity's failure is data: it goes back to history
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
-            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
-        return CommandType.RespondActivityTaskCompleted, {"result": result}
+            return _failed(task, failure_record(converter.to_failure(exc)))
+        return _completed(task, result)
 
     async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
         at = activity_task(task)
@@ -574,6 +589,30 @@ def _start_command(task: Task, request_id: str) -> tuple[str, RecordActivityTask
     return CommandType.RecordActivityTaskStarted, {
         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "request_id": request_id,
     }
+
+
+def _completed(task: Task, result: PayloadRecord) -> ActivityReport:
+    at = activity_task(task)
+    completed: RespondActivityTaskCompleted = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "result": result,
+    }
+    return "RespondActivityTaskCompleted", completed
+
+
+def _failed(task: Task, failure: FailureRecord) -> ActivityReport:
+    at = activity_task(task)
+    failed: RespondActivityTaskFailed = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "failure": failure,
+    }
+    return "RespondActivityTaskFailed", failed
+
+
+def _canceled(task: Task) -> ActivityReport:
+    at = activity_task(task)
+    canceled: RespondActivityTaskCanceled = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "details": [],
+    }
+    return "RespondActivityTaskCanceled", canceled
 
 
 def _start_request_id(task: Task) -> str:

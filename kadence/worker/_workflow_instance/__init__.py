@@ -16,6 +16,9 @@ from kadence.worker._workflow_instance._commands import LocalActivity
 from kadence.worker._workflow_instance._history import CacheInvalid
 from kadence.worker._workflow_instance._instance import WorkflowInstance, replay
 from kadence.worker._workflow_instance._loop import WorkflowTaskError
-from kadence.worker._workflow_instance._run import failure_record
+from kadence.worker._workflow_instance._run import failure_record, payload_record, payload_records
 
-__all__ = ["CacheInvalid", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "failure_record", "replay"]
+__all__ = [
+    "CacheInvalid", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "failure_record", "payload_record", "payload_records",
+    "replay",
+]
