@@ -28,7 +28,7 @@ from kadence.api.common.v1 import Payload
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record, command_codec, writes_field
+from kadence.protocol.codec import command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType
 from kadence.protocol.read_model import CommandOutcome
@@ -38,6 +38,7 @@ from kadence.protocol.records import (
     RespondActivityTaskCanceled,
     RespondActivityTaskCompleted,
     RespondActivityTaskFailed,
+    ScheduleActivityTask,
     Task,
 )
 from kadence.protocol.records import Failure as FailureRecord
@@ -192,7 +193,7 @@ class ActivityWorker:
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
             return await self._start_attempt(task, problem, accepted_first=redelivered, run_by=run_by_ms(dispatched_ms(msg)))
 
-    def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
+    def claim_eager_slot(self, workflow_id: str, activity: ScheduleActivityTask, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
         (Temporal's eager activity execution), taking a slot for it if so: eager execution is on,
         the activity is for this worker's queue and registered here, a slot is free now, and the

@@ -27,7 +27,7 @@ from kadence.protocol import topics, tracing
 from kadence.protocol.codec import codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, ONE_EVENT_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
-from kadence.protocol.names import CommandType, EffectType, TaskCommandType
+from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.records import (
     ActivityTask,
@@ -47,6 +47,7 @@ from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
 from kadence.worker._workflow_instance import (
     CacheInvalid,
+    Command,
     LocalActivity,
     WorkflowInstance,
     WorkflowTaskError,
@@ -324,7 +325,7 @@ class WorkflowWorker:
         return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
-        self, task: Task, instance: WorkflowInstance, commands: list[Any], dispatched: float, start: HeldStart | None = None, *,
+        self, task: Task, instance: WorkflowInstance, commands: list[Command], dispatched: float, start: HeldStart | None = None, *,
         eager_once_accepted: bool = False,
     ) -> asyncio.Future[Message]:
         """Complete the task with the commands, after its start if it is still held. The eager
@@ -365,7 +366,7 @@ class WorkflowWorker:
                 self._cache.popitem(last=False)
         return completed
 
-    def _eager_attempts(self, task: Task, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Task]]:
+    def _eager_attempts(self, task: Task, instance: WorkflowInstance, commands: list[Command]) -> tuple[list[Command], list[Task]]:
         """The commands to send, and the first attempts of the activities they schedule that this
         worker runs itself (eager execution, saving the task queue's hop), made as history would
         dispatch them; their commands name the scheduled_event_id foreseen. The ids follow the task's:
@@ -382,13 +383,17 @@ class WorkflowWorker:
         now_ms = int(time.time() * 1000)
         sent, attempts = list(commands), []
         scheduled_event_id = wt["scheduled_event_id"] + 3
-        for index, (kind, attrs) in enumerate(commands):
-            if kind not in ONE_EVENT_COMMANDS:
+        for index, command in enumerate(commands):
+            if command[0] not in ONE_EVENT_COMMANDS:
                 break
-            if (kind == TaskCommandType.ScheduleActivityTask and not instance.eager_execution_disabled(attrs["activity_id"])
-                    and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)):
-                sent[index] = (kind, {**attrs, "eager_scheduled_event_id": scheduled_event_id})
-                attempts.append(_activity_task(task, attrs, scheduled_event_id, now_ms))
+            match command:
+                case ("ScheduleActivityTask", attrs) if (
+                    not instance.eager_execution_disabled(attrs["activity_id"])
+                    and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)
+                ):
+                    eager: ScheduleActivityTask = {**attrs, "eager_scheduled_event_id": scheduled_event_id}
+                    sent[index] = ("ScheduleActivityTask", eager)
+                    attempts.append(_activity_task(task, attrs, scheduled_event_id, now_ms))
             scheduled_event_id += 1
         return sent, attempts
 
@@ -419,7 +424,7 @@ class WorkflowWorker:
         })
 
     async def _complete_after_local_activities(
-        self, task: Task, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None, dispatched: float,
+        self, task: Task, instance: WorkflowInstance, commands: list[Command], accepted: StartAnswer | None, dispatched: float,
     ) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
         it waits on nothing local; then complete the task with every command. With `accepted`, only
@@ -547,7 +552,7 @@ class WorkflowWorker:
 
     def _activate(
         self, task: Task, cached: WorkflowInstance | None, history: list[HistoryEvent], started_time_ms: int,
-    ) -> tuple[WorkflowInstance, list[Any]]:
+    ) -> tuple[WorkflowInstance, list[Command]]:
         wt = workflow_task(task)
         if cached is not None:
             return cached, cached.activate(history, wt["scheduled_event_id"], started_time_ms)
