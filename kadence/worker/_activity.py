@@ -30,10 +30,11 @@ from kadence.exceptions import ApplicationError, ApplicationErrorCategory, Cance
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
-from kadence.protocol.names import CommandType
+from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import Failure as FailureRecord
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.protocol.records import (
-    ActivityCancellation,
     RecordActivityTaskStarted,
     RespondActivityTaskCanceled,
     RespondActivityTaskCompleted,
@@ -41,10 +42,8 @@ from kadence.protocol.records import (
     ScheduleActivityTask,
     Task,
 )
-from kadence.protocol.records import Failure as FailureRecord
-from kadence.protocol.records import Payload as PayloadRecord
 from kadence.protocol.task_token import TaskToken
-from kadence.worker._context import WorkerContext, activity_task
+from kadence.worker._context import WorkerContext, activity_cancellation, activity_task
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
 from kadence.worker._interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
@@ -182,10 +181,9 @@ class ActivityWorker:
         if decoded is None:
             return []
         task, problem = decoded
-        match task["task"]:
-            case ("ActivityCancellation", cancellation):
-                self._cancel_attempt(task["run_id"], cancellation)
-                return []
+        if task["task"][0] == EffectType.ActivityCancellation:
+            self._cancel_attempt(task)
+            return []
         redelivered = self._context.assignment.may_be_redelivered("activity", msg, task)
         with tracing.hop("worker ActivityTask", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
             "messaging.destination.name": msg.topic(), "messaging.kafka.destination.partition": msg.partition(),
@@ -329,9 +327,10 @@ class ActivityWorker:
             job.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    def _cancel_attempt(self, run_id: str, cancellation: ActivityCancellation) -> None:
+    def _cancel_attempt(self, task: Task) -> None:
         """The workflow asked to cancel this attempt (or its run closed)."""
-        attempt = self._attempts.get((run_id, cancellation["scheduled_event_id"], cancellation["attempt"]))
+        cancellation = activity_cancellation(task)
+        attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
         if attempt is not None:  # else finished already, or running elsewhere
             attempt.cancel()
 

@@ -14,7 +14,7 @@ from confluent_kafka import Message
 
 from kadence.client import Client
 from kadence.protocol.codec import RecordCodec, UndecodableRecord, task_codec
-from kadence.protocol.records import ActivityTask, QueryTask, Task, WorkflowTask
+from kadence.protocol.records import ActivityCancellation, ActivityTask, QueryTask, Task, WorkflowTask
 from kadence.worker._assignment import PartitionAssignment
 
 log = logging.getLogger("kadence.worker")
@@ -80,3 +80,10 @@ def activity_task(task: Task) -> ActivityTask:
         case ("ActivityTask", body):
             return body
     raise AssertionError(f"{task['task'][0]} is no ActivityTask")
+
+
+def activity_cancellation(task: Task) -> ActivityCancellation:
+    match task["task"]:
+        case ("ActivityCancellation", body):
+            return body
+    raise AssertionError(f"{task['task'][0]} is no ActivityCancellation")
