@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any
 
 from kadence.exceptions import RetryState
+from kadence.protocol.records import RetryPolicy as RetryPolicyRecord
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class RetryPolicy:
     maximum_attempts: int = 0
     non_retryable_error_types: Sequence[str] | None = None
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> RetryPolicyRecord:
         return {
             "initial_interval_ms": to_ms(self.initial_interval),
             "backoff_coefficient": self.backoff_coefficient,

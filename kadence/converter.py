@@ -17,7 +17,7 @@ import traceback
 import types
 import typing
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -478,7 +478,7 @@ class FailureConverter:
         return exc
 
     def activity_error(
-        self, event_type: str, scheduled: dict[str, Any], attrs: dict[str, Any], payloads: PayloadConverter,
+        self, event_type: str, scheduled: Mapping[str, Any], attrs: Mapping[str, Any], payloads: PayloadConverter,
     ) -> ActivityError:
         """The ActivityError a workflow sees when an activity fails for good, caused by its last failure."""
         error = ActivityError(
@@ -490,7 +490,7 @@ class FailureConverter:
         error.__cause__ = self.from_failure(attrs["failure"], payloads)
         return error
 
-    def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
+    def child_workflow_error(self, event_type: str, attrs: Mapping[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
         """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
         error = ChildWorkflowError(
             "Child workflow execution failed", namespace="default", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],

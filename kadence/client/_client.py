@@ -9,7 +9,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -192,7 +192,7 @@ class Client:
         raise ValueError("Task token or workflow/activity ID must be present")
 
     def send_command(
-        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
+        self, workflow_id: str, kind: str, body: Mapping[str, Any], *, identity: str | None = None, until_delivered: bool = False,
         reply_partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
@@ -205,7 +205,7 @@ class Client:
                                   reply_partition=reply_partition)[0]
 
     def send_commands(
-        self, workflow_id: str, commands: Sequence[tuple[str, dict[str, Any]]], *, identity: str | None = None,
+        self, workflow_id: str, commands: Sequence[tuple[str, Mapping[str, Any]]], *, identity: str | None = None,
         until_delivered: bool = False, reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
     ) -> list[asyncio.Future[Message]]:
         """Commands of one workflow, as `send_command` sends one, produced back to back once all

@@ -7,11 +7,13 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from kadence import workflow as workflow_module
 from kadence.converter import DataConverter
 from kadence.exceptions import NondeterminismError
 from kadence.protocol.names import EventType
+from kadence.protocol.records import HistoryEvent
 from kadence.visibility import WorkflowHistory
 from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
 from kadence.worker._workflow_instance import WorkflowTaskError, replay
@@ -92,7 +94,7 @@ class Replayer:
         await self.data_converter.decode_payloads(events)
         info = WorkflowInfo(history.workflow_id, history.run_id, definition.name, started["task_queue"])
         try:
-            replay(definition, info, self.data_converter, events, self.interceptor_classes)
+            replay(definition, info, self.data_converter, cast(list[HistoryEvent], events), self.interceptor_classes)  # read from JSON
         except (NondeterminismError, WorkflowTaskError) as failure:
             return failure
         return None

@@ -23,7 +23,7 @@ from typing import Any, NoReturn, TypeVar
 from kadence import activity as activity_module
 from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
-from kadence.protocol.codec import Record
+from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
 from kadence.workflow._runtime import UNSET, ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
@@ -34,7 +34,7 @@ class ContinueAsNewError(BaseException):
     """Raised by workflow.continue_as_new(): ends this run and starts a new one with fresh history.
     A BaseException, so `except Exception` in workflow code does not swallow it (as temporalio)."""
 
-    def __init__(self, attributes: Record) -> None:
+    def __init__(self, attributes: ContinueAsNewWorkflowExecution) -> None:
         super().__init__("continue as new")
         self.attributes = attributes
 

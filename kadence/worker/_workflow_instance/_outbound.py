@@ -17,7 +17,7 @@ from kadence.worker._interceptor import (
     WorkflowOutboundInterceptor,
 )
 from kadence.worker._workflow_instance._commands import StartChildWorkflowCommand
-from kadence.worker._workflow_instance._run import WorkflowRun
+from kadence.worker._workflow_instance._run import WorkflowRun, header_record, payload_record, payload_records
 from kadence.workflow import ChildWorkflowHandle, ContinueAsNewError
 from kadence.workflow._runtime import WorkflowInfo
 
@@ -31,22 +31,22 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
         raise ContinueAsNewError({
             "workflow_type": input.workflow or "", "task_queue": input.task_queue or "",
-            "input": self._run.converter.payload_converter.to_payloads(list(input.args)),
+            "input": payload_records(self._run.converter.payload_converter.to_payloads(list(input.args))),
             "workflow_task_timeout_ms": to_ms(input.task_timeout), "run_timeout_ms": to_ms(input.run_timeout),
-            "header": dict(input.headers),
+            "header": header_record(input.headers),
         })
 
     def info(self) -> WorkflowInfo:
         return self._run.info
 
     async def signal_child_workflow(self, input: SignalChildWorkflowInput) -> None:
-        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
-        await self._run.signal_external(input.child_workflow_id, "", input.signal, payloads, True, dict(input.headers))
+        payloads = payload_records(self._run.converter.payload_converter.to_payloads(list(input.args)))
+        await self._run.signal_external(input.child_workflow_id, "", input.signal, payloads, True, header_record(input.headers))
 
     async def signal_external_workflow(self, input: SignalExternalWorkflowInput) -> None:
-        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
+        payloads = payload_records(self._run.converter.payload_converter.to_payloads(list(input.args)))
         await self._run.signal_external(input.workflow_id, input.workflow_run_id or "", input.signal, payloads, False,
-                                             dict(input.headers))
+                                             header_record(input.headers))
 
     def start_activity(self, input: StartActivityInput) -> asyncio.Task[Any]:
         run = self._run
@@ -54,13 +54,13 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
             "activity_id": input.activity_id or "",
             "activity_type": input.activity,
             "task_queue": input.task_queue or "",
-            "input": run.converter.payload_converter.to_payloads(list(input.args)),
+            "input": payload_records(run.converter.payload_converter.to_payloads(list(input.args))),
             "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
             "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
             "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
             "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
-            "header": dict(input.headers),
+            "header": header_record(input.headers),
         }, disable_eager_execution=input.disable_eager_execution)
 
         async def result() -> Any:
@@ -93,12 +93,12 @@ async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> Chil
     payloads = run.converter.payload_converter
     pending = run.issue_child_workflow_start({
         "workflow_id": input.id, "workflow_type": input.workflow, "task_queue": input.task_queue or "",
-        "input": payloads.to_payloads(list(input.args)),
+        "input": payload_records(payloads.to_payloads(list(input.args))),
         "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
         "workflow_task_timeout_ms": to_ms(input.task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(input.id_reuse_policy).value,
         "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
-        "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
-        "header": dict(input.headers),
+        "search_attributes": {name: payload_record(payloads.to_payload(value)) for name, value in (input.search_attributes or {}).items()},
+        "header": header_record(input.headers),
     })
     id = input.id
     result_type = input.ret_type

@@ -20,16 +20,30 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack
+from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
 from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
-from kadence.converter import DataConverter
+from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
 from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
-from kadence.protocol.names import EventType, TaskCommandType
+from kadence.protocol.names import EventType
+from kadence.protocol.records import (
+    CancelWorkflowExecution,
+    CompleteWorkflowExecution,
+    FailWorkflowExecution,
+    HistoryEvent,
+    RecordMarker,
+    RequestCancelActivityTask,
+    ScheduleActivityTask,
+    StartChildWorkflowExecution,
+    UpsertWorkflowSearchAttributesCommand,
+    WorkflowExecutionStarted,
+)
+from kadence.protocol.records import Failure as FailureRecord
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
     ExecuteWorkflowInput,
@@ -67,6 +81,9 @@ from kadence.workflow import (
 )
 from kadence.workflow._definition import Handler, WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo, _Runtime
+
+# A local activity's outcome as its marker's details: the worker's payloads, or those its marker recorded.
+LocalOutcome = Mapping[str, Sequence[Mapping[str, Any]]]
 
 _Ts = TypeVarTuple("_Ts")
 _Pending = TypeVar("_Pending", bound=PendingCommand)
@@ -124,7 +141,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self.initiated: dict[int, InitiatedCommand] = {}  # children and external requests by initiated event id
         self.replaying = False
         self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
-        self.upcoming: list[Record] = []  # the history after the event being applied
+        self.upcoming: list[HistoryEvent] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
         self._local_activities: list[LocalActivity] = []
         self._local_seq = 0
@@ -177,8 +194,8 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             return
         if self._handler_failure is not None:
             self._close_issued = True
-            failure = self.converter.to_failure(self._handler_failure)
-            self.issue(PendingCommand((TaskCommandType.FailWorkflowExecution, {"failure": failure})))
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(self._handler_failure))}
+            self.issue(PendingCommand(("FailWorkflowExecution", fail)))
         elif self.main is not None and self.main.done():
             command = self._close_command(self.main)
             self._close_issued = True
@@ -211,7 +228,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
 
-    def resolve_local_activities(self, outcomes: Mapping[int, Mapping[str, Sequence[Record]]]) -> list[Command]:
+    def resolve_local_activities(self, outcomes: Mapping[int, LocalOutcome]) -> list[Command]:
         """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
         self._new_commands = []
         for local in list(self._local_activities):
@@ -220,9 +237,11 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._drive()
         return self._new_commands
 
-    def _record_local_outcome(self, local: LocalActivity, details: Mapping[str, Sequence[Record]]) -> None:
+    def _record_local_outcome(self, local: LocalActivity, details: LocalOutcome) -> None:
         self._local_activities.remove(local)
-        self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details})))
+        # The details as given: the worker's payloads, or those the marker recorded (the same dicts).
+        marker: RecordMarker = {"marker_name": LOCAL_ACTIVITY_MARKER, "details": cast(dict[str, list[PayloadRecord]], details)}
+        self.issue(RecordMarkerCommand(("RecordMarker", marker)))
         if "result" in details:
             set_result_unless_done(local.future, details["result"][0])
             return
@@ -234,21 +253,21 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])
         set_exception_unless_done(local.future, error)
 
-    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
+    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[PayloadRecord]]]:
         """Local activity outcomes (marker details by seq) the replayed task recorded."""
         payloads = self.converter.payload_converter
         return {payloads.from_payload(details["seq"][0]): details for details in self.recorded_markers(LOCAL_ACTIVITY_MARKER)}
 
-    def recorded_markers(self, marker_name: str) -> list[dict[str, list[Record]]]:
+    def recorded_markers(self, marker_name: str) -> list[dict[str, list[PayloadRecord]]]:
         """Details of the markers named so that the replayed task recorded: the events after its
         WorkflowTaskCompleted, up to the next workflow task."""
         found = []
         for event in self.upcoming:
-            kind, attrs = event["attributes"]
-            if kind in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
-                break
-            if kind == EventType.MarkerRecorded and attrs["marker_name"] == marker_name:
-                found.append(attrs["details"])
+            match event["attributes"]:
+                case ("WorkflowTaskScheduled" | "WorkflowTaskStarted", _):
+                    break
+                case ("MarkerRecorded", marker) if marker["marker_name"] == marker_name:
+                    found.append(marker["details"])
         return found
 
     def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
@@ -260,17 +279,20 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():
-            return (TaskCommandType.CancelWorkflowExecution, {"details": []})
+            cancel: CancelWorkflowExecution = {"details": []}
+            return ("CancelWorkflowExecution", cancel)
         exc = main.exception()
         if isinstance(exc, ContinueAsNewError):
-            return (TaskCommandType.ContinueAsNewWorkflowExecution, exc.attributes)
+            return ("ContinueAsNewWorkflowExecution", exc.attributes)
         if exc is None:
-            return (TaskCommandType.CompleteWorkflowExecution, {"result": self.converter.payload_converter.to_payload(main.result())})
+            complete: CompleteWorkflowExecution = {"result": payload_record(self.converter.payload_converter.to_payload(main.result()))}
+            return ("CompleteWorkflowExecution", complete)
         if isinstance(exc, FailureError):
-            return (TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(exc)})
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(exc))}
+            return ("FailWorkflowExecution", fail)
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
-    def started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:
+    def started_info(self, attrs: WorkflowExecutionStarted, started_ms: int) -> WorkflowInfo:
         """The info the WorkflowExecutionStarted event gives; the first workflow task's start is the
         next WorkflowTaskStarted recorded, else the task being run now."""
         first_task_ms = next(
@@ -300,7 +322,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
         )
 
-    def start(self, input_payloads: list[Record]) -> None:
+    def start(self, input_payloads: list[PayloadRecord]) -> None:
         """Make the workflow object and start its run method, through the interceptors, as the main task."""
         try:
             args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
@@ -341,13 +363,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     # ---- what the workflow code asks of the run ----------------------------------------------
 
-    def schedule_activity(self, attrs: Record, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
+    def schedule_activity(self, attrs: ScheduleActivityTask, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
         self._activity_seq += 1
         attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
         if disable_eager_execution:
             self._eager_disabled.add(attrs["activity_id"])
         future = self.create_future()
-        pending = self.issue(ScheduleActivityCommand((TaskCommandType.ScheduleActivityTask, attrs), future))
+        pending = self.issue(ScheduleActivityCommand(("ScheduleActivityTask", attrs), future))
         future.add_done_callback(lambda done: self._activity_settled(pending, done))
         return future
 
@@ -368,13 +390,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if not future.cancelled() or self._withdraw(pending):
             return
         if pending.scheduled_event_id in self.activities:
-            request = {"scheduled_event_id": pending.scheduled_event_id}
-            self.issue(RequestCancelActivityCommand((TaskCommandType.RequestCancelActivityTask, request)))
+            request: RequestCancelActivityTask = {"scheduled_event_id": pending.scheduled_event_id}
+            self.issue(RequestCancelActivityCommand(("RequestCancelActivityTask", request)))
 
-    def issue_child_workflow_start(self, attrs: Record) -> StartChildWorkflowCommand:
+    def issue_child_workflow_start(self, attrs: StartChildWorkflowExecution) -> StartChildWorkflowCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
         return self.issue(StartChildWorkflowCommand(
-            (TaskCommandType.StartChildWorkflowExecution, attrs), self.create_future(), started=self.create_future(),
+            ("StartChildWorkflowExecution", attrs), self.create_future(), started=self.create_future(),
         ))
 
     def cancel_child_workflow(self, pending: StartChildWorkflowCommand) -> None:
@@ -383,15 +405,16 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
 
     def signal_external(
-        self, workflow_id: str, run_id: str, signal_name: str, payloads: Sequence[Record], child_workflow_only: bool, header: Record,
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[PayloadRecord], child_workflow_only: bool,
+        header: dict[str, PayloadRecord],
     ) -> asyncio.Future[None]:
-        return self.issue(SignalExternalCommand((TaskCommandType.SignalExternalWorkflowExecution, {
+        return self.issue(SignalExternalCommand(("SignalExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
             "child_workflow_only": child_workflow_only, "header": header,
         }), self.create_future())).future
 
     def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
-        return self.issue(RequestCancelExternalCommand((TaskCommandType.RequestCancelExternalWorkflowExecution, {
+        return self.issue(RequestCancelExternalCommand(("RequestCancelExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "child_workflow_only": child_workflow_only, "reason": "",
         }), self.create_future())).future
 
@@ -403,8 +426,9 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self._patches[patch_id] = use_patch
             if use_patch:
                 payloads = self.converter.payload_converter
-                details = {"patch_id": payloads.to_payloads([patch_id]), "deprecated": payloads.to_payloads([deprecated])}
-                self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": PATCH_MARKER, "details": details})))
+                details = {"patch_id": payload_records(payloads.to_payloads([patch_id])),
+                           "deprecated": payload_records(payloads.to_payloads([deprecated]))}
+                self.issue(RecordMarkerCommand(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details})))
         return self._patches[patch_id]
 
     def _recorded_patch_ids(self) -> set[str]:
@@ -412,9 +436,10 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         return {payloads.from_payload(details["patch_id"][0]) for details in self.recorded_markers(PATCH_MARKER)}
 
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
-        payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
+        payloads = {name: payload_record(self.converter.payload_converter.to_payload(value)) for name, value in attributes.items()}
         self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
-        self.issue(PendingCommand((TaskCommandType.UpsertWorkflowSearchAttributes, {"search_attributes": payloads})))
+        upsert: UpsertWorkflowSearchAttributesCommand = {"search_attributes": payloads}
+        self.issue(PendingCommand(("UpsertWorkflowSearchAttributes", upsert)))
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         self.assert_not_read_only("wait condition")
@@ -435,7 +460,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._timer_seq += 1
         timer_id = str(self._timer_seq)
         timeout_ms = max(1, round(delay * 1000))
-        start = StartTimerCommand((TaskCommandType.StartTimer, {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
+        start = StartTimerCommand(("StartTimer", {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
         handle = DurableTimerHandle(self.time() + delay, callback, args, self, context, start)
         self.timers[timer_id] = handle
         self.issue(start)
@@ -445,7 +470,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if not isinstance(handle, DurableTimerHandle) or self.timers.pop(handle.timer_id, None) is None:
             return  # already fired
         if not self._withdraw(handle.start):
-            self.issue(CancelTimerCommand((TaskCommandType.CancelTimer, {"timer_id": handle.timer_id})))
+            self.issue(CancelTimerCommand(("CancelTimer", {"timer_id": handle.timer_id})))
 
     @property
     def random(self) -> random.Random:
@@ -542,6 +567,27 @@ def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseExc
         future.set_exception(error)
 
 
-def payload_headers(header: Mapping[str, Record]) -> dict[str, Payload]:
+def payload_headers(header: Mapping[str, PayloadRecord]) -> dict[str, Payload]:
     """A record's header field as temporalio's Mapping[str, Payload]."""
     return {name: Payload.of(payload) for name, payload in header.items()}
+
+
+# What the converter makes, as a command's fields: its Payload (kadence.api.common.v1) is the
+# Payload record's dict, and its Failure the Failure record's.
+
+
+def payload_record(payload: Payload) -> PayloadRecord:
+    return cast(PayloadRecord, payload)
+
+
+def payload_records(payloads: list[Payload]) -> list[PayloadRecord]:
+    return cast(list[PayloadRecord], payloads)
+
+
+def header_record(headers: Mapping[str, Payload]) -> dict[str, PayloadRecord]:
+    """Headers as the interceptors give them, as a command's header field."""
+    return cast(dict[str, PayloadRecord], dict(headers))
+
+
+def failure_record(failure: Failure) -> FailureRecord:
+    return cast(FailureRecord, failure)
