@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -167,6 +167,11 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        attributes = self._context.metric_attributes(workflow_type=wt["workflow_type"])
+        self._context.metrics.workflow_task_queue_poll_succeed.add(1, attributes)
+        # From when history dispatched it (the task record's time): a re-dispatched task counts from its re-dispatch.
+        self._context.metrics.workflow_task_schedule_to_start_latency.record(
+            timedelta(milliseconds=max(0.0, started_time_ms - dispatched)), attributes)
         accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
         start = self._hold_start(task, started_time_ms, accepted)
         try:
@@ -278,6 +283,8 @@ class WorkflowWorker:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        self._context.metrics.workflow_task_execution_failed.add(1, self._context.metric_attributes(
+            workflow_type=task["task"][1]["workflow_type"], failure_reason=cause))
         return _answer(self._context.send_all(task["workflow_id"], self._with_start(
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
@@ -312,6 +319,7 @@ class WorkflowWorker:
         late, PROMPT_START_S or half the task's timeout after history `dispatched` the task (it
         may have timed out meanwhile: the broker away)."""
         run_id = task["run_id"]
+        self._count_completion(task, instance, commands)
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
         wt = task["task"][1]
@@ -342,6 +350,25 @@ class WorkflowWorker:
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
         return completed
+
+    def _count_completion(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
+        """The task's execution latency, and how the run closed if it did, into the SDK's metrics."""
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(workflow_type=task["task"][1]["workflow_type"])
+        now_ms = time.time() * 1000
+        metrics.workflow_task_execution_latency.record(timedelta(milliseconds=max(0.0, now_ms - instance.task_started_ms)), attributes)
+        closed = next((kind for kind, _ in commands if kind in CLOSE_COMMANDS), None)
+        if closed == TaskCommandType.CompleteWorkflowExecution:
+            metrics.workflow_completed.add(1, attributes)
+            started = instance.info.workflow_start_time
+            metrics.workflow_endtoend_latency.record(max(timedelta(), datetime.now(UTC) - started), attributes)
+        elif closed is not None:
+            closed_counters = {
+                TaskCommandType.FailWorkflowExecution: metrics.workflow_failed,
+                TaskCommandType.CancelWorkflowExecution: metrics.workflow_canceled,
+                TaskCommandType.ContinueAsNewWorkflowExecution: metrics.workflow_continue_as_new,
+            }
+            closed_counters[closed].add(1, attributes)
 
     def _eager_attempts(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Record]]:
         """The commands to send, and the first attempts of the activities they schedule that this
@@ -536,5 +563,7 @@ class WorkflowWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
-        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)  # type: ignore[abstract]  # see WorkflowInstance
+        instance = WorkflowInstance(  # type: ignore[abstract]  # see WorkflowInstance
+            definition, info, self.client.data_converter, self._interceptor_classes, self.client.runtime.metric_meter,
+        )
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)
