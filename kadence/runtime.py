@@ -46,6 +46,8 @@ _BUCKETS_MS = {
     "workflow_task_schedule_to_start_latency": _SCHEDULE_TO_START_BUCKETS_MS,
     "activity_schedule_to_start_latency": _SCHEDULE_TO_START_BUCKETS_MS,
     "activity_execution_latency": _ACTIVITY_BUCKETS_MS,
+    "local_activity_execution_latency": _ACTIVITY_BUCKETS_MS,
+    "local_activity_succeeded_endtoend_latency": _ACTIVITY_BUCKETS_MS,
     "activity_succeed_endtoend_latency": _END_TO_END_BUCKETS_MS,
     "workflow_endtoend_latency": _END_TO_END_BUCKETS_MS,
     "request_latency": _TASK_LATENCY_BUCKETS_MS,
@@ -175,6 +177,12 @@ class SdkMetrics:
             "activity_succeed_endtoend_latency", "Histogram of activity execution latencies from first scheduled to success")
         self.activity_execution_failed = counter("activity_execution_failed", "Count of activity task execution failures")
         self.activity_execution_cancelled = counter("activity_execution_cancelled", "Count of activity task executions cancelled")
+        self.local_activity_total = counter("local_activity_total", "Count of local activities executed")
+        self.local_activity_execution_latency = duration(
+            "local_activity_execution_latency", "Histogram of local activity execution latencies")
+        self.local_activity_execution_failed = counter("local_activity_execution_failed", "Count of local activity executions that failed")
+        self.local_activity_succeeded_endtoend_latency = duration(
+            "local_activity_succeeded_endtoend_latency", "Histogram of local activity execution latencies from first attempt to success")
         self.worker_task_slots_available: MetricGauge = meter.create_gauge(
             prefix + "worker_task_slots_available", "Current number of available slots per task type")
         self.worker_task_slots_used: MetricGauge = meter.create_gauge(

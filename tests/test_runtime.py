@@ -141,11 +141,17 @@ async def charge(order: str) -> str:
     return f"charged {order}"
 
 
+@activity.defn
+async def fee(order: str) -> int:
+    return len(order)
+
+
 @workflow.defn
 class ChargeOrder:
     @workflow.run
     async def run(self, order: str) -> str:
         workflow.metric_meter().create_counter("orders_started").add(1)
+        await workflow.execute_local_activity(fee, order, start_to_close_timeout=timedelta(seconds=10))
         return await workflow.execute_activity(
             charge, order, start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
@@ -157,7 +163,7 @@ async def test_a_workflow_under_a_prometheus_runtime_moves_temporalios_metrics(s
     client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, runtime=runtime)
     order = f"order-{uuid.uuid4()}"
     try:
-        async with Worker(client, task_queue=task_queue, workflows=[ChargeOrder], activities=[charge], max_concurrent_activities=7):
+        async with Worker(client, task_queue=task_queue, workflows=[ChargeOrder], activities=[charge, fee], max_concurrent_activities=7):
             assert await client.execute_workflow(ChargeOrder.run, order, id=order, task_queue=task_queue) == f"charged {order}"
     finally:
         await client.close()
@@ -181,6 +187,11 @@ async def test_a_workflow_under_a_prometheus_runtime_moves_temporalios_metrics(s
     assert value(samples, "temporal_activity_execution_failed", **of_activity) == 1
     assert value(samples, "temporal_activity_succeed_endtoend_latency_count", **of_activity) == 1
     assert value(samples, "temporal_activity_schedule_to_start_latency_count", **of_activity) == 1  # the first attempt's
+    of_local_activity = {**queue, "activity_type": "fee"}
+    assert value(samples, "temporal_local_activity_total", **of_local_activity) == 1
+    assert value(samples, "temporal_local_activity_execution_latency_count", **of_local_activity) == 1
+    assert value(samples, "temporal_local_activity_execution_failed", **of_local_activity) == 0
+    assert value(samples, "temporal_local_activity_succeeded_endtoend_latency_count", **of_local_activity) == 1
     assert value(samples, "temporal_worker_task_slots_available", worker_type="ActivityWorker", **queue) == 7
     assert value(samples, "temporal_worker_task_slots_used", worker_type="ActivityWorker", **queue) == 0
     # The code's own metrics, with the attributes temporalio gives them; the workflow's once, though its code ran on two tasks.

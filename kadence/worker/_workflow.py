@@ -465,9 +465,14 @@ class WorkflowWorker:
         details = {"seq": payloads.to_payloads([local.seq]), "activity_type": payloads.to_payloads([attrs["activity_type"]])}
         policy = attrs["retry_policy"] or {}
         budget_ms = attrs["schedule_to_close_timeout_ms"] or LOCAL_RETRY_BUDGET_MS
-        deadline = time.monotonic() + budget_ms / 1000
+        began = time.monotonic()
+        deadline = began + budget_ms / 1000
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(activity_type=attrs["activity_type"], workflow_type=task["task"][1]["workflow_type"])
         attempt = 1
         while True:
+            metrics.local_activity_total.add(1, attributes)
+            attempt_began = time.monotonic()
             context = contextvars.copy_context()
             context.run(activity_module._current_info.set, activity_module.Info(
                 activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
@@ -479,8 +484,12 @@ class WorkflowWorker:
                     self._activities.call(attrs["activity_type"], attrs["input"], context, attrs.get("header") or {}, heartbeat=None),
                     attempt_timeout_ms(attrs) / 1000,
                 )
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_succeeded_endtoend_latency.record(timedelta(seconds=time.monotonic() - began), attributes)
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
             except Exception as exc:  # an attempt failed: retry, or record the failure
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_execution_failed.add(1, attributes)
                 failure = self.client.data_converter.to_failure(exc)
                 # The rule an activity's attempts follow in the history service, with this budget as its deadline.
                 state = retry_state(policy, attempt, failure, (deadline - time.monotonic()) * 1000)
