@@ -159,6 +159,11 @@ class SdkMetrics:
         self.worker_start = counter("worker_start", "Count of the number of initialized workers")
         self.workflow_task_queue_poll_succeed = counter(
             "workflow_task_queue_poll_succeed", "Count of workflow task queue poll successes")
+        self.sticky_cache_hit = counter("sticky_cache_hit", "Count of workflow tasks whose run the worker had in its cache")
+        self.sticky_cache_miss = counter("sticky_cache_miss", "Count of workflow tasks whose run the worker replayed from its history")
+        self.sticky_cache_size: MetricGauge = meter.create_gauge(prefix + "sticky_cache_size", "Current number of runs in the cache")
+        self.sticky_cache_total_forced_eviction = counter(
+            "sticky_cache_total_forced_eviction", "Count of runs evicted from the cache to make room for others")
         self.workflow_task_schedule_to_start_latency = duration(
             "workflow_task_schedule_to_start_latency", "Histogram of workflow task schedule-to-start latencies")
         self.workflow_task_execution_latency = duration(

@@ -183,6 +183,11 @@ async def test_a_workflow_under_a_prometheus_runtime_moves_temporalios_metrics(s
     assert tasks >= 2
     assert value(samples, "temporal_workflow_task_schedule_to_start_latency_count", **of_workflow) == tasks
     assert value(samples, "temporal_workflow_task_queue_poll_succeed", **of_workflow) == tasks
+    # The first task replays nothing, the next find the run in the worker's cache, which lets it go once it closed.
+    assert value(samples, "temporal_sticky_cache_miss", **of_workflow) == 1
+    assert value(samples, "temporal_sticky_cache_hit", **of_workflow) == tasks - 1
+    assert value(samples, "temporal_sticky_cache_size", **queue) == 0
+    assert value(samples, "temporal_sticky_cache_total_forced_eviction", **queue) == 0
     assert value(samples, "temporal_activity_execution_latency_count", **of_activity) == 2
     assert value(samples, "temporal_activity_execution_failed", **of_activity) == 1
     assert value(samples, "temporal_activity_succeed_endtoend_latency_count", **of_activity) == 1

@@ -143,6 +143,7 @@ class WorkflowWorker:
                 handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
                 deliveries += [(task, delivery) for delivery in handled]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
+        self._context.metrics.sticky_cache_size.set(len(self._cache), self._context.metric_attributes())
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
@@ -169,6 +170,7 @@ class WorkflowWorker:
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
         attributes = self._context.metric_attributes(workflow_type=wt["workflow_type"])
         self._context.metrics.workflow_task_queue_poll_succeed.add(1, attributes)
+        (self._context.metrics.sticky_cache_hit if cached is not None else self._context.metrics.sticky_cache_miss).add(1, attributes)
         # From when history dispatched it (the task record's time): a re-dispatched task counts from its re-dispatch.
         self._context.metrics.workflow_task_schedule_to_start_latency.record(
             timedelta(milliseconds=max(0.0, started_time_ms - dispatched)), attributes)
@@ -349,6 +351,7 @@ class WorkflowWorker:
             self._cache.move_to_end(run_id)
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
+                self._context.metrics.sticky_cache_total_forced_eviction.add(1, self._context.metric_attributes())
         return completed
 
     def _count_completion(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> None:
