@@ -121,7 +121,8 @@ class PrometheusConfig:
     """Serve the metrics for Prometheus to scrape, on `bind_address` ("host:port"), any path.
     Counters are named without `_total` unless `counters_total_suffix`; durations are in
     milliseconds unless `durations_as_seconds`; `unit_suffix` appends the unit to their names;
-    `histogram_bucket_overrides` sets a histogram's bucket bounds by its full name."""
+    `histogram_bucket_overrides` sets a histogram's bucket bounds by its name as created (the
+    SDK's with their prefix, such as temporal_activity_execution_latency), in its unit."""
 
     bind_address: str
     counters_total_suffix: bool = False
