@@ -139,7 +139,7 @@ class ActivityWorker:
         self._executor = executor
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
-        self._slots = _Slots(max_concurrent_activities)
+        self._slots = _Slots(max_concurrent_activities, context if self._activities else None)
         self._running: set[asyncio.Future[Any]] = set()  # the attempts running
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
         # A build pinned to a Command version without eager_request_id runs every attempt from the queue.
@@ -360,6 +360,7 @@ class ActivityWorker:
         at = activity_task(task)
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
+        metrics = _AttemptMetrics(self._context, task)
         # The start delivered first (a produce round trip): so it is in the log before anything
         # the attempt prompts elsewhere, say another process completing it by task token.
         if not await _delivered(started):
@@ -380,12 +381,14 @@ class ActivityWorker:
                 return None
             if problem is not None:
                 raise problem
+            metrics.began()
             result = payload_record(converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater)))
         except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
             log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      workflow_id, run_id, at["activity_type"], at["attempt"])
             return None
         except (asyncio.CancelledError, CancelledError) as exc:
+            metrics.ended(cancelled=True)
             if heartbeater.cancel_requested:
                 return _canceled(task)
             if isinstance(exc, CancelledError):
@@ -394,9 +397,11 @@ class ActivityWorker:
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
             return _failed(task, failure_record(converter.to_failure(shutdown)))
         except Exception as exc:  # an activity's failure is data: it goes back to history
+            metrics.ended(failed=True)
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
             return _failed(task, failure_record(converter.to_failure(exc)))
+        metrics.ended()
         return _completed(task, result)
 
     async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
@@ -439,6 +444,8 @@ class ActivityWorker:
         context.run(activity_module._current_info.set, root.outbound.info())
         context.run(activity_module._current_heartbeat.set, root.outbound.heartbeat)
         context.run(activity_module._current_payload_converter.set, self.client.data_converter.payload_converter)
+        context.run(activity_module._current_metric_meter.set, self.client.runtime.metric_meter.with_additional_attributes(
+            self._context.metric_attributes(activity_type=activity_type)))
         execution = ExecuteActivityInput(
             fn=definition.fn, args=args, executor=None if definition.is_async else self._executor,
             headers={name: Payload.of(payload) for name, payload in header.items()},
@@ -510,15 +517,75 @@ class _ActivityOutboundImpl(ActivityOutboundInterceptor):
         self._heartbeat(*details)
 
 
+class _AttemptMetrics:
+    """An attempt's run into the SDK's metrics (as temporalio's): its schedule-to-start latency
+    (a first attempt's: the task records when the activity was scheduled, not when a retry was),
+    its execution latency, and whether it failed, was cancelled, or succeeded (and how long after
+    it was scheduled)."""
+
+    def __init__(self, context: WorkerContext, task: Task) -> None:
+        at = activity_task(task)
+        self._metrics = context.metrics
+        self._attributes = context.metric_attributes(activity_type=at["activity_type"], workflow_type=at["workflow_type"])
+        self._first_attempt = at["attempt"] == 1
+        self._scheduled_ms = at["scheduled_time_ms"]
+        self._began: float | None = None
+
+    def began(self) -> None:
+        self._began = time.monotonic()
+        if self._first_attempt:
+            self._metrics.activity_schedule_to_start_latency.record(_since_ms(self._scheduled_ms), self._attributes)
+
+    def ended(self, *, failed: bool = False, cancelled: bool = False) -> None:
+        if self._began is None:  # it did not run
+            return
+        metrics = self._metrics
+        metrics.activity_execution_latency.record(timedelta(seconds=time.monotonic() - self._began), self._attributes)
+        if failed:
+            metrics.activity_execution_failed.add(1, self._attributes)
+        elif cancelled:
+            metrics.activity_execution_cancelled.add(1, self._attributes)
+        else:
+            metrics.activity_succeed_endtoend_latency.record(_since_ms(self._scheduled_ms), self._attributes)
+
+
+def _since_ms(unix_ms: float) -> timedelta:
+    return timedelta(milliseconds=max(0.0, time.time() * 1000 - unix_ms))
+
+
 class _Slots(asyncio.Semaphore):
     """The worker's activity slots (max_concurrent_activities): an attempt from the task queue
-    waits for one; an eager attempt is taken only when one is free at once."""
+    waits for one; an eager attempt is taken only when one is free at once. Each change is set on
+    the SDK's slot gauges, given the worker's context."""
+
+    def __init__(self, value: int, context: WorkerContext | None) -> None:
+        super().__init__(value)
+        self._size = value
+        self._context = context  # None: not reported (a worker without activities)
+        self._changed()
 
     def try_acquire(self) -> bool:
         if self.locked():
             return False
         self._value -= 1  # what acquire() does when not locked, without waiting
+        self._changed()
         return True
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self._changed()
+        return True
+
+    def release(self) -> None:
+        super().release()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._context is None:
+            return
+        attributes = self._context.metric_attributes(worker_type="ActivityWorker")
+        self._context.metrics.worker_task_slots_available.set(self._value, attributes)
+        self._context.metrics.worker_task_slots_used.set(self._size - self._value, attributes)
 
 
 class _QueueShareRate:

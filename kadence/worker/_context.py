@@ -13,8 +13,10 @@ from typing import Any, cast
 from confluent_kafka import Message
 
 from kadence.client import Client
+from kadence.common import MetricAttributes
 from kadence.protocol.codec import RecordCodec, UndecodableRecord, task_codec
 from kadence.protocol.records import ActivityCancellation, ActivityTask, QueryTask, Task, WorkflowTask
+from kadence.runtime import SdkMetrics
 from kadence.worker._assignment import PartitionAssignment
 
 log = logging.getLogger("kadence.worker")
@@ -28,6 +30,15 @@ class WorkerContext:
     assignment: PartitionAssignment
     shutting_down: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: RecordCodec = field(default_factory=task_codec, init=False, repr=False)
+
+    @property
+    def metrics(self) -> SdkMetrics:
+        """The SDK's metrics, in the client's runtime."""
+        return self.client.runtime.sdk_metrics
+
+    def metric_attributes(self, **more: str) -> MetricAttributes:
+        """A metric's attributes, as temporalio's: the namespace and task queue, and `more`."""
+        return {"namespace": "default", "task_queue": self.task_queue, **more}
 
     def send(self, workflow_id: str, kind: str, body: Mapping[str, Any], *, until_delivered: bool = True) -> asyncio.Future[Message]:
         """A task's result (or start) goes to history however long the broker is away: a failed

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import psycopg
@@ -163,6 +163,7 @@ class WorkflowWorker:
                 handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
                 deliveries += [(task, delivery) for delivery in handled]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
+        self._context.metrics.sticky_cache_size.set(len(self._cache), self._context.metric_attributes())
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
@@ -187,6 +188,12 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        attributes = self._context.metric_attributes(workflow_type=wt["workflow_type"])
+        self._context.metrics.workflow_task_queue_poll_succeed.add(1, attributes)
+        (self._context.metrics.sticky_cache_hit if cached is not None else self._context.metrics.sticky_cache_miss).add(1, attributes)
+        # From when history dispatched it (the task record's time): a re-dispatched task counts from its re-dispatch.
+        self._context.metrics.workflow_task_schedule_to_start_latency.record(
+            timedelta(milliseconds=max(0.0, started_time_ms - dispatched)), attributes)
         accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
         start = self._hold_start(task, started_time_ms, accepted)
         try:
@@ -298,6 +305,8 @@ class WorkflowWorker:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        self._context.metrics.workflow_task_execution_failed.add(1, self._context.metric_attributes(
+            workflow_type=workflow_task(task)["workflow_type"], failure_reason=cause))
         return _answer(self._context.send_all(task["workflow_id"], self._with_start(
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
@@ -335,6 +344,7 @@ class WorkflowWorker:
         late, PROMPT_START_S or half the task's timeout after history `dispatched` the task (it
         may have timed out meanwhile: the broker away)."""
         run_id = task["run_id"]
+        self._count_completion(task, instance, commands)
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
         wt = workflow_task(task)
@@ -364,7 +374,27 @@ class WorkflowWorker:
             self._cache.move_to_end(run_id)
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
+                self._context.metrics.sticky_cache_total_forced_eviction.add(1, self._context.metric_attributes())
         return completed
+
+    def _count_completion(self, task: Task, instance: WorkflowInstance, commands: list[Command]) -> None:
+        """The task's execution latency, and how the run closed if it did, into the SDK's metrics."""
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(workflow_type=workflow_task(task)["workflow_type"])
+        now_ms = time.time() * 1000
+        metrics.workflow_task_execution_latency.record(timedelta(milliseconds=max(0.0, now_ms - instance.task_started_ms)), attributes)
+        closed = next((kind for kind, _ in commands if kind in CLOSE_COMMANDS), None)
+        match closed:
+            case "CompleteWorkflowExecution":
+                metrics.workflow_completed.add(1, attributes)
+                started = instance.info.workflow_start_time
+                metrics.workflow_endtoend_latency.record(max(timedelta(), datetime.now(UTC) - started), attributes)
+            case "FailWorkflowExecution":
+                metrics.workflow_failed.add(1, attributes)
+            case "CancelWorkflowExecution":
+                metrics.workflow_canceled.add(1, attributes)
+            case "ContinueAsNewWorkflowExecution":
+                metrics.workflow_continue_as_new.add(1, attributes)
 
     def _eager_attempts(self, task: Task, instance: WorkflowInstance, commands: list[Command]) -> tuple[list[Command], list[Task]]:
         """The commands to send, and the first attempts of the activities they schedule that this
@@ -465,9 +495,15 @@ class WorkflowWorker:
         details = {"seq": payloads.to_payloads([local.seq]), "activity_type": payloads.to_payloads([attrs["activity_type"]])}
         policy = attrs["retry_policy"] or {}
         budget_ms = attrs["schedule_to_close_timeout_ms"] or LOCAL_RETRY_BUDGET_MS
-        deadline = time.monotonic() + budget_ms / 1000
+        began = time.monotonic()
+        deadline = began + budget_ms / 1000
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(
+            activity_type=attrs["activity_type"], workflow_type=workflow_task(task)["workflow_type"])
         attempt = 1
         while True:
+            metrics.local_activity_total.add(1, attributes)
+            attempt_began = time.monotonic()
             context = contextvars.copy_context()
             context.run(activity_module._current_info.set, activity_module.Info(
                 activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
@@ -479,8 +515,12 @@ class WorkflowWorker:
                     self._activities.call(attrs["activity_type"], attrs["input"], context, attrs.get("header") or {}, heartbeat=None),
                     attempt_timeout_ms(attrs) / 1000,
                 )
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_succeeded_endtoend_latency.record(timedelta(seconds=time.monotonic() - began), attributes)
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
             except Exception as exc:  # an attempt failed: retry, or record the failure
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_execution_failed.add(1, attributes)
                 failure = self.client.data_converter.to_failure(exc)
                 # The rule an activity's attempts follow in the history service, with this budget as its deadline.
                 state = retry_state(policy, attempt, failure, (deadline - time.monotonic()) * 1000)
@@ -563,5 +603,7 @@ class WorkflowWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
-        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)  # type: ignore[abstract]  # see WorkflowInstance
+        instance = WorkflowInstance(  # type: ignore[abstract]  # see WorkflowInstance
+            definition, info, self.client.data_converter, self._interceptor_classes, self.client.runtime.metric_meter,
+        )
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from kadence import activity as activity_module
-from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
@@ -56,6 +56,12 @@ def current_update_info() -> UpdateInfo | None:
 def payload_converter() -> PayloadConverter:
     """The run's payload converter: to convert a dynamic handler's RawValue arguments."""
     return _Runtime.current().converter.payload_converter
+
+
+def metric_meter() -> MetricMeter:
+    """A meter of the worker's runtime (kadence.runtime) whose metrics carry the run's namespace,
+    task_queue and workflow_type, and record nothing while the run replays (as temporalio's)."""
+    return _Runtime.current().metric_meter
 
 
 def all_handlers_finished() -> bool:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.workflow._definition import Handler, signal_name
 
@@ -137,6 +137,7 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
 
     info: WorkflowInfo  # as the run knows it; workflow.info() asks the interceptors (workflow_info)
     converter: DataConverter
+    metric_meter: MetricMeter  # the run's: workflow.metric_meter()
     # By name; the dynamic handler (for the names no other handles) under None.
     signals: dict[str | None, Handler]
     queries: dict[str | None, Handler]

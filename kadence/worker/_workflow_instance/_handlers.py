@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
-from kadence.common import RawValue
+from kadence.common import MetricMeter, RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
 from kadence.protocol.records import (
@@ -45,8 +45,10 @@ STACK_TRACE_QUERY = "__stack_trace"  # built in, as temporalio's: where the run'
 class WorkflowHandlers(WorkflowRun):
     """A run with its handlers' dispatch: what reaches the workflow code from outside."""
 
-    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
-        super().__init__(definition, info, converter)
+    def __init__(
+        self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, metric_meter: MetricMeter,
+    ) -> None:
+        super().__init__(definition, info, converter, metric_meter)
         # Signals with no handler yet: kept until one is set.
         self._unhandled_signals: list[tuple[str, list[PayloadRecord], Mapping[str, PayloadRecord]]] = []
 

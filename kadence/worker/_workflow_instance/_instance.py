@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kadence.common import MetricMeter
 from kadence.converter import DataConverter
 from kadence.protocol.records import HistoryEvent
 from kadence.worker._interceptor import WorkflowInboundInterceptor
@@ -22,9 +23,9 @@ class WorkflowInstance(WorkflowHandlers):
 
     def __init__(
         self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter,
-        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
+        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (), metric_meter: MetricMeter = MetricMeter.noop,
     ) -> None:
-        super().__init__(definition, info, converter)
+        super().__init__(definition, info, converter, metric_meter)
         # As temporalio: the first interceptor is the outermost; init hands each the outbound chain.
         inbound: WorkflowInboundInterceptor = _WorkflowInboundImpl(self)
         for cls in reversed(interceptor_classes):

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
@@ -115,11 +115,17 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     inbound: WorkflowInboundInterceptor  # the chain signals, queries and updates reach the code through
     outbound: WorkflowOutboundInterceptor  # the chain what the code sends goes through
 
-    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
+    def __init__(
+        self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, metric_meter: MetricMeter,
+    ) -> None:
         super().__init__()
         self.definition = definition
         self.info = info
         self.converter = converter
+        # As temporalio's workflow.metric_meter(): the run's attributes, and nothing recorded on replay.
+        self.metric_meter = metric_meter.with_additional_attributes({
+            "namespace": info.namespace, "task_queue": info.task_queue, "workflow_type": info.workflow_type,
+        }).recording_only_when(lambda: not self.is_replaying())
         self.processed_event_id = 0
         self.last_activated_task = 0  # scheduled_event_id of the task this run ran live
         self.closed = False
