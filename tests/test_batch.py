@@ -54,6 +54,13 @@ async def notes(handle: WorkflowHandle) -> str:
     return answer
 
 
+async def until_statuses(handles: list[WorkflowHandle], expected: list[str]) -> None:
+    """Until the read model shows the runs so (it follows the answers the CLI heard by milliseconds)."""
+    async with asyncio.timeout(30):
+        while [(await h.describe()).status.value for h in handles] != expected:
+            await asyncio.sleep(0.1)
+
+
 async def outcomes_recorded(stack: LocalStack, job_id: str) -> int:
     async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
         row = await (await conn.execute(
@@ -132,9 +139,7 @@ async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: C
     cancelled = await start_approvals(client, task_queue, f"{prefix}c-", 3)
     await terminated[0].signal(ApprovalWorkflow.approve, "dave")  # closed before the job: counted, not terminated
     assert await terminated[0].result() == "order-0 approved by dave with notes []"
-    async with asyncio.timeout(30):
-        while (await terminated[0].describe()).status.value != "Completed":
-            await asyncio.sleep(0.05)
+    await until_statuses(terminated[:1], ["Completed"])
 
     terminate, cancel = await asyncio.gather(
         kadence(stack, "workflow", "terminate", "-q", f"WorkflowId STARTS_WITH '{prefix}t-'", "--reason", "duplicate orders",
@@ -148,12 +153,11 @@ async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: C
     assert {k: v for k, v in json.loads(cancel.stdout).items() if k != "job_id"} == {
         "matched": 3, "done": 3, "failed": 0, "already_closed": 0}
 
-    assert [(await h.describe()).status.value for h in terminated] == ["Completed", "Terminated", "Terminated"]
+    await until_statuses(terminated, ["Completed", "Terminated", "Terminated"])
     history = (await terminated[1].fetch_history()).to_json()
-    assert history["events"][-1]["attributes"]["reason"] == "duplicate orders"
-    async with asyncio.timeout(30):  # the worker takes each cancel request and ends its run
-        while [(await h.describe()).status.value for h in cancelled] != ["Canceled"] * 3:
-            await asyncio.sleep(0.1)
+    assert (history["events"][-1]["event_type"], history["events"][-1]["attributes"]["reason"]) == (
+        "WorkflowExecutionTerminated", "duplicate orders")
+    await until_statuses(cancelled, ["Canceled"] * 3)  # the worker takes each cancel request and ends its run
 
     described = json.loads((await kadence(stack, "batch", "describe", "--job-id", json.loads(terminate.stdout)["job_id"], "--json")).stdout)
     assert described["operation"] == "Terminate" and described["reason"] == "duplicate orders"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -168,7 +168,7 @@ class BatchJobs:
     async def close(self) -> None:
         await self._conn.close()
 
-    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _fetch(self, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> list[tuple[Any, ...]]:
         try:
             return await (await self._conn.execute(sql, params)).fetchall()
         except psycopg.errors.UndefinedTable as exc:
@@ -184,7 +184,7 @@ class BatchJobs:
             f"SELECT {', '.join('j.' + c for c in _JOB_COLUMNS.split(', '))}, {_COUNTS} FROM kadence_batch_jobs j "
             "LEFT JOIN kadence_batch_job_executions e USING (job_id) WHERE %(job_id)s::text IS NULL OR j.job_id = %(job_id)s "
             "GROUP BY j.job_id ORDER BY j.start_time DESC, j.job_id LIMIT %(limit)s",
-            {"job_id": job_id, "limit": limit},  # type: ignore[arg-type]
+            {"job_id": job_id, "limit": limit},
         )
         return [BatchJob.from_row(row) for row in rows]
 
