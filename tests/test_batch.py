@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.cli import main
 from kadence.worker import Worker
 from tests.test_cli import REPO
 from tests.workflows import ApprovalWorkflow
@@ -168,19 +170,32 @@ async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: C
 async def test_batch_commands_refuse_what_they_cannot_do_and_say_why(stack: LocalStack) -> None:
     nobody = f"WorkflowId = 'nobody-{uuid.uuid4()}'"
     job_id = f"none-{uuid.uuid4()}"
-    (nothing, bad_filter, unconfirmed, unknown_job, unknown_described, both_targets) = await asyncio.gather(
+    nothing, unconfirmed, unknown_job, unknown_described = await asyncio.gather(
         kadence(stack, "workflow", "terminate", "-q", nobody, "--yes", "--json", "--job-id", job_id),
-        kadence(stack, "workflow", "signal", "-q", "WorkflowType = ", "-n", "add_note", "--yes"),
         kadence(stack, "workflow", "cancel", "-q", "WorkflowType = 'ApprovalWorkflow'"),
         kadence(stack, "workflow", "cancel", "--job-id", job_id, "--yes"),
         kadence(stack, "batch", "describe", "--job-id", job_id),
-        kadence(stack, "workflow", "terminate", "-w", "order-7", "-q", nobody),
     )
     assert nothing.returncode == 0, nothing.stderr
     assert json.loads(nothing.stdout) == {"job_id": job_id, "matched": 0, "done": 0, "failed": 0, "already_closed": 0}
     assert "nothing to do" in nothing.stderr
-    assert bad_filter.returncode == 2 and "Invalid value for --query: expected a value" in bad_filter.stderr
     assert unconfirmed.returncode == 2 and "Pass --yes" in unconfirmed.stderr
     assert unknown_job.returncode == 2 and f"there is no batch job {job_id}: give --query" in unknown_job.stderr
     assert unknown_described.returncode == 1 and f"there is no batch job {job_id}" in unknown_described.stderr
-    assert both_targets.returncode == 2 and "give one or the other" in both_targets.stderr
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (("signal", "-q", "WorkflowType = ", "-n", "add_note"), "Invalid value for --query: expected a value ('text', a number, true or "
+                                                            "false), found the end of the filter"),
+    (("terminate", "-w", "order-7", "-q", "WorkflowType = 'A'"), "--workflow-id names one workflow, --query and --job-id a batch job"),
+    (("cancel", "-w", "order-7", "--yes", "--rps", "5"), "--yes, --rps: only for a batch job"),
+    (("signal", "-w", "order-7", "-n", "approve", "--reason", "why"), "--reason: only for a batch job"),
+    (("signal", "-q", "WorkflowType = 'A'", "-r", "run-1"), "--run-id goes with --workflow-id"),
+    (("cancel", "--job-id", "a\x00b"), "--job-id contains a NUL character"),
+    (("terminate", "--job-id", "j" * 201), "--job-id is 201 bytes long; at most 200"),
+    (("terminate", "-q", "WorkflowType = 'A'", "--rps", "0"), "Invalid value for '--rps'"),
+    (("terminate",), "Missing option '--workflow-id' / '-w' (or '--query' / '-q' for a batch job)"),
+])
+def test_batch_options_are_checked_before_anything_is_asked(args: tuple[str, ...], error: str) -> None:
+    refused = CliRunner().invoke(main, ["workflow", *args])
+    assert refused.exit_code == 2 and error in refused.output, refused.output
