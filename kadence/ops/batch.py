@@ -181,9 +181,11 @@ class BatchJobs:
     async def newest(self, *, limit: int | None = None, job_id: str | None = None) -> list[BatchJob]:
         """Jobs newest first (or the one `job_id` names), each with its counts."""
         rows = await self._fetch(
-            f"SELECT {', '.join('j.' + c for c in _JOB_COLUMNS.split(', '))}, {_COUNTS} FROM kadence_batch_jobs j "
-            "LEFT JOIN kadence_batch_job_executions e USING (job_id) WHERE %(job_id)s::text IS NULL OR j.job_id = %(job_id)s "
-            "GROUP BY j.job_id ORDER BY j.start_time DESC, j.job_id LIMIT %(limit)s",
+            # The jobs first, then each one's counts: only the jobs shown are counted.
+            f"SELECT j.*, counts.* FROM (SELECT {_JOB_COLUMNS} FROM kadence_batch_jobs "
+            "WHERE %(job_id)s::text IS NULL OR job_id = %(job_id)s ORDER BY start_time DESC, job_id LIMIT %(limit)s) j "
+            f"CROSS JOIN LATERAL (SELECT {_COUNTS} FROM kadence_batch_job_executions e WHERE e.job_id = j.job_id) counts "
+            "ORDER BY j.start_time DESC, j.job_id",
             {"job_id": job_id, "limit": limit},
         )
         return [BatchJob.from_row(row) for row in rows]

@@ -1,9 +1,10 @@
 """`kadence workflow ...`: start, signal, query, cancel, terminate, describe, show, list, count and
-wait for workflows from the shell. Inputs are JSON values; results and answers print as JSON, and
-`--json` makes every other command print JSON too.
+wait for workflows from the shell; signal, cancel and terminate with `--query` run a batch job over
+every execution a list filter matches (`kadence/ops/batch.py`). Inputs are JSON values; results and
+answers print as JSON, and `--json` makes every other command print JSON too.
 
-Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing (the
-message says why); 2 bad usage (a malformed option or filter).
+Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing, or a batch
+job failed on an execution (the message says why); 2 bad usage (a malformed option or filter).
 """
 
 from __future__ import annotations
