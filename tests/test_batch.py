@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from kadence.client import Client, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
+from kadence.ops.batch import batch_request_id
 from kadence.ops.cli import main
 from kadence.worker import Worker
 from tests.test_cli import REPO
@@ -133,6 +134,39 @@ async def test_a_batch_job_killed_midway_resumes_and_signals_each_execution_once
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 30, "done": 30, "failed": 0, "already_closed": 0}
     assert [await notes(h) for h in handles] == [NOTE] * 30
+
+
+async def test_a_resumed_job_finds_the_answer_to_a_command_its_killed_cli_sent(
+    stack: LocalStack, client: Client, task_queue: str, worker: None,
+) -> None:
+    prefix = f"batch-sent-{uuid.uuid4()}-"
+    handles = await start_approvals(client, task_queue, prefix, 8)
+    job_id = f"sent-{uuid.uuid4()}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kadence.ops.cli", "workflow", "terminate", "-q", f"WorkflowId STARTS_WITH '{prefix}'",
+         "--job-id", job_id, "--rps", "2", "--yes"],
+        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while await outcomes_recorded(stack, job_id) < 2:
+                await asyncio.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+        row = await (await conn.execute(
+            "SELECT workflow_id, run_id FROM kadence_batch_job_executions WHERE job_id = %s AND outcome IS NULL "
+            "ORDER BY workflow_id DESC LIMIT 1", (job_id,),
+        )).fetchone()
+    assert row is not None
+    # As a CLI killed after its command was answered and before it recorded the answer left it.
+    await client.get_workflow_handle(row[0], run_id=row[1]).terminate(reason="batch", request_id=batch_request_id(job_id, row[1]))
+
+    resumed = await kadence(stack, "workflow", "terminate", "--job-id", job_id, "--yes", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 8, "done": 8, "failed": 0, "already_closed": 0}
+    await until_statuses(handles, ["Terminated"] * 8)
 
 
 async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: Client, task_queue: str, worker: None) -> None:
