@@ -112,7 +112,7 @@ async def test_a_batch_job_killed_midway_resumes_and_signals_each_execution_once
     job_id = f"killed-{uuid.uuid4()}"
     process = subprocess.Popen(
         [sys.executable, "-m", "kadence.ops.cli", "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note",
-         "-i", f'"{NOTE}"', "--job-id", job_id, "--rps", "5", "--yes"],
+         "-i", f'"{NOTE}"', "--job-id", job_id, "--rps", "2", "--yes"],
         env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -120,6 +120,8 @@ async def test_a_batch_job_killed_midway_resumes_and_signals_each_execution_once
             while await outcomes_recorded(stack, job_id) < 5:
                 assert process.poll() is None, process.communicate()
                 await asyncio.sleep(0.05)
+        alongside = await kadence(stack, "workflow", "signal", "--job-id", job_id, "--yes")
+        assert alongside.returncode == 1 and f"batch job {job_id} is being run by another process" in alongside.stderr, alongside.stderr
         process.send_signal(signal.SIGKILL)
     finally:
         process.kill()
