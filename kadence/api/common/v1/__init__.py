@@ -1,5 +1,6 @@
 """`Payload`, shaped as temporalio.api.common.v1.Payload, so a codec written for temporalio runs
-after an import swap.
+after an import swap; and the small messages of that package a Failure
+(kadence.api.failure.v1) holds: `Payloads`, `ActivityType`, `WorkflowType`, `WorkflowExecution`.
 
 A Payload is also the record field itself: a dict `{"metadata": {str: bytes}, "data": bytes}`
 that the Avro records carry as is. `SerializeToString` / `FromString` write and read the protobuf
@@ -10,6 +11,7 @@ bytes a codec sealed are the same in both systems.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 _METADATA = 1
@@ -78,6 +80,27 @@ class Payload(dict[str, Any]):
 
     def __repr__(self) -> str:
         return f"Payload(metadata={self.metadata!r}, data={self.data!r})"
+
+
+@dataclass(frozen=True)
+class Payloads:
+    payloads: list[Payload] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ActivityType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowExecution:
+    workflow_id: str = ""
+    run_id: str = ""
 
 
 def _varint(value: int) -> bytes:
