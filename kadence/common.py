@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any, ClassVar, Protocol, Self
 
 from kadence.exceptions import RetryState
@@ -42,6 +42,18 @@ class ParentClosePolicy(str, Enum):
     TERMINATE = "TERMINATE"
     ABANDON = "ABANDON"
     REQUEST_CANCEL = "REQUEST_CANCEL"
+
+
+class ActivityCancellationType(IntEnum):
+    """What cancelling an activity's task in workflow code does (as temporalio.workflow's, its values
+    too). TRY_CANCEL: ask the activity to cancel, and raise asyncio.CancelledError in the waiting
+    code at once. WAIT_CANCELLATION_COMPLETED: ask it, and wait until history records how the
+    activity ended (canceled raises asyncio.CancelledError; completed or failed gives the result or
+    the ActivityError). ABANDON: do not ask; raise asyncio.CancelledError at once."""
+
+    TRY_CANCEL = 0
+    WAIT_CANCELLATION_COMPLETED = 1
+    ABANDON = 2
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The README's first command installs `.[dev]`: in a fresh venv, that install is enough for every
 `kadence` command and subcommand to answer --help, and for every module of kadence/ and services/
-to import, but those of the opentelemetry extra, which say to install it. The two venv tests are
+to import, but those of the opentelemetry and pydantic extras, which say to install them. The two venv tests are
 marked `slow`: the venv and its pip install take 20 s from pip's cache (begun in the background as
 the session starts), the module 30 s (2 cores)."""
 
@@ -19,10 +19,11 @@ from tests.background import DEV_INSTALL, prepared
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What importing each module that needs the opentelemetry extra raises without it.
+# What importing each module that needs an extra raises without it.
 NEEDS_AN_EXTRA = {
-    module: f"ModuleNotFoundError: {module} needs the opentelemetry extra: pip install 'kadence[opentelemetry]'"
-    for module in ("kadence.contrib.opentelemetry", "kadence.dev.otlp")
+    module: f"ModuleNotFoundError: {module} needs the {extra} extra: pip install 'kadence[{extra}]'"
+    for module, extra in (("kadence.contrib.opentelemetry", "opentelemetry"), ("kadence.dev.otlp", "opentelemetry"),
+                          ("kadence.contrib.pydantic", "pydantic"))
 }
 
 # In the venv: every command path of the click group, [] being `kadence` itself.

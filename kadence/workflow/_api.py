@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from kadence import activity as activity_module
-from kadence.common import MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
@@ -351,6 +351,7 @@ def start_activity(
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     activity_id: str | None = None,
     result_type: type | None = None,
     disable_eager_execution: bool = False,
@@ -359,7 +360,8 @@ def start_activity(
 
     Arguments go positionally (`start_activity(fn, a, b)`) or, as in temporalio, as `args=[a, b]`.
     A worker that polls the activity's task queue and has a free slot runs it itself (eager
-    execution, as Temporal's) unless `disable_eager_execution` is set.
+    execution, as Temporal's) unless `disable_eager_execution` is set. Cancelling the task cancels
+    the activity as `cancellation_type` says (ActivityCancellationType).
     """
     runtime = _Runtime.current()
     if isinstance(activity, str):
@@ -375,7 +377,8 @@ def start_activity(
         activity_type, [*positional, *args], activity_id=activity_id, task_queue=task_queue,
         schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        disable_eager_execution=disable_eager_execution, result_type=result_type,
+        cancellation_type=ActivityCancellationType(cancellation_type), disable_eager_execution=disable_eager_execution,
+        result_type=result_type,
     )
 
 
@@ -386,11 +389,15 @@ def start_local_activity(
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     result_type: type | None = None,
 ) -> asyncio.Task[Any]:
     """Run a short activity in this worker, within the workflow task, with no task queue round
     trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
-    workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short."""
+    workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short.
+    It runs once the workflow code waits, so a cancellation reaches it only before then: the task
+    raises asyncio.CancelledError at once and the activity never runs, unless `cancellation_type`
+    is ABANDON, which lets it run and records its outcome."""
     runtime = _Runtime.current()
     if isinstance(activity, str):
         activity_type = activity
@@ -403,7 +410,8 @@ def start_local_activity(
         raise ValueError(f"local activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
     return runtime.start_local_activity(
         activity_type, [*positional, *args], schedule_to_close_timeout=schedule_to_close_timeout,
-        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, result_type=result_type,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
+        cancellation_type=ActivityCancellationType(cancellation_type), result_type=result_type,
     )
 
 
@@ -414,12 +422,14 @@ async def execute_local_activity(
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     result_type: type | None = None,
 ) -> Any:
     """Run a local activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_local_activity(
         activity, *positional, args=args, schedule_to_close_timeout=schedule_to_close_timeout,
-        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, result_type=result_type,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, cancellation_type=cancellation_type,
+        result_type=result_type,
     )
 
 
@@ -544,6 +554,7 @@ async def execute_activity(
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     activity_id: str | None = None,
     result_type: type | None = None,
     disable_eager_execution: bool = False,
@@ -553,7 +564,8 @@ async def execute_activity(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
         schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        activity_id=activity_id, result_type=result_type, disable_eager_execution=disable_eager_execution,
+        cancellation_type=cancellation_type, activity_id=activity_id, result_type=result_type,
+        disable_eager_execution=disable_eager_execution,
     )
 
 

@@ -233,7 +233,10 @@ def _apply_request_cancel_external_workflow_execution_failed(
 
 
 def _apply_activity_task_canceled(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCanceled, event: HistoryEvent) -> None:
-    run.activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
+    """An activity cancelled with WAIT_CANCELLATION_COMPLETED is resolved now; the others were when cancelled."""
+    pending = run.activities.pop(attrs["scheduled_event_id"], None)
+    if pending is not None:
+        pending.future.cancel()
 
 
 def _apply_activity_task_completed(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCompleted, event: HistoryEvent) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from kadence.common import ParentClosePolicy, WorkflowIDReusePolicy, to_ms
@@ -50,7 +51,7 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
 
     def start_activity(self, input: StartActivityInput) -> asyncio.Task[Any]:
         run = self._run
-        future = run.schedule_activity({
+        pending = run.schedule_activity({
             "activity_id": input.activity_id or "",
             "activity_type": input.activity,
             "task_queue": input.task_queue or "",
@@ -62,18 +63,17 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
             "header": header_record(input.headers),
         }, disable_eager_execution=input.disable_eager_execution)
-
-        async def result() -> Any:
-            return run.converter.payload_converter.from_payload(await future, input.ret_type)
-
-        return run.create_task(result(), name=f"activity:{input.activity}")
+        return _activity_task(
+            run, f"activity:{input.activity}", pending.future, lambda: run.cancel_activity(pending, input.cancellation_type),
+            input.ret_type,
+        )
 
     async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
         return await _start_child(self._run, input)
 
     def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
         run = self._run
-        future = run.schedule_local_activity({
+        local = run.schedule_local_activity({
             "activity_type": input.activity,
             "input": run.converter.payload_converter.to_payloads(list(input.args)),
             "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
@@ -81,11 +81,39 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
             "header": dict(input.headers),
         })
+        return _activity_task(
+            run, f"local-activity:{input.activity}", local.future, lambda: run.cancel_local_activity(local, input.cancellation_type),
+            input.ret_type,
+        )
 
-        async def result() -> Any:
-            return run.converter.payload_converter.from_payload(await future, input.ret_type)
 
-        return run.create_task(result(), name=f"local-activity:{input.activity}")
+def _activity_task(
+    run: WorkflowRun, name: str, future: asyncio.Future[Any], cancel: Callable[[], None], result_type: type | None,
+) -> asyncio.Task[Any]:
+    """The task workflow code awaits for an activity's result (`future`, its payload). Cancelling
+    the task calls `cancel`, which cancels the activity as its cancellation type says and resolves
+    `future` now, or leaves it to history (WAIT_CANCELLATION_COMPLETED: the task waits for how the
+    activity ends, as temporalio's)."""
+
+    async def result() -> Any:
+        cancelling = False
+        while True:
+            try:
+                return run.converter.payload_converter.from_payload(await asyncio.shield(future), result_type)
+            except asyncio.CancelledError:
+                if not future.done() and not cancelling:
+                    cancel()
+                    cancelling = True
+                if future.done():
+                    raise
+
+    def cancelled_before_it_ran(task: asyncio.Task[Any]) -> None:
+        if task.cancelled() and not future.done():
+            cancel()
+
+    task = run.create_task(result(), name=name)
+    task.add_done_callback(cancelled_before_it_ran)
+    return task
 
 
 async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> ChildWorkflowHandle:

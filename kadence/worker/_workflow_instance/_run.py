@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
-from kadence.common import MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
@@ -276,12 +276,19 @@ class WorkflowRun(WorkflowLoop, _Runtime):
                     found.append(marker["details"])
         return found
 
-    def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
+    def schedule_local_activity(self, attributes: Record) -> LocalActivity:
         self.assert_not_read_only("start local activity")
         self._local_seq += 1
         local = LocalActivity(self._local_seq, attributes, self.create_future())
         self._local_activities.append(local)
-        return local.future
+        return local
+
+    def cancel_local_activity(self, local: LocalActivity, cancellation_type: ActivityCancellationType) -> None:
+        """A local activity runs only once the workflow code waits, so one cancelled has not run yet:
+        it never will, unless ABANDON lets it run (its outcome is recorded and ignored)."""
+        if cancellation_type is not ActivityCancellationType.ABANDON:
+            self._local_activities.remove(local)
+        local.future.cancel()
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():
@@ -369,15 +376,15 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     # ---- what the workflow code asks of the run ----------------------------------------------
 
-    def schedule_activity(self, attrs: ScheduleActivityTask, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
+    def schedule_activity(self, attrs: ScheduleActivityTask, *, disable_eager_execution: bool = False) -> ScheduleActivityCommand:
         self._activity_seq += 1
-        attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
+        activity_id = attrs["activity_id"] or str(self._activity_seq)
         if disable_eager_execution:
-            self._eager_disabled.add(attrs["activity_id"])
+            self._eager_disabled.add(activity_id)
         future = self.create_future()
-        pending = self.issue(ScheduleActivityCommand(("ScheduleActivityTask", attrs), future))
-        future.add_done_callback(lambda done: self._activity_settled(pending, done))
-        return future
+        future.add_done_callback(lambda _: self._eager_disabled.discard(activity_id))
+        scheduled: ScheduleActivityTask = {**attrs, "activity_id": activity_id}
+        return self.issue(ScheduleActivityCommand(("ScheduleActivityTask", scheduled), future))
 
     def has_pending_activities(self) -> bool:
         """Whether an activity an earlier workflow task scheduled is still pending (its attempts'
@@ -389,15 +396,19 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         eagerly by the worker that schedules it (temporalio's `disable_eager_execution`)."""
         return activity_id in self._eager_disabled
 
-    def _activity_settled(self, pending: ScheduleActivityCommand, future: asyncio.Future[Any]) -> None:
-        """A cancelled activity (by workflow code, or with the workflow) is withdrawn if it was
-        never sent, else its cancellation is requested (Temporal's TRY_CANCEL)."""
-        self._eager_disabled.discard(pending.command[1]["activity_id"])
-        if not future.cancelled() or self._withdraw(pending):
+    def cancel_activity(self, pending: ScheduleActivityCommand, cancellation_type: ActivityCancellationType) -> None:
+        """The workflow code cancelled the activity's task (or the workflow was cancelled): one never
+        sent is withdrawn. Else TRY_CANCEL and WAIT_CANCELLATION_COMPLETED request its cancellation
+        and ABANDON does not; all but WAIT_CANCELLATION_COMPLETED resolve it now, which leaves it to
+        the event that records how the activity ended."""
+        if self._withdraw(pending):
+            pending.future.cancel()
             return
-        if pending.scheduled_event_id in self.activities:
+        if cancellation_type is not ActivityCancellationType.ABANDON and pending.scheduled_event_id in self.activities:
             request: RequestCancelActivityTask = {"scheduled_event_id": pending.scheduled_event_id}
             self.issue(RequestCancelActivityCommand(("RequestCancelActivityTask", request)))
+        if cancellation_type is not ActivityCancellationType.WAIT_CANCELLATION_COMPLETED:
+            pending.future.cancel()
 
     def issue_child_workflow_start(self, attrs: StartChildWorkflowExecution) -> StartChildWorkflowCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
@@ -498,24 +509,26 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self, activity: str, args: Sequence[Any], *, activity_id: str | None, task_queue: str | None,
         schedule_to_close_timeout: timedelta | None, schedule_to_start_timeout: timedelta | None,
         start_to_close_timeout: timedelta | None, heartbeat_timeout: timedelta | None, retry_policy: RetryPolicy | None,
-        disable_eager_execution: bool, result_type: type | None,
+        cancellation_type: ActivityCancellationType, disable_eager_execution: bool, result_type: type | None,
     ) -> asyncio.Task[Any]:
         return self.outbound.start_activity(StartActivityInput(
             activity=activity, args=args, activity_id=activity_id, task_queue=task_queue,
             schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
             start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-            cancellation_type=None, headers={}, disable_eager_execution=disable_eager_execution, versioning_intent=None, summary=None,
-            arg_types=None, ret_type=result_type,
+            cancellation_type=cancellation_type, headers={}, disable_eager_execution=disable_eager_execution, versioning_intent=None,
+            summary=None, arg_types=None, ret_type=result_type,
         ))
 
     def start_local_activity(
         self, activity: str, args: Sequence[Any], *, schedule_to_close_timeout: timedelta | None,
-        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, result_type: type | None,
+        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, cancellation_type: ActivityCancellationType,
+        result_type: type | None,
     ) -> asyncio.Task[Any]:
         return self.outbound.start_local_activity(StartLocalActivityInput(
             activity=activity, args=args, activity_id=None, schedule_to_close_timeout=schedule_to_close_timeout,
             schedule_to_start_timeout=None, start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
-            local_retry_threshold=None, cancellation_type=None, headers={}, summary=None, arg_types=None, ret_type=result_type,
+            local_retry_threshold=None, cancellation_type=cancellation_type, headers={}, summary=None, arg_types=None,
+            ret_type=result_type,
         ))
 
     async def start_child_workflow(

@@ -1,5 +1,6 @@
 """`Payload` and `Payloads`, shaped as temporalio.api.common.v1's messages, so a codec written for
-temporalio runs after an import swap.
+temporalio runs after an import swap; and the small messages of that package a Failure
+(kadence.api.failure.v1) holds: `ActivityType`, `WorkflowType`, `WorkflowExecution`.
 
 A Payload is also the record field itself: a dict `{"metadata": {str: bytes}, "data": bytes}`
 that the Avro records carry as is. `SerializeToString` / `FromString` write and read the protobuf
@@ -112,6 +113,20 @@ class Payloads:
 
     def ByteSize(self) -> int:  # noqa: N802 (protobuf's name)
         return len(self.SerializeToString())
+@dataclass(frozen=True)
+class ActivityType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowExecution:
+    workflow_id: str = ""
+    run_id: str = ""
 
 
 def _varint(value: int) -> bytes:
