@@ -10,6 +10,8 @@ from typing import Any
 
 from kadence.exceptions import RetryState
 
+UNSET: Any = object()  # an argument not given, None being a value (temporalio's common._arg_unset)
+
 
 @dataclass(frozen=True)
 class RawValue:

@@ -9,7 +9,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +22,8 @@ from kadence.client._inputs import CountWorkflowsInput, ListWorkflowsInput, Star
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
 from kadence.client._replies import ReplyListener, RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount
-from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount
+from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.exceptions import (
     ClientClosedError,
@@ -107,6 +107,7 @@ class Client:
         id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
         start_signal: str | None = None,
         start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None,
         search_attributes: dict[str, Any] | None = None,
         start_delay: timedelta | None = None,
         cron_schedule: str = "",
@@ -118,7 +119,8 @@ class Client:
         run's first workflow task waits that long (a signal-with-start does not wait). With
         `cron_schedule` (`*/5 * * * *`, `@hourly`, `@every 90s`, `CRON_TZ=Europe/Paris 0 9 * * 1-5`),
         each run starts at the schedule's next time and one that completes, fails or times out is
-        followed by the next, until the workflow is canceled or terminated (as Temporal)."""
+        followed by the next, until the workflow is canceled or terminated (as Temporal). `memo`:
+        values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's)."""
         if cron_schedule:
             parse_cron(cron_schedule)  # a clear CronError here, not a rejection from history
         definition = workflow_module.definition(workflow)
@@ -129,7 +131,7 @@ class Client:
             workflow=workflow_type, args=([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
             execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
             id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy, retry_policy=None,
-            cron_schedule=cron_schedule, memo=None, search_attributes=search_attributes, start_delay=start_delay, headers={},
+            cron_schedule=cron_schedule, memo=memo, search_attributes=search_attributes, start_delay=start_delay, headers={},
             start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
             ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_id=request_id,
         ))

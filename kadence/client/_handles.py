@@ -8,6 +8,7 @@ OutboundInterceptor and Client (in the modules above this one) are."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +32,8 @@ from kadence.client._inputs import (
 )
 from kadence.client._read_model import NOT_FOUND_AFTER_S, TABLES_MISSING, ReadModel, run_row, until_created
 from kadence.client._replies import RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.client._types import AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.common import UNSET
 from kadence.converter import DataConverter, type_hints
 from kadence.exceptions import (
     ApplicationError,
@@ -331,7 +333,7 @@ class WorkflowHandle:
             raise WorkflowNotFoundError(f"{named} not found: {TABLES_MISSING}") from exc
         if found is None:
             raise WorkflowNotFoundError(f"{named} not found")
-        return found
+        return dataclasses.replace(found, data_converter=self.client.data_converter)  # its memo() decodes as this client does
 
     async def _until_recorded(self) -> None:
         deadline = asyncio.get_running_loop().time() + NOT_FOUND_AFTER_S

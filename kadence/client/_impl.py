@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -32,8 +33,8 @@ from kadence.client._inputs import (
 from kadence.client._interceptor import OutboundInterceptor
 from kadence.client._read_model import TABLES_MISSING, until_created
 from kadence.client._replies import ReplyListener, RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
-from kadence.common import to_ms
+from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.common import UNSET, to_ms
 from kadence.exceptions import (
     AsyncActivityCancelledError,
     CommandRejectedError,
@@ -81,6 +82,7 @@ class _ClientImpl(OutboundInterceptor):
             "id_reuse_policy": input.id_reuse_policy.value, "id_conflict_policy": input.id_conflict_policy.value,
             "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
             "header": dict(input.headers),
+            "memo": {key: payloads.to_payload(value) for key, value in (input.memo or {}).items()},
         }
         if input.start_signal is None:
             run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
@@ -113,7 +115,7 @@ class _ClientImpl(OutboundInterceptor):
             pool = (await self._client._read_model()).pool
             try:
                 async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
-                    yield execution
+                    yield dataclasses.replace(execution, data_converter=self._client.data_converter)  # memo() decodes as the client
             except psycopg.errors.UndefinedTable as exc:
                 raise KadenceError(f"listing workflows: {TABLES_MISSING}") from exc
 

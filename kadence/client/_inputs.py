@@ -1,7 +1,7 @@
 """The inputs of the client's outbound calls (OutboundInterceptor's methods), as temporalio.client's:
 each a dataclass with temporalio's name and fields. Kadence has no RPC: `rpc_metadata` is carried
 but sent nowhere, `rpc_timeout` bounds only a query (its `timeout`), and fields for features
-Kadence lacks (memo, retry_policy, static summaries) stay None. `headers` travel in the command
+Kadence lacks (retry_policy, static summaries) stay None. `headers` travel in the command
 and are recorded in the history where Temporal records them."""
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ class EventType(StrEnum):
     WorkflowExecutionUpdateAccepted = "WorkflowExecutionUpdateAccepted"
     WorkflowExecutionUpdateRejected = "WorkflowExecutionUpdateRejected"
     WorkflowExecutionUpdateCompleted = "WorkflowExecutionUpdateCompleted"
+    WorkflowPropertiesModified = "WorkflowPropertiesModified"
 
 
 class CommandType(StrEnum):
@@ -108,6 +109,7 @@ class TaskCommandType(StrEnum):
     AcceptWorkflowUpdate = "AcceptWorkflowUpdate"
     RejectWorkflowUpdate = "RejectWorkflowUpdate"
     CompleteWorkflowUpdate = "CompleteWorkflowUpdate"
+    ModifyWorkflowProperties = "ModifyWorkflowProperties"
 
 
 class EffectType(StrEnum):

@@ -97,7 +97,8 @@ def _apply_activity_task_cancel_requested(run: WorkflowHandlers, kind: str, attr
     run.match(kind, str(attrs["scheduled_event_id"]), RequestCancelActivityCommand)
 
 
-def _apply_upsert_workflow_search_attributes(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_upsert(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+    """An upsert of search attributes or of the memo: matched by kind alone, as it carries no id."""
     run.match(kind, "", PendingCommand)
 
 
@@ -215,7 +216,8 @@ _APPLY: dict[str, _Apply] = {
     EventType.ActivityTaskCanceled: _apply_activity_task_canceled,
     EventType.WorkflowExecutionCompleted: _apply_workflow_execution_closed,
     EventType.WorkflowExecutionFailed: _apply_workflow_execution_closed,
-    EventType.UpsertWorkflowSearchAttributes: _apply_upsert_workflow_search_attributes,
+    EventType.UpsertWorkflowSearchAttributes: _apply_upsert,
+    EventType.WorkflowPropertiesModified: _apply_upsert,
     EventType.TimerStarted: _apply_timer_command,
     EventType.TimerFired: _apply_timer_fired,
     EventType.TimerCanceled: _apply_timer_command,

@@ -9,12 +9,13 @@ from typing import Any, cast
 
 from kadence.exceptions import RetryState
 from kadence.protocol.cron import CronError, parse_cron
-from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS
+from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS, memo_upserted
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
     ContinueAsNewWorkflowExecution,
+    Payload,
     RequestCancelWorkflowExecution,
     SignalWorkflowExecution,
     TerminateWorkflowExecution,
@@ -114,7 +115,7 @@ def _new_run(
         "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
-        "header": start.get("header", {}),
+        "header": start.get("header", {}), "memo": start.get("memo", {}),
     }))
     if signal is not None:  # a signal-with-start's: its signal_name, input and header
         t.add(EventType.WorkflowExecutionSignaled, cast(WorkflowExecutionSignaled, {
@@ -211,6 +212,10 @@ def _continued_as_new_event(
         workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
     )
     started = ex.started
+    # As Temporal: a command that sets no memo keeps the run's.
+    memo = attrs.get("memo")
+    if memo is None:
+        memo = _memo_now(ex, t)
     t.next_run = Transition(following, t.now_ms)
     # Cast: the parent's and the chain's fields are spread in.
     t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
@@ -223,12 +228,13 @@ def _continued_as_new_event(
         "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
-        **_chain_attributes(ex), "header": attrs.get("header", {}),
+        **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo,
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {
         **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
         "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
+        "memo": memo,
     }
 
 
@@ -247,6 +253,15 @@ def _search_attributes_now(ex: Execution, t: Transition) -> Record:
         if event_type(event) == EventType.UpsertWorkflowSearchAttributes:
             values.update(attributes(event)["search_attributes"])
     return values
+
+
+def _memo_now(ex: Execution, t: Transition) -> dict[str, Payload]:
+    """The run's memo: what it started with, as its upserts (this transition's too) left it."""
+    memo = dict(ex.started.get("memo") or {})
+    for event in ex.history + t.events:
+        if event_type(event) == EventType.WorkflowPropertiesModified:
+            memo = memo_upserted(memo, attributes(event)["upserted_memo"])
+    return memo
 
 
 def _chain_attributes(ex: Execution) -> Record:
@@ -273,6 +288,7 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.CancelWorkflowExecution: _closing(TaskCommandType.CancelWorkflowExecution, "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
     TaskCommandType.ContinueAsNewWorkflowExecution: TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continued_as_new_event),
     TaskCommandType.UpsertWorkflowSearchAttributes: recorded_as_given("BAD_SEARCH_ATTRIBUTES"),
+    TaskCommandType.ModifyWorkflowProperties: recorded_as_given("BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES"),
 }
 
 # ---- commands
