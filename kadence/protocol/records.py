@@ -455,6 +455,15 @@ class UpdateWorkflowExecution(TypedDict):
     header: NotRequired[dict[str, Payload]]
 
 
+class UpdateWithStartWorkflowExecution(TypedDict):
+    """Admit the update to the running run of the workflow id, or start one (per the start's policies) with the
+    update as its first event after the start: one batch. The start's request id names the whole request.
+    """
+
+    start: StartWorkflowExecution
+    update: UpdateWorkflowExecution
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -1158,6 +1167,7 @@ CommandCommand = (
     | tuple[Literal["RecordExternalRequestOutcome"], RecordExternalRequestOutcome]
     | tuple[Literal["QueryWorkflow"], QueryWorkflow]
     | tuple[Literal["UpdateWorkflowExecution"], UpdateWorkflowExecution]
+    | tuple[Literal["UpdateWithStartWorkflowExecution"], UpdateWithStartWorkflowExecution]
 )
 
 # The record of any branch of CommandCommand.
@@ -1181,6 +1191,7 @@ CommandCommandRecord = (
     | RecordExternalRequestOutcome
     | QueryWorkflow
     | UpdateWorkflowExecution
+    | UpdateWithStartWorkflowExecution
 )
 
 

@@ -230,7 +230,28 @@ def failing_workflow_task() -> Scenario:
     return s
 
 
-SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task]
+def update_with_start() -> Scenario:
+    s = Scenario("update_with_start", "An update-with-start starts the run with its update before the first workflow task; a second "
+                 "(USE_EXISTING) only admits its update to the running run, a third (FAIL) is refused; the first task completes "
+                 "the first update, and the second, buffered meanwhile, is written after it with the next task.")
+
+    def update_with_start(request_id: str, update_id: str, policy: str) -> None:
+        s.send("tally-1", "UpdateWithStartWorkflowExecution", {
+            "start": {"workflow_type": "Tally", "task_queue": "orders", "request_id": request_id,
+                      "id_conflict_policy": policy},
+            "update": {"update_id": update_id, "name": "add", "args": [payload("5")]},
+        }, identity="client")
+
+    update_with_start("uws-1", "u1", "USE_EXISTING")
+    update_with_start("uws-2", "u2", "USE_EXISTING")
+    update_with_start("uws-3", "u3", "FAIL")
+    s.task("tally-1", 3, ("AcceptWorkflowUpdate", {"update_id": "u1"}),
+           ("CompleteWorkflowUpdate", {"update_id": "u1", "result": payload("5")}))
+    return s
+
+
+SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task,
+             update_with_start]
 
 
 def main() -> None:

@@ -36,15 +36,20 @@ from services.history.machine.transition import Rejected, Transition
 # ---- starts
 
 
+# The event a with-start command records right after the run's WorkflowExecutionStarted, before its
+# first workflow task (which it starts at once): a signal-with-start's signal, an update-with-start's update.
+FirstEvent = tuple[str, EventAttributes]
+
+
 def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
-    now_ms: int, source_partition: int, source_offset: int, signal: SignalWorkflowExecution | None = None,
+    now_ms: int, source_partition: int, source_offset: int, first: FirstEvent | None = None,
 ) -> Transition:
     if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
         return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
     if current is not None and current.status == RUNNING:
         run_id = run_id_for(workflow_id, source_partition, source_offset)
-        return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, signal)
+        return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, first)
     if current is not None:
         reuse = start["id_reuse_policy"]
         if reuse == "REJECT_DUPLICATE" or (reuse == "ALLOW_DUPLICATE_FAILED_ONLY" and current.status == "Completed"):
@@ -57,11 +62,11 @@ def decide_start(
     problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
     if problem:
         raise Rejected(problem)
-    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
 
 
 def _start_while_running(
-    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: SignalWorkflowExecution | None,
+    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, first: FirstEvent | None,
 ) -> Transition:
     """The start's id conflict policy: answered with the running run, or that run terminated and a
     new one started in the same record, or refused."""
@@ -74,7 +79,7 @@ def _start_while_running(
     t.add(EventType.WorkflowExecutionTerminated, {
         "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
     })
-    t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, signal)
+    t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, first)
     return t
 
 
@@ -90,17 +95,17 @@ def _cron_problem(start: Record) -> str | None:
     return None
 
 
-def _first_task_backoff_ms(start: Record, now_ms: int, signal: SignalWorkflowExecution | None) -> int:
+def _first_task_backoff_ms(start: Record, now_ms: int, first: FirstEvent | None) -> int:
     """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
-    if signal is not None:
-        return 0  # a signal starts it at once
+    if first is not None:
+        return 0  # a signal or an update starts it at once
     if start.get("cron_schedule"):
         return parse_cron(start["cron_schedule"]).next_after_ms(now_ms) - now_ms
     return start.get("start_delay_ms", 0)
 
 
 def _new_run(
-    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: SignalWorkflowExecution | None,
+    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, first: FirstEvent | None,
 ) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
@@ -112,15 +117,13 @@ def _new_run(
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
-        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
+        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, first),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}), "memo": start.get("memo", {}),
     }))
-    if signal is not None:  # a signal-with-start's: its signal_name, input and header
-        t.add(EventType.WorkflowExecutionSignaled, cast(WorkflowExecutionSignaled, {
-            **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
-        }))
+    if first is not None:
+        t.add(*first)
     t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
     if parent is not None:
         t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
@@ -165,7 +168,33 @@ def decide_signal_with_start(
     problem = payload_problem(cmd["signal_input"], "signal input")
     if problem:
         raise Rejected(problem)
-    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
+    signaled = cast(WorkflowExecutionSignaled, {
+        **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
+    })
+    first = (EventType.WorkflowExecutionSignaled, signaled)
+    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, first)
+
+
+def decide_update_with_start(
+    current: Execution | None, workflow_id: str, cmd: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int,
+) -> Transition:
+    """Temporal's update-with-start: admit the update to the running run when the start's conflict
+    policy is USE_EXISTING; else start a run (per the start's policies: FAIL refuses while one
+    runs, TERMINATE_EXISTING ends it) whose first event after the start is the update. Either way
+    one batch. The start's request id names the whole request: sent again, it applies once."""
+    start, update = cmd["start"], cmd["update"]
+    messages.check_update(workflow_id, update)
+    if start.get("cron_schedule") or start.get("start_delay_ms"):
+        raise Rejected("an update-with-start takes no cron schedule nor start delay (as Temporal): the update needs the run at once")
+    request_id = start["request_id"]
+    if current is not None and current.status == RUNNING:
+        if request_id and request_id == current.start_request_id:
+            return Transition(current, now_ms, repeat=True)  # this request started the run, with its update
+        if start["id_conflict_policy"] == "USE_EXISTING":
+            return within_history_limit(messages.update_admitted(current, update, identity, now_ms))
+    first = (EventType.WorkflowExecutionUpdateAdmitted, messages.admitted_event(update, identity))
+    return decide_start(current, workflow_id, start, identity, now_ms, source_partition, source_offset, first)
 
 
 # ---- closes
