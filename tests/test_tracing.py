@@ -1,6 +1,7 @@
 """kadence.contrib.opentelemetry.TracingInterceptor, as temporalio's: a workflow with two activities
 and a child makes one trace, from the client's start through the workflow, its activities and its
-child, each span the child of what sent it, and workflow spans are not emitted again on replay; an update-with-start is one trace from its span."""
+child, each span the child of what sent it, and workflow spans are not emitted again on replay; an
+update-with-start is one trace from its span."""
 
 from __future__ import annotations
 
