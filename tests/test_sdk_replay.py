@@ -1,6 +1,6 @@
 """Histories the SDK recorded (tests/sdk_histories: signals, updates accepted and rejected, timers,
 a child workflow, continue-as-new, patches, activity retries, a workflow failure, local activities,
-a cancel) replay cleanly with `kadence.testing.Replayer` against today's workflow code, without a
+a cancel, memo upserts, an update-with-start) replay cleanly with `kadence.testing.Replayer` against today's workflow code, without a
 broker or Postgres; and workflow code changed so that it decides otherwise (another activity, a
 timer removed, commands reordered, a patch removed) fails their replay with NondeterminismError.
 A change to the SDK or to those workflows that fails here would break the runs already recorded.
