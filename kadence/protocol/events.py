@@ -19,6 +19,7 @@ CLOSE_STATUS: dict[str, str] = {
     EventType.WorkflowExecutionContinuedAsNew: "ContinuedAsNew",
 }
 
+
 def is_memo_removal(payload: Mapping[str, Any]) -> bool:
     """Whether an upserted memo value removes its key: the null payload (encoding binary/null), as
     Temporal's server reads temporalio's upsert_memo(key=None)."""

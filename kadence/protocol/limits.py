@@ -218,7 +218,9 @@ def memo_problem(memo: dict[str, dict[str, Any]]) -> str | None:
     holds at most Temporal's 2 MB."""
     total = 0
     for key, payload in memo.items():
-        if problem := text_problem("memo key", key) if key else "a memo key is empty":
+        if not key:
+            return "a memo key is empty"
+        if problem := text_problem("memo key", key):
             return problem
         total += len(key.encode()) + len(payload["data"]) + sum(len(k) + len(v) for k, v in payload["metadata"].items())
     if total > MAX_MEMO_BYTES:
