@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
+from kadence.common import MetricMeter
 from kadence.converter import PayloadConverter, default
 
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
@@ -58,6 +59,7 @@ class HeartbeatSender(Protocol):
 _current_info: contextvars.ContextVar[Info] = contextvars.ContextVar("kadence_activity_info")
 _current_heartbeat: contextvars.ContextVar[HeartbeatSender] = contextvars.ContextVar("kadence_activity_heartbeat")
 _current_payload_converter: contextvars.ContextVar[PayloadConverter] = contextvars.ContextVar("kadence_activity_payload_converter")
+_current_metric_meter: contextvars.ContextVar[MetricMeter] = contextvars.ContextVar("kadence_activity_metric_meter")
 
 
 @overload
@@ -111,6 +113,20 @@ def payload_converter() -> PayloadConverter:
     """The worker's payload converter (the default one in a process of a process pool). Only valid inside an activity."""
     info()
     return _current_payload_converter.get(default().payload_converter)
+
+
+def metric_meter() -> MetricMeter:
+    """A meter of the worker's runtime (kadence.runtime) whose metrics carry the activity's
+    namespace, task_queue and activity_type. Only valid inside an activity, and not in a process
+    of a process pool (the runtime's exporter is in the worker's process)."""
+    info()
+    try:
+        return _current_metric_meter.get()
+    except LookupError:
+        raise RuntimeError(
+            "activity.metric_meter() in a process of a process pool: the runtime's exporter is in the worker's process; "
+            "record metrics from an async or threaded activity"
+        ) from None
 
 
 class LoggerAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import Enum
-from typing import Any
+from enum import Enum, IntEnum
+from typing import Any, ClassVar, Protocol, Self
 
 from kadence.exceptions import RetryState
+from kadence.protocol.records import RetryPolicy as RetryPolicyRecord
 
 UNSET: Any = object()  # an argument not given, None being a value (temporalio's common._arg_unset)
 
@@ -45,6 +46,18 @@ class ParentClosePolicy(str, Enum):
     REQUEST_CANCEL = "REQUEST_CANCEL"
 
 
+class ActivityCancellationType(IntEnum):
+    """What cancelling an activity's task in workflow code does (as temporalio.workflow's, its values
+    too). TRY_CANCEL: ask the activity to cancel, and raise asyncio.CancelledError in the waiting
+    code at once. WAIT_CANCELLATION_COMPLETED: ask it, and wait until history records how the
+    activity ended (canceled raises asyncio.CancelledError; completed or failed gives the result or
+    the ActivityError). ABANDON: do not ask; raise asyncio.CancelledError at once."""
+
+    TRY_CANCEL = 0
+    WAIT_CANCELLATION_COMPLETED = 1
+    ABANDON = 2
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How an activity is retried. Defaults are Temporal's: 1 s, x2.0, capped at 100 x initial, unlimited attempts."""
@@ -55,7 +68,7 @@ class RetryPolicy:
     maximum_attempts: int = 0
     non_retryable_error_types: Sequence[str] | None = None
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> RetryPolicyRecord:
         return {
             "initial_interval_ms": to_ms(self.initial_interval),
             "backoff_coefficient": self.backoff_coefficient,
@@ -117,3 +130,163 @@ def retry_state(policy: dict[str, Any] | None, attempt: int, failure: Mapping[st
     if time_left_ms is not None and next_attempt_backoff_ms(policy, attempt, failure) >= time_left_ms:
         return RetryState.TIMEOUT
     return RetryState.IN_PROGRESS
+
+
+# Metrics (as temporalio.common's MetricMeter): a runtime's exporter records what they measure,
+# and a meter without one (MetricMeter.noop) records nothing.
+
+MetricAttributes = Mapping[str, str | int | float | bool]
+
+
+class MetricKind(str, Enum):
+    COUNTER = "counter"
+    HISTOGRAM = "histogram"
+    DURATION = "duration"  # a histogram of durations, recorded in ms: an exporter may write seconds instead
+    GAUGE = "gauge"
+
+
+class MetricSink(Protocol):
+    """Where a runtime's metrics go (its Prometheus endpoint, its OpenTelemetry exporter)."""
+
+    def record(
+        self, kind: MetricKind, name: str, description: str | None, unit: str | None, value: float, attributes: MetricAttributes,
+    ) -> None: ...
+
+
+class MetricCommon:
+    """A metric of a meter: its name, description and unit, and the attributes it records with."""
+
+    def __init__(
+        self, sink: MetricSink | None, name: str, description: str | None, unit: str | None, attributes: MetricAttributes,
+    ) -> None:
+        self._sink = sink
+        self._name = name
+        self._description = description
+        self._unit = unit
+        self._attributes = attributes
+
+    kind: ClassVar[MetricKind]
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def description(self) -> str | None:
+        return self._description
+
+    @property
+    def unit(self) -> str | None:
+        return self._unit
+
+    def with_additional_attributes(self, additional_attributes: MetricAttributes) -> Self:
+        """The same metric, recording with these attributes too."""
+        return type(self)(self._sink, self._name, self._description, self._unit, {**self._attributes, **additional_attributes})
+
+    def _record(self, value: float, additional_attributes: MetricAttributes | None) -> None:
+        if self._sink is not None:
+            attributes = {**self._attributes, **additional_attributes} if additional_attributes else self._attributes
+            self._sink.record(self.kind, self._name, self._description, self._unit, value, attributes)
+
+
+class MetricCounter(MetricCommon):
+    kind = MetricKind.COUNTER
+
+    def add(self, value: int, additional_attributes: MetricAttributes | None = None) -> None:
+        if value < 0:
+            raise ValueError(f"counter {self.name}: a counter only grows, so {value} cannot be added")
+        self._record(value, additional_attributes)
+
+
+class MetricHistogram(MetricCommon):
+    kind = MetricKind.HISTOGRAM
+
+    def record(self, value: int, additional_attributes: MetricAttributes | None = None) -> None:
+        if value < 0:
+            raise ValueError(f"histogram {self.name}: values are not negative, {value} is")
+        self._record(value, additional_attributes)
+
+
+class MetricHistogramFloat(MetricCommon):
+    kind = MetricKind.HISTOGRAM
+
+    def record(self, value: float, additional_attributes: MetricAttributes | None = None) -> None:
+        if value < 0:
+            raise ValueError(f"histogram {self.name}: values are not negative, {value} is")
+        self._record(value, additional_attributes)
+
+
+class MetricHistogramTimedelta(MetricCommon):
+    """Durations, in milliseconds, or in seconds where the runtime's config says `durations_as_seconds`."""
+
+    kind = MetricKind.DURATION
+
+    def record(self, value: timedelta, additional_attributes: MetricAttributes | None = None) -> None:
+        if value < timedelta():
+            raise ValueError(f"histogram {self.name}: durations are not negative, {value} is")
+        self._record(value / timedelta(milliseconds=1), additional_attributes)
+
+
+class MetricGauge(MetricCommon):
+    kind = MetricKind.GAUGE
+
+    def set(self, value: int, additional_attributes: MetricAttributes | None = None) -> None:
+        self._record(value, additional_attributes)
+
+
+class MetricGaugeFloat(MetricCommon):
+    kind = MetricKind.GAUGE
+
+    def set(self, value: float, additional_attributes: MetricAttributes | None = None) -> None:
+        self._record(value, additional_attributes)
+
+
+class MetricMeter:
+    """Makes metrics that record into a runtime's exporter (`Runtime.metric_meter`,
+    `activity.metric_meter()`, `workflow.metric_meter()`), with the meter's attributes."""
+
+    noop: ClassVar[MetricMeter]
+
+    def __init__(self, sink: MetricSink | None, attributes: MetricAttributes | None = None) -> None:
+        self._sink = sink
+        self._attributes: MetricAttributes = dict(attributes or {})
+
+    def create_counter(self, name: str, description: str | None = None, unit: str | None = None) -> MetricCounter:
+        return MetricCounter(self._sink, name, description, unit, self._attributes)
+
+    def create_histogram(self, name: str, description: str | None = None, unit: str | None = None) -> MetricHistogram:
+        return MetricHistogram(self._sink, name, description, unit, self._attributes)
+
+    def create_histogram_float(self, name: str, description: str | None = None, unit: str | None = None) -> MetricHistogramFloat:
+        return MetricHistogramFloat(self._sink, name, description, unit, self._attributes)
+
+    def create_histogram_timedelta(self, name: str, description: str | None = None, unit: str | None = None) -> MetricHistogramTimedelta:
+        return MetricHistogramTimedelta(self._sink, name, description, unit, self._attributes)
+
+    def create_gauge(self, name: str, description: str | None = None, unit: str | None = None) -> MetricGauge:
+        return MetricGauge(self._sink, name, description, unit, self._attributes)
+
+    def create_gauge_float(self, name: str, description: str | None = None, unit: str | None = None) -> MetricGaugeFloat:
+        return MetricGaugeFloat(self._sink, name, description, unit, self._attributes)
+
+    def with_additional_attributes(self, additional_attributes: MetricAttributes) -> MetricMeter:
+        return MetricMeter(self._sink, {**self._attributes, **additional_attributes})
+
+    def recording_only_when(self, condition: Callable[[], bool]) -> MetricMeter:
+        """This meter, whose metrics record only while `condition()` holds (a workflow's: not on replay)."""
+        return MetricMeter(None if self._sink is None else _SinkWhen(self._sink, condition), self._attributes)
+
+
+@dataclass(frozen=True)
+class _SinkWhen:
+    sink: MetricSink
+    condition: Callable[[], bool]
+
+    def record(
+        self, kind: MetricKind, name: str, description: str | None, unit: str | None, value: float, attributes: MetricAttributes,
+    ) -> None:
+        if self.condition():
+            self.sink.record(kind, name, description, unit, value, attributes)
+
+
+MetricMeter.noop = MetricMeter(None)

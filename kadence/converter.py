@@ -17,11 +17,12 @@ import traceback
 import types
 import typing
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kadence.api.common.v1 import Payload
+from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType
+from kadence.api.failure import v1 as failure_v1
 from kadence.common import to_ms
 from kadence.exceptions import (
     ActivityError,
@@ -421,10 +422,14 @@ def _to_collection(hint: Any, origin: type, args: tuple[Any, ...], value: list[A
 
 class FailureConverter:
     def to_failure(self, exc: BaseException, payloads: PayloadConverter) -> Failure:
+        """The failure record of an error and its causes, each with its own stack trace; an error
+        read from a recorded failure keeps the stack trace and source recorded where it was raised
+        (an activity's, say, when the workflow fails with the ActivityError), as temporalio's."""
+        recorded = exc.failure if isinstance(exc, FailureError) else None
         failure: Failure = {
             "message": str(exc) if not isinstance(exc, FailureError) else exc.message,
-            "type": type(exc).__name__, "source": "kadence-python-sdk",
-            "stack_trace": "".join(traceback.format_exception(exc)),
+            "type": type(exc).__name__, "source": recorded.source if recorded else "kadence-python-sdk",
+            "stack_trace": recorded.stack_trace if recorded else "".join(traceback.format_exception(exc, chain=False)),
             "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
             "category": ApplicationErrorCategory.UNSPECIFIED.name, "next_retry_delay_ms": None,
         }
@@ -451,6 +456,8 @@ class FailureConverter:
         return failure
 
     def from_failure(self, failure: Failure, payloads: PayloadConverter) -> FailureError:
+        """The error a recorded failure stands for, its `failure` the record read as temporalio's
+        Failure message (kadence.api.failure.v1), and its causes likewise."""
         exc: FailureError
         info = failure.get("activity_failure_info")
         if info:
@@ -472,13 +479,13 @@ class FailureConverter:
                 next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
                 category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"],
             )
-        exc.failure = failure
+        exc.failure = _failure_message(failure)
         if failure.get("cause"):
             exc.__cause__ = self.from_failure(failure["cause"], payloads)
         return exc
 
     def activity_error(
-        self, event_type: str, scheduled: dict[str, Any], attrs: dict[str, Any], payloads: PayloadConverter,
+        self, event_type: str, scheduled: Mapping[str, Any], attrs: Mapping[str, Any], payloads: PayloadConverter,
     ) -> ActivityError:
         """The ActivityError a workflow sees when an activity fails for good, caused by its last failure."""
         error = ActivityError(
@@ -487,10 +494,15 @@ class FailureConverter:
             identity=attrs.get("identity", ""), activity_type=scheduled["activity_type"], activity_id=scheduled["activity_id"],
             retry_state=RetryState(attrs["retry_state"]),
         )
-        error.__cause__ = self.from_failure(attrs["failure"], payloads)
+        cause = self.from_failure(attrs["failure"], payloads)
+        error.__cause__ = cause
+        error.failure = failure_v1.Failure(message=error.message, cause=cause.failure, activity_failure_info=failure_v1.ActivityFailureInfo(
+            scheduled_event_id=error.scheduled_event_id, started_event_id=error.started_event_id, identity=error.identity,
+            activity_type=ActivityType(error.activity_type), activity_id=error.activity_id, retry_state=attrs["retry_state"],
+        ))
         return error
 
-    def child_workflow_error(self, event_type: str, attrs: dict[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
+    def child_workflow_error(self, event_type: str, attrs: Mapping[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
         """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
         error = ChildWorkflowError(
             "Child workflow execution failed", namespace="default", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
@@ -502,12 +514,51 @@ class FailureConverter:
             cause = self.from_failure(attrs["failure"], payloads)
         elif event_type == EventType.ChildWorkflowExecutionCanceled:
             cause = CancelledError("Workflow cancelled")
+            details = Payloads([Payload.of(p) for p in attrs["details"]])
+            cause.failure = failure_v1.Failure(message=cause.message, canceled_failure_info=failure_v1.CanceledFailureInfo(details))
         elif event_type == EventType.ChildWorkflowExecutionTerminated:
             cause = TerminatedError("Workflow terminated")
+            cause.failure = failure_v1.Failure(message=cause.message, terminated_failure_info=failure_v1.TerminatedFailureInfo())
         else:
             cause = TimeoutError("Workflow timed out", type=TimeoutType.START_TO_CLOSE)
+            cause.failure = failure_v1.Failure(
+                message=cause.message, timeout_failure_info=failure_v1.TimeoutFailureInfo(TimeoutType.START_TO_CLOSE.value),
+            )
         error.__cause__ = cause
+        error.failure = failure_v1.Failure(
+            message=error.message, cause=cause.failure,
+            child_workflow_execution_failure_info=failure_v1.ChildWorkflowExecutionFailureInfo(
+                namespace=error.namespace, workflow_execution=WorkflowExecution(error.workflow_id, error.run_id),
+                workflow_type=WorkflowType(error.workflow_type), initiated_event_id=error.initiated_event_id,
+                started_event_id=error.started_event_id, retry_state=attrs.get("retry_state", ""),
+            ),
+        )
         return error
+
+
+def _failure_message(failure: Failure) -> failure_v1.Failure:
+    """A recorded failure (schemas/Failure.avsc) and its causes as temporalio's Failure message
+    reads: its one failure info is the activity's, the timeout's or else the application's."""
+    details = Payloads([Payload.of(p) for p in failure.get("details", [])])
+    cause = failure.get("cause")
+    message = failure_v1.Failure(
+        message=failure["message"], source=failure.get("source", ""), stack_trace=failure.get("stack_trace", ""),
+        cause=_failure_message(cause) if cause else None,
+    )
+    info = failure.get("activity_failure_info")
+    if info:
+        return dataclasses.replace(message, activity_failure_info=failure_v1.ActivityFailureInfo(
+            scheduled_event_id=info["scheduled_event_id"], started_event_id=info["started_event_id"], identity=info.get("identity", ""),
+            activity_type=ActivityType(info["activity_type"]), activity_id=info["activity_id"], retry_state=info["retry_state"],
+        ))
+    if failure.get("timeout_type"):
+        return dataclasses.replace(message, timeout_failure_info=failure_v1.TimeoutFailureInfo(failure["timeout_type"], details))
+    delay_ms = failure.get("next_retry_delay_ms")
+    return dataclasses.replace(message, application_failure_info=failure_v1.ApplicationFailureInfo(
+        type=failure.get("type", ""), non_retryable=failure.get("non_retryable", False), details=details,
+        next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
+        category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"].value,
+    ))
 
 
 class PayloadCodec(abc.ABC):
@@ -521,6 +572,14 @@ class PayloadCodec(abc.ABC):
 
     @abc.abstractmethod
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
+
+    async def encode_wrapper(self, payloads: Payloads) -> None:
+        """`encode` over the payloads of a `Payloads` message, replacing them."""
+        payloads.payloads[:] = [Payload.of(p) for p in await self.encode(payloads.payloads)]
+
+    async def decode_wrapper(self, payloads: Payloads) -> None:
+        """`decode` over the payloads of a `Payloads` message, replacing them."""
+        payloads.payloads[:] = [Payload.of(p) for p in await self.decode(payloads.payloads)]
 
 
 # Payloads no codec encodes: search attributes (the read model indexes them), headers (temporalio's default).
@@ -554,6 +613,14 @@ class DataConverter:
         found = [Payload.of(p) for p in payloads]
         decoded = await self.payload_codec.decode(found) if self.payload_codec is not None else found
         return self.payload_converter.from_payloads(decoded, type_hints)
+
+    async def encode_wrapper(self, values: Sequence[Any]) -> Payloads:
+        """`encode`, wrapped in a `Payloads` message."""
+        return Payloads(await self.encode(values))
+
+    async def decode_wrapper(self, payloads: Payloads | None, type_hints: Sequence[Any] | None = None) -> list[Any]:
+        """`decode` of a `Payloads` message's payloads (none for None)."""
+        return await self.decode(payloads.payloads, type_hints) if payloads is not None and payloads.payloads else []
 
     def to_failure(self, exc: BaseException) -> Failure:
         return self.failure_converter.to_failure(exc, self.payload_converter)

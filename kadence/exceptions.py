@@ -7,6 +7,8 @@ from datetime import timedelta
 from enum import Enum, IntEnum
 from typing import Any
 
+from kadence.api.failure.v1 import Failure
+
 
 class TimeoutType(str, Enum):
     START_TO_CLOSE = "START_TO_CLOSE"
@@ -37,10 +39,11 @@ TemporalError = KadenceError  # temporalio's name for the base of its errors
 class FailureError(KadenceError):
     """An error that is recorded as a Failure in history. Raising one from a workflow fails the
     workflow; any other exception fails only the workflow task, which is retried. `failure` is the
-    Failure record (schemas/Failure.avsc, a dict) it was made from, None for one raised in this
-    process (as temporalio.exceptions.FailureError, whose failure is the protobuf)."""
+    recorded Failure it was made from, with temporalio's attributes (kadence.api.failure.v1: message,
+    stack_trace, cause, application_failure_info ...), None for one raised in this process (as
+    temporalio.exceptions.FailureError)."""
 
-    def __init__(self, message: str, *, failure: dict[str, Any] | None = None, exc_args: tuple[Any, ...] | None = None) -> None:
+    def __init__(self, message: str, *, failure: Failure | None = None, exc_args: tuple[Any, ...] | None = None) -> None:
         super().__init__(*(exc_args if exc_args is not None else (message,)))
         self.message = message
         self.failure = failure

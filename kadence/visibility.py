@@ -12,6 +12,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from kadence._temporal_history import events_from_temporal, is_temporal_history, run_id_of, workflow_id_of
 from kadence.api.common.v1 import Payload
 from kadence.common import UNSET
 from kadence.converter import DataConverter
@@ -144,14 +145,29 @@ class WorkflowHistory:
 
 
     @classmethod
-    def from_json(cls, exported: dict[str, Any]) -> WorkflowHistory:
-        """The history from `to_json()` (as `kadence workflow show --output json` prints it)."""
+    def from_json(cls, workflow_id: str | Mapping[str, Any], history: str | Mapping[str, Any] | None = None) -> WorkflowHistory:
+        """The history from `to_json()` (as `kadence workflow show --output json` prints it), given
+        alone or after a workflow id; or, as temporalio's `WorkflowHistory.from_json(workflow_id,
+        history)`, Temporal's JSON history of that workflow (a dict or its JSON text; alone when its
+        start records the workflow id, as current servers write), its events read as Kadence's
+        (kadence._temporal_history; TemporalHistoryError if they cannot be)."""
+        exported = workflow_id if history is None else history
+        if isinstance(exported, str):
+            exported = json.loads(exported)
+        if not isinstance(exported, Mapping):
+            raise ValueError("from_json takes a history (an object, or its JSON text), alone or after a workflow id")
+        workflow = workflow_id if history is not None and isinstance(workflow_id, str) else None
+        if is_temporal_history(exported):
+            workflow = workflow or workflow_id_of(exported)
+            if not workflow:
+                raise ValueError("this Temporal JSON history does not record its workflow id: call from_json(workflow_id, history)")
+            return cls(workflow, run_id_of(exported), events_from_temporal(exported))
         events = [
             {"event_id": e["event_id"], "event_time_ms": e["event_time_ms"],
              "attributes": (e["event_type"], _from_jsonable(e["attributes"]))}
             for e in exported["events"]
         ]
-        return cls(exported["workflow_id"], exported["run_id"], events)
+        return cls(workflow or exported["workflow_id"], exported["run_id"], events)
 
 
 def _from_jsonable(value: Any) -> Any:

@@ -34,6 +34,7 @@ from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.dev.otlp import OtlpReceiver, exporting_to, otlp_receiver
 from kadence.ops.audit import AuditReport, audit_history
 from kadence.protocol.kafka import partition_for_key
+from tests import background
 
 
 def _main_broker() -> tuple[str, str]:
@@ -94,11 +95,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Then each group's tests module by module: pytest's order split some modules' tests in two
     # (test_ui's, test_image's), and their module fixtures (a browser, a UI server, a worker, an
     # installed image) were made again for the second part.
+    # A module whose tests wait for a preparation begun in the background (a venv) runs last of its
+    # group, so the tests before it overlap the preparation.
     first_of_module: dict[tuple[int, str], int] = {}
     for position, item in enumerate(items):
         first_of_module.setdefault(_group_and_module(item), position)
     order = {id(item): position for position, item in enumerate(items)}
-    items.sort(key=lambda item: (_group_and_module(item)[0], first_of_module[_group_and_module(item)], order[id(item)]))
+    waits = {_group_and_module(item) for item in items if set(getattr(item, "fixturenames", ())) & background.PREPARATIONS.keys()}
+    items.sort(key=lambda item: (_group_and_module(item)[0], _group_and_module(item) in waits,
+                                 first_of_module[_group_and_module(item)], order[id(item)]))
+    if not config.option.collectonly:
+        background.begin(name for item in items for name in getattr(item, "fixturenames", ()))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.abandon()
 
 
 # What a module calls when its tests start a stack of their own rather than use the session's.

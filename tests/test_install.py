@@ -1,27 +1,29 @@
 """The README's first command installs `.[dev]`: in a fresh venv, that install is enough for every
 `kadence` command and subcommand to answer --help, and for every module of kadence/ and services/
-to import, but those of the opentelemetry extra, which say to install it. The two venv tests are
-marked `slow`: the venv and its pip install take 20 s from pip's cache, the module 30 s (2 cores)."""
+to import, but those of the opentelemetry and pydantic extras, which say to install them. The two venv tests are
+marked `slow`: the venv and its pip install take 20 s from pip's cache (begun in the background as
+the session starts), the module 30 s (2 cores)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-DEV_INSTALL = ".[dev]"
+from tests.background import DEV_INSTALL, prepared
 
-# What importing each module that needs the opentelemetry extra raises without it.
+ROOT = Path(__file__).resolve().parents[1]
+
+# What importing each module that needs an extra raises without it.
 NEEDS_AN_EXTRA = {
-    module: f"ModuleNotFoundError: {module} needs the opentelemetry extra: pip install 'kadence[opentelemetry]'"
-    for module in ("kadence.contrib.opentelemetry", "kadence.dev.otlp")
+    module: f"ModuleNotFoundError: {module} needs the {extra} extra: pip install 'kadence[{extra}]'"
+    for module, extra in (("kadence.contrib.opentelemetry", "opentelemetry"), ("kadence.dev.otlp", "opentelemetry"),
+                          ("kadence.contrib.pydantic", "pydantic"))
 }
 
 # In the venv: every command path of the click group, [] being `kadence` itself.
@@ -63,12 +65,10 @@ def pyproject_packages() -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def venv_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with this checkout installed as the README's first command installs it."""
-    venv = tmp_path_factory.mktemp("dev-venv")
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-e", f"{ROOT}/{DEV_INSTALL}"], check=True, timeout=240)
-    return venv / "bin"
+def venv_bin() -> Path:
+    """A fresh venv with this checkout installed as the README's first command installs it, begun
+    in the background when the session selected these tests (tests/background.py)."""
+    return prepared("venv_bin")
 
 
 def in_venv(venv_bin: Path, *argv: str) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
 """Histories the SDK recorded (tests/sdk_histories: signals, updates accepted and rejected, timers,
 a child workflow, continue-as-new, patches, activity retries, a workflow failure, local activities,
-a cancel, memo upserts, an update-with-start) replay cleanly with `kadence.testing.Replayer`
+a cancel, memo upserts, an update-with-start) replay cleanly with `kadence.worker.Replayer`
 against today's workflow code, without a broker or Postgres; and workflow code changed so that it
 decides otherwise (another activity, a timer removed, commands reordered, a patch removed, a memo
 upsert made a search attribute upsert) fails their replay with NondeterminismError.
@@ -14,14 +14,15 @@ review the diff of tests/sdk_histories/*.json.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from kadence import workflow
+from kadence import testing, workflow
 from kadence.client import WorkflowHistory
-from kadence.testing import Replayer
+from kadence.worker import Replayer, WorkflowReplayResult, WorkflowReplayResults
 from tests.sdk_histories.workflows import RECORDED_WORKFLOWS
 from tests.workflows import FAST_RETRY, echo, fail_first_attempt
 
@@ -103,3 +104,31 @@ class MemoNotesWorkflowUpsertingSearchAttributes:
 async def test_workflow_code_that_decides_otherwise_fails_the_replay(history: str, changed: type, divergence: str) -> None:
     with pytest.raises(workflow.NondeterminismError, match=divergence):
         await Replayer(workflows=[changed]).replay_workflow(load(RECORDED / f"{history}.json"))
+
+
+
+async def test_replay_workflows_gathers_the_failures_by_run_id_or_raises_the_first() -> None:
+    patched, timers = load(RECORDED / "patched.json"), load(RECORDED / "timers.json")
+    replayer = Replayer(workflows=[*RECORDED_WORKFLOWS, PatchedWorkflowWithoutItsPatch])  # the later of two names wins
+    results = await replayer.replay_workflows([timers, patched], raise_on_replay_failure=False)
+    assert list(results.replay_failures) == [patched.run_id]
+    assert isinstance(results.replay_failures[patched.run_id], workflow.NondeterminismError)
+    with pytest.raises(workflow.NondeterminismError, match="MarkerRecorded core_patch"):
+        await replayer.replay_workflows([timers, patched])
+
+
+async def test_the_replay_iterator_yields_each_result_as_it_is_replayed() -> None:
+    async def histories() -> AsyncIterator[WorkflowHistory]:
+        for name in ("timers", "patched"):
+            yield load(RECORDED / f"{name}.json")
+
+    replayer = Replayer(workflows=[*RECORDED_WORKFLOWS, PatchedWorkflowWithoutItsPatch])
+    async with replayer.workflow_replay_iterator(histories()) as results:
+        failures = [(result.history.workflow_id, type(result.replay_failure)) async for result in results]
+    assert failures == [(load(RECORDED / "timers.json").workflow_id, type(None)),
+                        (load(RECORDED / "patched.json").workflow_id, workflow.NondeterminismError)]
+
+
+def test_the_replayer_of_kadence_testing_is_the_workers() -> None:
+    assert (testing.Replayer, testing.WorkflowReplayResult, testing.WorkflowReplayResults) == (
+        Replayer, WorkflowReplayResult, WorkflowReplayResults)

@@ -6,7 +6,8 @@ import asyncio
 import logging
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -405,3 +406,58 @@ async def test_old_style_dynamic_handlers_get_the_name_and_the_arguments(client:
         await handle.signal("add", args=[1, 2])
         await handle.signal("clear")
         assert await handle.result() == ["add[1, 2]", "clear[]"]
+
+
+@dataclass
+class PoolRequest:
+    pool: str
+    slots: int
+
+
+@workflow.defn
+class PoolWorkflow:
+    """As temporalio's resource-pool sample: the constructor and the run method name their one
+    parameter differently (the run method does not use it)."""
+
+    @workflow.init
+    def __init__(self, request: PoolRequest) -> None:
+        self.free = [f"{request.pool}-{n}" for n in range(request.slots)]
+
+    @workflow.run
+    async def run(self, _: PoolRequest) -> list[str]:
+        return self.free
+
+
+def _init_renamed(self, name: str, count: int = 1) -> None: ...
+def _init_one_fewer(self, first: str) -> None: ...
+def _init_other_default(self, first: str, second: int = 2) -> None: ...
+def _init_other_annotation(self, first: bytes, second: int = 1) -> None: ...
+def _init_keyword_only(self, first: str, *, second: int = 1) -> None: ...
+
+
+def _workflow_with_init(init_fn: Callable[..., None]) -> type:
+    init_fn.__name__ = "__init__"
+
+    class Candidate:
+        __init__ = workflow.init(init_fn)
+
+        @workflow.run
+        async def run(self, first: str, second: int = 1) -> None: ...
+
+    return workflow.defn(Candidate)
+
+
+def test_init_matches_run_by_position_kind_default_and_annotation_not_by_name() -> None:
+    assert workflow.definition(PoolWorkflow).init_takes_args
+    assert workflow.definition(_workflow_with_init(_init_renamed)).init_takes_args
+    for init_fn in (_init_one_fewer, _init_other_default, _init_other_annotation, _init_keyword_only):
+        with pytest.raises(ValueError, match=r"must take the parameters of the @workflow.run method run\(self, first: 'str'"):
+            _workflow_with_init(init_fn)
+
+
+async def test_a_workflow_whose_init_names_its_parameters_otherwise_runs(client: Client, task_queue: str) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=[PoolWorkflow]):
+        result = await client.execute_workflow(
+            PoolWorkflow.run, PoolRequest("gpu", 2), id=f"pool-{uuid.uuid4()}", task_queue=task_queue,
+        )
+    assert result == ["gpu-0", "gpu-1"]

@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -52,6 +53,7 @@ from kadence.protocol.kafka import AsyncProducer
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
+from kadence.runtime import Runtime
 from kadence.visibility import WorkflowExecution
 
 log = logging.getLogger("kadence.client")
@@ -68,9 +70,10 @@ class Client:
 
     def __init__(
         self, settings: KafkaSettings, *, data_converter: DataConverter, identity: str, postgres_dsn: str | None,
-        interceptors: Sequence[Interceptor] = (),
+        interceptors: Sequence[Interceptor] = (), runtime: Runtime | None = None,
     ) -> None:
         self.settings = settings
+        self.runtime = runtime or Runtime.default()  # where the client's and its workers' metrics go
         self.data_converter = data_converter
         self.identity = identity
         self._postgres_dsn = postgres_dsn
@@ -94,9 +97,13 @@ class Client:
     async def connect(
         cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,
         data_converter: DataConverter | None = None, identity: str | None = None, interceptors: Sequence[Interceptor] = (),
+        runtime: Runtime | None = None, kafka_config: Mapping[str, str] | None = None,
     ) -> Client:
         """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN.
-        A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default"."""
+        A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default".
+        `runtime`: where its metrics and its workers' go (kadence.runtime; Runtime.default() without one).
+        `kafka_config`: librdkafka properties (security.protocol, sasl.username ...) over those of
+        KADENCE_KAFKA_*. kadence.envconfig reads all of these from a profile."""
         if namespace != "default":
             raise ValueError(
                 f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
@@ -105,9 +112,11 @@ class Client:
         settings = KafkaSettings.from_env()
         if bootstrap_servers:
             settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)
+        if kafka_config:
+            settings = dataclasses.replace(settings, client_config={**settings.client_config, **kafka_config})
         return cls(
             settings, data_converter=data_converter or DataConverter(), identity=identity or default_identity(),
-            postgres_dsn=postgres_dsn, interceptors=interceptors,
+            postgres_dsn=postgres_dsn, interceptors=interceptors, runtime=runtime,
         )
 
     async def start_workflow(
@@ -124,6 +133,7 @@ class Client:
         search_attributes: dict[str, Any] | None = None,
         start_delay: timedelta | None = None,
         cron_schedule: str = "",
+        request_eager_start: bool = False,
     ) -> WorkflowHandle:
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
@@ -133,7 +143,10 @@ class Client:
         `cron_schedule` (`*/5 * * * *`, `@hourly`, `@every 90s`, `CRON_TZ=Europe/Paris 0 9 * * 1-5`),
         each run starts at the schedule's next time and one that completes, fails or times out is
         followed by the next, until the workflow is canceled or terminated (as Temporal). `memo`:
-        values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's)."""
+        values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's).
+        `request_eager_start` is taken and passed to the interceptors, but the first workflow task
+        still goes through the task queue (as Temporal starts a workflow it cannot start eagerly:
+        docs/temporal-differences.md, "The client")."""
         if cron_schedule:
             parse_cron(cron_schedule)  # a clear CronError here, not a rejection from history
         definition = workflow_module.definition(workflow)
@@ -146,7 +159,7 @@ class Client:
             id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy, retry_policy=None,
             cron_schedule=cron_schedule, memo=memo, search_attributes=search_attributes, start_delay=start_delay, headers={},
             start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
-            ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_id=request_id,
+            ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_eager_start=request_eager_start, request_id=request_id,
         ))
 
     async def signal_with_start(
@@ -258,7 +271,7 @@ class Client:
         raise ValueError("Task token or workflow/activity ID must be present")
 
     def send_command(
-        self, workflow_id: str, kind: str, body: dict[str, Any], *, identity: str | None = None, until_delivered: bool = False,
+        self, workflow_id: str, kind: str, body: Mapping[str, Any], *, identity: str | None = None, until_delivered: bool = False,
         reply_partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce one command, keyed (and so partitioned) by workflow_id; the future resolves on delivery.
@@ -271,7 +284,7 @@ class Client:
                                   reply_partition=reply_partition)[0]
 
     def send_commands(
-        self, workflow_id: str, commands: Sequence[tuple[str, dict[str, Any]]], *, identity: str | None = None,
+        self, workflow_id: str, commands: Sequence[tuple[str, Mapping[str, Any]]], *, identity: str | None = None,
         until_delivered: bool = False, reply_partition: int | None = None, loop: asyncio.AbstractEventLoop | None = None,
     ) -> list[asyncio.Future[Message]]:
         """Commands of one workflow, as `send_command` sends one, produced back to back once all
@@ -359,7 +372,12 @@ class Client:
         problem = command_problem({"workflow_id": workflow_id, "identity": self.identity, "command": (kind, body)})
         if problem:
             raise CommandRejectedError(workflow_id, "INVALID_ARGUMENT", problem)
+        began = time.monotonic()
         outcome = await self.send_and_wait(workflow_id, kind, body, request_id)
+        # As temporalio's temporal_request metrics, by operation: Kadence's client commands bear its RPCs' names.
+        metrics, attributes = self.runtime.sdk_metrics, {"namespace": "default", "operation": kind}
+        metrics.request_latency.record(timedelta(seconds=time.monotonic() - began), attributes)
+        (metrics.request if outcome.accepted else metrics.request_failure).add(1, attributes)
         if outcome.accepted:
             return outcome.run_id
         if outcome.cause == "WORKFLOW_ALREADY_STARTED":

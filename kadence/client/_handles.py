@@ -203,12 +203,16 @@ class WorkflowHandle:
             return False
         return status == "ContinuedAsNew"
 
-    async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
+    async def signal(
+        self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), request_id: str = "",
+    ) -> None:
         """Signal this run (or the current run when the handle has no run_id); returns once the signal
-        is in its history, raises CommandRejectedError when the run is closed or unknown."""
+        is in its history, raises CommandRejectedError when the run is closed or unknown. A signal
+        sent again with the same `request_id` (Kadence's) is recorded once."""
         await self.client._impl.signal_workflow(SignalWorkflowInput(
             id=self.id, run_id=self.run_id, signal=workflow_module.signal_name(signal),
             args=([arg] if arg is not UNSET else []) + list(args), headers={}, rpc_metadata={}, rpc_timeout=None,
+            request_id=request_id,
         ))
 
     async def result(self, *, follow_runs: bool = True) -> Any:
@@ -351,18 +355,20 @@ class WorkflowHandle:
         events = await fetch_events((await self.client._read_model()).pool, self.id, execution.run_id)
         return WorkflowHistory(self.id, execution.run_id, events)
 
-    async def cancel(self) -> None:
-        """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first."""
+    async def cancel(self, *, request_id: str = "") -> None:
+        """Request cancellation: the workflow sees asyncio.CancelledError and may clean up first.
+        `request_id` (Kadence's) names the request, so its answer can be found again."""
         await self.client._impl.cancel_workflow(CancelWorkflowInput(
             id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, reason="",
-            rpc_metadata={}, rpc_timeout=None,
+            rpc_metadata={}, rpc_timeout=None, request_id=request_id,
         ))
 
-    async def terminate(self, *args: Any, reason: str | None = None) -> None:
-        """End the run now: no workflow code runs, pending activities and timers are dropped."""
+    async def terminate(self, *args: Any, reason: str | None = None, request_id: str = "") -> None:
+        """End the run now: no workflow code runs, pending activities and timers are dropped.
+        `request_id` (Kadence's) names the request, so its answer can be found again."""
         await self.client._impl.terminate_workflow(TerminateWorkflowInput(
             id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, args=args, reason=reason,
-            rpc_metadata={}, rpc_timeout=None,
+            rpc_metadata={}, rpc_timeout=None, request_id=request_id,
         ))
 
 

@@ -111,7 +111,8 @@ class _ClientImpl(OutboundInterceptor):
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
-        await handle._request_in_chain(CommandType.RequestCancelWorkflowExecution, {"reason": input.reason}, str(uuid.uuid4()))
+        await handle._request_in_chain(CommandType.RequestCancelWorkflowExecution, {"reason": input.reason},
+                                      input.request_id or str(uuid.uuid4()))
 
     async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecution:
         return await self._handle(input.id, input.run_id)._execution(input.run_id)
@@ -172,7 +173,7 @@ class _ClientImpl(OutboundInterceptor):
         return converter.payload_converter.from_payload(answered["result"], input.ret_type)
 
     async def signal_workflow(self, input: SignalWorkflowInput) -> None:
-        request_id = str(uuid.uuid4())
+        request_id = input.request_id or str(uuid.uuid4())
         await self._client._request(input.id, CommandType.SignalWorkflowExecution, {
             "run_id": input.run_id or "", "signal_name": input.signal,
             "input": self._client.data_converter.payload_converter.to_payloads(list(input.args)), "request_id": request_id,
@@ -183,7 +184,7 @@ class _ClientImpl(OutboundInterceptor):
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
         await handle._request_in_chain(CommandType.TerminateWorkflowExecution, {
             "reason": input.reason or "", "details": self._client.data_converter.payload_converter.to_payloads(list(input.args)),
-        }, str(uuid.uuid4()))
+        }, input.request_id or str(uuid.uuid4()))
 
     async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
         client, workflow_id = self._client, input.id

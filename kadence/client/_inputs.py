@@ -54,6 +54,7 @@ class CancelWorkflowInput:
     reason: str
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None
+    request_id: str = ""  # Kadence's: the request's idempotency key ("" draws a uuid4)
 
 
 @dataclasses.dataclass
@@ -103,6 +104,7 @@ class SignalWorkflowInput:
     headers: Mapping[str, Payload]
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None
+    request_id: str = ""  # Kadence's: a signal sent again with its request id applies once ("" draws a uuid4)
 
 
 @dataclasses.dataclass
@@ -114,6 +116,7 @@ class TerminateWorkflowInput:
     reason: str | None
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None
+    request_id: str = ""  # Kadence's: the request's idempotency key ("" draws a uuid4)
 
 
 @dataclasses.dataclass

@@ -1,6 +1,7 @@
-"""A small OTLP/HTTP trace receiver: what the services export, decoded from the real protobuf.
-The tests' session stack exports to one (conftest's `otlp` fixture), and so does the stack of
-`python -m bench.trace_workflow`. Needs the opentelemetry extra."""
+"""A small OTLP/HTTP receiver of traces and metrics: what the services (spans) and a
+kadence.runtime.OpenTelemetryConfig (metrics, on /v1/metrics) export, decoded from the real
+protobuf. The tests' session stack exports to one (conftest's `otlp` fixture), and so does the
+stack of `python -m bench.trace_workflow`. Needs the opentelemetry extra."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 try:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest, ExportMetricsServiceResponse
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
+    from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
     from opentelemetry.sdk.trace import ReadableSpan
 except ModuleNotFoundError as err:
     raise ModuleNotFoundError("kadence.dev.otlp needs the opentelemetry extra: pip install 'kadence[opentelemetry]'") from err
@@ -41,12 +45,23 @@ class Span:
                    tuple(f"{link.context.span_id:016x}" for link in span.links), span.start_time or 0, span.end_time or 0)
 
 
+@dataclass(frozen=True)
+class MetricPoint:
+    """One data point of an exported metric: a sum's or gauge's value, a histogram's count."""
+
+    name: str
+    attributes: dict[str, object]
+    value: float
+
+
 class OtlpReceiver(ThreadingHTTPServer):
-    """Receives the spans exported to `endpoint` (OTEL_EXPORTER_OTLP_ENDPOINT)."""
+    """Receives the spans exported to `endpoint` (OTEL_EXPORTER_OTLP_ENDPOINT), and the metrics
+    exported to `endpoint`/v1/metrics."""
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _OtlpHandler)
         self._spans: list[Span] = []
+        self._metric_points: list[MetricPoint] = []
         self._lock = threading.Lock()
 
     @property
@@ -60,6 +75,15 @@ class OtlpReceiver(ThreadingHTTPServer):
     def spans(self) -> list[Span]:
         with self._lock:
             return list(self._spans)
+
+    def received_metrics(self, found: list[MetricPoint]) -> None:
+        with self._lock:
+            self._metric_points += found
+
+    def metric_points(self) -> list[MetricPoint]:
+        """Every data point received, the latest export last."""
+        with self._lock:
+            return list(self._metric_points)
 
     async def wait_for(self, missing: Callable[[list[Span]], str], timeout_s: float = 10.0) -> list[Span]:
         """Every span received, once `missing` finds nothing missing (says what is, else ""); an
@@ -76,7 +100,12 @@ class _OtlpHandler(BaseHTTPRequestHandler):
     server: OtlpReceiver
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        request = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.endswith("/v1/metrics"):
+            self._metrics(ExportMetricsServiceRequest.FromString(body))
+            self._answer(ExportMetricsServiceResponse().SerializeToString())
+            return
+        request = ExportTraceServiceRequest.FromString(body)
         found = []
         for resource in request.resource_spans:
             service = next(a.value.string_value for a in resource.resource.attributes if a.key == "service.name")
@@ -87,7 +116,18 @@ class _OtlpHandler(BaseHTTPRequestHandler):
                                       attributes, tuple(link.span_id.hex() for link in span.links),
                                       span.start_time_unix_nano, span.end_time_unix_nano))
         self.server.received(found)
-        body = ExportTraceServiceResponse().SerializeToString()
+        self._answer(ExportTraceServiceResponse().SerializeToString())
+
+    def _metrics(self, request: ExportMetricsServiceRequest) -> None:
+        found = []
+        for resource in request.resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    found += [MetricPoint(metric.name, {a.key: a.value.string_value or a.value.int_value for a in point.attributes}, value)
+                              for point, value in _points(metric)]
+        self.server.received_metrics(found)
+
+    def _answer(self, body: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(body)))
@@ -96,6 +136,14 @@ class _OtlpHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def _points(metric: Metric) -> list[tuple[Any, float]]:
+    kind = metric.WhichOneof("data")
+    if kind == "histogram":
+        return [(point, point.count) for point in metric.histogram.data_points]
+    points = metric.sum.data_points if kind == "sum" else metric.gauge.data_points
+    return [(point, point.as_double if point.WhichOneof("value") == "as_double" else point.as_int) for point in points]
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from kadence.dev.brokers import CHOICES, BrokerUnavailable
 from kadence.dev.local_stack import ENV_FILE, PROCESS_LAYOUTS, SERVICES
+from kadence.ops.cli_batch import batch_group
 from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
@@ -554,19 +555,24 @@ def history_group() -> None:
 @click.option("--worker-module", required=True, help="The module whose @workflow.defn classes replay the histories (say, myapp.workflows).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per history.")
 def history_replay(files: tuple[Path, ...], worker_module: str, as_json: bool) -> None:
-    """Replay exported histories (`kadence workflow show --output json`) against today's workflow
-    code; exit 1 if any replays differently (a change that would break running workflows)."""
+    """Replay exported histories (`kadence workflow show --output json`, or Temporal's JSON history
+    from `temporal workflow show --output json`) against today's workflow code; exit 1 if any
+    replays differently (a change that would break running workflows) or cannot be read."""
     import importlib
 
     import uvloop
 
-    from kadence.testing import Replayer, workflows_in
+    from kadence.testing import workflows_in
     from kadence.visibility import WorkflowHistory
+    from kadence.worker import Replayer
 
     replayer = Replayer(workflows=workflows_in(importlib.import_module(worker_module)))
     failed = 0
     for file in files:
-        history = WorkflowHistory.from_json(json.loads(file.read_text()))
+        try:
+            history = WorkflowHistory.from_json(file.read_text())
+        except ValueError as exc:  # not a history, or an event Kadence cannot read
+            raise click.ClickException(f"{file}: {exc}") from exc
         result = uvloop.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
         failure = result.replay_failure
         failed += failure is not None
@@ -581,6 +587,7 @@ def history_replay(files: tuple[Path, ...], worker_module: str, as_json: bool) -
 
 
 main.add_command(workflow_group)
+main.add_command(batch_group)
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,20 @@
 """`kadence workflow ...`: start, signal, query, cancel, terminate, describe, show, list, count and
-wait for workflows from the shell. Inputs are JSON values; results and answers print as JSON, and
-`--json` makes every other command print JSON too.
+wait for workflows from the shell; signal, cancel and terminate with `--query` run a batch job over
+every execution a list filter matches (`kadence/ops/batch.py`). Inputs are JSON values; results and
+answers print as JSON, and `--json` makes every other command print JSON too.
 
-Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing (the
-message says why); 2 bad usage (a malformed option or filter).
+Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing, or a batch
+job failed on an execution (the message says why); 2 bad usage (a malformed option or filter).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from types import TracebackType
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +23,20 @@ import uvloop
 from kadence.client import Client, WorkflowHandle
 from kadence.exceptions import KadenceError, WorkflowFailureError
 from kadence.list_filter import ListFilterError
+from kadence.list_filter import parse as parse_list_filter
+from kadence.ops.batch import (
+    DEFAULT_RPS,
+    BatchCounts,
+    BatchJob,
+    BatchJobs,
+    BatchJobState,
+    BatchOperation,
+    BatchRequest,
+    job_id_problem,
+    matching_executions,
+    run_job,
+)
+from kadence.protocol.settings import postgres_dsn
 
 T = TypeVar("T")
 
@@ -27,6 +44,9 @@ workflow_id_option = click.option("--workflow-id", "-w", required=True, help="Th
 run_id_option = click.option("--run-id", "-r", default=None, help="A run of the workflow id (default: its latest).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 input_option = click.option("--input", "-i", "inputs", multiple=True, help="An argument as JSON; repeat for more.")
+# signal, cancel and terminate name one workflow, or many as a batch job.
+target_option = click.option("--workflow-id", "-w", default=None, help="The workflow id (or --query for every execution a filter matches).")
+PROGRESS_LINE_EVERY = 100  # executions between progress lines when stderr is not a terminal
 
 
 def _run(main: Callable[[Client], Awaitable[T]]) -> T:
@@ -64,6 +84,152 @@ def _echo(value: Any, as_json: bool, human: str) -> None:
 @click.group("workflow")
 def workflow_group() -> None:
     """Workflow executions."""
+
+
+def _batch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed([
+        click.option("--query", "-q", "list_filter", default=None,
+                     help="A list filter: apply to every execution it matches now, as a batch job (`kadence batch list`)."),
+        click.option("--job-id", default=None, help="The batch job's id (default: a new one); run again with it to resume the job."),
+        click.option("--reason", default=None, help="Why: kept with a batch job; a terminate records it in the history."),
+        click.option("--yes", "-y", is_flag=True, help="Start or resume the batch job without asking."),
+        click.option("--rps", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help=f"Operations a batch job starts per second at most (default {DEFAULT_RPS:g})."),
+    ]):
+        command = option(command)
+    return command
+
+
+def _is_batch(workflow_id: str | None, run_id: str | None, list_filter: str | None, job_id: str | None,
+              batch_only: dict[str, bool]) -> bool:
+    """Whether the command is a batch job (--query or --job-id) rather than for --workflow-id."""
+    if workflow_id is not None:
+        if list_filter is not None or job_id is not None:
+            raise click.UsageError("--workflow-id names one workflow, --query and --job-id a batch job: give one or the other")
+        if given := [name for name, present in batch_only.items() if present]:
+            raise click.UsageError(f"{', '.join(given)}: only for a batch job (--query or --job-id)")
+        return False
+    if list_filter is None and job_id is None:
+        raise click.UsageError("Missing option '--workflow-id' / '-w' (or '--query' / '-q' for a batch job).")
+    if run_id is not None:
+        raise click.UsageError("--run-id goes with --workflow-id; a batch job applies to the runs its --query matches")
+    if job_id is not None and (problem := job_id_problem(job_id)):
+        raise click.BadParameter(problem, param_hint="--job-id")
+    if list_filter is not None:
+        try:
+            parse_list_filter(list_filter)
+        except ListFilterError as exc:
+            raise click.BadParameter(str(exc), param_hint="--query") from exc
+    return True
+
+
+def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | None, *, yes: bool, rps: float | None, as_json: bool,
+           reason: str | None, signal_name: str | None = None, signal_args: list[Any] | None = None) -> None:
+    """Start the batch job (or resume the one --job-id names), run it to the end and print its counts;
+    exit 1 if an execution failed."""
+    async def main(client: Client) -> tuple[str, BatchCounts]:
+        jobs = await BatchJobs.connect(postgres_dsn())
+        try:
+            job = await jobs.find(job_id) if job_id is not None else None
+            if job is None:
+                if list_filter is None:
+                    raise click.UsageError(f"there is no batch job {job_id}: give --query to start one")
+                if operation == BatchOperation.SIGNAL and not signal_name:
+                    raise click.UsageError("Missing option '--name' / '-n'.")
+                request = BatchRequest(operation, list_filter, signal_name or "", tuple(signal_args or ()), reason or "")
+                executions = await matching_executions(client, list_filter)
+                new_id = job_id or str(uuid.uuid4())
+                if not executions:
+                    click.echo(f"no workflow execution matches {list_filter!r}: nothing to do", err=True)
+                    return new_id, BatchCounts(0, 0, 0, 0)
+                _confirm(f"{_described(request)} {len(executions)} workflow executions matching {list_filter!r}", yes)
+                await jobs.create(new_id, request, client.identity, executions)
+                job = await jobs.find(new_id)
+                assert job is not None
+            else:
+                _same_request(job, BatchRequest(operation, list_filter or "", signal_name or "", tuple(signal_args or ()), reason or ""))
+                if job.state == BatchJobState.COMPLETED:
+                    click.echo(f"batch job {job.job_id} completed already", err=True)
+                    return job.job_id, job.counts
+                left = job.counts.matched - job.counts.finished
+                _confirm(f"resume batch job {job.job_id}: {_described(job.request)} {left} more of its "
+                         f"{job.counts.matched} workflow executions", yes)
+            click.echo(f"batch job {job.job_id}: if it stops, run the command again with --job-id {job.job_id} to resume it", err=True)
+            with _Progress(_described(job.request), job.counts.matched) as progress:
+                return job.job_id, await run_job(client, jobs, job.job_id, rps=rps or DEFAULT_RPS, on_progress=progress)
+        finally:
+            await jobs.close()
+
+    try:
+        ran_id, counts = _run(main)
+    except KeyboardInterrupt:
+        click.echo("stopped: the batch job keeps what it did; run the command again with its --job-id to resume it", err=True)
+        sys.exit(130)
+    summary = f"matched {counts.matched}, done {counts.done}, failed {counts.failed}, already closed {counts.already_closed}"
+    _echo({"job_id": ran_id, **counts.to_json()}, as_json, summary)
+    if counts.failed:
+        click.echo(f"{counts.failed} failed: `kadence batch describe --job-id {ran_id}` says why", err=True)
+        sys.exit(1)
+
+
+def _described(request: BatchRequest) -> str:
+    return f"signal {request.signal_name!r} to" if request.operation == BatchOperation.SIGNAL else request.operation.value.lower()
+
+
+def _same_request(job: BatchJob, given: BatchRequest) -> None:
+    """A job is resumed as it began: an option given again must say the same."""
+    stored = job.request
+    differences = [
+        f"{option} {stored_value!r}" for option, stored_value, value in (
+            ("the operation", stored.operation.value.lower(), given.operation.value.lower()),
+            ("--query", stored.list_filter, given.list_filter), ("--name", stored.signal_name, given.signal_name),
+            ("--input", list(stored.signal_args), list(given.signal_args)), ("--reason", stored.reason, given.reason),
+        ) if value and value != stored_value
+    ]
+    if differences:
+        raise click.UsageError(f"batch job {job.job_id} was started with {', '.join(differences)}: resume it with the same "
+                               "(or leave the options out), or start another job with another --job-id")
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"{question}? Pass --yes to go ahead without a terminal to confirm on")
+    click.confirm(f"{question}?", abort=True, err=True)
+
+
+class _Progress:
+    """A batch job's progress on stderr: a bar on a terminal, else a line every PROGRESS_LINE_EVERY
+    executions and at the end."""
+
+    def __init__(self, label: str, matched: int) -> None:
+        from rich.console import Console
+        from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        self.matched = matched
+        self.console = Console(stderr=True)
+        self.bar = Progress(*Progress.get_default_columns()[:-1], MofNCompleteColumn(), TimeRemainingColumn(), console=self.console) \
+            if self.console.is_terminal else None
+        self.task = self.bar.add_task(label, total=matched) if self.bar else None
+        self.reported = -1
+
+    def __enter__(self) -> _Progress:
+        if self.bar:
+            self.bar.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        if self.bar:
+            self.bar.stop()
+
+    def __call__(self, counts: BatchCounts) -> None:
+        if self.bar and self.task is not None:
+            self.bar.update(self.task, completed=counts.finished)
+        elif counts.finished == counts.matched or counts.finished - self.reported >= PROGRESS_LINE_EVERY or self.reported < 0:
+            self.reported = counts.finished
+            click.echo(f"{counts.finished}/{counts.matched} (done {counts.done}, failed {counts.failed}, "
+                       f"already closed {counts.already_closed})", err=True)
 
 
 def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,13 +286,23 @@ def result(workflow_id: str, run_id: str | None) -> None:
 
 
 @workflow_group.command("signal")
-@workflow_id_option
+@target_option
 @run_id_option
-@click.option("--name", "-n", required=True, help="The signal's name.")
+@click.option("--name", "-n", default=None, help="The signal's name.")
 @input_option
+@_batch_options
 @json_option
-def signal(workflow_id: str, run_id: str | None, name: str, inputs: tuple[str, ...], as_json: bool) -> None:
-    """Signal the workflow; returns once the signal is in its history."""
+def signal(workflow_id: str | None, run_id: str | None, name: str | None, inputs: tuple[str, ...], list_filter: str | None,
+           job_id: str | None, reason: str | None, yes: bool, rps: float | None, as_json: bool) -> None:
+    """Signal the workflow; returns once the signal is in its history. With --query, signal every
+    execution the filter matches (a batch job)."""
+    if _is_batch(workflow_id, run_id, list_filter, job_id, {"--reason": reason is not None, "--yes": yes, "--rps": rps is not None}):
+        _batch(BatchOperation.SIGNAL, list_filter, job_id, yes=yes, rps=rps, as_json=as_json, reason=reason,
+               signal_name=name, signal_args=_arguments(inputs) if inputs else None)
+        return
+    assert workflow_id is not None
+    if name is None:
+        raise click.UsageError("Missing option '--name' / '-n'.")
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).signal(name, args=_arguments(inputs)))
     _echo({"workflow_id": workflow_id, "signalled": name}, as_json, f"signalled {workflow_id}: {name}")
 
@@ -141,23 +317,36 @@ def query(workflow_id: str, name: str, inputs: tuple[str, ...]) -> None:
 
 
 @workflow_group.command("cancel")
-@workflow_id_option
+@target_option
 @run_id_option
+@_batch_options
 @json_option
-def cancel(workflow_id: str, run_id: str | None, as_json: bool) -> None:
-    """Request cancellation: the workflow sees asyncio.CancelledError and may clean up."""
+def cancel(workflow_id: str | None, run_id: str | None, list_filter: str | None, job_id: str | None, reason: str | None,
+           yes: bool, rps: float | None, as_json: bool) -> None:
+    """Request cancellation: the workflow sees asyncio.CancelledError and may clean up. With --query,
+    of every execution the filter matches (a batch job)."""
+    if _is_batch(workflow_id, run_id, list_filter, job_id, {"--reason": reason is not None, "--yes": yes, "--rps": rps is not None}):
+        _batch(BatchOperation.CANCEL, list_filter, job_id, yes=yes, rps=rps, as_json=as_json, reason=reason)
+        return
+    assert workflow_id is not None
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).cancel())
     _echo({"workflow_id": workflow_id, "cancel_requested": True}, as_json, f"cancellation requested for {workflow_id}")
 
 
 @workflow_group.command("terminate")
-@workflow_id_option
+@target_option
 @run_id_option
-@click.option("--reason", default="", help="Why: recorded in the history.")
+@_batch_options
 @json_option
-def terminate(workflow_id: str, run_id: str | None, reason: str, as_json: bool) -> None:
-    """End the run now."""
-    _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).terminate(reason=reason))
+def terminate(workflow_id: str | None, run_id: str | None, list_filter: str | None, job_id: str | None, reason: str | None,
+              yes: bool, rps: float | None, as_json: bool) -> None:
+    """End the run now (--reason is recorded in its history). With --query, every execution the
+    filter matches (a batch job)."""
+    if _is_batch(workflow_id, run_id, list_filter, job_id, {"--yes": yes, "--rps": rps is not None}):
+        _batch(BatchOperation.TERMINATE, list_filter, job_id, yes=yes, rps=rps, as_json=as_json, reason=reason)
+        return
+    assert workflow_id is not None
+    _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).terminate(reason=reason or ""))
     _echo({"workflow_id": workflow_id, "terminated": True}, as_json, f"terminated {workflow_id}")
 
 

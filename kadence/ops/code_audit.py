@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from kadence.converter import DataConverter
 from kadence.protocol.codec import Record
-from kadence.testing import Replayer
 from kadence.visibility import WorkflowHistory
+from kadence.worker import Replayer
 
 T = TypeVar("T")
 

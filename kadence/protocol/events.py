@@ -9,6 +9,11 @@ from typing import Any, TypeVar
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from kadence.protocol.records import Failure, Payload
 
+# The names of the markers the SDK records, temporalio's: patched() records one (details: patch_id,
+# deprecated), a local activity's outcome another (details: seq, activity_type, then result or failure).
+PATCH_MARKER = "core_patch"
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
 # The events that close a run, and the execution status each one leaves.
 CLOSE_STATUS: dict[str, str] = {
     EventType.WorkflowExecutionCompleted: "Completed",

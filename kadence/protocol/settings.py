@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -59,11 +60,7 @@ class KafkaSettings:
 
     @classmethod
     def from_env(cls) -> "KafkaSettings":
-        passthrough = {
-            key.removeprefix("KADENCE_KAFKA_").lower().replace("_", "."): value
-            for key, value in os.environ.items()
-            if key.startswith("KADENCE_KAFKA_") and not SERVICE_LINK.search(key)
-        }
+        passthrough = kafka_properties(os.environ)
         return cls(
             bootstrap_servers=os.environ.get("KADENCE_BOOTSTRAP_SERVERS", cls.bootstrap_servers),
             partitions=env_int("KADENCE_PARTITIONS", cls.partitions),
@@ -77,6 +74,16 @@ class KafkaSettings:
             instance_id=os.environ.get("KADENCE_INSTANCE_ID", cls.instance_id).strip(),
             client_config=passthrough,
         )
+
+
+def kafka_properties(env: Mapping[str, str]) -> dict[str, str]:
+    """The librdkafka properties the KADENCE_KAFKA_* variables set: KADENCE_KAFKA_SECURITY_PROTOCOL=SASL_SSL
+    is security.protocol=SASL_SSL."""
+    return {
+        key.removeprefix("KADENCE_KAFKA_").lower().replace("_", "."): value
+        for key, value in env.items()
+        if key.startswith("KADENCE_KAFKA_") and not SERVICE_LINK.search(key)
+    }
 
 
 def postgres_dsn() -> str:

@@ -17,9 +17,9 @@ import logging
 import pickle
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
@@ -28,15 +28,26 @@ from kadence.api.common.v1 import Payload
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record, command_codec, writes_field
+from kadence.protocol.codec import command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
 from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import Failure as FailureRecord
+from kadence.protocol.records import Payload as PayloadRecord
+from kadence.protocol.records import (
+    RecordActivityTaskStarted,
+    RespondActivityTaskCanceled,
+    RespondActivityTaskCompleted,
+    RespondActivityTaskFailed,
+    ScheduleActivityTask,
+    Task,
+)
 from kadence.protocol.task_token import TaskToken
-from kadence.worker._context import WorkerContext
+from kadence.worker._context import WorkerContext, activity_cancellation, activity_task
 from kadence.worker._heartbeats import Heartbeater, ignore_heartbeat
 from kadence.worker._interceptor import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput, Interceptor
 from kadence.worker._shared_state import ProcessHeartbeat, SharedStateManager, run_sync_activity
+from kadence.worker._workflow_instance import failure_record, payload_record
 
 log = logging.getLogger("kadence.worker")
 
@@ -65,6 +76,13 @@ def run_by_ms(dispatched: float, task_timeout: timedelta | None = None) -> float
 
 AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
 
+# An attempt's report to history: the command that records how it ended.
+ActivityReport = (
+    tuple[Literal["RespondActivityTaskCompleted"], RespondActivityTaskCompleted]
+    | tuple[Literal["RespondActivityTaskFailed"], RespondActivityTaskFailed]
+    | tuple[Literal["RespondActivityTaskCanceled"], RespondActivityTaskCanceled]
+)
+
 
 @dataclasses.dataclass
 class _Attempt:
@@ -89,7 +107,7 @@ class EagerStarts:
     """The eager attempts a workflow task's completion starts (their slots claimed), and the
     answer to the completion's eager_request_id: history starts them all with it, or refuses."""
 
-    tasks: list[Record]
+    tasks: list[Task]
     request_id: str
     answer: asyncio.Future[CommandOutcome]
 
@@ -121,7 +139,7 @@ class ActivityWorker:
         self._executor = executor
         self._shared_state_manager = shared_state_manager
         self._max_concurrent_activities = max_concurrent_activities
-        self._slots = _Slots(max_concurrent_activities)
+        self._slots = _Slots(max_concurrent_activities, context if self._activities else None)
         self._running: set[asyncio.Future[Any]] = set()  # the attempts running
         self._graceful_shutdown_timeout = graceful_shutdown_timeout
         # A build pinned to a Command version without eager_request_id runs every attempt from the queue.
@@ -173,7 +191,7 @@ class ActivityWorker:
         }):  # the attempt runs in a task made within: its start and outcome carry this span's traceparent
             return await self._start_attempt(task, problem, accepted_first=redelivered, run_by=run_by_ms(dispatched_ms(msg)))
 
-    def claim_eager_slot(self, workflow_id: str, activity: Record, scheduled_event_id: int) -> bool:
+    def claim_eager_slot(self, workflow_id: str, activity: ScheduleActivityTask, scheduled_event_id: int) -> bool:
         """Whether this worker runs an activity that a workflow task it completes schedules itself
         (Temporal's eager activity execution), taking a slot for it if so: eager execution is on,
         the activity is for this worker's queue and registered here, a slot is free now, and the
@@ -187,7 +205,7 @@ class ActivityWorker:
             and self._slots.try_acquire()
         )
 
-    def eager_starts(self, tasks: list[Record]) -> EagerStarts | None:
+    def eager_starts(self, tasks: list[Task]) -> EagerStarts | None:
         """The starts of the eager attempts a workflow task's completion schedules (their slots
         claimed), which the completion carries under one request id (its eager_request_id)."""
         if not tasks:
@@ -212,12 +230,12 @@ class ActivityWorker:
                                   accepted_first=accepted_first, run_by=run_by)
 
     async def _start_attempt(
-        self, task: Record, problem: Exception | None, *, accepted_first: bool, run_by: float,
+        self, task: Task, problem: Exception | None, *, accepted_first: bool, run_by: float,
     ) -> list[asyncio.Future[Message]]:
         """Ask history to start the attempt the task queue handed out, and run it: once its start is
         in the log, or once history accepted it where the record may be a redelivery, whose attempt
         may have run already (`accepted_first`), or where the start reached the log after `run_by`."""
-        at = task["task"][1]
+        at = activity_task(task)
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         # A copy (a task produced again after a crash or rebalance): history would refuse its start.
         # Past its schedule-to-start deadline: its timeout fires instead.
@@ -240,7 +258,7 @@ class ActivityWorker:
         self._run_started(task, request_id, answer, started, problem, accepted_first=accepted_first, run_by=run_by)
         return [started]
 
-    def _displace_eager_attempt(self, task: Record, key: AttemptKey) -> None:
+    def _displace_eager_attempt(self, task: Task, key: AttemptKey) -> None:
         """A task from the queue for the key an eager attempt of this worker runs under: history
         dispatches no task for an eager attempt it started, so that one was foreseen at a shifted
         id (its refusal is on its way) and the key is another activity's. The eager attempt stops
@@ -257,13 +275,13 @@ class ActivityWorker:
         displaced.cancel()
 
     def _run_started(
-        self, task: Record, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
+        self, task: Task, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
         problem: Exception | None, *, eager: bool = False, accepted_first: bool, run_by: float,
     ) -> None:
         """Run an attempt whose start was sent, in the slot taken for it (`accepted_first`, or its
         start delivered after `run_by`: once its start is accepted); a start that could not be sent
         is answered by nobody, so its answer is not waited for."""
-        at = task["task"][1]
+        at = activity_task(task)
         key = (task["run_id"], at["scheduled_event_id"], at["attempt"])
         started.add_done_callback(lambda sent: None if sent.cancelled() or sent.exception() is None
                                   else self.client.forget_outcome(request_id, answer))
@@ -286,13 +304,13 @@ class ActivityWorker:
         if len(self._asked) > REMEMBERED_STARTS:
             self._asked.popitem(last=False)
 
-    def _start_answered(self, task: Record, attempt: _Attempt, answer: asyncio.Future[CommandOutcome]) -> None:
+    def _start_answered(self, task: Task, attempt: _Attempt, answer: asyncio.Future[CommandOutcome]) -> None:
         """History refused the attempt's start: the attempt is cancelled if it still runs, and
         reports nothing (a report it sent already is refused too, as the start was)."""
         if answer.cancelled() or answer.result().accepted:
             return
         outcome = answer.result()
-        at = task["task"][1]
+        at = activity_task(task)
         running = self._attempts.get((task["run_id"], at["scheduled_event_id"], at["attempt"])) is attempt
         log.info("event=activity_start_refused workflow_id=%s run_id=%s activity_type=%s attempt=%d running=%s cause=%s reason=%r",
                  task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], running, outcome.cause, outcome.reason)
@@ -309,18 +327,18 @@ class ActivityWorker:
             job.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 
-    def _cancel_attempt(self, task: Record) -> None:
+    def _cancel_attempt(self, task: Task) -> None:
         """The workflow asked to cancel this attempt (or its run closed)."""
-        cancellation = task["task"][1]
+        cancellation = activity_cancellation(task)
         attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
         if attempt is not None:  # else finished already, or running elsewhere
             attempt.cancel()
 
     async def _run_activity(
-        self, task: Record, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        self, task: Task, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
         accepted_first: bool, run_by: float, problem: Exception | None,
     ) -> None:
-        at = task["task"][1]
+        at = activity_task(task)
         try:
             outcome = await self._attempt_outcome(task, attempt.heartbeater, started, answer, accepted_first, run_by, problem)
         finally:
@@ -330,20 +348,19 @@ class ActivityWorker:
             attempt.heartbeater.close()
         if outcome is None or attempt.refused:  # completed later by task token, or its start was refused
             return
-        kind, body = outcome
-        reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
-        await self._context.send(task["workflow_id"], kind, {**reply, **body})
+        await self._context.send(task["workflow_id"], *outcome)
 
     async def _attempt_outcome(
-        self, task: Record, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
+        self, task: Task, heartbeater: Heartbeater, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
         accepted_first: bool, run_by: float, problem: Exception | None,
-    ) -> tuple[str, Record] | None:
-        """The report on the attempt (its command and what it adds to the reply), once it ran;
+    ) -> ActivityReport | None:
+        """The report on the attempt (its command), once it ran;
         None for one completed later, by task token, and for one that did not run (its start not
         sent, or, where it waits for the `answer` to its start, not accepted)."""
-        at = task["task"][1]
+        at = activity_task(task)
         workflow_id, run_id = task["workflow_id"], task["run_id"]
         converter = self.client.data_converter
+        metrics = _AttemptMetrics(self._context, task)
         # The start delivered first (a produce round trip): so it is in the log before anything
         # the attempt prompts elsewhere, say another process completing it by task token.
         if not await _delivered(started):
@@ -364,27 +381,31 @@ class ActivityWorker:
                 return None
             if problem is not None:
                 raise problem
-            result = converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater))
+            metrics.began()
+            result = payload_record(converter.payload_converter.to_payload(await self._execute_activity(task, heartbeater)))
         except activity_module._CompleteAsyncError:  # completed later, by task token; its timeouts still run
             log.info("event=activity_completing_async workflow_id=%s run_id=%s activity_type=%s attempt=%d",
                      workflow_id, run_id, at["activity_type"], at["attempt"])
             return None
         except (asyncio.CancelledError, CancelledError) as exc:
+            metrics.ended(cancelled=True)
             if heartbeater.cancel_requested:
-                return CommandType.RespondActivityTaskCanceled, {"details": []}
+                return _canceled(task)
             if isinstance(exc, CancelledError):
-                return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
+                return _failed(task, failure_record(converter.to_failure(exc)))
             # Report it, so the retry policy schedules the next attempt without waiting for a timeout.
             shutdown = ApplicationError("activity cancelled: the worker is shutting down", type="WorkerShutdown")
-            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(shutdown)}
+            return _failed(task, failure_record(converter.to_failure(shutdown)))
         except Exception as exc:  # an activity's failure is data: it goes back to history
+            metrics.ended(failed=True)
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
                     workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
-            return CommandType.RespondActivityTaskFailed, {"failure": converter.to_failure(exc)}
-        return CommandType.RespondActivityTaskCompleted, {"result": result}
+            return _failed(task, failure_record(converter.to_failure(exc)))
+        metrics.ended()
+        return _completed(task, result)
 
-    async def _execute_activity(self, task: Record, heartbeater: Heartbeater) -> Any:
-        at = task["task"][1]
+    async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
+        at = activity_task(task)
         info = activity_module.Info(
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
             scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
@@ -397,11 +418,13 @@ class ActivityWorker:
         return await self.call(at["activity_type"], at["input"], context, at.get("header") or {}, heartbeater)
 
     async def call(
-        self, activity_type: str, payloads: list[Record], context: contextvars.Context, header: Record, heartbeat: Heartbeater | None,
+        self, activity_type: str, payloads: Sequence[Mapping[str, Any]], context: contextvars.Context,
+        header: Mapping[str, Mapping[str, Any]], heartbeat: Heartbeater | None,
     ) -> Any:
         """Call the registered activity with its decoded arguments through the worker's interceptors
         (async ones on the loop, sync ones in the executor), in `context`, which holds its info;
-        `heartbeat` None for a local activity, whose heartbeats are ignored."""
+        `heartbeat` None for a local activity, whose heartbeats are ignored. Its payloads: a task's
+        records, or a local activity's from the payload converter."""
         definition = self._activities.get(activity_type)
         if definition is None:
             raise ApplicationError(
@@ -421,6 +444,8 @@ class ActivityWorker:
         context.run(activity_module._current_info.set, root.outbound.info())
         context.run(activity_module._current_heartbeat.set, root.outbound.heartbeat)
         context.run(activity_module._current_payload_converter.set, self.client.data_converter.payload_converter)
+        context.run(activity_module._current_metric_meter.set, self.client.runtime.metric_meter.with_additional_attributes(
+            self._context.metric_attributes(activity_type=activity_type)))
         execution = ExecuteActivityInput(
             fn=definition.fn, args=args, executor=None if definition.is_async else self._executor,
             headers={name: Payload.of(payload) for name, payload in header.items()},
@@ -492,15 +517,75 @@ class _ActivityOutboundImpl(ActivityOutboundInterceptor):
         self._heartbeat(*details)
 
 
+class _AttemptMetrics:
+    """An attempt's run into the SDK's metrics (as temporalio's): its schedule-to-start latency
+    (a first attempt's: the task records when the activity was scheduled, not when a retry was),
+    its execution latency, and whether it failed, was cancelled, or succeeded (and how long after
+    it was scheduled)."""
+
+    def __init__(self, context: WorkerContext, task: Task) -> None:
+        at = activity_task(task)
+        self._metrics = context.metrics
+        self._attributes = context.metric_attributes(activity_type=at["activity_type"], workflow_type=at["workflow_type"])
+        self._first_attempt = at["attempt"] == 1
+        self._scheduled_ms = at["scheduled_time_ms"]
+        self._began: float | None = None
+
+    def began(self) -> None:
+        self._began = time.monotonic()
+        if self._first_attempt:
+            self._metrics.activity_schedule_to_start_latency.record(_since_ms(self._scheduled_ms), self._attributes)
+
+    def ended(self, *, failed: bool = False, cancelled: bool = False) -> None:
+        if self._began is None:  # it did not run
+            return
+        metrics = self._metrics
+        metrics.activity_execution_latency.record(timedelta(seconds=time.monotonic() - self._began), self._attributes)
+        if failed:
+            metrics.activity_execution_failed.add(1, self._attributes)
+        elif cancelled:
+            metrics.activity_execution_cancelled.add(1, self._attributes)
+        else:
+            metrics.activity_succeed_endtoend_latency.record(_since_ms(self._scheduled_ms), self._attributes)
+
+
+def _since_ms(unix_ms: float) -> timedelta:
+    return timedelta(milliseconds=max(0.0, time.time() * 1000 - unix_ms))
+
+
 class _Slots(asyncio.Semaphore):
     """The worker's activity slots (max_concurrent_activities): an attempt from the task queue
-    waits for one; an eager attempt is taken only when one is free at once."""
+    waits for one; an eager attempt is taken only when one is free at once. Each change is set on
+    the SDK's slot gauges, given the worker's context."""
+
+    def __init__(self, value: int, context: WorkerContext | None) -> None:
+        super().__init__(value)
+        self._size = value
+        self._context = context  # None: not reported (a worker without activities)
+        self._changed()
 
     def try_acquire(self) -> bool:
         if self.locked():
             return False
         self._value -= 1  # what acquire() does when not locked, without waiting
+        self._changed()
         return True
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        self._changed()
+        return True
+
+    def release(self) -> None:
+        super().release()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._context is None:
+            return
+        attributes = self._context.metric_attributes(worker_type="ActivityWorker")
+        self._context.metrics.worker_task_slots_available.set(self._value, attributes)
+        self._context.metrics.worker_task_slots_used.set(self._size - self._value, attributes)
 
 
 class _QueueShareRate:
@@ -544,13 +629,13 @@ def _check_sync_activities(
                 raise TypeError(f"Activity {definition.name} must be picklable when using a process executor") from err
 
 
-async def _start_accepted(task: Record, answer: asyncio.Future[CommandOutcome]) -> bool:
+async def _start_accepted(task: Task, answer: asyncio.Future[CommandOutcome]) -> bool:
     """Whether history accepted the start of an attempt whose task record may be a redelivery: the
     attempt may have run already, on the worker that read the record before, so it runs here only
     once history says this start is the attempt's first. A refusal is logged where it is heard
     (_start_answered). An answer that does not come within the attempt's time limit (Postgres away)
     leaves the attempt to its start-to-close timeout."""
-    at = task["task"][1]
+    at = activity_task(task)
     await asyncio.wait({answer}, timeout=at["start_to_close_timeout_ms"] / 1000 or None)
     if not answer.done():
         log.warning("event=activity_start_unanswered workflow_id=%s run_id=%s activity_type=%s attempt=%d consequence=%r",
@@ -565,30 +650,54 @@ async def _delivered(sent: asyncio.Future[Message]) -> bool:
     return not sent.cancelled() and sent.exception() is None
 
 
-def _start_command(task: Record, request_id: str) -> tuple[str, Record]:
+def _start_command(task: Task, request_id: str) -> tuple[str, RecordActivityTaskStarted]:
     """An attempt's RecordActivityTaskStarted."""
-    at = task["task"][1]
+    at = activity_task(task)
     return CommandType.RecordActivityTaskStarted, {
         "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "request_id": request_id,
     }
 
 
-def _start_request_id(task: Record) -> str:
+def _completed(task: Task, result: PayloadRecord) -> ActivityReport:
+    at = activity_task(task)
+    completed: RespondActivityTaskCompleted = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "result": result,
+    }
+    return "RespondActivityTaskCompleted", completed
+
+
+def _failed(task: Task, failure: FailureRecord) -> ActivityReport:
+    at = activity_task(task)
+    failed: RespondActivityTaskFailed = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "failure": failure,
+    }
+    return "RespondActivityTaskFailed", failed
+
+
+def _canceled(task: Task) -> ActivityReport:
+    at = activity_task(task)
+    canceled: RespondActivityTaskCanceled = {
+        "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"], "details": [],
+    }
+    return "RespondActivityTaskCanceled", canceled
+
+
+def _start_request_id(task: Task) -> str:
     """A request id for an attempt's start. The attempt runs once its start is in the log, without
     waiting for history to accept it; the answer comes later, and a refusal (a closed run, a stale
     attempt, a copy another worker started, a schedule-to-start timeout that fired) cancels it.
     History accepts a report only from the worker that started the attempt. Each delivery asks with
     its own request id (as each Temporal poll does): the copy's refusal must not read as the first's
     acceptance."""
-    at = task["task"][1]
+    at = activity_task(task)
     return f"{task['run_id']}/{at['scheduled_event_id']}/{at['attempt']}/{uuid.uuid4()}"
 
 
-def _log_lost_activity(job: asyncio.Task[None], task: Record) -> None:
+def _log_lost_activity(job: asyncio.Task[None], task: Task) -> None:
     """An attempt whose outcome could not be sent (its reply too large, say) is left to its timeout: say so."""
     if not job.cancelled() and job.exception() is not None:
         log.error("event=activity_outcome_not_sent workflow_id=%s run_id=%s activity_type=%s error=%r",
-                  task["workflow_id"], task["run_id"], task["task"][1]["activity_type"], str(job.exception()))
+                  task["workflow_id"], task["run_id"], activity_task(task)["activity_type"], str(job.exception()))
 
 
 def failure_log_level(exc: BaseException) -> int:

@@ -13,8 +13,8 @@ from typing import Any
 from confluent_kafka import KafkaException, Message
 
 from kadence.protocol import topics
-from kadence.protocol.codec import Record
 from kadence.protocol.kafka import partition_for_key
+from kadence.protocol.records import Task
 
 log = logging.getLogger("kadence.worker")
 
@@ -76,7 +76,7 @@ class PartitionAssignment:
         before any assignment; kept while a rebalance revokes them)."""
         return self._shares.get(kind, 1.0)
 
-    def may_be_redelivered(self, kind: str, msg: Message, task: Record) -> bool:
+    def may_be_redelivered(self, kind: str, msg: Message, task: Task) -> bool:
         """Whether this task may have reached a worker before: its record was in its partition when
         the partition was assigned here, so the previous owner may have read it and run its task,
         without committing past it (killed, or cut off from the broker); or history marked it as a
@@ -84,8 +84,9 @@ class PartitionAssignment:
         recorded in time (its start held up by a backlog), or decided again after history
         recovered its partition. A record appended since, not re-dispatched, is read here first
         (docs/architecture.md, "Exactly once")."""
-        if task["task"][1].get("redispatched", False):
-            return True
+        match task["task"]:
+            case ("WorkflowTask" | "ActivityTask", body) if body.get("redispatched", False):
+                return True
         offset = msg.offset()
         return offset is None or offset < self._ends_at_assignment.get(kind, {}).get(msg.partition() or 0, sys.maxsize)
 

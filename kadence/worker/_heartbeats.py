@@ -11,9 +11,10 @@ from typing import Any
 from confluent_kafka import Message
 
 from kadence.exceptions import CancelledError
-from kadence.protocol.codec import Record
 from kadence.protocol.names import CommandType
-from kadence.worker._context import WorkerContext
+from kadence.protocol.records import RecordActivityTaskHeartbeat, Task
+from kadence.worker._context import WorkerContext, activity_task
+from kadence.worker._workflow_instance import payload_records
 
 log = logging.getLogger("kadence.worker")
 
@@ -24,11 +25,13 @@ class Heartbeater:
     heartbeat timeout (30 s without one); between sends the latest details win. Callable from the
     activity's thread when the activity is sync."""
 
-    def __init__(self, context: WorkerContext, task: Record) -> None:
-        at = task["task"][1]
+    def __init__(self, context: WorkerContext, task: Task) -> None:
+        at = activity_task(task)
         self._context = context
         self._workflow_id = task["workflow_id"]
-        self._reply = {"run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"]}
+        self._reply: RecordActivityTaskHeartbeat = {
+            "run_id": task["run_id"], "scheduled_event_id": at["scheduled_event_id"], "attempt": at["attempt"],
+        }
         timeout_s = at["heartbeat_timeout_ms"] / 1000
         self._interval = min(timeout_s * 0.8, 30.0) if timeout_s else 30.0
         self._loop = asyncio.get_running_loop()
@@ -81,10 +84,9 @@ class Heartbeater:
         details, self._pending = self._pending, None
         self._last_sent = self._loop.time()
         payloads = self._context.client.data_converter.payload_converter.to_payloads(details)
+        heartbeat: RecordActivityTaskHeartbeat = {**self._reply, "details": payload_records(payloads)}
         # Not tried again: a late heartbeat could overwrite newer details.
-        sent = self._context.send(
-            self._workflow_id, CommandType.RecordActivityTaskHeartbeat, {**self._reply, "details": payloads}, until_delivered=False,
-        )
+        sent = self._context.send(self._workflow_id, CommandType.RecordActivityTaskHeartbeat, heartbeat, until_delivered=False)
         sent.add_done_callback(_log_failed_heartbeat)
 
     def close(self) -> None:

@@ -20,10 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from confluent_kafka import Message
 
-from kadence.protocol.codec import Record
+from kadence.protocol.records import RecordWorkflowTaskStarted
 
 log = logging.getLogger("kadence.worker")
 
@@ -32,9 +33,9 @@ log = logging.getLogger("kadence.worker")
 # stuck code lets the thread run (it needs the GIL: code that spins in Python shares it in turns).
 HOLD_S = 0.1
 
-Command = tuple[str, Record]
+StartCommand = tuple[Literal["RecordWorkflowTaskStarted"], RecordWorkflowTaskStarted]
 # (workflow id, commands, loop): produces the commands back to back; from another thread, on the loop's behalf.
-SendCommands = Callable[[str, list[Command], asyncio.AbstractEventLoop | None], list["asyncio.Future[Message]"]]
+SendCommands = Callable[[str, list[StartCommand], asyncio.AbstractEventLoop | None], list["asyncio.Future[Message]"]]
 
 
 @dataclass(eq=False)
@@ -43,14 +44,14 @@ class HeldStart:
     trace), and whether it is sent or to be sent with the answer."""
 
     workflow_id: str
-    command: Command
+    command: StartCommand
     due: float
     context: contextvars.Context
     taken: bool = False
 
     @property
     def started_time_ms(self) -> int:
-        return int(self.command[1]["started_time_ms"])
+        return self.command[1]["started_time_ms"]
 
 
 class HeldStarts:
@@ -69,7 +70,7 @@ class HeldStarts:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def hold(self, workflow_id: str, command: Command) -> HeldStart:
+    def hold(self, workflow_id: str, command: StartCommand) -> HeldStart:
         if self._thread is None:
             self._loop = asyncio.get_running_loop()
             self._thread = threading.Thread(target=self._send_due, name="kadence-workflow-task-starts", daemon=True)

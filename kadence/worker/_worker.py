@@ -87,6 +87,7 @@ class Worker:
         self._workflow_worker = WorkflowWorker(
             self._context, definitions, self.workflow_interceptor_classes, self._activity_worker, max_cached_workflows,
         )
+        self._context.metrics.worker_start.add(1, self._context.metric_attributes())
         self.ready = self._context.assignment.complete
         """Set once every poller of this worker has partitions assigned (useful for tests and probes)."""
 

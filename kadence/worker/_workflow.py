@@ -11,10 +11,10 @@ import contextvars
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import psycopg
 from confluent_kafka import KafkaException, Message
@@ -24,17 +24,36 @@ from kadence.api.common.v1 import Payload
 from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
-from kadence.protocol.codec import Record, codec, command_codec, writes_field
+from kadence.protocol.codec import codec, command_codec, writes_field
 from kadence.protocol.events import CLOSE_COMMANDS, ONE_EVENT_COMMANDS, WORKFLOW_TASK_TOO_LARGE
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
-from kadence.protocol.names import CommandType, EffectType, TaskCommandType
+from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import (
+    ActivityTask,
+    HistoryEvent,
+    QueryAnswer,
+    RecordWorkflowTaskStarted,
+    RespondWorkflowTaskCompleted,
+    RespondWorkflowTaskFailed,
+    ScheduleActivityTask,
+    Task,
+)
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.visibility import fetch_event_ranges
 from kadence.worker._activity import ActivityWorker, dispatched_ms, failure_log_level, run_by_ms
-from kadence.worker._context import WorkerContext
+from kadence.worker._context import WorkerContext, query_task, workflow_task
 from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._task_starts import HeldStart, HeldStarts, log_unsent
-from kadence.worker._workflow_instance import CacheInvalid, LocalActivity, WorkflowInstance, WorkflowTaskError, replay
+from kadence.worker._workflow_instance import (
+    CacheInvalid,
+    Command,
+    LocalActivity,
+    WorkflowInstance,
+    WorkflowTaskError,
+    failure_record,
+    replay,
+)
 from kadence.workflow._definition import WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo
 
@@ -46,18 +65,19 @@ HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 
-def _activity_task(task: Record, attrs: Record, scheduled_event_id: int, now_ms: int) -> Record:
+def _activity_task(task: Task, attrs: ScheduleActivityTask, scheduled_event_id: int, now_ms: int) -> Task:
     """An eager attempt's task, as history's dispatch would make it (its payloads copied: sending
     the completion runs the payload codec over the command's in place)."""
-    wt = task["task"][1]
-    return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": (EffectType.ActivityTask, {
+    wt = workflow_task(task)
+    activity: ActivityTask = {
         "task_queue": attrs["task_queue"] or wt["task_queue"], "workflow_type": wt["workflow_type"],
         "scheduled_event_id": scheduled_event_id, "attempt": 1, "activity_id": attrs["activity_id"],
         "activity_type": attrs["activity_type"], "input": [_copy(payload) for payload in attrs["input"]],
         "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
         "schedule_to_start_deadline_ms": 0, "header": {name: _copy(payload) for name, payload in (attrs.get("header") or {}).items()},
-    })}
+    }
+    return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": ("ActivityTask", activity)}
 
 
 def _answer(sent: list[asyncio.Future[Message]]) -> asyncio.Future[Message]:
@@ -67,7 +87,7 @@ def _answer(sent: list[asyncio.Future[Message]]) -> asyncio.Future[Message]:
     return sent[-1]
 
 
-def _copy(payload: Record) -> Record:
+def _copy(payload: PayloadRecord) -> PayloadRecord:
     return {"metadata": dict(payload["metadata"]), "data": payload["data"]}
 
 
@@ -120,8 +140,8 @@ class WorkflowWorker:
 
     async def _handle_workflow_tasks(self, messages: list[Message]) -> None:
         """One batch: each task is answered, and a task whose payloads cannot be decoded fails."""
-        tasks: list[tuple[Record, Message]] = []
-        deliveries: list[tuple[Record, asyncio.Future[Any]]] = []
+        tasks: list[tuple[Task, Message]] = []
+        deliveries: list[tuple[Task, asyncio.Future[Any]]] = []
         for msg in messages:
             decoded = await self._context.decode(msg)
             if decoded is None:
@@ -143,13 +163,14 @@ class WorkflowWorker:
                 handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
                 deliveries += [(task, delivery) for delivery in handled]
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
+        self._context.metrics.sticky_cache_size.set(len(self._cache), self._context.metric_attributes())
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
                           task["workflow_id"], task["run_id"], str(outcome))
 
     async def _handle_workflow_task(
-        self, task: Record, earlier: dict[tuple[str, str], list[Record] | None], redelivered: bool, dispatched: float,
+        self, task: Task, earlier: dict[tuple[str, str], list[HistoryEvent] | None], redelivered: bool, dispatched: float,
     ) -> list[asyncio.Future[Any]]:
         """Activate the run with the task and answer it. A task record that may be a redelivery
         (`redelivered`) runs its local activities only once history accepted its start: the worker
@@ -158,7 +179,7 @@ class WorkflowWorker:
         if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
         workflow_id, run_id = task["workflow_id"], task["run_id"]
-        wt = task["task"][1]
+        wt = workflow_task(task)
         if wt["attempt"] > 1:
             # A retried (transient) task: its failed attempts left no events, so a cached run may be one
             # whose completion history refused; it replays from the recorded events instead.
@@ -167,6 +188,12 @@ class WorkflowWorker:
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
         started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        attributes = self._context.metric_attributes(workflow_type=wt["workflow_type"])
+        self._context.metrics.workflow_task_queue_poll_succeed.add(1, attributes)
+        (self._context.metrics.sticky_cache_hit if cached is not None else self._context.metrics.sticky_cache_miss).add(1, attributes)
+        # From when history dispatched it (the task record's time): a re-dispatched task counts from its re-dispatch.
+        self._context.metrics.workflow_task_schedule_to_start_latency.record(
+            timedelta(milliseconds=max(0.0, started_time_ms - dispatched)), attributes)
         accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
         start = self._hold_start(task, started_time_ms, accepted)
         try:
@@ -187,9 +214,9 @@ class WorkflowWorker:
         self._forget_start_answer(accepted)
         return [self._complete_workflow_task(task, instance, commands, dispatched, start, eager_once_accepted=redelivered)]
 
-    async def _start_answer(self, task: Record) -> StartAnswer:
+    async def _start_answer(self, task: Task) -> StartAnswer:
         """The answer to the start of a task that may be a redelivery, asked for before the start can be sent."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         request_id = f"{task['run_id']}/workflow-task/{wt['scheduled_event_id']}/{uuid.uuid4()}"
         return StartAnswer(request_id, await self.client.expect_outcome(request_id))
 
@@ -198,23 +225,23 @@ class WorkflowWorker:
         if accepted is not None:
             self.client.forget_outcome(accepted.request_id, accepted.answer)
 
-    def _hold_start(self, task: Record, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
+    def _hold_start(self, task: Task, started_time_ms: int, accepted: StartAnswer | None = None) -> HeldStart:
         """The task's start, sent with its answer (or by HeldStarts' thread if the task takes long): see
         _task_starts. With the request id `accepted` waits on, where its answer is wanted."""
-        wt = task["task"][1]
-        start = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
-                 "started_time_ms": started_time_ms}
+        wt = workflow_task(task)
+        start: RecordWorkflowTaskStarted = {"run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"],
+                                            "attempt": wt["attempt"], "started_time_ms": started_time_ms}
         if accepted is not None:
             start["request_id"] = accepted.request_id
-        return self._starts.hold(task["workflow_id"], (CommandType.RecordWorkflowTaskStarted, start))
+        return self._starts.hold(task["workflow_id"], ("RecordWorkflowTaskStarted", start))
 
-    def _lacks(self, task: Record) -> tuple[int, int] | None:
+    def _lacks(self, task: Task) -> tuple[int, int] | None:
         """The events (after, before; both exclusive) a workflow task needs that neither this worker's
         cache nor the task holds: the task brings those after the previous task's (what a worker
         that ran it has), or none when they were too large to carry."""
         if task["task"][0] != EffectType.WorkflowTask:
             return None
-        wt = task["task"][1]
+        wt = workflow_task(task)
         cached = self._cache.get(task["run_id"])
         have = cached.processed_event_id if cached is not None else 0
         # Without the events, the task's own: up to its WorkflowTaskScheduled, or, retried (transient), before the
@@ -222,15 +249,15 @@ class WorkflowWorker:
         first = wt["first_event_id"] if wt["history"] else wt["scheduled_event_id"] + (1 if wt["attempt"] == 1 else 0)
         return (have, first) if first > have + 1 else None
 
-    async def _earlier_events(self, tasks: list[Record]) -> dict[tuple[str, str], list[Record] | None]:
+    async def _earlier_events(self, tasks: list[Task]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
         """The events these workflow tasks lack (see `_read_events`)."""
         return await self._read_events({(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None})
 
-    async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[Record] | None]:
+    async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
         """Per run, its events between (after, before), both exclusive, from the read model in one
         query, asked again while the visibility projector has not written them all yet (for at most
         HISTORY_WAIT_S). None for a run whose events did not all arrive."""
-        found: dict[tuple[str, str], list[Record] | None] = dict.fromkeys(wanted)
+        found: dict[tuple[str, str], list[HistoryEvent] | None] = dict.fromkeys(wanted)
         wanted = dict(wanted)
         if not wanted:
             return found
@@ -246,7 +273,7 @@ class WorkflowWorker:
             for run, (after, before) in list(wanted.items()):
                 events = rows.get(run, [])
                 if len(events) == before - after - 1:
-                    found[run] = events
+                    found[run] = cast(list[HistoryEvent], events)  # the read model's rows: decoded HistoryEvent records
                     del wanted[run]
             if not wanted or time.monotonic() + delay > deadline:
                 break
@@ -255,10 +282,10 @@ class WorkflowWorker:
         await self.client.data_converter.decode_payloads([events for events in found.values() if events is not None])
         return found
 
-    async def _task_history(self, task: Record, earlier: dict[tuple[str, str], list[Record] | None]) -> list[Record]:
+    async def _task_history(self, task: Task, earlier: dict[tuple[str, str], list[HistoryEvent] | None]) -> list[HistoryEvent]:
         """The events to activate the task with: those it lacks (read with the batch it came in,
         else now: the cache may have changed since), then those it brings."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         lacks = self._lacks(task)
         if lacks is None:
             return wt["history"]
@@ -274,25 +301,30 @@ class WorkflowWorker:
             )
         return events + wt["history"]
 
-    def _fail_workflow_task(self, task: Record, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
+    def _fail_workflow_task(self, task: Task, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
+        self._context.metrics.workflow_task_execution_failed.add(1, self._context.metric_attributes(
+            workflow_type=workflow_task(task)["workflow_type"], failure_reason=cause))
         return _answer(self._context.send_all(task["workflow_id"], self._with_start(
             start, CommandType.RespondWorkflowTaskFailed, self._failure(task, cause, exc),
         )))
 
-    def _failure(self, task: Record, cause: str, exc: Exception) -> Record:
+    def _failure(self, task: Task, cause: str, exc: Exception) -> RespondWorkflowTaskFailed:
         """The task's RespondWorkflowTaskFailed (without its start), logged as it is decided."""
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
                   task["workflow_id"], task["run_id"], cause, str(exc))
+        wt = workflow_task(task)
         return {
-            "run_id": task["run_id"], "scheduled_event_id": task["task"][1]["scheduled_event_id"], "attempt": task["task"][1]["attempt"],
+            "run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
             "cause": cause,
-            "failure": self.client.data_converter.to_failure(exc),
+            "failure": failure_record(self.client.data_converter.to_failure(exc)),
         }
 
-    def _with_start(self, start: HeldStart | None, kind: str, answer: Record) -> list[tuple[str, Record]]:
+    def _with_start(
+        self, start: HeldStart | None, kind: str, answer: RespondWorkflowTaskCompleted | RespondWorkflowTaskFailed,
+    ) -> list[tuple[str, Mapping[str, Any]]]:
         """The task's answer, carrying its start unless the thread sent that already (or after its
         start, when this worker writes a Command version whose answers carry none: a schema pin)."""
         if start is None or not self._starts.take(start):
@@ -302,7 +334,7 @@ class WorkflowWorker:
         return [(kind, {**answer, "started_time_ms": start.started_time_ms})]
 
     def _complete_workflow_task(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], dispatched: float, start: HeldStart | None = None, *,
+        self, task: Task, instance: WorkflowInstance, commands: list[Command], dispatched: float, start: HeldStart | None = None, *,
         eager_once_accepted: bool = False,
     ) -> asyncio.Future[Message]:
         """Complete the task with the commands, after its start if it is still held. The eager
@@ -312,10 +344,11 @@ class WorkflowWorker:
         late, PROMPT_START_S or half the task's timeout after history `dispatched` the task (it
         may have timed out meanwhile: the broker away)."""
         run_id = task["run_id"]
+        self._count_completion(task, instance, commands)
         commands, eager = self._eager_attempts(task, instance, commands)
         starts = self._activities.eager_starts(eager)
-        wt = task["task"][1]
-        completed_with: Record = {
+        wt = workflow_task(task)
+        completed_with: RespondWorkflowTaskCompleted = {
             "run_id": run_id, "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"], "commands": commands,
         }
         if starts is not None:
@@ -341,9 +374,29 @@ class WorkflowWorker:
             self._cache.move_to_end(run_id)
             while len(self._cache) > self._max_cached:
                 self._cache.popitem(last=False)
+                self._context.metrics.sticky_cache_total_forced_eviction.add(1, self._context.metric_attributes())
         return completed
 
-    def _eager_attempts(self, task: Record, instance: WorkflowInstance, commands: list[Any]) -> tuple[list[Any], list[Record]]:
+    def _count_completion(self, task: Task, instance: WorkflowInstance, commands: list[Command]) -> None:
+        """The task's execution latency, and how the run closed if it did, into the SDK's metrics."""
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(workflow_type=workflow_task(task)["workflow_type"])
+        now_ms = time.time() * 1000
+        metrics.workflow_task_execution_latency.record(timedelta(milliseconds=max(0.0, now_ms - instance.task_started_ms)), attributes)
+        closed = next((kind for kind, _ in commands if kind in CLOSE_COMMANDS), None)
+        match closed:
+            case "CompleteWorkflowExecution":
+                metrics.workflow_completed.add(1, attributes)
+                started = instance.info.workflow_start_time
+                metrics.workflow_endtoend_latency.record(max(timedelta(), datetime.now(UTC) - started), attributes)
+            case "FailWorkflowExecution":
+                metrics.workflow_failed.add(1, attributes)
+            case "CancelWorkflowExecution":
+                metrics.workflow_canceled.add(1, attributes)
+            case "ContinueAsNewWorkflowExecution":
+                metrics.workflow_continue_as_new.add(1, attributes)
+
+    def _eager_attempts(self, task: Task, instance: WorkflowInstance, commands: list[Command]) -> tuple[list[Command], list[Task]]:
         """The commands to send, and the first attempts of the activities they schedule that this
         worker runs itself (eager execution, saving the task queue's hop), made as history would
         dispatch them; their commands name the scheduled_event_id foreseen. The ids follow the task's:
@@ -354,24 +407,28 @@ class WorkflowWorker:
         until history's refusal of the completion's eager_request_id cancelled them: so nothing runs
         eagerly while an activity an earlier task scheduled is pending, nor from a retried task (its
         WorkflowTaskScheduled is written with its completion, past any event written meanwhile)."""
-        wt = task["task"][1]
+        wt = workflow_task(task)
         if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities() or wt["attempt"] > 1:
             return commands, []
         now_ms = int(time.time() * 1000)
         sent, attempts = list(commands), []
         scheduled_event_id = wt["scheduled_event_id"] + 3
-        for index, (kind, attrs) in enumerate(commands):
-            if kind not in ONE_EVENT_COMMANDS:
+        for index, command in enumerate(commands):
+            if command[0] not in ONE_EVENT_COMMANDS:
                 break
-            if (kind == TaskCommandType.ScheduleActivityTask and not instance.eager_execution_disabled(attrs["activity_id"])
-                    and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)):
-                sent[index] = (kind, {**attrs, "eager_scheduled_event_id": scheduled_event_id})
-                attempts.append(_activity_task(task, attrs, scheduled_event_id, now_ms))
+            match command:
+                case ("ScheduleActivityTask", attrs) if (
+                    not instance.eager_execution_disabled(attrs["activity_id"])
+                    and self._activities.claim_eager_slot(task["workflow_id"], attrs, scheduled_event_id)
+                ):
+                    eager: ScheduleActivityTask = {**attrs, "eager_scheduled_event_id": scheduled_event_id}
+                    sent[index] = ("ScheduleActivityTask", eager)
+                    attempts.append(_activity_task(task, attrs, scheduled_event_id, now_ms))
             scheduled_event_id += 1
         return sent, attempts
 
     async def _completed_or_too_large(
-        self, task: Record, completed: asyncio.Future[Message], started_time_ms: int | None,
+        self, task: Task, completed: asyncio.Future[Message], started_time_ms: int | None,
     ) -> Message:
         """A completion too large for a record fails the workflow task instead, with the cause that
         ends the run (as Temporal ends a run whose completion exceeds gRPC's message size): the
@@ -391,13 +448,13 @@ class WorkflowWorker:
                 raise
             return await self._fail_unsent_completion(task, "WORKFLOW_WORKER_UNHANDLED_FAILURE", exc, started_time_ms)
 
-    async def _fail_unsent_completion(self, task: Record, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
+    async def _fail_unsent_completion(self, task: Task, cause: str, exc: Exception, started_time_ms: int | None) -> Message:
         return await self._context.send(task["workflow_id"], CommandType.RespondWorkflowTaskFailed, {
             **self._failure(task, cause, exc), "started_time_ms": started_time_ms,
         })
 
     async def _complete_after_local_activities(
-        self, task: Record, instance: WorkflowInstance, commands: list[Any], accepted: StartAnswer | None, dispatched: float,
+        self, task: Task, instance: WorkflowInstance, commands: list[Command], accepted: StartAnswer | None, dispatched: float,
     ) -> None:
         """Run the local activities the workflow waits on, record their outcomes, and run on until
         it waits on nothing local; then complete the task with every command. With `accepted`, only
@@ -414,7 +471,7 @@ class WorkflowWorker:
             return
         await self._complete_workflow_task(task, instance, commands, dispatched)
 
-    async def _start_accepted(self, task: Record, accepted: StartAnswer) -> bool:
+    async def _start_accepted(self, task: Task, accepted: StartAnswer) -> bool:
         """Whether history accepted the start of a task that may be a redelivery, so its local
         activities may run: the worker that read the record before may have run them and completed
         the task. Not answered within HISTORY_WAIT_S (Postgres away), the task is left to its
@@ -425,35 +482,45 @@ class WorkflowWorker:
         if outcome is None or not outcome.accepted:
             self.client.forget_outcome(accepted.request_id, answer)
             log.info("event=workflow_task_start_refused workflow_id=%s run_id=%s scheduled_event_id=%d cause=%s reason=%r consequence=%r",
-                     task["workflow_id"], task["run_id"], task["task"][1]["scheduled_event_id"],
+                     task["workflow_id"], task["run_id"], workflow_task(task)["scheduled_event_id"],
                      outcome.cause if outcome else "UNANSWERED", outcome.reason if outcome else f"no answer within {HISTORY_WAIT_S:.0f} s",
                      "a redelivered task's local activities run only once its start is accepted")
             return False
         return True
 
-    async def _run_local_activity(self, task: Record, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
+    async def _run_local_activity(self, task: Task, local: LocalActivity) -> tuple[int, dict[str, list[Payload]]]:
         """Attempts per the retry policy, within the workflow task; the outcome as marker details."""
         attrs = local.attributes
         payloads = self.client.data_converter.payload_converter
         details = {"seq": payloads.to_payloads([local.seq]), "activity_type": payloads.to_payloads([attrs["activity_type"]])}
         policy = attrs["retry_policy"] or {}
         budget_ms = attrs["schedule_to_close_timeout_ms"] or LOCAL_RETRY_BUDGET_MS
-        deadline = time.monotonic() + budget_ms / 1000
+        began = time.monotonic()
+        deadline = began + budget_ms / 1000
+        metrics = self._context.metrics
+        attributes = self._context.metric_attributes(
+            activity_type=attrs["activity_type"], workflow_type=workflow_task(task)["workflow_type"])
         attempt = 1
         while True:
+            metrics.local_activity_total.add(1, attributes)
+            attempt_began = time.monotonic()
             context = contextvars.copy_context()
             context.run(activity_module._current_info.set, activity_module.Info(
                 activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
                 task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
-                workflow_type=task["task"][1]["workflow_type"], is_local=True,
+                workflow_type=workflow_task(task)["workflow_type"], is_local=True,
             ))
             try:
                 result = await asyncio.wait_for(
                     self._activities.call(attrs["activity_type"], attrs["input"], context, attrs.get("header") or {}, heartbeat=None),
                     attempt_timeout_ms(attrs) / 1000,
                 )
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_succeeded_endtoend_latency.record(timedelta(seconds=time.monotonic() - began), attributes)
                 return local.seq, {**details, "result": [payloads.to_payload(result)]}
             except Exception as exc:  # an attempt failed: retry, or record the failure
+                metrics.local_activity_execution_latency.record(timedelta(seconds=time.monotonic() - attempt_began), attributes)
+                metrics.local_activity_execution_failed.add(1, attributes)
                 failure = self.client.data_converter.to_failure(exc)
                 # The rule an activity's attempts follow in the history service, with this budget as its deadline.
                 state = retry_state(policy, attempt, failure, (deadline - time.monotonic()) * 1000)
@@ -468,11 +535,11 @@ class WorkflowWorker:
                             "retry_state": state.value}
                 return local.seq, {**details, "failure": [payloads.to_payload(recorded)]}
 
-    async def _answer_query(self, task: Record, problem: Exception | None = None) -> None:
+    async def _answer_query(self, task: Task, problem: Exception | None = None) -> None:
         """Answer from the cached run, or from a replay of its recorded history (a closed run too);
         a query whose arguments or answer the payload codec cannot handle is answered with the error."""
-        query = task["task"][1]
-        answer: Record = {"query_id": query["query_id"], "result": None, "error": None}
+        query = query_task(task)
+        answer: QueryAnswer = {"query_id": query["query_id"], "result": None, "error": None}
         try:
             if problem is not None:
                 raise problem
@@ -482,7 +549,7 @@ class WorkflowWorker:
         except Exception as exc:  # the query failed: the caller hears why
             log.info("event=query_failed workflow_id=%s run_id=%s query_type=%s error=%r",
                      task["workflow_id"], task["run_id"], query["query_type"], str(exc))
-            answer = {"query_id": query["query_id"], "result": None, "error": self.client.data_converter.to_failure(exc)}
+            answer = {"query_id": query["query_id"], "result": None, "error": failure_record(self.client.data_converter.to_failure(exc))}
             with contextlib.suppress(Exception):  # the codec that failed: the error goes as it is
                 await self.client.data_converter.encode_payloads(answer)
         answers = codec("QueryAnswer")
@@ -494,8 +561,8 @@ class WorkflowWorker:
             log.warning("event=query_answer_not_sent workflow_id=%s run_id=%s query_type=%s error=%r",
                         task["workflow_id"], task["run_id"], query["query_type"], str(exc))
 
-    async def _replay(self, task: Record) -> WorkflowInstance:
-        workflow_type = task["task"][1]["workflow_type"]
+    async def _replay(self, task: Task) -> WorkflowInstance:
+        workflow_type = query_task(task)["workflow_type"]
         definition = self._workflows.get(workflow_type)
         if definition is None:
             raise ApplicationError(f"workflow type {workflow_type!r} is not registered on this worker", type="NotFoundError")
@@ -503,7 +570,7 @@ class WorkflowWorker:
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, self.task_queue)
         return replay(definition, info, self.client.data_converter, events, self._interceptor_classes)
 
-    async def _history_to_answer_from(self, task: Record) -> list[Record]:
+    async def _history_to_answer_from(self, task: Task) -> list[HistoryEvent]:
         """The run's events the query's answer must see: exactly the history it had when history
         released the query (the read model may not hold them all yet), or, from a task of a release
         that did not say, whatever the read model holds."""
@@ -521,12 +588,12 @@ class WorkflowWorker:
         if not history.events:
             raise ApplicationError(f"workflow {run[0]} has no recorded history yet", type="NotFoundError")
         await self.client.data_converter.decode_payloads(history.events)
-        return history.events
+        return cast(list[HistoryEvent], history.events)  # read from JSON
 
     def _activate(
-        self, task: Record, cached: WorkflowInstance | None, history: list[Record], started_time_ms: int,
-    ) -> tuple[WorkflowInstance, list[Any]]:
-        wt = task["task"][1]
+        self, task: Task, cached: WorkflowInstance | None, history: list[HistoryEvent], started_time_ms: int,
+    ) -> tuple[WorkflowInstance, list[Command]]:
+        wt = workflow_task(task)
         if cached is not None:
             return cached, cached.activate(history, wt["scheduled_event_id"], started_time_ms)
         definition = self._workflows.get(wt["workflow_type"])
@@ -536,5 +603,7 @@ class WorkflowWorker:
                 f"(task queue {self.task_queue}; registered: {sorted(self._workflows)})"
             )
         info = WorkflowInfo(task["workflow_id"], task["run_id"], definition.name, wt["task_queue"])
-        instance = WorkflowInstance(definition, info, self.client.data_converter, self._interceptor_classes)  # type: ignore[abstract]  # see WorkflowInstance
+        instance = WorkflowInstance(  # type: ignore[abstract]  # see WorkflowInstance
+            definition, info, self.client.data_converter, self._interceptor_classes, self.client.runtime.metric_meter,
+        )
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)

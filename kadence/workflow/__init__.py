@@ -5,7 +5,7 @@ randomness, the network or files except through this package. The worker runs it
 WorkflowInstance implements the runtime (_runtime._Runtime) this API calls.
 """
 
-from kadence.common import ParentClosePolicy, RawValue
+from kadence.common import ActivityCancellationType, ParentClosePolicy, RawValue
 from kadence.exceptions import NondeterminismError, ReadOnlyContextError
 from kadence.workflow._api import (
     ActivityHandle,
@@ -38,6 +38,7 @@ from kadence.workflow._api import (
     logger,
     memo,
     memo_value,
+    metric_meter,
     now,
     patched,
     payload_converter,
@@ -99,8 +100,9 @@ __all__ = [
     "wait", "as_completed",
     "ParentInfo", "RootInfo", "UpdateInfo", "current_update_info", "HandlerUnfinishedPolicy",
     "UnfinishedUpdateHandlersWarning", "UnfinishedSignalHandlersWarning", "init", "all_handlers_finished", "payload_converter", "RawValue",
+    "metric_meter",
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
-    "ActivityHandle",
+    "ActivityHandle", "ActivityCancellationType",
 ]

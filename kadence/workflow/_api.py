@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from kadence import activity as activity_module
-from kadence.common import UNSET, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
-from kadence.protocol.codec import Record
+from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
 from kadence.workflow._runtime import ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
@@ -34,7 +34,7 @@ class ContinueAsNewError(BaseException):
     """Raised by workflow.continue_as_new(): ends this run and starts a new one with fresh history.
     A BaseException, so `except Exception` in workflow code does not swallow it (as temporalio)."""
 
-    def __init__(self, attributes: Record) -> None:
+    def __init__(self, attributes: ContinueAsNewWorkflowExecution) -> None:
         super().__init__("continue as new")
         self.attributes = attributes
 
@@ -56,6 +56,12 @@ def current_update_info() -> UpdateInfo | None:
 def payload_converter() -> PayloadConverter:
     """The run's payload converter: to convert a dynamic handler's RawValue arguments."""
     return _Runtime.current().converter.payload_converter
+
+
+def metric_meter() -> MetricMeter:
+    """A meter of the worker's runtime (kadence.runtime) whose metrics carry the run's namespace,
+    task_queue and workflow_type, and record nothing while the run replays (as temporalio's)."""
+    return _Runtime.current().metric_meter
 
 
 def all_handlers_finished() -> bool:
@@ -372,6 +378,7 @@ def start_activity(
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     activity_id: str | None = None,
     result_type: type | None = None,
     disable_eager_execution: bool = False,
@@ -380,7 +387,8 @@ def start_activity(
 
     Arguments go positionally (`start_activity(fn, a, b)`) or, as in temporalio, as `args=[a, b]`.
     A worker that polls the activity's task queue and has a free slot runs it itself (eager
-    execution, as Temporal's) unless `disable_eager_execution` is set.
+    execution, as Temporal's) unless `disable_eager_execution` is set. Cancelling the task cancels
+    the activity as `cancellation_type` says (ActivityCancellationType).
     """
     runtime = _Runtime.current()
     if isinstance(activity, str):
@@ -396,7 +404,8 @@ def start_activity(
         activity_type, [*positional, *args], activity_id=activity_id, task_queue=task_queue,
         schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        disable_eager_execution=disable_eager_execution, result_type=result_type,
+        cancellation_type=ActivityCancellationType(cancellation_type), disable_eager_execution=disable_eager_execution,
+        result_type=result_type,
     )
 
 
@@ -407,11 +416,15 @@ def start_local_activity(
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     result_type: type | None = None,
 ) -> asyncio.Task[Any]:
     """Run a short activity in this worker, within the workflow task, with no task queue round
     trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
-    workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short."""
+    workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short.
+    It runs once the workflow code waits, so a cancellation reaches it only before then: the task
+    raises asyncio.CancelledError at once and the activity never runs, unless `cancellation_type`
+    is ABANDON, which lets it run and records its outcome."""
     runtime = _Runtime.current()
     if isinstance(activity, str):
         activity_type = activity
@@ -424,7 +437,8 @@ def start_local_activity(
         raise ValueError(f"local activity {activity_type}: set start_to_close_timeout or schedule_to_close_timeout")
     return runtime.start_local_activity(
         activity_type, [*positional, *args], schedule_to_close_timeout=schedule_to_close_timeout,
-        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, result_type=result_type,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
+        cancellation_type=ActivityCancellationType(cancellation_type), result_type=result_type,
     )
 
 
@@ -435,12 +449,14 @@ async def execute_local_activity(
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     result_type: type | None = None,
 ) -> Any:
     """Run a local activity and wait for its result (raises ActivityError when it fails for good)."""
     return await start_local_activity(
         activity, *positional, args=args, schedule_to_close_timeout=schedule_to_close_timeout,
-        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, result_type=result_type,
+        start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, cancellation_type=cancellation_type,
+        result_type=result_type,
     )
 
 
@@ -565,6 +581,7 @@ async def execute_activity(
     start_to_close_timeout: timedelta | None = None,
     heartbeat_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     activity_id: str | None = None,
     result_type: type | None = None,
     disable_eager_execution: bool = False,
@@ -574,7 +591,8 @@ async def execute_activity(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
         schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-        activity_id=activity_id, result_type=result_type, disable_eager_execution=disable_eager_execution,
+        cancellation_type=cancellation_type, activity_id=activity_id, result_type=result_type,
+        disable_eager_execution=disable_eager_execution,
     )
 
 

@@ -127,7 +127,8 @@ def run(fn: RunFn) -> RunFn:
 
 def init(init_fn: RunFn) -> RunFn:
     """Mark a workflow's __init__ as taking the run's arguments (as temporalio): its parameters
-    must be those of the @workflow.run method. Without it, __init__ takes none."""
+    must match the @workflow.run method's by position (kind, default, annotation; names may
+    differ). Without it, __init__ takes none."""
     if init_fn.__name__ != "__init__":
         raise ValueError(f"@workflow.init may only decorate __init__, not {init_fn.__qualname__}")
     setattr(init_fn, _INIT_ATTR, True)
@@ -135,13 +136,19 @@ def init(init_fn: RunFn) -> RunFn:
 
 
 def _check_init_matches_run(cls: type, run_fn: Callable[..., Any]) -> None:
-    def shape(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
-        return [(p.name, p.kind) for p in inspect.signature(fn).parameters.values()]
+    """The constructor gets the run's arguments as they are passed to the run method, so its
+    parameters must match by position: kind, default and annotation, whatever their names (as
+    temporalio compares them)."""
 
-    if shape(vars(cls)["__init__"]) != shape(run_fn):
+    def shape(fn: Callable[..., Any]) -> list[inspect.Parameter]:
+        return [p.replace(name=f"p{i}") for i, p in enumerate(inspect.signature(fn).parameters.values())]
+
+    init_fn = vars(cls)["__init__"]
+    if shape(init_fn) != shape(run_fn):
         raise ValueError(
-            f"workflow {cls.__name__}: the @workflow.init __init__ must take the same parameters as the @workflow.run "
-            f"method {run_fn.__name__}{inspect.signature(run_fn)}"
+            f"workflow {cls.__name__}: the @workflow.init __init__{inspect.signature(init_fn)} must take the parameters of the "
+            f"@workflow.run method {run_fn.__name__}{inspect.signature(run_fn)} in the same order, with the same kinds, "
+            "defaults and annotations (their names may differ)"
         )
 
 

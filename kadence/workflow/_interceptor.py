@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
+from kadence.common import ActivityCancellationType
 from kadence.workflow._runtime import ChildWorkflowHandle, WorkflowInfo
 
 
@@ -94,7 +95,7 @@ class StartActivityInput:
     start_to_close_timeout: timedelta | None
     heartbeat_timeout: timedelta | None
     retry_policy: Any
-    cancellation_type: Any
+    cancellation_type: ActivityCancellationType
     headers: Mapping[str, Payload]
     disable_eager_execution: bool
     versioning_intent: Any
@@ -137,7 +138,7 @@ class StartLocalActivityInput:
     start_to_close_timeout: timedelta | None
     retry_policy: Any
     local_retry_threshold: timedelta | None
-    cancellation_type: Any
+    cancellation_type: ActivityCancellationType
     headers: Mapping[str, Payload]
     summary: str | None
     arg_types: list[type] | None

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
-from kadence.common import UNSET, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.workflow._definition import Handler, signal_name
 
@@ -136,6 +136,7 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
 
     info: WorkflowInfo  # as the run knows it; workflow.info() asks the interceptors (workflow_info)
     converter: DataConverter
+    metric_meter: MetricMeter  # the run's: workflow.metric_meter()
     # By name; the dynamic handler (for the names no other handles) under None.
     signals: dict[str | None, Handler]
     queries: dict[str | None, Handler]
@@ -217,13 +218,14 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
         self, activity: str, args: Sequence[Any], *, activity_id: str | None, task_queue: str | None,
         schedule_to_close_timeout: timedelta | None, schedule_to_start_timeout: timedelta | None,
         start_to_close_timeout: timedelta | None, heartbeat_timeout: timedelta | None, retry_policy: RetryPolicy | None,
-        disable_eager_execution: bool, result_type: type | None,
+        cancellation_type: ActivityCancellationType, disable_eager_execution: bool, result_type: type | None,
     ) -> asyncio.Task[Any]: ...
 
     @abc.abstractmethod
     def start_local_activity(
         self, activity: str, args: Sequence[Any], *, schedule_to_close_timeout: timedelta | None,
-        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, result_type: type | None,
+        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, cancellation_type: ActivityCancellationType,
+        result_type: type | None,
     ) -> asyncio.Task[Any]: ...
 
     @abc.abstractmethod

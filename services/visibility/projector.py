@@ -11,6 +11,7 @@ from typing import Any, cast
 import psycopg
 from psycopg.types.json import Jsonb
 
+from kadence.protocol.batch_jobs import BATCH_JOBS_DDL
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, is_memo_removal, refused, run_sections
 from kadence.protocol.names import EventType
@@ -64,7 +65,7 @@ class VisibilityProjector(Projection):
     """Everything it folds is in Postgres: the Projection's own positions and hooks serve it."""
 
     name = "visibility"
-    ddl = VISIBILITY_DDL
+    ddl = [*VISIBILITY_DDL, *BATCH_JOBS_DDL]  # the batch jobs' tables too: the CLI writes them, the services own them
 
     def __init__(self, *, notify: bool = True) -> None:
         """`notify`: announce closed runs and outcomes to waiting clients and workers (not when the

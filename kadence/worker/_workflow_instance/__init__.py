@@ -12,9 +12,13 @@ event loop), _run (the run's state, its commands and the runtime the workflow AP
 the inbound chain ends), _history (what each history event does), _instance (the run wired and driven).
 """
 
-from kadence.worker._workflow_instance._commands import LocalActivity
+from kadence.worker._workflow_instance._commands import Command, LocalActivity
 from kadence.worker._workflow_instance._history import CacheInvalid
 from kadence.worker._workflow_instance._instance import WorkflowInstance, replay
 from kadence.worker._workflow_instance._loop import WorkflowTaskError
+from kadence.worker._workflow_instance._run import failure_record, payload_record, payload_records
 
-__all__ = ["CacheInvalid", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "replay"]
+__all__ = [
+    "CacheInvalid", "Command", "LocalActivity", "WorkflowInstance", "WorkflowTaskError", "failure_record", "payload_record",
+    "payload_records", "replay",
+]

@@ -10,14 +10,19 @@ import functools
 import inspect
 import logging
 import traceback
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, cast
 
-from kadence.common import RawValue
+from kadence.common import MetricMeter, RawValue
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
-from kadence.protocol.codec import Record
-from kadence.protocol.names import TaskCommandType
+from kadence.protocol.records import (
+    AcceptWorkflowUpdate,
+    CompleteWorkflowUpdate,
+    RejectWorkflowUpdate,
+    WorkflowExecutionUpdateAdmitted,
+)
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.worker._interceptor import (
     ExecuteWorkflowInput,
     HandleQueryInput,
@@ -28,7 +33,7 @@ from kadence.worker._interceptor import (
 )
 from kadence.worker._workflow_instance._commands import UpdateResponseCommand
 from kadence.worker._workflow_instance._loop import WorkflowTaskError
-from kadence.worker._workflow_instance._run import RunningHandler, WorkflowRun, payload_headers
+from kadence.worker._workflow_instance._run import RunningHandler, WorkflowRun, failure_record, payload_headers, payload_record
 from kadence.workflow._definition import Handler, WorkflowDefinition
 from kadence.workflow._runtime import UpdateInfo, WorkflowInfo, current_update
 
@@ -40,11 +45,14 @@ STACK_TRACE_QUERY = "__stack_trace"  # built in, as temporalio's: where the run'
 class WorkflowHandlers(WorkflowRun):
     """A run with its handlers' dispatch: what reaches the workflow code from outside."""
 
-    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
-        super().__init__(definition, info, converter)
-        self._unhandled_signals: list[tuple[str, list[Record], Record]] = []  # no handler yet: kept until one is set
+    def __init__(
+        self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, metric_meter: MetricMeter,
+    ) -> None:
+        super().__init__(definition, info, converter, metric_meter)
+        # Signals with no handler yet: kept until one is set.
+        self._unhandled_signals: list[tuple[str, list[PayloadRecord], Mapping[str, PayloadRecord]]] = []
 
-    def deliver_signal(self, name: str, payloads: list[Record], header: Record) -> None:
+    def deliver_signal(self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord]) -> None:
         handler = lookup_handler(self.signals, name)
         if handler is None:
             self._unhandled_signals.append((name, payloads, header))  # as temporalio: kept until a handler is set
@@ -60,14 +68,15 @@ class WorkflowHandlers(WorkflowRun):
         signal = HandleSignalInput(signal=name, args=args, headers=payload_headers(header))
         self.create_task(self._run_signal(running, signal), name=f"signal:{name}")
 
-    def _bind(self, handler: Handler, name: str, payloads: list[Record]) -> tuple[Callable[..., Any], list[Any]]:
+    def _bind(self, handler: Handler, name: str, payloads: list[PayloadRecord]) -> tuple[Callable[..., Any], list[Any]]:
         """The handler to call for `name` and its arguments: a dynamic one gets the name and the
         payloads unconverted (as temporalio)."""
         call = self.callable(handler)
         if handler.dynamic and handler.takes_varargs():  # temporalio's deprecated form: (name, *args), converted
             return call, [name, *self.converter.payload_converter.from_payloads(payloads, [handler.arg_types()[-1]] * len(payloads))]
         if handler.dynamic:
-            return call, [name, [RawValue(payload) for payload in payloads]]
+            # RawValue's payload is temporalio's dict; a decoded Payload record is one.
+            return call, [name, [RawValue(cast(dict[str, Any], payload)) for payload in payloads]]
         return call, self.converter.payload_converter.from_payloads(payloads, handler.arg_types())
 
     def callable(self, handler: Handler) -> Callable[..., Any]:
@@ -117,7 +126,7 @@ class WorkflowHandlers(WorkflowRun):
         finally:
             self.running_handlers.remove(running)
 
-    def admit_update(self, attrs: Record) -> None:
+    def admit_update(self, attrs: WorkflowExecutionUpdateAdmitted) -> None:
         """Validate the update and accept or reject it; an accepted one runs as a task of the workflow."""
         update_id = attrs["update_id"]
         current_update.set(UpdateInfo(update_id, attrs["name"]))  # this callback's own context, which its task copies
@@ -137,10 +146,11 @@ class WorkflowHandlers(WorkflowRun):
                 finally:
                     self.read_only = False
         except Exception as exc:  # the validator said no: the caller hears why
-            rejection = {"update_id": update_id, "failure": self.converter.to_failure(exc)}
-            self.issue(UpdateResponseCommand((TaskCommandType.RejectWorkflowUpdate, rejection)))
+            rejection: RejectWorkflowUpdate = {"update_id": update_id, "failure": failure_record(self.converter.to_failure(exc))}
+            self.issue(UpdateResponseCommand(("RejectWorkflowUpdate", rejection)))
             return
-        self.issue(UpdateResponseCommand((TaskCommandType.AcceptWorkflowUpdate, {"update_id": update_id})))
+        acceptance: AcceptWorkflowUpdate = {"update_id": update_id}
+        self.issue(UpdateResponseCommand(("AcceptWorkflowUpdate", acceptance)))
         running = RunningHandler("update", attrs["name"], update_id, handler.unfinished_policy)
         self.running_handlers.append(running)
         self.create_task(self._run_update(running, update), name=f"update:{attrs['name']}")
@@ -151,20 +161,22 @@ class WorkflowHandlers(WorkflowRun):
             result = await self.inbound.handle_update_handler(update)
             encoded = self.converter.payload_converter.to_payload(result)
         except Exception as exc:  # the update failed (its result too, when it cannot be encoded); the workflow goes on
-            self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, {
-                "update_id": update_id, "result": None, "failure": self.converter.to_failure(exc),
-            })))
+            failure = failure_record(self.converter.to_failure(exc))
+            failed: CompleteWorkflowUpdate = {"update_id": update_id, "result": None, "failure": failure}
+            self.issue(UpdateResponseCommand(("CompleteWorkflowUpdate", failed)))
             return
         finally:
             self.running_handlers.remove(running)
-        completion = {"update_id": update_id, "result": encoded, "failure": None}
-        self.issue(UpdateResponseCommand((TaskCommandType.CompleteWorkflowUpdate, completion)))
+        completion: CompleteWorkflowUpdate = {"update_id": update_id, "result": payload_record(encoded), "failure": None}
+        self.issue(UpdateResponseCommand(("CompleteWorkflowUpdate", completion)))
 
-    def query(self, name: str, payloads: list[Record], header: Record | None = None, query_id: str = "") -> Record:
+    def query(
+        self, name: str, payloads: list[PayloadRecord], header: Mapping[str, PayloadRecord] | None = None, query_id: str = "",
+    ) -> PayloadRecord:
         """Run the query handler `name` (through the interceptors) on the current state; its result as a payload.
         The built-in `__stack_trace` (as temporalio's) comes before any handler, a dynamic one included."""
         if name == STACK_TRACE_QUERY:
-            return self.converter.payload_converter.to_payload(self.stack_trace())
+            return payload_record(self.converter.payload_converter.to_payload(self.stack_trace()))
         handler = lookup_handler(self.queries, name)
         if handler is None:
             raise ApplicationError(
@@ -175,7 +187,7 @@ class WorkflowHandlers(WorkflowRun):
         query = HandleQueryInput(id=query_id, query=name, args=args, headers=payload_headers(header or {}))
         with self.running(read_only=True):
             result = _run_to_end(self.inbound.handle_query(query), f"query {name!r}")
-        return self.converter.payload_converter.to_payload(result)
+        return payload_record(self.converter.payload_converter.to_payload(result))
 
     def stack_trace(self) -> str:
         """Where each of the run's coroutines waits (its main one, signal and update handlers, the

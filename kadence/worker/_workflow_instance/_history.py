@@ -7,11 +7,55 @@ activation that sees them; an event that records a command matches it (WorkflowR
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kadence.exceptions import ApplicationError, RetryState, WorkflowAlreadyStartedError
-from kadence.protocol.codec import Record
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import EventType
+from kadence.protocol.records import (
+    ActivityTaskCanceled,
+    ActivityTaskCancelRequested,
+    ActivityTaskCompleted,
+    ActivityTaskFailed,
+    ActivityTaskScheduled,
+    ActivityTaskTimedOut,
+    ChildWorkflowExecutionCanceled,
+    ChildWorkflowExecutionCompleted,
+    ChildWorkflowExecutionFailed,
+    ChildWorkflowExecutionStarted,
+    ChildWorkflowExecutionTerminated,
+    ChildWorkflowExecutionTimedOut,
+    ExternalWorkflowExecutionCancelRequested,
+    ExternalWorkflowExecutionSignaled,
+    HistoryEvent,
+    MarkerRecorded,
+    RequestCancelExternalWorkflowExecutionFailed,
+    RequestCancelExternalWorkflowExecutionInitiated,
+    SignalExternalWorkflowExecutionFailed,
+    SignalExternalWorkflowExecutionInitiated,
+    StartChildWorkflowExecutionFailed,
+    StartChildWorkflowExecutionInitiated,
+    TimerCanceled,
+    TimerFired,
+    TimerStarted,
+    UpsertWorkflowSearchAttributesHistoryEvent,
+    WorkflowExecutionCanceled,
+    WorkflowExecutionCancelRequested,
+    WorkflowExecutionCompleted,
+    WorkflowExecutionContinuedAsNew,
+    WorkflowExecutionFailed,
+    WorkflowExecutionSignaled,
+    WorkflowExecutionStarted,
+    WorkflowExecutionUpdateAccepted,
+    WorkflowExecutionUpdateAdmitted,
+    WorkflowExecutionUpdateCompleted,
+    WorkflowExecutionUpdateRejected,
+    WorkflowPropertiesModified,
+    WorkflowTaskCompleted,
+    WorkflowTaskFailed,
+    WorkflowTaskStarted,
+    WorkflowTaskTimedOut,
+)
 from kadence.worker._workflow_instance._commands import (
     InitiatedCommand,
     PendingCommand,
@@ -24,12 +68,28 @@ from kadence.worker._workflow_instance._commands import (
 from kadence.worker._workflow_instance._handlers import WorkflowHandlers
 from kadence.worker._workflow_instance._run import set_exception_unless_done, set_result_unless_done
 
+# The attributes of the events one _apply_<event> applies for several event types.
+_WorkflowTaskEnded = WorkflowTaskFailed | WorkflowTaskTimedOut
+_TimerCommandRecorded = TimerStarted | TimerCanceled
+_UpdateResponseRecorded = WorkflowExecutionUpdateAccepted | WorkflowExecutionUpdateRejected | WorkflowExecutionUpdateCompleted
+_Initiated = (
+    StartChildWorkflowExecutionInitiated | SignalExternalWorkflowExecutionInitiated | RequestCancelExternalWorkflowExecutionInitiated
+)
+_ChildClosed = (
+    ChildWorkflowExecutionFailed | ChildWorkflowExecutionCanceled | ChildWorkflowExecutionTimedOut | ChildWorkflowExecutionTerminated
+)
+_ExternalRequestApplied = ExternalWorkflowExecutionSignaled | ExternalWorkflowExecutionCancelRequested
+_ExternalRequestFailed = SignalExternalWorkflowExecutionFailed | RequestCancelExternalWorkflowExecutionFailed
+_ActivityAttemptEnded = ActivityTaskFailed | ActivityTaskTimedOut
+_Upserted = UpsertWorkflowSearchAttributesHistoryEvent | WorkflowPropertiesModified
+_WorkflowClosed = WorkflowExecutionCompleted | WorkflowExecutionFailed | WorkflowExecutionCanceled | WorkflowExecutionContinuedAsNew
+
 
 class CacheInvalid(Exception):
     """This cached run acted on a task that history says failed; rebuild it from history."""
 
 
-def apply_event(run: WorkflowHandlers, event: Record) -> None:
+def apply_event(run: WorkflowHandlers, event: HistoryEvent) -> None:
     kind, attrs = event["attributes"]
     run.history_bytes += payload_bytes(attrs)
     apply = _APPLY.get(kind)
@@ -40,18 +100,18 @@ def apply_event(run: WorkflowHandlers, event: Record) -> None:
 # Each _apply_<event> takes the run, the event's type, its attributes and the event.
 
 
-def _apply_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionStarted, event: HistoryEvent) -> None:
     run.time_ms = event["event_time_ms"]
     run.info = run.started_info(attrs, event["event_time_ms"])
     run.start(attrs["input"])
 
 
-def _apply_workflow_task_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_task_started(run: WorkflowHandlers, kind: str, attrs: WorkflowTaskStarted, event: HistoryEvent) -> None:
     run.time_ms = event["event_time_ms"]
     run.history_length = event["event_id"]
 
 
-def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: WorkflowTaskCompleted, event: HistoryEvent) -> None:
     if attrs["scheduled_event_id"] != run.last_activated_task:
         run.replaying = True  # a past task: replay it
         try:
@@ -60,72 +120,82 @@ def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: Reco
             run.replaying = False
 
 
-def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: _WorkflowTaskEnded, event: HistoryEvent) -> None:
     """A WorkflowTaskFailed or WorkflowTaskTimedOut."""
     if attrs["scheduled_event_id"] == run.last_activated_task:
         raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
 
 
-def _apply_workflow_execution_cancel_requested(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_execution_cancel_requested(
+    run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionCancelRequested, event: HistoryEvent,
+) -> None:
     if run.main is not None and not run.main.done():
         run.main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
 
 
-def _apply_workflow_execution_signaled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_execution_signaled(run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionSignaled, event: HistoryEvent) -> None:
     run.deliver_signal(attrs["signal_name"], attrs["input"], attrs.get("header") or {})
 
 
-def _apply_timer_command(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_timer_command(run: WorkflowHandlers, kind: str, attrs: _TimerCommandRecorded, event: HistoryEvent) -> None:
     """A TimerStarted or TimerCanceled: the StartTimer or CancelTimer the code issued."""
     run.match(kind, attrs["timer_id"], PendingCommand)
 
 
-def _apply_timer_fired(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_timer_fired(run: WorkflowHandlers, kind: str, attrs: TimerFired, event: HistoryEvent) -> None:
     handle = run.timers.pop(attrs["timer_id"], None)
     if handle is not None and not handle.cancelled():
         run.ready.append(handle)
 
 
-def _apply_activity_task_scheduled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_activity_task_scheduled(run: WorkflowHandlers, kind: str, attrs: ActivityTaskScheduled, event: HistoryEvent) -> None:
     pending = run.match(kind, attrs["activity_type"], ScheduleActivityCommand)
     pending.scheduled = attrs
     pending.scheduled_event_id = event["event_id"]
     run.activities[event["event_id"]] = pending
 
 
-def _apply_activity_task_cancel_requested(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_activity_task_cancel_requested(
+    run: WorkflowHandlers, kind: str, attrs: ActivityTaskCancelRequested, event: HistoryEvent,
+) -> None:
     run.match(kind, str(attrs["scheduled_event_id"]), RequestCancelActivityCommand)
 
 
-def _apply_upsert(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_upsert(run: WorkflowHandlers, kind: str, attrs: _Upserted, event: HistoryEvent) -> None:
     """An upsert of search attributes or of the memo: matched by kind alone, as it carries no id."""
     run.match(kind, "", PendingCommand)
 
 
-def _apply_marker_recorded(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_marker_recorded(run: WorkflowHandlers, kind: str, attrs: MarkerRecorded, event: HistoryEvent) -> None:
     run.match(kind, attrs["marker_name"], RecordMarkerCommand)
 
 
-def _apply_workflow_execution_update_admitted(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_execution_update_admitted(
+    run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionUpdateAdmitted, event: HistoryEvent,
+) -> None:
     run.call_soon(run.admit_update, attrs)  # runs in the activation, like a signal handler
 
 
-def _apply_update_command(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_update_command(run: WorkflowHandlers, kind: str, attrs: _UpdateResponseRecorded, event: HistoryEvent) -> None:
     """An update's WorkflowExecutionUpdateAccepted, Rejected or Completed: the command the code issued."""
     run.match(kind, attrs["update_id"], UpdateResponseCommand)
 
 
-def _apply_initiated(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_initiated(run: WorkflowHandlers, kind: str, attrs: _Initiated, event: HistoryEvent) -> None:
     """A request to another workflow (kadence.protocol.events.INITIATED): answered later by the
     events INITIATED_BY_ANSWER names, which carry this event's id."""
     run.initiated[event["event_id"]] = run.match(kind, attrs["workflow_id"], InitiatedCommand)
 
 
-def _apply_child_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_child_workflow_execution_started(
+    run: WorkflowHandlers, kind: str, attrs: ChildWorkflowExecutionStarted, event: HistoryEvent,
+) -> None:
     set_result_unless_done(_child_start(run, attrs["initiated_event_id"]).started, attrs["run_id"])
 
 
-def _apply_start_child_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_start_child_workflow_execution_failed(
+    run: WorkflowHandlers, kind: str, attrs: StartChildWorkflowExecutionFailed, event: HistoryEvent,
+) -> None:
     pending = _child_start(run, attrs["initiated_event_id"])
     del run.initiated[attrs["initiated_event_id"]]
     set_exception_unless_done(pending.started, WorkflowAlreadyStartedError(
@@ -133,57 +203,67 @@ def _apply_start_child_workflow_execution_failed(run: WorkflowHandlers, kind: st
     ))
 
 
-def _apply_child_workflow_execution_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_child_workflow_execution_completed(
+    run: WorkflowHandlers, kind: str, attrs: ChildWorkflowExecutionCompleted, event: HistoryEvent,
+) -> None:
     set_result_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, attrs["result"])
 
 
-def _apply_child_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_child_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: _ChildClosed, event: HistoryEvent) -> None:
     """A child that failed, was canceled, timed out or was terminated."""
     pending = run.initiated.pop(attrs["initiated_event_id"])
     error = run.converter.failure_converter.child_workflow_error(kind, attrs, run.converter.payload_converter)
     set_exception_unless_done(pending.future, error)
 
 
-def _apply_external_request_applied(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_external_request_applied(run: WorkflowHandlers, kind: str, attrs: _ExternalRequestApplied, event: HistoryEvent) -> None:
     """An ExternalWorkflowExecutionSignaled or ExternalWorkflowExecutionCancelRequested."""
     set_result_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, None)
 
 
-def _apply_signal_external_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_signal_external_workflow_execution_failed(
+    run: WorkflowHandlers, kind: str, attrs: SignalExternalWorkflowExecutionFailed, event: HistoryEvent,
+) -> None:
     _fail_external_request(run, "signal", attrs)
 
 
-def _apply_request_cancel_external_workflow_execution_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_request_cancel_external_workflow_execution_failed(
+    run: WorkflowHandlers, kind: str, attrs: RequestCancelExternalWorkflowExecutionFailed, event: HistoryEvent,
+) -> None:
     _fail_external_request(run, "cancel", attrs)
 
 
-def _apply_activity_task_canceled(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
-    run.activities.pop(attrs["scheduled_event_id"], None)  # its future was cancelled when asked
+def _apply_activity_task_canceled(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCanceled, event: HistoryEvent) -> None:
+    """An activity cancelled with WAIT_CANCELLATION_COMPLETED is resolved now; the others were when cancelled."""
+    pending = run.activities.pop(attrs["scheduled_event_id"], None)
+    if pending is not None:
+        pending.future.cancel()
 
 
-def _apply_activity_task_completed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_activity_task_completed(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCompleted, event: HistoryEvent) -> None:
     pending = run.activities.pop(attrs["scheduled_event_id"])
     if not pending.future.done():
         pending.future.set_result(attrs["result"])
 
 
-def _apply_activity_task_failed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_activity_task_failed(run: WorkflowHandlers, kind: str, attrs: _ActivityAttemptEnded, event: HistoryEvent) -> None:
     """An ActivityTaskFailed or ActivityTaskTimedOut: the activity's error unless only an attempt ended."""
     if attrs["retry_state"] == RetryState.IN_PROGRESS:
         return
     pending = run.activities.pop(attrs["scheduled_event_id"])
+    assert pending.scheduled is not None, "run.activities holds recorded activities"
     if not pending.future.done():
         pending.future.set_exception(run.converter.failure_converter.activity_error(
             kind, pending.scheduled, attrs, run.converter.payload_converter))
 
 
-def _apply_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: Record, event: Record) -> None:
+def _apply_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: _WorkflowClosed, event: HistoryEvent) -> None:
     """The event of a command that closed the run (kadence.protocol.events.CLOSE_COMMANDS)."""
     run.match(kind, "", PendingCommand)
     run.closed = True
 
 
-def _fail_external_request(run: WorkflowHandlers, verb: str, attrs: Record) -> None:
+def _fail_external_request(run: WorkflowHandlers, verb: str, attrs: _ExternalRequestFailed) -> None:
     set_exception_unless_done(run.initiated.pop(attrs["initiated_event_id"]).future, ApplicationError(
         f"unable to {verb} external workflow {attrs['workflow_id']}: {attrs['cause']}", type=attrs["cause"], non_retryable=True,
     ))
@@ -195,7 +275,9 @@ def _child_start(run: WorkflowHandlers, initiated_event_id: int) -> StartChildWo
     return pending
 
 
-_Apply = Callable[[WorkflowHandlers, str, Record, Record], None]
+# The attributes an _apply_<event> takes are its event type's TypedDict, which its row's key names:
+# a type mypy cannot tie to the key, so the table takes them as Any.
+_Apply = Callable[[WorkflowHandlers, str, Any, HistoryEvent], None]
 
 # What each history event does to a run, as temporalio's _WorkflowInstance._apply by activation
 # job. Every event a command records (kadence.protocol.events.EVENT_FOR_COMMAND) and every answer

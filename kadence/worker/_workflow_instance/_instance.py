@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kadence.common import MetricMeter
 from kadence.converter import DataConverter
-from kadence.protocol.codec import Record
+from kadence.protocol.records import HistoryEvent
 from kadence.worker._interceptor import WorkflowInboundInterceptor
 from kadence.worker._workflow_instance._commands import Command
 from kadence.worker._workflow_instance._handlers import WorkflowHandlers, _WorkflowInboundImpl
@@ -22,9 +23,9 @@ class WorkflowInstance(WorkflowHandlers):
 
     def __init__(
         self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter,
-        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
+        interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (), metric_meter: MetricMeter = MetricMeter.noop,
     ) -> None:
-        super().__init__(definition, info, converter)
+        super().__init__(definition, info, converter, metric_meter)
         # As temporalio: the first interceptor is the outermost; init hands each the outbound chain.
         inbound: WorkflowInboundInterceptor = _WorkflowInboundImpl(self)
         for cls in reversed(interceptor_classes):
@@ -33,7 +34,7 @@ class WorkflowInstance(WorkflowHandlers):
         self.outbound = _WorkflowOutboundImpl(self)
         inbound.init(self.outbound)
 
-    def activate(self, history: list[Record], scheduled_event_id: int, started_time_ms: int) -> list[Command]:
+    def activate(self, history: list[HistoryEvent], scheduled_event_id: int, started_time_ms: int) -> list[Command]:
         """Apply the events not seen yet, run the activation for task `scheduled_event_id`
         started at `started_time_ms` (its WorkflowTaskStarted time, not in `history` yet),
         and return the commands to send with its completion."""
@@ -56,7 +57,7 @@ class WorkflowInstance(WorkflowHandlers):
 
 
 def replay(
-    definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, history: list[Record],
+    definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, history: list[HistoryEvent],
     interceptor_classes: Sequence[type[WorkflowInboundInterceptor]] = (),
 ) -> WorkflowInstance:
     """The run rebuilt from its recorded history (its payloads decoded); raises NondeterminismError

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from kadence.common import ParentClosePolicy, WorkflowIDReusePolicy, to_ms
@@ -17,7 +18,7 @@ from kadence.worker._interceptor import (
     WorkflowOutboundInterceptor,
 )
 from kadence.worker._workflow_instance._commands import StartChildWorkflowCommand
-from kadence.worker._workflow_instance._run import WorkflowRun
+from kadence.worker._workflow_instance._run import WorkflowRun, header_record, payload_record, payload_records
 from kadence.workflow import ChildWorkflowHandle, ContinueAsNewError
 from kadence.workflow._runtime import WorkflowInfo
 
@@ -32,51 +33,50 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
         payloads = self._run.converter.payload_converter
         raise ContinueAsNewError({
             "workflow_type": input.workflow or "", "task_queue": input.task_queue or "",
-            "input": payloads.to_payloads(list(input.args)),
+            "input": payload_records(payloads.to_payloads(list(input.args))),
             "workflow_task_timeout_ms": to_ms(input.task_timeout), "run_timeout_ms": to_ms(input.run_timeout),
-            "header": dict(input.headers),
+            "header": header_record(input.headers),
             # None keeps the run's memo (history carries it, as upserted).
-            "memo": None if input.memo is None else {key: payloads.to_payload(value) for key, value in input.memo.items()},
+            "memo": None if input.memo is None else {key: payload_record(payloads.to_payload(value)) for key, value in input.memo.items()},
         })
 
     def info(self) -> WorkflowInfo:
         return self._run.info
 
     async def signal_child_workflow(self, input: SignalChildWorkflowInput) -> None:
-        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
-        await self._run.signal_external(input.child_workflow_id, "", input.signal, payloads, True, dict(input.headers))
+        payloads = payload_records(self._run.converter.payload_converter.to_payloads(list(input.args)))
+        await self._run.signal_external(input.child_workflow_id, "", input.signal, payloads, True, header_record(input.headers))
 
     async def signal_external_workflow(self, input: SignalExternalWorkflowInput) -> None:
-        payloads = self._run.converter.payload_converter.to_payloads(list(input.args))
+        payloads = payload_records(self._run.converter.payload_converter.to_payloads(list(input.args)))
         await self._run.signal_external(input.workflow_id, input.workflow_run_id or "", input.signal, payloads, False,
-                                             dict(input.headers))
+                                             header_record(input.headers))
 
     def start_activity(self, input: StartActivityInput) -> asyncio.Task[Any]:
         run = self._run
-        future = run.schedule_activity({
+        pending = run.schedule_activity({
             "activity_id": input.activity_id or "",
             "activity_type": input.activity,
             "task_queue": input.task_queue or "",
-            "input": run.converter.payload_converter.to_payloads(list(input.args)),
+            "input": payload_records(run.converter.payload_converter.to_payloads(list(input.args))),
             "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
             "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
             "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout),
             "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
-            "header": dict(input.headers),
+            "header": header_record(input.headers),
         }, disable_eager_execution=input.disable_eager_execution)
-
-        async def result() -> Any:
-            return run.converter.payload_converter.from_payload(await future, input.ret_type)
-
-        return run.create_task(result(), name=f"activity:{input.activity}")
+        return _activity_task(
+            run, f"activity:{input.activity}", pending.future, lambda: run.cancel_activity(pending, input.cancellation_type),
+            input.ret_type,
+        )
 
     async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
         return await _start_child(self._run, input)
 
     def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
         run = self._run
-        future = run.schedule_local_activity({
+        local = run.schedule_local_activity({
             "activity_type": input.activity,
             "input": run.converter.payload_converter.to_payloads(list(input.args)),
             "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
@@ -84,11 +84,39 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
             "retry_policy": input.retry_policy.to_record() if input.retry_policy else None,
             "header": dict(input.headers),
         })
+        return _activity_task(
+            run, f"local-activity:{input.activity}", local.future, lambda: run.cancel_local_activity(local, input.cancellation_type),
+            input.ret_type,
+        )
 
-        async def result() -> Any:
-            return run.converter.payload_converter.from_payload(await future, input.ret_type)
 
-        return run.create_task(result(), name=f"local-activity:{input.activity}")
+def _activity_task(
+    run: WorkflowRun, name: str, future: asyncio.Future[Any], cancel: Callable[[], None], result_type: type | None,
+) -> asyncio.Task[Any]:
+    """The task workflow code awaits for an activity's result (`future`, its payload). Cancelling
+    the task calls `cancel`, which cancels the activity as its cancellation type says and resolves
+    `future` now, or leaves it to history (WAIT_CANCELLATION_COMPLETED: the task waits for how the
+    activity ends, as temporalio's)."""
+
+    async def result() -> Any:
+        cancelling = False
+        while True:
+            try:
+                return run.converter.payload_converter.from_payload(await asyncio.shield(future), result_type)
+            except asyncio.CancelledError:
+                if not future.done() and not cancelling:
+                    cancel()
+                    cancelling = True
+                if future.done():
+                    raise
+
+    def cancelled_before_it_ran(task: asyncio.Task[Any]) -> None:
+        if task.cancelled() and not future.done():
+            cancel()
+
+    task = run.create_task(result(), name=name)
+    task.add_done_callback(cancelled_before_it_ran)
+    return task
 
 
 async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
@@ -96,13 +124,13 @@ async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> Chil
     payloads = run.converter.payload_converter
     pending = run.issue_child_workflow_start({
         "workflow_id": input.id, "workflow_type": input.workflow, "task_queue": input.task_queue or "",
-        "input": payloads.to_payloads(list(input.args)),
+        "input": payload_records(payloads.to_payloads(list(input.args))),
         "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
         "workflow_task_timeout_ms": to_ms(input.task_timeout), "id_reuse_policy": WorkflowIDReusePolicy(input.id_reuse_policy).value,
         "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
-        "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
-        "header": dict(input.headers),
-        "memo": {key: payloads.to_payload(value) for key, value in (input.memo or {}).items()},
+        "search_attributes": {name: payload_record(payloads.to_payload(value)) for name, value in (input.search_attributes or {}).items()},
+        "header": header_record(input.headers),
+        "memo": {key: payload_record(payloads.to_payload(value)) for key, value in (input.memo or {}).items()},
     })
     id = input.id
     result_type = input.ret_type

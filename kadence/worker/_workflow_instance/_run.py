@@ -20,16 +20,31 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack
+from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
-from kadence.converter import DataConverter
+from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
-from kadence.protocol.events import EVENT_FOR_COMMAND, memo_upserted
+from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER, memo_upserted
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
-from kadence.protocol.names import EventType, TaskCommandType
+from kadence.protocol.names import EventType
+from kadence.protocol.records import (
+    CancelWorkflowExecution,
+    CompleteWorkflowExecution,
+    FailWorkflowExecution,
+    HistoryEvent,
+    ModifyWorkflowProperties,
+    RecordMarker,
+    RequestCancelActivityTask,
+    ScheduleActivityTask,
+    StartChildWorkflowExecution,
+    UpsertWorkflowSearchAttributesCommand,
+    WorkflowExecutionStarted,
+)
+from kadence.protocol.records import Failure as FailureRecord
+from kadence.protocol.records import Payload as PayloadRecord
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
     ExecuteWorkflowInput,
@@ -68,8 +83,8 @@ from kadence.workflow import (
 from kadence.workflow._definition import Handler, WorkflowDefinition
 from kadence.workflow._runtime import WorkflowInfo, _Runtime
 
-PATCH_MARKER = "core_patch"  # temporalio's name for the marker patched() records
-LOCAL_ACTIVITY_MARKER = "core_local_activity"  # temporalio's name for a local activity's recorded outcome
+# A local activity's outcome as its marker's details: the worker's payloads, or those its marker recorded.
+LocalOutcome = Mapping[str, Sequence[Mapping[str, Any]]]
 
 _Ts = TypeVarTuple("_Ts")
 _Pending = TypeVar("_Pending", bound=PendingCommand)
@@ -101,11 +116,17 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     inbound: WorkflowInboundInterceptor  # the chain signals, queries and updates reach the code through
     outbound: WorkflowOutboundInterceptor  # the chain what the code sends goes through
 
-    def __init__(self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter) -> None:
+    def __init__(
+        self, definition: WorkflowDefinition, info: WorkflowInfo, converter: DataConverter, metric_meter: MetricMeter,
+    ) -> None:
         super().__init__()
         self.definition = definition
         self.info = info
         self.converter = converter
+        # As temporalio's workflow.metric_meter(): the run's attributes, and nothing recorded on replay.
+        self.metric_meter = metric_meter.with_additional_attributes({
+            "namespace": info.namespace, "task_queue": info.task_queue, "workflow_type": info.workflow_type,
+        }).recording_only_when(lambda: not self.is_replaying())
         self.processed_event_id = 0
         self.last_activated_task = 0  # scheduled_event_id of the task this run ran live
         self.closed = False
@@ -127,7 +148,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self.initiated: dict[int, InitiatedCommand] = {}  # children and external requests by initiated event id
         self.replaying = False
         self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
-        self.upcoming: list[Record] = []  # the history after the event being applied
+        self.upcoming: list[HistoryEvent] = []  # the history after the event being applied
         self._patches: dict[str, bool] = {}
         self._local_activities: list[LocalActivity] = []
         self._local_seq = 0
@@ -180,8 +201,8 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             return
         if self._handler_failure is not None:
             self._close_issued = True
-            failure = self.converter.to_failure(self._handler_failure)
-            self.issue(PendingCommand((TaskCommandType.FailWorkflowExecution, {"failure": failure})))
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(self._handler_failure))}
+            self.issue(PendingCommand(("FailWorkflowExecution", fail)))
         elif self.main is not None and self.main.done():
             command = self._close_command(self.main)
             self._close_issued = True
@@ -214,7 +235,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     def local_activities_to_run(self) -> list[LocalActivity]:
         return list(self._local_activities)
 
-    def resolve_local_activities(self, outcomes: Mapping[int, Mapping[str, Sequence[Record]]]) -> list[Command]:
+    def resolve_local_activities(self, outcomes: Mapping[int, LocalOutcome]) -> list[Command]:
         """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
         self._new_commands = []
         for local in list(self._local_activities):
@@ -223,9 +244,11 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._drive()
         return self._new_commands
 
-    def _record_local_outcome(self, local: LocalActivity, details: Mapping[str, Sequence[Record]]) -> None:
+    def _record_local_outcome(self, local: LocalActivity, details: LocalOutcome) -> None:
         self._local_activities.remove(local)
-        self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": LOCAL_ACTIVITY_MARKER, "details": details})))
+        # The details as given: the worker's payloads, or those the marker recorded (the same dicts).
+        marker: RecordMarker = {"marker_name": LOCAL_ACTIVITY_MARKER, "details": cast(dict[str, list[PayloadRecord]], details)}
+        self.issue(RecordMarkerCommand(("RecordMarker", marker)))
         if "result" in details:
             set_result_unless_done(local.future, details["result"][0])
             return
@@ -237,43 +260,53 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         error.__cause__ = ApplicationError(failed["message"], type=failed["type"] or None, non_retryable=failed["non_retryable"])
         set_exception_unless_done(local.future, error)
 
-    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[Record]]]:
+    def _recorded_local_outcomes(self) -> dict[int, dict[str, list[PayloadRecord]]]:
         """Local activity outcomes (marker details by seq) the replayed task recorded."""
         payloads = self.converter.payload_converter
         return {payloads.from_payload(details["seq"][0]): details for details in self.recorded_markers(LOCAL_ACTIVITY_MARKER)}
 
-    def recorded_markers(self, marker_name: str) -> list[dict[str, list[Record]]]:
+    def recorded_markers(self, marker_name: str) -> list[dict[str, list[PayloadRecord]]]:
         """Details of the markers named so that the replayed task recorded: the events after its
         WorkflowTaskCompleted, up to the next workflow task."""
         found = []
         for event in self.upcoming:
-            kind, attrs = event["attributes"]
-            if kind in (EventType.WorkflowTaskScheduled, EventType.WorkflowTaskStarted):
-                break
-            if kind == EventType.MarkerRecorded and attrs["marker_name"] == marker_name:
-                found.append(attrs["details"])
+            match event["attributes"]:
+                case ("WorkflowTaskScheduled" | "WorkflowTaskStarted", _):
+                    break
+                case ("MarkerRecorded", marker) if marker["marker_name"] == marker_name:
+                    found.append(marker["details"])
         return found
 
-    def schedule_local_activity(self, attributes: Record) -> asyncio.Future[Any]:
+    def schedule_local_activity(self, attributes: Record) -> LocalActivity:
         self.assert_not_read_only("start local activity")
         self._local_seq += 1
         local = LocalActivity(self._local_seq, attributes, self.create_future())
         self._local_activities.append(local)
-        return local.future
+        return local
+
+    def cancel_local_activity(self, local: LocalActivity, cancellation_type: ActivityCancellationType) -> None:
+        """A local activity runs only once the workflow code waits, so one cancelled has not run yet:
+        it never will, unless ABANDON lets it run (its outcome is recorded and ignored)."""
+        if cancellation_type is not ActivityCancellationType.ABANDON:
+            self._local_activities.remove(local)
+        local.future.cancel()
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
         if main.cancelled():
-            return (TaskCommandType.CancelWorkflowExecution, {"details": []})
+            cancel: CancelWorkflowExecution = {"details": []}
+            return ("CancelWorkflowExecution", cancel)
         exc = main.exception()
         if isinstance(exc, ContinueAsNewError):
-            return (TaskCommandType.ContinueAsNewWorkflowExecution, exc.attributes)
+            return ("ContinueAsNewWorkflowExecution", exc.attributes)
         if exc is None:
-            return (TaskCommandType.CompleteWorkflowExecution, {"result": self.converter.payload_converter.to_payload(main.result())})
+            complete: CompleteWorkflowExecution = {"result": payload_record(self.converter.payload_converter.to_payload(main.result()))}
+            return ("CompleteWorkflowExecution", complete)
         if isinstance(exc, FailureError):
-            return (TaskCommandType.FailWorkflowExecution, {"failure": self.converter.to_failure(exc)})
+            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(exc))}
+            return ("FailWorkflowExecution", fail)
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
 
-    def started_info(self, attrs: Record, started_ms: int) -> WorkflowInfo:
+    def started_info(self, attrs: WorkflowExecutionStarted, started_ms: int) -> WorkflowInfo:
         """The info the WorkflowExecutionStarted event gives; the first workflow task's start is the
         next WorkflowTaskStarted recorded, else the task being run now."""
         first_task_ms = next(
@@ -304,7 +337,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             workflow_start_time=datetime.fromtimestamp(started_ms / 1000, UTC),
         )
 
-    def start(self, input_payloads: list[Record]) -> None:
+    def start(self, input_payloads: list[PayloadRecord]) -> None:
         """Make the workflow object and start its run method, through the interceptors, as the main task."""
         try:
             args = self.converter.payload_converter.from_payloads(input_payloads, self.definition.arg_types())
@@ -345,15 +378,15 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     # ---- what the workflow code asks of the run ----------------------------------------------
 
-    def schedule_activity(self, attrs: Record, *, disable_eager_execution: bool = False) -> asyncio.Future[Any]:
+    def schedule_activity(self, attrs: ScheduleActivityTask, *, disable_eager_execution: bool = False) -> ScheduleActivityCommand:
         self._activity_seq += 1
-        attrs = {**attrs, "activity_id": attrs["activity_id"] or str(self._activity_seq)}
+        activity_id = attrs["activity_id"] or str(self._activity_seq)
         if disable_eager_execution:
-            self._eager_disabled.add(attrs["activity_id"])
+            self._eager_disabled.add(activity_id)
         future = self.create_future()
-        pending = self.issue(ScheduleActivityCommand((TaskCommandType.ScheduleActivityTask, attrs), future))
-        future.add_done_callback(lambda done: self._activity_settled(pending, done))
-        return future
+        future.add_done_callback(lambda _: self._eager_disabled.discard(activity_id))
+        scheduled: ScheduleActivityTask = {**attrs, "activity_id": activity_id}
+        return self.issue(ScheduleActivityCommand(("ScheduleActivityTask", scheduled), future))
 
     def has_pending_activities(self) -> bool:
         """Whether an activity an earlier workflow task scheduled is still pending (its attempts'
@@ -365,20 +398,24 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         eagerly by the worker that schedules it (temporalio's `disable_eager_execution`)."""
         return activity_id in self._eager_disabled
 
-    def _activity_settled(self, pending: ScheduleActivityCommand, future: asyncio.Future[Any]) -> None:
-        """A cancelled activity (by workflow code, or with the workflow) is withdrawn if it was
-        never sent, else its cancellation is requested (Temporal's TRY_CANCEL)."""
-        self._eager_disabled.discard(pending.command[1]["activity_id"])
-        if not future.cancelled() or self._withdraw(pending):
+    def cancel_activity(self, pending: ScheduleActivityCommand, cancellation_type: ActivityCancellationType) -> None:
+        """The workflow code cancelled the activity's task (or the workflow was cancelled): one never
+        sent is withdrawn. Else TRY_CANCEL and WAIT_CANCELLATION_COMPLETED request its cancellation
+        and ABANDON does not; all but WAIT_CANCELLATION_COMPLETED resolve it now, which leaves it to
+        the event that records how the activity ended."""
+        if self._withdraw(pending):
+            pending.future.cancel()
             return
-        if pending.scheduled_event_id in self.activities:
-            request = {"scheduled_event_id": pending.scheduled_event_id}
-            self.issue(RequestCancelActivityCommand((TaskCommandType.RequestCancelActivityTask, request)))
+        if cancellation_type is not ActivityCancellationType.ABANDON and pending.scheduled_event_id in self.activities:
+            request: RequestCancelActivityTask = {"scheduled_event_id": pending.scheduled_event_id}
+            self.issue(RequestCancelActivityCommand(("RequestCancelActivityTask", request)))
+        if cancellation_type is not ActivityCancellationType.WAIT_CANCELLATION_COMPLETED:
+            pending.future.cancel()
 
-    def issue_child_workflow_start(self, attrs: Record) -> StartChildWorkflowCommand:
+    def issue_child_workflow_start(self, attrs: StartChildWorkflowExecution) -> StartChildWorkflowCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
         return self.issue(StartChildWorkflowCommand(
-            (TaskCommandType.StartChildWorkflowExecution, attrs), self.create_future(), started=self.create_future(),
+            ("StartChildWorkflowExecution", attrs), self.create_future(), started=self.create_future(),
         ))
 
     def cancel_child_workflow(self, pending: StartChildWorkflowCommand) -> None:
@@ -387,15 +424,16 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
 
     def signal_external(
-        self, workflow_id: str, run_id: str, signal_name: str, payloads: Sequence[Record], child_workflow_only: bool, header: Record,
+        self, workflow_id: str, run_id: str, signal_name: str, payloads: list[PayloadRecord], child_workflow_only: bool,
+        header: dict[str, PayloadRecord],
     ) -> asyncio.Future[None]:
-        return self.issue(SignalExternalCommand((TaskCommandType.SignalExternalWorkflowExecution, {
+        return self.issue(SignalExternalCommand(("SignalExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "signal_name": signal_name, "input": payloads,
             "child_workflow_only": child_workflow_only, "header": header,
         }), self.create_future())).future
 
     def request_cancel_external(self, workflow_id: str, run_id: str, child_workflow_only: bool = False) -> asyncio.Future[None]:
-        return self.issue(RequestCancelExternalCommand((TaskCommandType.RequestCancelExternalWorkflowExecution, {
+        return self.issue(RequestCancelExternalCommand(("RequestCancelExternalWorkflowExecution", {
             "workflow_id": workflow_id, "run_id": run_id, "child_workflow_only": child_workflow_only, "reason": "",
         }), self.create_future())).future
 
@@ -407,8 +445,9 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self._patches[patch_id] = use_patch
             if use_patch:
                 payloads = self.converter.payload_converter
-                details = {"patch_id": payloads.to_payloads([patch_id]), "deprecated": payloads.to_payloads([deprecated])}
-                self.issue(RecordMarkerCommand((TaskCommandType.RecordMarker, {"marker_name": PATCH_MARKER, "details": details})))
+                details = {"patch_id": payload_records(payloads.to_payloads([patch_id])),
+                           "deprecated": payload_records(payloads.to_payloads([deprecated]))}
+                self.issue(RecordMarkerCommand(("RecordMarker", {"marker_name": PATCH_MARKER, "details": details})))
         return self._patches[patch_id]
 
     def _recorded_patch_ids(self) -> set[str]:
@@ -416,9 +455,10 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         return {payloads.from_payload(details["patch_id"][0]) for details in self.recorded_markers(PATCH_MARKER)}
 
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None:
-        payloads = {name: self.converter.payload_converter.to_payload(value) for name, value in attributes.items()}
+        payloads = {name: payload_record(self.converter.payload_converter.to_payload(value)) for name, value in attributes.items()}
         self.info.search_attributes.update({name: v if isinstance(v, list) else [v] for name, v in attributes.items()})
-        self.issue(PendingCommand((TaskCommandType.UpsertWorkflowSearchAttributes, {"search_attributes": payloads})))
+        upsert: UpsertWorkflowSearchAttributesCommand = {"search_attributes": payloads}
+        self.issue(PendingCommand(("UpsertWorkflowSearchAttributes", upsert)))
 
     def upsert_memo(self, updates: Mapping[str, Any]) -> None:
         """As temporalio's: a value of None removes its key, sent as the null payload (recorded even
@@ -431,7 +471,8 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         memo = memo_upserted(self.info.raw_memo, upserted)
         self.info.raw_memo.clear()  # in place, as temporalio: an Info read before sees the upsert
         self.info.raw_memo.update(memo)
-        self.issue(PendingCommand((TaskCommandType.ModifyWorkflowProperties, {"upserted_memo": upserted})))
+        modify: ModifyWorkflowProperties = {"upserted_memo": {key: payload_record(payload) for key, payload in upserted.items()}}
+        self.issue(PendingCommand(("ModifyWorkflowProperties", modify)))
 
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         self.assert_not_read_only("wait condition")
@@ -452,7 +493,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._timer_seq += 1
         timer_id = str(self._timer_seq)
         timeout_ms = max(1, round(delay * 1000))
-        start = StartTimerCommand((TaskCommandType.StartTimer, {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
+        start = StartTimerCommand(("StartTimer", {"timer_id": timer_id, "start_to_fire_timeout_ms": timeout_ms}))
         handle = DurableTimerHandle(self.time() + delay, callback, args, self, context, start)
         self.timers[timer_id] = handle
         self.issue(start)
@@ -462,7 +503,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if not isinstance(handle, DurableTimerHandle) or self.timers.pop(handle.timer_id, None) is None:
             return  # already fired
         if not self._withdraw(handle.start):
-            self.issue(CancelTimerCommand((TaskCommandType.CancelTimer, {"timer_id": handle.timer_id})))
+            self.issue(CancelTimerCommand(("CancelTimer", {"timer_id": handle.timer_id})))
 
     @property
     def random(self) -> random.Random:
@@ -484,24 +525,26 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self, activity: str, args: Sequence[Any], *, activity_id: str | None, task_queue: str | None,
         schedule_to_close_timeout: timedelta | None, schedule_to_start_timeout: timedelta | None,
         start_to_close_timeout: timedelta | None, heartbeat_timeout: timedelta | None, retry_policy: RetryPolicy | None,
-        disable_eager_execution: bool, result_type: type | None,
+        cancellation_type: ActivityCancellationType, disable_eager_execution: bool, result_type: type | None,
     ) -> asyncio.Task[Any]:
         return self.outbound.start_activity(StartActivityInput(
             activity=activity, args=args, activity_id=activity_id, task_queue=task_queue,
             schedule_to_close_timeout=schedule_to_close_timeout, schedule_to_start_timeout=schedule_to_start_timeout,
             start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
-            cancellation_type=None, headers={}, disable_eager_execution=disable_eager_execution, versioning_intent=None, summary=None,
-            arg_types=None, ret_type=result_type,
+            cancellation_type=cancellation_type, headers={}, disable_eager_execution=disable_eager_execution, versioning_intent=None,
+            summary=None, arg_types=None, ret_type=result_type,
         ))
 
     def start_local_activity(
         self, activity: str, args: Sequence[Any], *, schedule_to_close_timeout: timedelta | None,
-        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, result_type: type | None,
+        start_to_close_timeout: timedelta | None, retry_policy: RetryPolicy | None, cancellation_type: ActivityCancellationType,
+        result_type: type | None,
     ) -> asyncio.Task[Any]:
         return self.outbound.start_local_activity(StartLocalActivityInput(
             activity=activity, args=args, activity_id=None, schedule_to_close_timeout=schedule_to_close_timeout,
             schedule_to_start_timeout=None, start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy,
-            local_retry_threshold=None, cancellation_type=None, headers={}, summary=None, arg_types=None, ret_type=result_type,
+            local_retry_threshold=None, cancellation_type=cancellation_type, headers={}, summary=None, arg_types=None,
+            ret_type=result_type,
         ))
 
     async def start_child_workflow(
@@ -560,6 +603,27 @@ def set_exception_unless_done(future: asyncio.Future[Any] | None, error: BaseExc
         future.set_exception(error)
 
 
-def payload_headers(header: Mapping[str, Record]) -> dict[str, Payload]:
+def payload_headers(header: Mapping[str, PayloadRecord]) -> dict[str, Payload]:
     """A record's header field as temporalio's Mapping[str, Payload]."""
     return {name: Payload.of(payload) for name, payload in header.items()}
+
+
+# What the converter makes, as a command's fields: its Payload (kadence.api.common.v1) is the
+# Payload record's dict, and its Failure the Failure record's.
+
+
+def payload_record(payload: Payload) -> PayloadRecord:
+    return cast(PayloadRecord, payload)
+
+
+def payload_records(payloads: list[Payload]) -> list[PayloadRecord]:
+    return cast(list[PayloadRecord], payloads)
+
+
+def header_record(headers: Mapping[str, Payload]) -> dict[str, PayloadRecord]:
+    """Headers as the interceptors give them, as a command's header field."""
+    return cast(dict[str, PayloadRecord], dict(headers))
+
+
+def failure_record(failure: Failure) -> FailureRecord:
+    return cast(FailureRecord, failure)

@@ -1,19 +1,24 @@
-"""`Payload`, shaped as temporalio.api.common.v1.Payload, so a codec written for temporalio runs
-after an import swap.
+"""`Payload` and `Payloads`, shaped as temporalio.api.common.v1's messages, so a codec written for
+temporalio runs after an import swap; and the small messages of that package a Failure
+(kadence.api.failure.v1) holds: `ActivityType`, `WorkflowType`, `WorkflowExecution`.
 
 A Payload is also the record field itself: a dict `{"metadata": {str: bytes}, "data": bytes}`
 that the Avro records carry as is. `SerializeToString` / `FromString` write and read the protobuf
 wire format of Temporal's Payload message (metadata = 1, a map of string to bytes; data = 2), so
-bytes a codec sealed are the same in both systems.
+bytes a codec sealed are the same in both systems. `Payloads` is Temporal's wrapper of a list of
+them (payloads = 1, repeated), which the records never hold (they carry the list itself): the
+converter's and codec's `encode_wrapper` / `decode_wrapper` take and return it, as temporalio's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 _METADATA = 1
 _DATA = 2
+_PAYLOADS = 1  # of Payloads
 _LENGTH_DELIMITED = 2
 
 
@@ -78,6 +83,50 @@ class Payload(dict[str, Any]):
 
     def __repr__(self) -> str:
         return f"Payload(metadata={self.metadata!r}, data={self.data!r})"
+
+
+@dataclass(init=False)
+class Payloads:
+    payloads: list[Payload]
+
+    def __init__(self, payloads: Iterable[Mapping[str, Any]] = ()) -> None:
+        self.payloads = [Payload.of(p) for p in payloads]
+
+    def SerializeToString(self, *, deterministic: bool = False) -> bytes:  # noqa: N802 (protobuf's name)
+        return b"".join(_field(_PAYLOADS, p.SerializeToString(deterministic=deterministic)) for p in self.payloads)
+
+    @classmethod
+    def FromString(cls, data: bytes) -> Payloads:  # noqa: N802 (protobuf's name)
+        payloads = cls()
+        payloads.ParseFromString(data)
+        return payloads
+
+    def ParseFromString(self, data: bytes) -> int:  # noqa: N802 (protobuf's name)
+        self.payloads[:] = [Payload.FromString(value) for number, value in _fields(data) if number == _PAYLOADS]
+        return len(data)
+
+    def CopyFrom(self, other: Payloads) -> None:  # noqa: N802 (protobuf's name)
+        self.payloads[:] = [Payload(p.metadata, p.data) for p in other.payloads]
+
+    def Clear(self) -> None:  # noqa: N802 (protobuf's name)
+        self.payloads.clear()
+
+    def ByteSize(self) -> int:  # noqa: N802 (protobuf's name)
+        return len(self.SerializeToString())
+@dataclass(frozen=True)
+class ActivityType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowExecution:
+    workflow_id: str = ""
+    run_id: str = ""
 
 
 def _varint(value: int) -> bytes:

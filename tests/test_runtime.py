@@ -1,0 +1,205 @@
+"""kadence.runtime as temporalio.runtime: a Runtime's metrics served for Prometheus or exported to
+an OpenTelemetry collector, the SDK's own under temporalio's names, and a workflow with an
+activity run under a Runtime whose endpoint the test scrapes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import urllib.request
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.common import MetricMeter, RetryPolicy
+from kadence.dev.local_stack import LocalStack, free_port
+from kadence.dev.otlp import otlp_receiver
+from kadence.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
+from kadence.worker import Worker
+
+Scraped = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(port: int) -> tuple[str, Scraped]:
+    """The endpoint's text, and each sample by name and labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples: Scraped = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        assert match, f"not a sample line of Prometheus' text format: {line!r}"
+        labels = frozenset(_LABEL.findall(match.group(2) or ""))
+        samples[(match.group(1), labels)] = float(match.group(3))
+    return text, samples
+
+
+def value(samples: Scraped, name: str, **labels: str) -> float:
+    """The sum of the samples named `name` whose labels include `labels`."""
+    return sum(found for (sample, have), found in samples.items() if sample == name and set(labels.items()) <= have)
+
+
+def prometheus_runtime(**options: object) -> tuple[Runtime, int]:
+    port = free_port()
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}", **options))), port  # type: ignore[arg-type]
+
+
+def test_prometheus_endpoint_serves_a_meters_metrics_in_temporalios_shape() -> None:
+    runtime, port = prometheus_runtime()
+    meter = runtime.metric_meter.with_additional_attributes({"region": "eu"})
+    meter.create_counter("orders", "Orders taken").add(2, {"kind": 'a "quoted"\nvalue'})
+    meter.create_counter("orders", "Orders taken").add(3, {"kind": 'a "quoted"\nvalue'})
+    meter.create_histogram_timedelta("checkout_latency", "Checkout").record(timedelta(milliseconds=75))
+    meter.create_gauge("queue_depth").set(7)
+    meter.create_histogram_float("basket").record(120.5)
+
+    text, samples = scrape(port)
+    # temporalio's defaults: counters without _total, durations in milliseconds, service_name on every metric.
+    assert "# TYPE orders counter" in text
+    assert value(samples, "orders", region="eu", kind='a \\"quoted\\"\\nvalue', service_name="kadence") == 5
+    assert value(samples, "checkout_latency_bucket", le="50") == 0
+    assert value(samples, "checkout_latency_bucket", le="100") == 1
+    assert value(samples, "checkout_latency_bucket", le="+Inf") == 1
+    assert value(samples, "checkout_latency_sum") == 75
+    assert value(samples, "queue_depth", region="eu") == 7
+    assert value(samples, "basket_count") == 1
+
+    with pytest.raises(ValueError, match="only grows"):
+        meter.create_counter("orders").add(-1)
+    runtime.shutdown()
+    with pytest.raises(OSError):
+        scrape(port)
+
+
+def test_prometheus_options_name_counters_and_durations_as_asked() -> None:
+    runtime, port = prometheus_runtime(
+        counters_total_suffix=True, unit_suffix=True, durations_as_seconds=True,
+        histogram_bucket_overrides={"checkout_latency": [0.01, 0.1]},  # by the name as created
+    )
+    runtime.metric_meter.create_counter("orders").add(1)
+    runtime.metric_meter.create_histogram_timedelta("checkout_latency").record(timedelta(milliseconds=75))
+    _, samples = scrape(port)
+    assert value(samples, "orders_total") == 1
+    assert value(samples, "checkout_latency_seconds_sum") == 0.075
+    buckets = {dict(labels)["le"]: found for (name, labels), found in samples.items() if name == "checkout_latency_seconds_bucket"}
+    assert buckets == {"0.01": 0, "0.1": 1, "+Inf": 1}
+    runtime.shutdown()
+
+
+def test_runtime_refuses_what_it_cannot_export_with_the_reason() -> None:
+    with pytest.raises(ValueError, match="host:port"):
+        Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address="9464")))
+    _, port = prometheus_runtime()
+    with pytest.raises(OSError, match="cannot listen there"):
+        Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}")))
+    with pytest.raises(ValueError, match="OTLP/HTTP only.*http=True"):
+        Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url="http://localhost:4317")))
+    # Without metrics, the meter records nothing and costs nothing.
+    assert Runtime(telemetry=TelemetryConfig()).metric_meter is MetricMeter.noop
+    MetricMeter.noop.create_counter("ignored").add(1)
+
+
+async def test_opentelemetry_config_exports_to_a_collector() -> None:
+    with otlp_receiver() as receiver:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(
+            url=f"{receiver.endpoint}/v1/metrics", http=True, metric_periodicity=timedelta(milliseconds=100),
+        ), global_tags={"deployment": "test"}))
+        runtime.metric_meter.create_counter("orders").add(4, {"kind": "a"})
+        runtime.metric_meter.create_histogram_timedelta("checkout_latency").record(timedelta(milliseconds=20))
+        runtime.sdk_metrics.workflow_completed.add(1, {"workflow_type": "Order"})
+        try:
+            for _ in range(100):
+                points = {point.name: point for point in receiver.metric_points()}
+                if {"orders", "checkout_latency", "temporal_workflow_completed"} <= points.keys():
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            runtime.shutdown()
+        assert points["orders"].value == 4
+        assert points["orders"].attributes == {"kind": "a", "deployment": "test", "service_name": "kadence"}
+        assert points["checkout_latency"].value == 1  # a histogram's count
+        assert points["temporal_workflow_completed"].attributes["workflow_type"] == "Order"
+
+
+# ---- on the stack
+
+ATTEMPTS: dict[str, int] = {}
+
+
+@activity.defn
+async def charge(order: str) -> str:
+    ATTEMPTS[order] = ATTEMPTS.get(order, 0) + 1
+    activity.metric_meter().create_counter("charges_attempted").add(1)
+    if ATTEMPTS[order] == 1:
+        raise RuntimeError("the card network timed out")  # the second attempt succeeds
+    return f"charged {order}"
+
+
+@activity.defn
+async def fee(order: str) -> int:
+    return len(order)
+
+
+@workflow.defn
+class ChargeOrder:
+    @workflow.run
+    async def run(self, order: str) -> str:
+        workflow.metric_meter().create_counter("orders_started").add(1)
+        await workflow.execute_local_activity(fee, order, start_to_close_timeout=timedelta(seconds=10))
+        return await workflow.execute_activity(
+            charge, order, start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
+        )
+
+
+async def test_a_workflow_under_a_prometheus_runtime_moves_temporalios_metrics(stack: LocalStack, task_queue: str) -> None:
+    runtime, port = prometheus_runtime()
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, runtime=runtime)
+    order = f"order-{uuid.uuid4()}"
+    try:
+        async with Worker(client, task_queue=task_queue, workflows=[ChargeOrder], activities=[charge, fee], max_concurrent_activities=7):
+            assert await client.execute_workflow(ChargeOrder.run, order, id=order, task_queue=task_queue) == f"charged {order}"
+    finally:
+        await client.close()
+
+    _, samples = scrape(port)
+    queue = {"namespace": "default", "task_queue": task_queue, "service_name": "kadence"}
+    of_workflow = {**queue, "workflow_type": "ChargeOrder"}
+    of_activity = {**queue, "activity_type": "charge"}
+    assert value(samples, "temporal_worker_start", **queue) == 1
+    assert value(samples, "temporal_request", operation="StartWorkflowExecution", namespace="default") == 1
+    assert value(samples, "temporal_request_latency_count", operation="StartWorkflowExecution") == 1
+    assert value(samples, "temporal_workflow_completed", **of_workflow) == 1
+    assert value(samples, "temporal_workflow_failed", **of_workflow) == 0
+    assert value(samples, "temporal_workflow_endtoend_latency_count", **of_workflow) == 1
+    # A task to schedule the activity, one after it completed (and none between its two attempts: the retry is history's).
+    tasks = value(samples, "temporal_workflow_task_execution_latency_count", **of_workflow)
+    assert tasks >= 2
+    assert value(samples, "temporal_workflow_task_schedule_to_start_latency_count", **of_workflow) == tasks
+    assert value(samples, "temporal_workflow_task_queue_poll_succeed", **of_workflow) == tasks
+    # The first task replays nothing, the next find the run in the worker's cache, which lets it go once it closed.
+    assert value(samples, "temporal_sticky_cache_miss", **of_workflow) == 1
+    assert value(samples, "temporal_sticky_cache_hit", **of_workflow) == tasks - 1
+    assert value(samples, "temporal_sticky_cache_size", **queue) == 0
+    assert value(samples, "temporal_sticky_cache_total_forced_eviction", **queue) == 0
+    assert value(samples, "temporal_activity_execution_latency_count", **of_activity) == 2
+    assert value(samples, "temporal_activity_execution_failed", **of_activity) == 1
+    assert value(samples, "temporal_activity_succeed_endtoend_latency_count", **of_activity) == 1
+    assert value(samples, "temporal_activity_schedule_to_start_latency_count", **of_activity) == 1  # the first attempt's
+    of_local_activity = {**queue, "activity_type": "fee"}
+    assert value(samples, "temporal_local_activity_total", **of_local_activity) == 1
+    assert value(samples, "temporal_local_activity_execution_latency_count", **of_local_activity) == 1
+    assert value(samples, "temporal_local_activity_execution_failed", **of_local_activity) == 0
+    assert value(samples, "temporal_local_activity_succeeded_endtoend_latency_count", **of_local_activity) == 1
+    assert value(samples, "temporal_worker_task_slots_available", worker_type="ActivityWorker", **queue) == 7
+    assert value(samples, "temporal_worker_task_slots_used", worker_type="ActivityWorker", **queue) == 0
+    # The code's own metrics, with the attributes temporalio gives them; the workflow's once, though its code ran on two tasks.
+    assert value(samples, "charges_attempted", **of_activity) == 2
+    assert value(samples, "orders_started", **of_workflow) == 1
