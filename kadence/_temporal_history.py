@@ -225,6 +225,11 @@ def _header(value: Any) -> dict[str, Json]:
     return {name: _payload(p) for name, p in ((value or {}).get("fields") or {}).items()}
 
 
+def _memo(value: Any) -> dict[str, Json]:
+    """A Memo ({"fields": {...}}, as a Header): its payloads by key."""
+    return {key: _payload(p) for key, p in ((value or {}).get("fields") or {}).items()}
+
+
 def _search_attributes(value: Any) -> dict[str, Json]:
     return {name: _payload(p) for name, p in ((value or {}).get("indexedFields") or {}).items()}
 
@@ -331,7 +336,7 @@ def _workflow_execution_started(reader: _Reader, a: Json) -> Json:
         "parent_workflow_id": parent_id, "parent_run_id": parent_run, "parent_initiated_event_id": _int(a.get("parentInitiatedEventId")),
         "first_workflow_task_backoff_ms": _ms(a.get("firstWorkflowTaskBackoff")), "cron_schedule": str(a.get("cronSchedule") or ""),
         "first_execution_run_id": str(a.get("firstExecutionRunId") or ""), "root_workflow_id": root_id, "root_run_id": root_run,
-        "header": _header(a.get("header")),
+        "header": _header(a.get("header")), "memo": _memo(a.get("memo")),
     }
 
 
@@ -452,7 +457,7 @@ def _workflow_execution_continued_as_new(reader: _Reader, a: Json) -> Json:
         "task_queue": _name(a.get("taskQueue")), "input": _payloads(a.get("input")),
         "workflow_task_timeout_ms": _ms(a.get("workflowTaskTimeout")),
         "run_timeout_ms": _ms(a.get("workflowRunTimeout")), "workflow_task_completed_event_id": reader.task_completed(a),
-        "header": _header(a.get("header")),
+        "header": _header(a.get("header")), "memo": _memo(a.get("memo")),
     }
 
 
@@ -506,7 +511,7 @@ def _start_child_workflow_execution_initiated(reader: _Reader, a: Json) -> Json:
         "id_reuse_policy": _enum(a.get("workflowIdReusePolicy"), "WORKFLOW_ID_REUSE_POLICY_", "ALLOW_DUPLICATE"),
         "parent_close_policy": _enum(a.get("parentClosePolicy"), "PARENT_CLOSE_POLICY_", "TERMINATE"),
         "search_attributes": _search_attributes(a.get("searchAttributes")), "workflow_task_completed_event_id": reader.task_completed(a),
-        "header": _header(a.get("header")),
+        "header": _header(a.get("header")), "memo": _memo(a.get("memo")),
     }
 
 
@@ -584,6 +589,11 @@ def _upsert_workflow_search_attributes(reader: _Reader, a: Json) -> Json:
             "workflow_task_completed_event_id": reader.task_completed(a)}
 
 
+def _workflow_properties_modified(reader: _Reader, a: Json) -> Json:
+    """temporalio's upsert_memo: a removed key's value is the null payload in both."""
+    return {"upserted_memo": _memo(a.get("upsertedMemo")), "workflow_task_completed_event_id": reader.task_completed(a)}
+
+
 def _workflow_execution_update_admitted(reader: _Reader, a: Json) -> Json:
     request = a.get("request") or {}
     return _admission({"acceptedRequest": request}, _update_id(a))
@@ -619,6 +629,7 @@ _CONVERT: dict[str, Callable[[_Reader, Json], Json]] = {
     EventType.WorkflowExecutionCompleted: _workflow_execution_completed,
     EventType.WorkflowExecutionFailed: _workflow_execution_failed,
     EventType.UpsertWorkflowSearchAttributes: _upsert_workflow_search_attributes,
+    EventType.WorkflowPropertiesModified: _workflow_properties_modified,
     EventType.TimerStarted: _timer_started,
     EventType.TimerFired: _timer_fired,
     EventType.TimerCanceled: _timer_canceled,

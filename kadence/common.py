@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Protocol, Self
 from kadence.exceptions import RetryState
 from kadence.protocol.records import RetryPolicy as RetryPolicyRecord
 
+UNSET: Any = object()  # an argument not given, None being a value (temporalio's common._arg_unset)
+
 
 @dataclass(frozen=True)
 class RawValue:

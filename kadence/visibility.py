@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
@@ -13,14 +13,18 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from kadence._temporal_history import events_from_temporal, is_temporal_history, run_id_of, workflow_id_of
+from kadence.api.common.v1 import Payload
+from kadence.common import UNSET
+from kadence.converter import DataConverter
 from kadence.list_filter import ListFilterError, parse
 from kadence.protocol.codec import codec
 from kadence.protocol.names import EventType
+from kadence.protocol.read_model import memo_from_json
 
 # What WorkflowExecution.from_row reads, in its order.
 EXECUTION_COLUMNS = (
     "workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes, "
-    "pending_workflow_task"
+    "pending_workflow_task, memo"
 )
 EXECUTION_COLUMN_COUNT = EXECUTION_COLUMNS.count(",") + 1
 
@@ -70,7 +74,9 @@ def _utc_ms(ms: int) -> datetime:
 
 @dataclass(frozen=True)
 class WorkflowExecution:
-    """One run as the read model knows it (as temporalio.client.WorkflowExecution)."""
+    """One run as the read model knows it (as temporalio.client.WorkflowExecution). `raw_memo` is
+    the memo's payloads as stored (through the payload codec); `memo()` decodes them with
+    `data_converter`, the client's for the executions a client returns."""
 
     id: str
     run_id: str
@@ -82,13 +88,33 @@ class WorkflowExecution:
     history_length: int
     search_attributes: dict[str, Any]
     pending_workflow_task: PendingWorkflowTask | None = None  # a workflow task retried after a failure or timeout
+    raw_memo: Mapping[str, Payload] = field(default_factory=dict)
+    data_converter: DataConverter = field(default=DataConverter.default, repr=False, compare=False)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> WorkflowExecution:
-        workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes, task = row
+        (workflow_id, run_id, workflow_type, task_queue, status, start_time, close_time, history_length, search_attributes, task,
+         memo) = row
         pending = PendingWorkflowTask.from_record(codec("TransientWorkflowTask").decode(task)) if task else None
+        raw_memo = {key: Payload.of(payload) for key, payload in memo_from_json(memo).items()}
         return cls(workflow_id, run_id, workflow_type, task_queue, WorkflowExecutionStatus(status), start_time, close_time, history_length,
-                   search_attributes, pending)
+                   search_attributes, pending, raw_memo)
+
+    async def memo(self) -> dict[str, Any]:
+        """The memo's values, decoded without type hints (as temporalio's)."""
+        keys = list(self.raw_memo)
+        values = await self.data_converter.decode([self.raw_memo[key] for key in keys])
+        return dict(zip(keys, values, strict=True))
+
+    async def memo_value(self, key: str, default: Any = UNSET, *, type_hint: type | None = None) -> Any:
+        """One memo value, decoded with `type_hint`; `default` when the memo has no `key` (without
+        one, KeyError), as temporalio's."""
+        payload = self.raw_memo.get(key)
+        if payload is None:
+            if default is UNSET:
+                raise KeyError(f"Memo does not have a value for key {key}")
+            return default
+        return (await self.data_converter.decode([payload], [type_hint] if type_hint else None))[0]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +123,7 @@ class WorkflowExecution:
             "close_time": self.close_time.isoformat() if self.close_time else None,
             "history_length": self.history_length, "search_attributes": self.search_attributes,
             "pending_workflow_task": self.pending_workflow_task.to_json() if self.pending_workflow_task else None,
+            "memo": _jsonable(dict(self.raw_memo)),
         }
 
 

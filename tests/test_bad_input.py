@@ -29,6 +29,7 @@ from kadence.protocol import topics
 from kadence.protocol.codec import UndecodableRecord, command_codec, history_batch_codec
 from kadence.protocol.kafka import read_to_end
 from kadence.protocol.limits import text_problem
+from kadence.protocol.names import WITH_START
 from kadence.protocol.postgres import apply_ddl
 from kadence.protocol.read_model import VISIBILITY_DDL
 from kadence.worker import Worker
@@ -64,10 +65,12 @@ LONE_SURROGATE_MARK = "\ue000"  # replaced in the encoded record by a lone surro
 def commands(draw: st.DrawFn) -> dict[str, Any]:
     request_id = draw(st.one_of(st.just(""), st.uuids().map(str), HOSTILE_TEXT))
     start = {"workflow_type": draw(HOSTILE_TEXT), "task_queue": draw(QUEUES), "request_id": request_id,
-             "search_attributes": draw(SEARCH_ATTRIBUTES)}
+             "search_attributes": draw(SEARCH_ATTRIBUTES), "memo": draw(st.dictionaries(HOSTILE_TEXT, SEARCH_VALUES, max_size=3))}
     kind, body = draw(st.sampled_from([
         ("StartWorkflowExecution", start),
         ("SignalWithStartWorkflowExecution", {"start": start, "signal_name": draw(HOSTILE_TEXT)}),
+        ("UpdateWithStartWorkflowExecution", {"start": {**start, "id_conflict_policy": "USE_EXISTING"},
+                                              "update": {"update_id": draw(HOSTILE_TEXT), "name": draw(HOSTILE_TEXT)}}),
         ("SignalWorkflowExecution", {"signal_name": draw(HOSTILE_TEXT), "request_id": request_id, "run_id": draw(HOSTILE_TEXT)}),
         ("UpdateWorkflowExecution", {"update_id": draw(HOSTILE_TEXT), "name": draw(HOSTILE_TEXT), "request_id": request_id}),
         ("RequestCancelWorkflowExecution", {"request_id": request_id}),
@@ -163,7 +166,7 @@ def _expected_answer(value: bytes) -> str | None:
     except UndecodableRecord:
         return None
     kind, body = command["command"]
-    request_id = body["start"]["request_id"] if kind == "SignalWithStartWorkflowExecution" else body.get("request_id", "")
+    request_id = body["start"]["request_id"] if kind in WITH_START else body.get("request_id", "")
     return request_id if request_id and text_problem("request_id", request_id) is None else None
 
 

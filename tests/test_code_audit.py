@@ -98,14 +98,15 @@ async def test_the_audit_replays_every_run_against_the_code_and_reports_each_div
         assert clean.differences == [], clean.summary()
         assert clean.compared["kadence_executions"] == 3 and clean.compared["kadence_events"] > 20
         with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
-            conn.execute("UPDATE kadence_executions SET status = 'Failed', search_attributes = '{\"x\": 1}' WHERE run_id = %s", (runs[0],))
+            conn.execute("UPDATE kadence_executions SET status = 'Failed', search_attributes = '{\"x\": 1}', memo = '{\"x\": 1}' "
+                         "WHERE run_id = %s", (runs[0],))
             conn.execute("DELETE FROM kadence_events WHERE run_id = %s AND event_id = 3", (runs[1],))
             conn.execute("INSERT INTO kadence_command_outcomes (request_id, workflow_id, run_id, accepted) "
                          "VALUES ('forged', 'w', 'r', true)")
         code, corrupted = audit(stack.env, command="read-model")
         assert code == 1
         assert sorted(corrupted["differences"]) == sorted([
-            f"kadence_executions {workflow_ids[0]}/{runs[0]}: differs in status, search_attributes",
+            f"kadence_executions {workflow_ids[0]}/{runs[0]}: differs in status, search_attributes, memo",
             f"kadence_events {workflow_ids[1]}/{runs[1]}/3: missing in the live read model",
             "kadence_command_outcomes forged: not in the log",
         ])

@@ -369,6 +369,7 @@ def test_each_command_records_the_events_the_shared_table_names() -> None:
         ("RecordMarker", {"marker_name": "m", "details": {}}),
         ("ScheduleActivityTask", {**ACTIVITY, "activity_id": "a"}),
         ("UpsertWorkflowSearchAttributes", {"search_attributes": {"Size": payload}}),
+        ("ModifyWorkflowProperties", {"upserted_memo": {"note": payload}}),
         ("StartChildWorkflowExecution", CHILD),
         ("SignalExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "signal_name": "s", "input": [],
                                              "child_workflow_only": False, "header": {}}),

@@ -8,7 +8,7 @@ import pytest
 from services.history.machine import activity, limits
 from services.history.machine.dispatch import decide
 from services.history.machine.effects import TASK_REDISPATCH_MS
-from services.history.machine.lifecycle import decide_signal_with_start, decide_start
+from services.history.machine.lifecycle import decide_signal_with_start, decide_start, decide_update_with_start
 from services.history.machine.transition import Rejected
 from services.history.partition import PartitionState
 from tests.machine_steps import (
@@ -149,6 +149,56 @@ def test_signal_with_start_sent_again_with_its_request_id_signals_once() -> None
     assert [e["attributes"][0] for e in signaled["buffered"]] == ["WorkflowExecutionSignaled"]
     repeated = decide_signal_with_start(state.executions["order-1"], "order-1", other, "client", NOW, 0, 3)
     assert repeated.events == [] and repeated.buffered == []
+
+
+def test_update_with_start_starts_a_run_with_the_update_first_or_admits_it_per_the_conflict_policy() -> None:
+    update = {"update_id": "u1", "name": "add", "args": [], "header": {}}
+    request = {"start": {**START, "request_id": "req-1", "id_conflict_policy": "USE_EXISTING"}, "update": update}
+    state = PartitionState(0)
+    started = apply(state, decide_update_with_start(None, "order-1", request, "client", NOW, 0, 0), 0)
+    assert [e["attributes"][0] for e in started["events"]] == [
+        "WorkflowExecutionStarted", "WorkflowExecutionUpdateAdmitted", "WorkflowTaskScheduled",
+    ]
+    running = state.executions["order-1"]
+    assert running.updates == {"u1": "admitted"}
+    again = decide_update_with_start(running, "order-1", request, "client", NOW, 0, 1)
+    assert again.repeat and again.events == [] and again.buffered == [], "the request started the run with its update already"
+
+    second = {"start": {**request["start"], "request_id": "req-2"}, "update": {**update, "update_id": "u2"}}
+    admitted = apply(state, decide_update_with_start(running, "order-1", second, "client", NOW, 0, 2), 2)
+    assert admitted["run_id"] == started["run_id"] and admitted["next_run"] is None
+    assert [e["attributes"][0] for e in admitted["buffered"]] == ["WorkflowExecutionUpdateAdmitted"]  # a workflow task is pending
+    with pytest.raises(Rejected) as refused:
+        decide_update_with_start(running, "order-1", {**second, "start": {**second["start"], "id_conflict_policy": "FAIL"}},
+                                 "client", NOW, 0, 3)
+    assert refused.value.cause == "WORKFLOW_ALREADY_STARTED"
+    with pytest.raises(Rejected, match="no cron schedule nor start delay"):
+        decide_update_with_start(None, "order-2", {**request, "start": {**request["start"], "start_delay_ms": 1000}}, "client", NOW, 0, 4)
+
+
+def test_continue_as_new_carries_the_memo_as_upserted_unless_it_gives_one() -> None:
+    def payload(value: bytes) -> dict[str, object]:
+        return {"metadata": {"encoding": b"json/plain"}, "data": value}
+
+    removed = {"metadata": {"encoding": b"binary/null"}, "data": b""}
+
+    def continued(memo: dict[str, object] | None) -> dict[str, object]:
+        state = PartitionState(0)
+        start = {**START, "memo": {"owner": payload(b'"ada"'), "ticket": payload(b"42")}}
+        run_id = apply(state, decide_start(None, "order-1", start, "client", NOW, 0, 0), 0)["run_id"]
+        ex = state.executions["order-1"]
+        apply(state, decide(ex, "RecordWorkflowTaskStarted", {"run_id": run_id, "scheduled_event_id": 2}, "worker", NOW), 1)
+        batch = apply(state, decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": [
+            ("ModifyWorkflowProperties", {"upserted_memo": {"stage": payload(b'"2"'), "ticket": removed}}),
+            ("ContinueAsNewWorkflowExecution", {"workflow_type": "", "task_queue": "", "input": [], "workflow_task_timeout_ms": 0,
+                                                "run_timeout_ms": 0, "memo": memo}),
+        ]}, "worker", NOW), 2)
+        assert batch["events"][-2]["attributes"][0] == "WorkflowPropertiesModified"
+        assert batch["events"][-1]["attributes"][1]["memo"] == batch["next_run"]["events"][0]["attributes"][1]["memo"]
+        return batch["next_run"]["events"][0]["attributes"][1]["memo"]
+
+    assert continued(None) == {"owner": payload(b'"ada"'), "stage": payload(b'"2"')}
+    assert continued({"fresh": payload(b"1")}) == {"fresh": payload(b"1")}
 
 
 def test_continue_as_new_closes_the_run_and_starts_the_next_in_one_record() -> None:

@@ -1,8 +1,9 @@
 """Histories the SDK recorded (tests/sdk_histories: signals, updates accepted and rejected, timers,
 a child workflow, continue-as-new, patches, activity retries, a workflow failure, local activities,
-a cancel) replay cleanly with `kadence.worker.Replayer` against today's workflow code, without a
-broker or Postgres; and workflow code changed so that it decides otherwise (another activity, a
-timer removed, commands reordered, a patch removed) fails their replay with NondeterminismError.
+a cancel, memo upserts, an update-with-start) replay cleanly with `kadence.worker.Replayer`
+against today's workflow code, without a broker or Postgres; and workflow code changed so that it
+decides otherwise (another activity, a timer removed, commands reordered, a patch removed, a memo
+upsert made a search attribute upsert) fails their replay with NondeterminismError.
 A change to the SDK or to those workflows that fails here would break the runs already recorded.
 
 To record them again (on a local stack, about 40 s), when a scenario is added or a change is meant
@@ -78,6 +79,15 @@ class PatchedWorkflowWithoutItsPatch:
         return "v2, then v2"
 
 
+@workflow.defn(name="MemoNotesWorkflow")
+class MemoNotesWorkflowUpsertingSearchAttributes:
+    @workflow.run
+    async def run(self) -> dict[str, str]:
+        workflow.upsert_search_attributes({"Stage": "started"})
+        await workflow.sleep(0.05)
+        return {}
+
+
 @pytest.mark.parametrize(("history", "changed", "divergence"), [
     pytest.param("workflow_failure", DeclinedWorkflowRunningAnotherActivity,
                  "ActivityTaskScheduled always_fail where the workflow code issued ScheduleActivityTask echo", id="another activity"),
@@ -87,6 +97,9 @@ class PatchedWorkflowWithoutItsPatch:
                  "MarkerRecorded core_local_activity where the workflow code issued StartTimer", id="commands reordered"),
     pytest.param("patched", PatchedWorkflowWithoutItsPatch,
                  "MarkerRecorded core_patch where the workflow code issued StartTimer", id="a patch removed"),
+    pytest.param("memo", MemoNotesWorkflowUpsertingSearchAttributes,
+                 "WorkflowPropertiesModified  where the workflow code issued UpsertWorkflowSearchAttributes",
+                 id="a memo upsert turned into a search attribute upsert"),
 ])
 async def test_workflow_code_that_decides_otherwise_fails_the_replay(history: str, changed: type, divergence: str) -> None:
     with pytest.raises(workflow.NondeterminismError, match=divergence):

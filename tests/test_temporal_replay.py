@@ -221,6 +221,63 @@ async def test_workflow_code_that_decides_otherwise_fails_the_temporal_replay(hi
         await Replayer(workflows=[changed]).replay_workflow(load(TEMPORAL / f"{history}.json"))
 
 
+@workflow.defn(name="MemoNotesWorkflow")
+class TemporalMemoNotesWorkflow:
+    @workflow.run
+    async def run(self) -> dict[str, Any]:
+        owner = workflow.memo_value("owner", type_hint=str)
+        workflow.upsert_memo({"stage": "done", "owner": None})
+        return {"owner": owner, "memo": dict(workflow.memo())}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _json_payload(value: Any) -> dict[str, Any]:
+    return {"metadata": {"encoding": _b64(b"json/plain")}, "data": _b64(json.dumps(value).encode())}
+
+
+def _memo_history() -> dict[str, Any]:
+    """What temporalio records for TemporalMemoNotesWorkflow started with memo={"owner": "ada"}:
+    its upsert_memo is a WorkflowPropertiesModified, the removed key's value the null payload."""
+    time = "2026-11-20T09:05:00.{:03d}Z"
+    return {"events": [
+        {"eventId": "1", "eventTime": time.format(0), "eventType": "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED",
+         "workflowExecutionStartedEventAttributes": {
+             "workflowType": {"name": "MemoNotesWorkflow"}, "taskQueue": {"name": "notes"}, "workflowTaskTimeout": "10s",
+             "originalExecutionRunId": "5c1d2e3f-0000-4000-8000-00000000memo", "workflowId": "memo-notes",
+             "memo": {"fields": {"owner": _json_payload("ada")}}}},
+        {"eventId": "2", "eventTime": time.format(1), "eventType": "EVENT_TYPE_WORKFLOW_TASK_SCHEDULED",
+         "workflowTaskScheduledEventAttributes": {"taskQueue": {"name": "notes"}, "startToCloseTimeout": "10s", "attempt": 1}},
+        {"eventId": "3", "eventTime": time.format(2), "eventType": "EVENT_TYPE_WORKFLOW_TASK_STARTED",
+         "workflowTaskStartedEventAttributes": {"scheduledEventId": "2", "identity": "1@worker"}},
+        {"eventId": "4", "eventTime": time.format(3), "eventType": "EVENT_TYPE_WORKFLOW_TASK_COMPLETED",
+         "workflowTaskCompletedEventAttributes": {"scheduledEventId": "2", "startedEventId": "3", "identity": "1@worker"}},
+        {"eventId": "5", "eventTime": time.format(4), "eventType": "EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED",
+         "workflowPropertiesModifiedEventAttributes": {"workflowTaskCompletedEventId": "4", "upsertedMemo": {"fields": {
+             "stage": _json_payload("done"), "owner": {"metadata": {"encoding": _b64(b"binary/null")}}}}}},
+        {"eventId": "6", "eventTime": time.format(5), "eventType": "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED",
+         "workflowExecutionCompletedEventAttributes": {"workflowTaskCompletedEventId": "4", "result": {"payloads": [
+             _json_payload({"owner": "ada", "memo": {"stage": "done"}})]}}},
+    ]}
+
+
+async def test_temporal_memo_fields_and_workflow_properties_modified_read_and_replay() -> None:
+    events = events_from_temporal(_memo_history())
+    started = events[0]["attributes"][1]
+    assert started["memo"] == {"owner": {"metadata": {"encoding": b"json/plain"}, "data": b'"ada"'}}
+    assert events[4]["attributes"] == (EventType.WorkflowPropertiesModified, {
+        "upserted_memo": {"stage": {"metadata": {"encoding": b"json/plain"}, "data": b'"done"'},
+                          "owner": {"metadata": {"encoding": b"binary/null"}, "data": b""}},
+        "workflow_task_completed_event_id": 4})
+    kept = ResultsInterceptor()
+    history = WorkflowHistory.from_json(_memo_history())
+    result = await Replayer(workflows=[TemporalMemoNotesWorkflow], interceptors=[kept]).replay_workflow(history)
+    assert result.replay_failure is None
+    assert kept.results["memo-notes"] == {"owner": "ada", "memo": {"stage": "done"}}
+
+
 def test_an_event_type_kadence_has_no_counterpart_for_is_refused_by_name() -> None:
     history = copy.deepcopy(raw("signals_and_timers.json"))
     event = history["events"][5]

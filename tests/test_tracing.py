@@ -1,6 +1,7 @@
 """kadence.contrib.opentelemetry.TracingInterceptor, as temporalio's: a workflow with two activities
 and a child makes one trace, from the client's start through the workflow, its activities and its
-child, each span the child of what sent it, and workflow spans are not emitted again on replay."""
+child, each span the child of what sent it, and workflow spans are not emitted again on replay; an
+update-with-start is one trace from its span."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kadence import activity, workflow
-from kadence.client import Client
+from kadence.client import Client, WithStartWorkflowOperation
+from kadence.common import WorkflowIDConflictPolicy
 from kadence.contrib.opentelemetry import TracingInterceptor
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol.logs import TraceIds
@@ -112,3 +114,42 @@ def test_log_lines_inside_a_span_carry_its_trace_and_span_ids() -> None:
     assert stream.getvalue().splitlines() == [
         "event=outside", f"event=inside trace_id={context.trace_id:032x} span_id={context.span_id:016x}",
     ]
+
+
+@workflow.defn
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    @workflow.update
+    async def add(self, amount: int) -> int:
+        self.count += amount
+        return self.count
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.count > 0)
+        return self.count
+
+
+async def test_an_update_with_start_is_one_trace_from_its_span(stack: LocalStack, task_queue: str) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn,
+                                  interceptors=[TracingInterceptor(provider.get_tracer("test"))])
+    try:
+        async with Worker(client, task_queue=task_queue, workflows=[Counter]):
+            operation = WithStartWorkflowOperation(Counter.run, id=f"traced-{uuid.uuid4()}", task_queue=task_queue,
+                                                   id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
+            assert await client.execute_update_with_start_workflow(Counter.add, 2, start_workflow_operation=operation) == 2
+            assert await (await operation.workflow_handle()).result() == 2
+    finally:
+        await client.close()
+
+    spans = exporter.get_finished_spans()
+    assert len({span.context.trace_id for span in spans}) == 1, "one trace"
+    start = next(span for span in spans if span.name == "StartUpdateWithStartWorkflow:Counter")
+    assert start.parent is None
+    children = {span.name for span in spans if span.parent is not None and span.parent.span_id == start.context.span_id}
+    assert {"RunWorkflow:Counter", "HandleUpdate:add", "CompleteWorkflow:Counter"} <= children

@@ -220,7 +220,7 @@ async def test_terminate_asks_for_confirmation_then_terminates(page: Any, client
 async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any, client: Client, worker: None) -> None:
     hostile = f'<script>window.pwned=1</script><img src=x onerror="window.pwned=2">{uuid.uuid4()}'
     await client.execute_workflow(EchoWorkflow.run, "<b>input</b>", id=hostile, task_queue=QUEUE,
-                                  search_attributes={"Customer": "<i onmouseover=alert(1)>x</i>"})
+                                  search_attributes={"Customer": "<i onmouseover=alert(1)>x</i>"}, memo={"Reviewer": "<u>ada</u>"})
     await client.count_workflows()  # the UI reads the read model, which the result's reply may precede
     await page.goto("/workflows")
     await page.fill("#query", f"WorkflowId = '{hostile}'")
@@ -228,8 +228,9 @@ async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any
     assert await page.locator("#workflows td.id a").all_inner_texts() == [hostile]
     await page.click("#workflows td.id a")
     assert await page.inner_text("h1") == hostile
-    assert "<i onmouseover=alert(1)>x</i>" in await page.inner_text("#summary")
-    assert await page.locator("main script, main img, main i, main b").count() == 0
+    summary = await page.inner_text("#summary")
+    assert "<i onmouseover=alert(1)>x</i>" in summary and "<u>ada</u>" in summary  # the memo too, as text
+    assert await page.locator("main script, main img, main i, main b, main u").count() == 0
     assert await page.evaluate("window.pwned") is None
 
 
@@ -397,7 +398,8 @@ async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_serv
                                    data_converter=dataclasses.replace(DataConverter.default, payload_codec=codec))
     workflow_id = f"ui-sealed-{uuid.uuid4()}"
     try:  # no worker polls the queue: the input stays in the started event, sealed
-        handle = await sealing.start_workflow(EchoWorkflow.run, SECRET, id=workflow_id, task_queue=f"{QUEUE}-unpolled")
+        handle = await sealing.start_workflow(EchoWorkflow.run, SECRET, id=workflow_id, task_queue=f"{QUEUE}-unpolled",
+                                              memo={"note": "a sealed memo"})
         await handle.describe()  # the UI reads the read model, which the start's reply may precede
     finally:
         await sealing.close()
@@ -413,10 +415,10 @@ async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_serv
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{ui_url}/workflow", params={"workflow_id": workflow_id}) as plain:
                 shown = await plain.text()
-            assert "binary/encrypted" in shown and SECRET not in shown
+            assert "binary/encrypted" in shown and SECRET not in shown and "a sealed memo" not in shown
             async with session.get(f"{decoding_url}/workflow", params={"workflow_id": workflow_id}) as decoded:
                 shown = await decoded.text()
-            assert SECRET in shown and "binary/encrypted" not in shown
+            assert SECRET in shown and "a sealed memo" in shown and "binary/encrypted" not in shown
     await client.get_workflow_handle(workflow_id).terminate(reason="test over")
 
 

@@ -2,7 +2,7 @@
 `Interceptor` and `OutboundInterceptor` wrap its calls."""
 
 from kadence.client._client import Client
-from kadence.client._handles import AsyncActivityHandle, WorkflowHandle, WorkflowUpdateHandle
+from kadence.client._handles import AsyncActivityHandle, WithStartWorkflowOperation, WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
@@ -16,7 +16,10 @@ from kadence.client._inputs import (
     SignalWorkflowInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
+    StartWorkflowUpdateWithStartInput,
     TerminateWorkflowInput,
+    UpdateWithStartStartWorkflowInput,
+    UpdateWithStartUpdateWorkflowInput,
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
@@ -29,13 +32,14 @@ from kadence.exceptions import (
 from kadence.visibility import PendingWorkflowTask, WorkflowExecution, WorkflowExecutionStatus, WorkflowHistory
 
 __all__ = [
-    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "AsyncActivityHandle", "AsyncActivityIDReference",
+    "Client", "WorkflowHandle", "WorkflowUpdateHandle", "WithStartWorkflowOperation", "AsyncActivityHandle", "AsyncActivityIDReference",
     "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus", "PendingWorkflowTask",
     "WorkflowExecutionCount", "WorkflowHistory",
     "Interceptor", "OutboundInterceptor", "StartWorkflowInput", "CancelWorkflowInput", "DescribeWorkflowInput",
     "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",
     "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",
-    "ReportCancellationAsyncActivityInput",
+    "ReportCancellationAsyncActivityInput", "StartWorkflowUpdateWithStartInput", "UpdateWithStartStartWorkflowInput",
+    "UpdateWithStartUpdateWorkflowInput",
     # temporalio.client's names for these errors of kadence.exceptions
     "AsyncActivityCancelledError", "WorkflowFailureError", "WorkflowQueryFailedError", "WorkflowUpdateFailedError",
 ]

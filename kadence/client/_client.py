@@ -17,14 +17,27 @@ from typing import Any
 from confluent_kafka import Message
 
 from kadence import workflow as workflow_module
-from kadence.client._handles import AsyncActivityHandle, WorkflowHandle
+from kadence.client._handles import (
+    AsyncActivityHandle,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateHandle,
+    check_update_stage,
+    update_name_and_result_type,
+)
 from kadence.client._impl import _ClientImpl
-from kadence.client._inputs import CountWorkflowsInput, ListWorkflowsInput, StartWorkflowInput
+from kadence.client._inputs import (
+    CountWorkflowsInput,
+    ListWorkflowsInput,
+    StartWorkflowInput,
+    StartWorkflowUpdateWithStartInput,
+    UpdateWithStartUpdateWorkflowInput,
+)
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
 from kadence.client._replies import ReplyListener, RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount
-from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.exceptions import (
     ClientClosedError,
@@ -116,6 +129,7 @@ class Client:
         id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
         start_signal: str | None = None,
         start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None,
         search_attributes: dict[str, Any] | None = None,
         start_delay: timedelta | None = None,
         cron_schedule: str = "",
@@ -128,7 +142,8 @@ class Client:
         run's first workflow task waits that long (a signal-with-start does not wait). With
         `cron_schedule` (`*/5 * * * *`, `@hourly`, `@every 90s`, `CRON_TZ=Europe/Paris 0 9 * * 1-5`),
         each run starts at the schedule's next time and one that completes, fails or times out is
-        followed by the next, until the workflow is canceled or terminated (as Temporal).
+        followed by the next, until the workflow is canceled or terminated (as Temporal). `memo`:
+        values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's).
         `request_eager_start` is taken and passed to the interceptors, but the first workflow task
         still goes through the task queue (as Temporal starts a workflow it cannot start eagerly:
         docs/temporal-differences.md, "The client")."""
@@ -142,7 +157,7 @@ class Client:
             workflow=workflow_type, args=([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
             execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout,
             id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy, retry_policy=None,
-            cron_schedule=cron_schedule, memo=None, search_attributes=search_attributes, start_delay=start_delay, headers={},
+            cron_schedule=cron_schedule, memo=memo, search_attributes=search_attributes, start_delay=start_delay, headers={},
             start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
             ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_eager_start=request_eager_start, request_id=request_id,
         ))
@@ -156,6 +171,57 @@ class Client:
         return await self.start_workflow(
             workflow, arg, start_signal=workflow_module.signal_name(signal), start_signal_args=signal_args, **options,
         )
+
+    async def start_update_with_start_workflow(
+        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation,
+        wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> WorkflowUpdateHandle:
+        """Temporal's update-with-start: start the operation's workflow unless a run of its id is
+        running (per its id_conflict_policy: USE_EXISTING takes that run, FAIL raises
+        WorkflowAlreadyStartedError) and send it the update, in one command history applies in one
+        batch; return the update's handle once it reached `wait_for_stage` (ACCEPTED or COMPLETED).
+        `start_workflow_operation.workflow_handle()` then gives the run's handle. Sent again with the
+        same update `id`, the update runs once."""
+        check_update_stage(wait_for_stage)
+        if start_workflow_operation._used:
+            raise RuntimeError("WithStartWorkflowOperation cannot be reused")
+        start_workflow_operation._used = True
+        name, result_type = update_name_and_result_type(update, result_type)
+        start = start_workflow_operation._start_workflow_input
+
+        started = start_workflow_operation._workflow_handle
+
+        def on_start(run_id: str) -> None:
+            handle = WorkflowHandle(self, start.id, result_run_id=run_id, result_type=start.ret_type)
+            handle._recorded = True  # the answer came from the log: result() need not look for the run first
+            started.set_result(handle)
+
+        def on_start_error(error: BaseException) -> None:
+            if not started.done():
+                started.set_exception(error)
+
+        try:
+            return await self._impl.start_update_with_start_workflow(StartWorkflowUpdateWithStartInput(
+                start_workflow_input=start, update_workflow_input=UpdateWithStartUpdateWorkflowInput(
+                    update_id=id, update=name, args=([arg] if arg is not UNSET else []) + list(args), wait_for_stage=wait_for_stage,
+                    headers={}, ret_type=result_type,
+                ), rpc_metadata={}, rpc_timeout=None, _on_start=on_start, _on_start_error=on_start_error,
+            ))
+        except BaseException as exc:  # refused before the request was sent (an interceptor): workflow_handle() says so too
+            on_start_error(exc)
+            raise
+
+    async def execute_update_with_start_workflow(
+        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation,
+        args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> Any:
+        """start_update_with_start_workflow, waiting for the update to complete: its result (or
+        WorkflowUpdateFailedError)."""
+        handle = await self.start_update_with_start_workflow(
+            update, arg, start_workflow_operation=start_workflow_operation, wait_for_stage=WorkflowUpdateStage.COMPLETED,
+            args=args, id=id, result_type=result_type,
+        )
+        return await handle.result()
 
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, **options: Any) -> Any:
         """start_workflow (with any of its options), then wait for the result."""

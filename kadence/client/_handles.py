@@ -1,5 +1,6 @@
 """The client's handles, as temporalio.client's: on a workflow (WorkflowHandle), an update
-(WorkflowUpdateHandle) and an activity completed from outside its worker (AsyncActivityHandle).
+(WorkflowUpdateHandle), an activity completed from outside its worker (AsyncActivityHandle), and
+the start of an update-with-start (WithStartWorkflowOperation), which becomes a workflow handle.
 
 Their calls go through the client's outbound interceptor chain, whose calls return handles: the
 chain and the client are seen here as the Protocols `Outbound` and `HandleClient`, which
@@ -8,9 +9,10 @@ OutboundInterceptor and Client (in the modules above this one) are."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -28,10 +30,12 @@ from kadence.client._inputs import (
     SignalWorkflowInput,
     StartWorkflowUpdateInput,
     TerminateWorkflowInput,
+    UpdateWithStartStartWorkflowInput,
 )
 from kadence.client._read_model import NOT_FOUND_AFTER_S, TABLES_MISSING, ReadModel, run_row, until_created
 from kadence.client._replies import RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.client._types import AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter, type_hints
 from kadence.exceptions import (
     ApplicationError,
@@ -284,13 +288,8 @@ class WorkflowHandle:
         as temporalio refuses it. Raises CommandRejectedError if the workflow is closed or unknown,
         WorkflowUpdateFailedError if it closes before the update reached the stage. An update sent
         again with the same `id` runs once."""
-        if wait_for_stage == WorkflowUpdateStage.ADMITTED:
-            raise ValueError("ADMITTED wait stage not supported")
-        if wait_for_stage not in (WorkflowUpdateStage.ACCEPTED, WorkflowUpdateStage.COMPLETED):
-            raise ValueError(f"wait_for_stage must be a WorkflowUpdateStage, ACCEPTED or COMPLETED, not {wait_for_stage!r}")
-        name = workflow_module.update_name(update)
-        if result_type is None and not isinstance(update, str):
-            result_type = type_hints(update).get("return")
+        check_update_stage(wait_for_stage)
+        name, result_type = update_name_and_result_type(update, result_type)
         return await self.client._impl.start_workflow_update(StartWorkflowUpdateInput(
             id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, update_id=id, update=name,
             args=([arg] if arg is not UNSET else []) + list(args), wait_for_stage=wait_for_stage, headers={},
@@ -335,7 +334,7 @@ class WorkflowHandle:
             raise WorkflowNotFoundError(f"{named} not found: {TABLES_MISSING}") from exc
         if found is None:
             raise WorkflowNotFoundError(f"{named} not found")
-        return found
+        return dataclasses.replace(found, data_converter=self.client.data_converter)  # its memo() decodes as this client does
 
     async def _until_recorded(self) -> None:
         deadline = asyncio.get_running_loop().time() + NOT_FOUND_AFTER_S
@@ -423,6 +422,61 @@ class AsyncActivityHandle:
             target = {"run_id": token.run_id, "scheduled_event_id": token.scheduled_event_id, "attempt": token.attempt,
                       "task_token": self._id_or_token, "activity_id": ""}
         return await self._client._request(workflow_id, kind, {**body, **target, "request_id": request_id}, request_id)
+
+
+def check_update_stage(wait_for_stage: WorkflowUpdateStage) -> None:
+    """The stages an update's caller may wait for: ACCEPTED or COMPLETED (ADMITTED refused as temporalio refuses it)."""
+    if wait_for_stage == WorkflowUpdateStage.ADMITTED:
+        raise ValueError("ADMITTED wait stage not supported")
+    if wait_for_stage not in (WorkflowUpdateStage.ACCEPTED, WorkflowUpdateStage.COMPLETED):
+        raise ValueError(f"wait_for_stage must be a WorkflowUpdateStage, ACCEPTED or COMPLETED, not {wait_for_stage!r}")
+
+
+def update_name_and_result_type(update: Callable[..., Any] | str, result_type: type | None) -> tuple[str, type | None]:
+    """An update's name, and the type its result decodes to: `result_type`, else the handler's return hint."""
+    if result_type is None and not isinstance(update, str):
+        result_type = type_hints(update).get("return")
+    return workflow_module.update_name(update), result_type
+
+
+class WithStartWorkflowOperation:
+    """How to start the workflow of an update-with-start, as temporalio's: start_workflow's options,
+    with `id_conflict_policy` required (USE_EXISTING sends the update to a running run, FAIL
+    refuses while one runs, TERMINATE_EXISTING ends it and starts another). A cron schedule or a
+    start delay is refused, as Temporal refuses them. Used once; `workflow_handle()` waits for the
+    request's answer: the handle on the run it left running, or the error that refused it."""
+
+    def __init__(
+        self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), id: str, task_queue: str,
+        id_conflict_policy: WorkflowIDConflictPolicy, result_type: type | None = None, execution_timeout: timedelta | None = None,
+        run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None:
+        if not isinstance(id_conflict_policy, WorkflowIDConflictPolicy):
+            raise ValueError(f"WorkflowIDConflictPolicy is required: give id_conflict_policy= (not {id_conflict_policy!r})")
+        if cron_schedule or start_delay:
+            raise ValueError("an update-with-start takes no cron_schedule nor start_delay (Temporal refuses them): "
+                             "the update needs the run at once")
+        definition = workflow_module.definition(workflow)
+        if result_type is None and not isinstance(definition, str):
+            result_type = definition.result_type()
+        self._start_workflow_input = UpdateWithStartStartWorkflowInput(
+            workflow=definition if isinstance(definition, str) else definition.name,
+            args=([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
+            execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
+            id_conflict_policy=id_conflict_policy, retry_policy=None, cron_schedule=cron_schedule, memo=memo,
+            search_attributes=search_attributes, static_summary=None, static_details=None, start_delay=start_delay, headers={},
+            ret_type=result_type,
+        )
+        self._workflow_handle: asyncio.Future[WorkflowHandle] = asyncio.get_running_loop().create_future()
+        self._used = False
+
+    async def workflow_handle(self) -> WorkflowHandle:
+        """The handle on the run the update-with-start left running (as a signal-with-start's, it
+        follows the workflow id's current run); raises what refused the start."""
+        return await self._workflow_handle
 
 
 class WorkflowUpdateHandle:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -27,13 +28,15 @@ from kadence.client._inputs import (
     SignalWorkflowInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
+    StartWorkflowUpdateWithStartInput,
     TerminateWorkflowInput,
+    UpdateWithStartStartWorkflowInput,
 )
 from kadence.client._interceptor import OutboundInterceptor
 from kadence.client._read_model import TABLES_MISSING, until_created
 from kadence.client._replies import ReplyListener, RunWatch
-from kadence.client._types import UNSET, AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
-from kadence.common import to_ms
+from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.common import UNSET, to_ms
 from kadence.exceptions import (
     AsyncActivityCancelledError,
     CommandRejectedError,
@@ -67,12 +70,10 @@ class _ClientImpl(OutboundInterceptor):
     def __init__(self, client: ImplClient) -> None:  # no next: this is the end of the chain
         self._client = client
 
-    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
-        client = self._client
-        payloads = client.data_converter.payload_converter
-        request_id = input.request_id or str(uuid.uuid4())
-        watch = await client._watch_run(request_id)  # before the send: the close may come soon after the answer
-        start = {
+    def _start_record(self, input: StartWorkflowInput | UpdateWithStartStartWorkflowInput, request_id: str) -> dict[str, Any]:
+        """The StartWorkflowExecution record of a start (alone, or with a signal or an update)."""
+        payloads = self._client.data_converter.payload_converter
+        return {
             "workflow_type": input.workflow, "task_queue": input.task_queue,
             "input": payloads.to_payloads(list(input.args)), "request_id": request_id,
             "execution_timeout_ms": to_ms(input.execution_timeout), "run_timeout_ms": to_ms(input.run_timeout),
@@ -81,7 +82,15 @@ class _ClientImpl(OutboundInterceptor):
             "id_reuse_policy": input.id_reuse_policy.value, "id_conflict_policy": input.id_conflict_policy.value,
             "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
             "header": dict(input.headers),
+            "memo": {key: payloads.to_payload(value) for key, value in (input.memo or {}).items()},
         }
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
+        client = self._client
+        payloads = client.data_converter.payload_converter
+        request_id = input.request_id or str(uuid.uuid4())
+        watch = await client._watch_run(request_id)  # before the send: the close may come soon after the answer
+        start = self._start_record(input, request_id)
         if input.start_signal is None:
             run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
         else:
@@ -114,7 +123,7 @@ class _ClientImpl(OutboundInterceptor):
             pool = (await self._client._read_model()).pool
             try:
                 async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
-                    yield execution
+                    yield dataclasses.replace(execution, data_converter=self._client.data_converter)  # memo() decodes as the client
             except psycopg.errors.UndefinedTable as exc:
                 raise KadenceError(f"listing workflows: {TABLES_MISSING}") from exc
 
@@ -194,6 +203,34 @@ class _ClientImpl(OutboundInterceptor):
         await handle._wait_for(reached, [update_request_id(workflow_id, update_id)] + (
             [update_accepted_request_id(workflow_id, update_id)] if input.wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
         ))
+        return handle
+
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput) -> WorkflowUpdateHandle:
+        """One UpdateWithStartWorkflowExecution command: history starts the run (or takes the running
+        one, per the conflict policy) and admits the update in one batch; then wait as start_update waits."""
+        client, start, update = self._client, input.start_workflow_input, input.update_workflow_input
+        if update.wait_for_stage == WorkflowUpdateStage.ADMITTED:
+            raise ValueError("ADMITTED wait stage not supported")
+        workflow_id, update_id, request_id = start.id, update.update_id or str(uuid.uuid4()), str(uuid.uuid4())
+        read_model = await client._read_model()
+        awaited = [update_request_id(workflow_id, update_id)] + (
+            [update_accepted_request_id(workflow_id, update_id)] if update.wait_for_stage == WorkflowUpdateStage.ACCEPTED else []
+        )
+        reached = [read_model.expect_outcome(request) for request in awaited]  # before the send, so no answer is missed
+        try:
+            run_id = await client._request(workflow_id, CommandType.UpdateWithStartWorkflowExecution, {
+                "start": self._start_record(start, request_id),
+                "update": {"update_id": update_id, "name": update.update, "header": dict(update.headers),
+                           "args": client.data_converter.payload_converter.to_payloads(list(update.args))},
+            }, request_id)
+        except BaseException as exc:
+            for request, outcome in zip(awaited, reached, strict=True):
+                read_model.forget_outcome(request, outcome)
+            input._on_start_error(exc)
+            raise
+        input._on_start(run_id)
+        handle = WorkflowUpdateHandle(client, update_id, workflow_id, workflow_run_id=run_id, result_type=update.ret_type)
+        await handle._wait_for(reached, awaited)
         return handle
 
     async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:

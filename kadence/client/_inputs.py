@@ -1,13 +1,13 @@
 """The inputs of the client's outbound calls (OutboundInterceptor's methods), as temporalio.client's:
 each a dataclass with temporalio's name and fields. Kadence has no RPC: `rpc_metadata` is carried
 but sent nowhere, `rpc_timeout` bounds only a query (its `timeout`), and fields for features
-Kadence lacks (memo, retry_policy, static summaries) stay None. `headers` travel in the command
+Kadence lacks (retry_policy, static summaries) stay None. `headers` travel in the command
 and are recorded in the history where Temporal records them."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -132,6 +132,56 @@ class StartWorkflowUpdateInput:
     ret_type: type | None
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None
+
+
+@dataclasses.dataclass
+class UpdateWithStartStartWorkflowInput:
+    """The start of an update-with-start (WithStartWorkflowOperation's), as temporalio's."""
+
+    workflow: str
+    args: Sequence[Any]
+    id: str
+    task_queue: str
+    execution_timeout: timedelta | None
+    run_timeout: timedelta | None
+    task_timeout: timedelta | None
+    id_reuse_policy: WorkflowIDReusePolicy
+    id_conflict_policy: WorkflowIDConflictPolicy
+    retry_policy: Any
+    cron_schedule: str
+    memo: Mapping[str, Any] | None
+    search_attributes: Mapping[str, Any] | None
+    static_summary: str | None
+    static_details: str | None
+    start_delay: timedelta | None
+    headers: Mapping[str, Payload]
+    ret_type: type | None
+
+
+@dataclasses.dataclass
+class UpdateWithStartUpdateWorkflowInput:
+    """The update of an update-with-start, as temporalio's."""
+
+    update_id: str | None
+    update: str
+    args: Sequence[Any]
+    wait_for_stage: WorkflowUpdateStage
+    headers: Mapping[str, Payload]
+    ret_type: type | None
+
+
+@dataclasses.dataclass
+class StartWorkflowUpdateWithStartInput:
+    """Input for OutboundInterceptor.start_update_with_start_workflow, as temporalio's. `_on_start`
+    gets the run the request left running (started, or the running one), `_on_start_error` why
+    none: what WithStartWorkflowOperation.workflow_handle() returns or raises."""
+
+    start_workflow_input: UpdateWithStartStartWorkflowInput
+    update_workflow_input: UpdateWithStartUpdateWorkflowInput
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+    _on_start: Callable[[str], None]
+    _on_start_error: Callable[[BaseException], None]
 
 
 @dataclasses.dataclass

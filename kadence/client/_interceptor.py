@@ -22,6 +22,7 @@ from kadence.client._inputs import (
     SignalWorkflowInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
+    StartWorkflowUpdateWithStartInput,
     TerminateWorkflowInput,
 )
 from kadence.client._types import WorkflowExecutionCount
@@ -68,6 +69,9 @@ class OutboundInterceptor:
 
     async def start_workflow_update(self, input: StartWorkflowUpdateInput) -> WorkflowUpdateHandle:
         return await self.next.start_workflow_update(input)
+
+    async def start_update_with_start_workflow(self, input: StartWorkflowUpdateWithStartInput) -> WorkflowUpdateHandle:
+        return await self.next.start_update_with_start_workflow(input)
 
     async def heartbeat_async_activity(self, input: HeartbeatAsyncActivityInput) -> None:
         await self.next.heartbeat_async_activity(input)

@@ -1,13 +1,10 @@
 """The client's small types, below everything else in kadence.client: the update stages, an async
-activity's ids, a count of executions, and the marker of an argument not given."""
+activity's ids, a count of executions."""
 
 from __future__ import annotations
 
 import dataclasses
 from enum import IntEnum
-from typing import Any
-
-UNSET: Any = object()  # an argument not given (None may be the value given)
 
 
 class WorkflowUpdateStage(IntEnum):

@@ -144,6 +144,17 @@ class _TracingClientOutbound(kadence.client.OutboundInterceptor):
         ):
             return await super().start_workflow_update(input)
 
+    async def start_update_with_start_workflow(
+        self, input: kadence.client.StartWorkflowUpdateWithStartInput,
+    ) -> kadence.client.WorkflowUpdateHandle:
+        start, update = input.start_workflow_input, input.update_workflow_input
+        attributes = {"temporalWorkflowID": start.id, **({"temporalUpdateID": update.update_id} if update.update_id else {})}
+        with self.root.start_as_current_span(
+            f"StartUpdateWithStartWorkflow:{start.workflow}", attributes=attributes, kind=SpanKind.CLIENT, input=start,
+        ):
+            update.headers = self.root.context_to_headers(update.headers)  # the update's admission joins the same span
+            return await super().start_update_with_start_workflow(input)
+
 
 class _TracingActivityInbound(kadence.worker.ActivityInboundInterceptor):
     def __init__(self, next: kadence.worker.ActivityInboundInterceptor, root: TracingInterceptor) -> None:

@@ -28,7 +28,8 @@ from services.visibility.projector import VisibilityProjector
 # Each table the projector writes: its key, and the columns the log decides.
 TABLES = {
     "kadence_executions": (("workflow_id", "run_id"), ("workflow_type", "task_queue", "status", "start_time", "close_time",
-                                                       "history_length", "result", "failure", "next_run_id", "search_attributes")),
+                                                       "history_length", "result", "failure", "next_run_id", "search_attributes",
+                                                       "memo")),
     "kadence_events": (("workflow_id", "run_id", "event_id"), ("event_type", "event_time", "event")),
     "kadence_command_outcomes": (("request_id",), ("workflow_id", "run_id", "accepted", "cause", "reason", "result", "failure")),
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from kadence.protocol.records import Failure, Payload
@@ -23,6 +23,28 @@ CLOSE_STATUS: dict[str, str] = {
     EventType.WorkflowExecutionTimedOut: "TimedOut",
     EventType.WorkflowExecutionContinuedAsNew: "ContinuedAsNew",
 }
+
+
+def is_memo_removal(payload: Mapping[str, Any]) -> bool:
+    """Whether an upserted memo value removes its key: the null payload (encoding binary/null), as
+    Temporal's server reads temporalio's upsert_memo(key=None)."""
+    return payload["metadata"].get("encoding") == b"binary/null"
+
+
+# A payload as the reader holds it: a record's dict (kadence.protocol.records) or the SDK's Payload.
+P = TypeVar("P", bound=Mapping[str, Any])
+
+
+def memo_upserted(memo: Mapping[str, P], upserted: Mapping[str, P]) -> dict[str, P]:
+    """The memo after a WorkflowPropertiesModified event that upserted `upserted`."""
+    result = dict(memo)
+    for key, payload in upserted.items():
+        if is_memo_removal(payload):
+            result.pop(key, None)
+        else:
+            result[key] = payload
+    return result
+
 
 # The events that end an activity for good (a failure or timeout whose retry_state is
 # IN_PROGRESS only ends an attempt).
@@ -46,6 +68,7 @@ EVENT_FOR_COMMAND: dict[str, str] = {
     TaskCommandType.CancelTimer: EventType.TimerCanceled,
     TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCancelRequested,
     TaskCommandType.UpsertWorkflowSearchAttributes: EventType.UpsertWorkflowSearchAttributes,
+    TaskCommandType.ModifyWorkflowProperties: EventType.WorkflowPropertiesModified,
     TaskCommandType.RecordMarker: EventType.MarkerRecorded,
     TaskCommandType.StartChildWorkflowExecution: EventType.StartChildWorkflowExecutionInitiated,
     TaskCommandType.AcceptWorkflowUpdate: EventType.WorkflowExecutionUpdateAccepted,

@@ -31,6 +31,8 @@ WARN_HISTORY_BYTES = 10 * 1024 * 1024
 MAX_SEARCH_ATTRIBUTES = 100
 MAX_SEARCH_ATTRIBUTE_VALUE_BYTES = 2 * 1024
 MAX_SEARCH_ATTRIBUTES_BYTES = 40 * 1024
+# Temporal's default limit of a run's memo, its keys and payloads in all.
+MAX_MEMO_BYTES = 2 * 1024 * 1024
 # A task queue names Kafka topics (kadence.tq.<queue>.activity): Kafka's topic characters, and
 # short enough that the longest topic stays within Kafka's 249.
 MAX_TASK_QUEUE_LENGTH = 249 - len("kadence.tq..activity")
@@ -155,8 +157,11 @@ def name_problem(workflow_id: str, attrs: Mapping[str, Any]) -> str | None:
     if isinstance(task_queue, str) and task_queue and (problem := task_queue_problem(task_queue)):
         return problem
     search_attributes = attrs.get("search_attributes")
-    if isinstance(search_attributes, dict):
-        return search_attributes_problem(search_attributes)
+    if isinstance(search_attributes, dict) and (problem := search_attributes_problem(search_attributes)):
+        return problem
+    memo = attrs.get("memo", attrs.get("upserted_memo"))
+    if isinstance(memo, dict):
+        return memo_problem(memo)
     return None
 
 
@@ -176,7 +181,7 @@ def _fields_problem(workflow_id: str, record: dict[str, Any]) -> str | None:
     for key, value in record.items():
         if problem is not None:
             break
-        if isinstance(value, dict) and key not in ("search_attributes", "failure"):
+        if isinstance(value, dict) and key not in ("search_attributes", "memo", "failure"):
             problem = _fields_problem(workflow_id, value)
     return problem
 
@@ -205,6 +210,21 @@ def search_attributes_problem(attributes: dict[str, dict[str, Any]]) -> str | No
             return f"search attribute {name!r}: {problem}"
     if total > MAX_SEARCH_ATTRIBUTES_BYTES:
         return f"search attributes of {total} bytes in all exceed the {MAX_SEARCH_ATTRIBUTES_BYTES} bytes allowed"
+    return None
+
+
+def memo_problem(memo: dict[str, dict[str, Any]]) -> str | None:
+    """A memo's keys are text the read model keys its JSON by (no NUL, not empty), and the memo
+    holds at most Temporal's 2 MB."""
+    total = 0
+    for key, payload in memo.items():
+        if not key:
+            return "a memo key is empty"
+        if problem := text_problem("memo key", key):
+            return problem
+        total += len(key.encode()) + len(payload["data"]) + sum(len(k) + len(v) for k, v in payload["metadata"].items())
+    if total > MAX_MEMO_BYTES:
+        return f"a memo of {total / 1e6:.1f} MB exceeds the {MAX_MEMO_BYTES // (1024 * 1024)} MB limit"
     return None
 
 

@@ -55,6 +55,7 @@ class EventType(StrEnum):
     WorkflowExecutionUpdateAccepted = "WorkflowExecutionUpdateAccepted"
     WorkflowExecutionUpdateRejected = "WorkflowExecutionUpdateRejected"
     WorkflowExecutionUpdateCompleted = "WorkflowExecutionUpdateCompleted"
+    WorkflowPropertiesModified = "WorkflowPropertiesModified"
 
 
 class CommandType(StrEnum):
@@ -79,6 +80,7 @@ class CommandType(StrEnum):
     RecordExternalRequestOutcome = "RecordExternalRequestOutcome"
     QueryWorkflow = "QueryWorkflow"
     UpdateWorkflowExecution = "UpdateWorkflowExecution"
+    UpdateWithStartWorkflowExecution = "UpdateWithStartWorkflowExecution"
 
 
 # What a client sends, or anyone producing to kadence.commands: answered under its request id, and
@@ -86,7 +88,11 @@ class CommandType(StrEnum):
 CLIENT_COMMANDS = frozenset({
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
     CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.UpdateWorkflowExecution,
+    CommandType.UpdateWithStartWorkflowExecution,
 })
+# The client commands that carry a start with another request (a signal, an update): the start's
+# request id names the whole command.
+WITH_START = frozenset({CommandType.SignalWithStartWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution})
 
 
 class TaskCommandType(StrEnum):
@@ -108,6 +114,7 @@ class TaskCommandType(StrEnum):
     AcceptWorkflowUpdate = "AcceptWorkflowUpdate"
     RejectWorkflowUpdate = "RejectWorkflowUpdate"
     CompleteWorkflowUpdate = "CompleteWorkflowUpdate"
+    ModifyWorkflowProperties = "ModifyWorkflowProperties"
 
 
 class EffectType(StrEnum):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 CLOSED_CHANNEL = "kadence_workflow_closed"
 OUTCOME_CHANNEL = "kadence_command_outcome"
@@ -80,12 +83,28 @@ VISIBILITY_DDL = [
     # A workflow task retried after a failure or timeout (Avro TransientWorkflowTask), NULL otherwise:
     # describe's and the UI's pending workflow task.
     "ALTER TABLE kadence_executions ADD COLUMN IF NOT EXISTS pending_workflow_task bytea",
+    # The run's memo (memo_json: each value a payload, as the payload codec left it).
+    "ALTER TABLE kadence_executions ADD COLUMN IF NOT EXISTS memo jsonb NOT NULL DEFAULT '{}'",
     # The web UI pages the list by keyset on (start_time, workflow_id, run_id), newest first: each page
     # is a range of this index, however deep (kadence/ops/ui/queries.py).
     "CREATE INDEX IF NOT EXISTS kadence_executions_start_time ON kadence_executions (start_time, workflow_id, run_id)",
     # The visibility service deletes rows past their retention (services/visibility/retention.py).
     "CREATE INDEX IF NOT EXISTS kadence_command_outcomes_recorded_at ON kadence_command_outcomes (recorded_at)",
 ]
+
+
+def memo_json(memo: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A memo as the memo column holds it: each payload's metadata values and data in base64."""
+    return {key: {"metadata": {name: base64.b64encode(value).decode() for name, value in payload["metadata"].items()},
+                  "data": base64.b64encode(payload["data"]).decode()}
+            for key, payload in memo.items()}
+
+
+def memo_from_json(value: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The memo column's value as payload records (metadata and data as bytes)."""
+    return {key: {"metadata": {name: base64.b64decode(v) for name, v in payload["metadata"].items()},
+                  "data": base64.b64decode(payload["data"])}
+            for key, payload in value.items()}
 
 
 def update_request_id(workflow_id: str, update_id: str) -> str:

@@ -94,6 +94,8 @@ class StartWorkflowExecution(TypedDict):
     # Set by the caller's interceptors (temporalio's headers); recorded on WorkflowExecutionStarted (and a
     # signal-with-start's WorkflowExecutionSignaled).
     header: NotRequired[dict[str, Payload]]
+    # Temporal's memo: values shown with the run and never indexed; recorded on WorkflowExecutionStarted.
+    memo: NotRequired[dict[str, Payload]]
 
 
 class InitiatedBy(TypedDict):
@@ -232,6 +234,8 @@ class ContinueAsNewWorkflowExecution(TypedDict):
     run_timeout_ms: NotRequired[int]
     # Set by the workflow's outbound interceptors; recorded on the next run's WorkflowExecutionStarted.
     header: NotRequired[dict[str, Payload]]
+    # The next run's memo; null: the current run's, as its upserts left it (as Temporal).
+    memo: NotRequired[dict[str, Payload] | None]
 
 
 class UpsertWorkflowSearchAttributesCommand(TypedDict):
@@ -257,6 +261,8 @@ class StartChildWorkflowExecution(TypedDict):
     # Set by the workflow's outbound interceptors; recorded on StartChildWorkflowExecutionInitiated and the child's
     # WorkflowExecutionStarted.
     header: NotRequired[dict[str, Payload]]
+    # The child's memo.
+    memo: NotRequired[dict[str, Payload]]
 
 
 class SignalExternalWorkflowExecution(TypedDict):
@@ -290,6 +296,14 @@ class CompleteWorkflowUpdate(TypedDict):
     update_id: str
     result: NotRequired[Payload | None]
     failure: NotRequired[Failure | None]
+
+
+class ModifyWorkflowProperties(TypedDict):
+    """Upsert the run's memo (temporalio's workflow.upsert_memo): a key whose value is the null payload (encoding
+    binary/null) is removed.
+    """
+
+    upserted_memo: dict[str, Payload]
 
 
 class RespondWorkflowTaskFailed(TypedDict):
@@ -441,6 +455,15 @@ class UpdateWorkflowExecution(TypedDict):
     header: NotRequired[dict[str, Payload]]
 
 
+class UpdateWithStartWorkflowExecution(TypedDict):
+    """Admit the update to the running run of the workflow id, or start one (per the start's policies) with the
+    update as its first event after the start: one batch. The start's request id names the whole request.
+    """
+
+    start: StartWorkflowExecution
+    update: UpdateWorkflowExecution
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -586,6 +609,8 @@ class WorkflowExecutionStarted(TypedDict):
     root_run_id: NotRequired[str]
     # The start's headers (temporalio's interceptors): what the workflow's inbound interceptors read.
     header: NotRequired[dict[str, Payload]]
+    # The run's memo at its start.
+    memo: NotRequired[dict[str, Payload]]
 
 
 class WorkflowExecutionSignaled(TypedDict):
@@ -764,6 +789,8 @@ class WorkflowExecutionContinuedAsNew(TypedDict):
     workflow_task_completed_event_id: int
     # The next run's headers.
     header: NotRequired[dict[str, Payload]]
+    # The next run's memo.
+    memo: NotRequired[dict[str, Payload]]
 
 
 class MarkerRecorded(TypedDict):
@@ -786,6 +813,8 @@ class StartChildWorkflowExecutionInitiated(TypedDict):
     workflow_task_completed_event_id: int
     # The child start's headers.
     header: NotRequired[dict[str, Payload]]
+    # The child's memo.
+    memo: NotRequired[dict[str, Payload]]
 
 
 class StartChildWorkflowExecutionFailed(TypedDict):
@@ -920,6 +949,13 @@ class WorkflowExecutionUpdateCompleted(TypedDict):
     update_id: str
     result: NotRequired[Payload | None]
     failure: NotRequired[Failure | None]
+    workflow_task_completed_event_id: int
+
+
+class WorkflowPropertiesModified(TypedDict):
+    """The run's memo upserted (ModifyWorkflowProperties): a key whose value is the null payload is removed."""
+
+    upserted_memo: dict[str, Payload]
     workflow_task_completed_event_id: int
 
 
@@ -1131,6 +1167,7 @@ CommandCommand = (
     | tuple[Literal["RecordExternalRequestOutcome"], RecordExternalRequestOutcome]
     | tuple[Literal["QueryWorkflow"], QueryWorkflow]
     | tuple[Literal["UpdateWorkflowExecution"], UpdateWorkflowExecution]
+    | tuple[Literal["UpdateWithStartWorkflowExecution"], UpdateWithStartWorkflowExecution]
 )
 
 # The record of any branch of CommandCommand.
@@ -1154,6 +1191,7 @@ CommandCommandRecord = (
     | RecordExternalRequestOutcome
     | QueryWorkflow
     | UpdateWorkflowExecution
+    | UpdateWithStartWorkflowExecution
 )
 
 
@@ -1175,6 +1213,7 @@ RespondWorkflowTaskCompletedCommands = (
     | tuple[Literal["AcceptWorkflowUpdate"], AcceptWorkflowUpdate]
     | tuple[Literal["RejectWorkflowUpdate"], RejectWorkflowUpdate]
     | tuple[Literal["CompleteWorkflowUpdate"], CompleteWorkflowUpdate]
+    | tuple[Literal["ModifyWorkflowProperties"], ModifyWorkflowProperties]
 )
 
 # The record of any branch of RespondWorkflowTaskCompletedCommands.
@@ -1195,6 +1234,7 @@ RespondWorkflowTaskCompletedCommandsRecord = (
     | AcceptWorkflowUpdate
     | RejectWorkflowUpdate
     | CompleteWorkflowUpdate
+    | ModifyWorkflowProperties
 )
 
 
@@ -1267,6 +1307,7 @@ HistoryEventAttributes = (
     | tuple[Literal["WorkflowExecutionUpdateAccepted"], WorkflowExecutionUpdateAccepted]
     | tuple[Literal["WorkflowExecutionUpdateRejected"], WorkflowExecutionUpdateRejected]
     | tuple[Literal["WorkflowExecutionUpdateCompleted"], WorkflowExecutionUpdateCompleted]
+    | tuple[Literal["WorkflowPropertiesModified"], WorkflowPropertiesModified]
 )
 
 # The record of any branch of HistoryEventAttributes.
@@ -1315,6 +1356,7 @@ HistoryEventAttributesRecord = (
     | WorkflowExecutionUpdateAccepted
     | WorkflowExecutionUpdateRejected
     | WorkflowExecutionUpdateCompleted
+    | WorkflowPropertiesModified
 )
 
 

@@ -16,16 +16,16 @@ import logging
 import random as _random
 import typing
 import uuid as _uuid
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 from kadence import activity as activity_module
-from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
-from kadence.workflow._runtime import UNSET, ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
+from kadence.workflow._runtime import ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
 ActivityHandle = asyncio.Task  # temporalio's name for what start_activity returns: await it for the result
 
@@ -309,9 +309,10 @@ def is_continue_as_new_suggested() -> bool:
 
 def continue_as_new(
     arg: Any = UNSET, *, args: Sequence[Any] = (), workflow: type | str | None = None, task_queue: str | None = None,
-    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None, memo: Mapping[str, Any] | None = None,
 ) -> NoReturn:
-    """End this run and start a new one of the same workflow id with fresh history (and these arguments)."""
+    """End this run and start a new one of the same workflow id with fresh history (and these
+    arguments). The new run's memo is `memo`, else this run's as its upserts left it (as temporalio)."""
     runtime = _Runtime.current()
     workflow_type = None
     if workflow is not None:
@@ -319,13 +320,39 @@ def continue_as_new(
         workflow_type = found if isinstance(found, str) else found.name
     runtime.continue_as_new(
         workflow_type, ([arg] if arg is not UNSET else []) + list(args), task_queue=task_queue, run_timeout=run_timeout,
-        task_timeout=task_timeout,
+        task_timeout=task_timeout, memo=memo,
     )
 
 
 def upsert_search_attributes(attributes: dict[str, Any]) -> None:
     """Set (or overwrite) search attributes of this run: indexed in the read model for list queries."""
     _Runtime.current().upsert_search_attributes(attributes)
+
+
+def memo() -> Mapping[str, Any]:
+    """This run's memo, each value converted without a type hint (a dataclass comes back a dict:
+    use memo_value's type_hint), as temporalio's."""
+    runtime = _Runtime.current()
+    converter = runtime.converter.payload_converter
+    return {key: converter.from_payload(payload) for key, payload in runtime.workflow_info().raw_memo.items()}
+
+
+def memo_value(key: str, default: Any = UNSET, *, type_hint: type | None = None) -> Any:
+    """One memo value, converted with `type_hint`; `default` when the memo has no `key` (without one,
+    KeyError), as temporalio's."""
+    runtime = _Runtime.current()
+    payload = runtime.workflow_info().raw_memo.get(key)
+    if payload is None:
+        if default is UNSET:
+            raise KeyError(f"Memo does not have a value for key {key}")
+        return default
+    return runtime.converter.payload_converter.from_payload(payload, type_hint)
+
+
+def upsert_memo(updates: Mapping[str, Any]) -> None:
+    """Set memo values of this run, and remove those set to None (as temporalio's): recorded as a
+    WorkflowPropertiesModified event, shown by describe, list and the UI."""
+    _Runtime.current().upsert_memo(updates)
 
 
 async def wait_condition(condition: Callable[[], bool], *, timeout: timedelta | float | None = None) -> None:
@@ -593,6 +620,7 @@ async def start_child_workflow(
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
     result_type: type | None = None,
 ) -> ChildWorkflowHandle:
     """Start a child workflow and wait until it started (raises WorkflowAlreadyStartedError if its
@@ -607,7 +635,7 @@ async def start_child_workflow(
     return await runtime.start_child_workflow(
         workflow_type, ([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
         execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
-        parent_close_policy=parent_close_policy, search_attributes=search_attributes, result_type=result_type,
+        parent_close_policy=parent_close_policy, search_attributes=search_attributes, memo=memo, result_type=result_type,
     )
 
 
@@ -624,13 +652,14 @@ async def execute_child_workflow(
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
     result_type: type | None = None,
 ) -> Any:
     """Start a child workflow and wait for its result (raises ChildWorkflowError if it did not complete)."""
     handle = await start_child_workflow(
         workflow, arg, args=args, id=id, task_queue=task_queue, execution_timeout=execution_timeout, run_timeout=run_timeout,
         task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, parent_close_policy=parent_close_policy,
-        search_attributes=search_attributes, result_type=result_type,
+        search_attributes=search_attributes, memo=memo, result_type=result_type,
     )
     return await handle
 

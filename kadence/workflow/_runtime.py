@@ -20,11 +20,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
 from kadence.workflow._definition import Handler, signal_name
-
-UNSET: Any = object()  # an argument not given (None being a value)
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,8 @@ current_update: contextvars.ContextVar[UpdateInfo | None] = contextvars.ContextV
 @dataclass(frozen=True)
 class WorkflowInfo:
     """The running workflow's info (as temporalio.workflow.Info): from its WorkflowExecutionStarted
-    event, so the same on every replay. Immutable but for search_attributes, which upserts update."""
+    event, so the same on every replay. Immutable but for search_attributes and raw_memo, which
+    upserts update."""
 
     workflow_id: str
     run_id: str
@@ -80,7 +79,7 @@ class WorkflowInfo:
     headers: Mapping[str, Payload] = field(default_factory=dict)  # the start's, as the caller's interceptors set them
     parent: ParentInfo | None = None
     root: RootInfo | None = None
-    raw_memo: Mapping[str, Any] = field(default_factory=dict)  # Kadence has no memo
+    raw_memo: dict[str, Payload] = field(default_factory=dict)  # the memo's payloads, decoded by the payload codec
     retry_policy: Any = None  # runs are not retried
     run_timeout: timedelta | None = None
     search_attributes: dict[str, list[Any]] = field(default_factory=dict)
@@ -191,6 +190,9 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
     def upsert_search_attributes(self, attributes: dict[str, Any]) -> None: ...
 
     @abc.abstractmethod
+    def upsert_memo(self, updates: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         """Resolves once `condition()` holds, checked whenever the workflow has run dry."""
 
@@ -230,7 +232,8 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
     async def start_child_workflow(
         self, workflow: str, args: Sequence[Any], *, id: str, task_queue: str | None, execution_timeout: timedelta | None,
         run_timeout: timedelta | None, task_timeout: timedelta | None, id_reuse_policy: WorkflowIDReusePolicy,
-        parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, result_type: type | None,
+        parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, memo: Mapping[str, Any] | None,
+        result_type: type | None,
     ) -> ChildWorkflowHandle: ...
 
     @abc.abstractmethod
@@ -245,5 +248,5 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
     @abc.abstractmethod
     def continue_as_new(
         self, workflow: str | None, args: Sequence[Any], *, task_queue: str | None, run_timeout: timedelta | None,
-        task_timeout: timedelta | None,
+        task_timeout: timedelta | None, memo: Mapping[str, Any] | None,
     ) -> NoReturn: ...

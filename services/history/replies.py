@@ -26,7 +26,7 @@ from services.history.machine.records import HistoryBatch
 log = logging.getLogger("kadence.history")
 
 # The commands whose accepted answer names a run the client may wait on the close of.
-_STARTS = {CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution}
+_STARTS = {CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution}
 WATCHED_RUNS_PER_PARTITION = 4096
 
 

@@ -38,7 +38,7 @@ from kadence.protocol.limits import (
     WARN_PAYLOAD_BYTES,
     text_problem,
 )
-from kadence.protocol.names import CLIENT_COMMANDS, CommandType, EffectType
+from kadence.protocol.names import CLIENT_COMMANDS, WITH_START, CommandType, EffectType
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
@@ -642,7 +642,7 @@ class HistoryService:
             workflow_id, msg.partition(), msg.offset(), owner, "producer did not partition by murmur2(workflow_id)",
         )
         kind, body = command["command"]
-        request = body["start"] if kind == CommandType.SignalWithStartWorkflowExecution else body
+        request = body["start"] if kind in WITH_START else body
         if request.get("request_id") == "":
             request["request_id"] = f"forwarded:{msg.partition()}@{msg.offset()}"
         self._send_elsewhere(msg, workflow_id, topics.COMMANDS, self.commands.encode(command), partition=owner,

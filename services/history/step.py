@@ -21,11 +21,11 @@ from kadence.protocol.limits import (
     encoded_bytes_bound,
     text_problem,
 )
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import WITH_START, CommandType, EffectType
 from services.history.machine.dispatch import decide, derive_effects
 from services.history.machine.effects import rejection_answer
 from services.history.machine.execution import Execution, Pending
-from services.history.machine.lifecycle import decide_signal_with_start, decide_start
+from services.history.machine.lifecycle import decide_signal_with_start, decide_start, decide_update_with_start
 from services.history.machine.limits import within_record_limit
 from services.history.machine.records import Effect, HistoryBatch, Record, Rejection, history_batch
 from services.history.machine.transition import Redispatch, Rejected, Transition
@@ -53,6 +53,7 @@ class Step:
 # (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition
 _STARTS: dict[str, Callable[[Execution | None, str, Record, str, int, int, int], Transition]] = {
     CommandType.StartWorkflowExecution: decide_start, CommandType.SignalWithStartWorkflowExecution: decide_signal_with_start,
+    CommandType.UpdateWithStartWorkflowExecution: decide_update_with_start,
 }
 
 
@@ -73,7 +74,7 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
 def request_id_of(kind: str, body: Record) -> str:
     """The request id a client, workflow or worker waits on for the command's answer ('' for none):
     a workflow task completion's is its eager activity starts'."""
-    if kind == CommandType.SignalWithStartWorkflowExecution:
+    if kind in WITH_START:
         return body["start"]["request_id"]
     return body.get("eager_request_id" if kind == CommandType.RespondWorkflowTaskCompleted else "request_id", "")
 

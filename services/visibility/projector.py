@@ -13,13 +13,14 @@ from psycopg.types.json import Jsonb
 
 from kadence.protocol.batch_jobs import BATCH_JOBS_DDL
 from kadence.protocol.codec import codec
-from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, refused, run_sections
+from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, is_memo_removal, refused, run_sections
 from kadence.protocol.names import EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
     OUTCOME_CHANNEL,
     VISIBILITY_DDL,
     CommandOutcome,
+    memo_json,
     update_accepted_request_id,
     update_request_id,
 )
@@ -56,6 +57,7 @@ class _Rows:
     archive: list[tuple[Any, ...]] = field(default_factory=list)
     outcomes: list[tuple[Any, ...]] = field(default_factory=list)
     upserts: list[tuple[Any, ...]] = field(default_factory=list)
+    memo_upserts: list[tuple[Any, ...]] = field(default_factory=list)  # (values set, keys removed, *key)
     pending_tasks: dict[tuple[str, str], bytes | None] = field(default_factory=dict)  # the last of each run's batches
 
 
@@ -87,14 +89,19 @@ class VisibilityProjector(Projection):
             if rows.started:
                 await cur.executemany(
                     "INSERT INTO kadence_executions "
-                    "(workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length, search_attributes) "
-                    "VALUES (%s, %s, %s, %s, 'Running', %s, 1, %s) ON CONFLICT DO NOTHING",
+                    "(workflow_id, run_id, workflow_type, task_queue, status, start_time, history_length, search_attributes, memo) "
+                    "VALUES (%s, %s, %s, %s, 'Running', %s, 1, %s, %s) ON CONFLICT DO NOTHING",
                     rows.started,
                 )
             if rows.upserts:  # in history order: a later upsert of a name wins
                 await cur.executemany(
                     "UPDATE kadence_executions SET search_attributes = search_attributes || %s WHERE workflow_id = %s AND run_id = %s",
                     rows.upserts,
+                )
+            if rows.memo_upserts:  # in history order, as search attributes
+                await cur.executemany(
+                    "UPDATE kadence_executions SET memo = (memo || %s) - %s::text[] WHERE workflow_id = %s AND run_id = %s",
+                    rows.memo_upserts,
                 )
             if rows.archive:
                 await cur.executemany(
@@ -156,9 +163,15 @@ class VisibilityProjector(Projection):
                     rows.pending_tasks[key] = None
                 case ("WorkflowExecutionStarted", started):
                     rows.started.append((*key, started["workflow_type"], started["task_queue"], _time(event["event_time_ms"]),
-                                         _search_attributes(started.get("search_attributes", {}))))
+                                         _search_attributes(started.get("search_attributes", {})),
+                                         Jsonb(memo_json(started.get("memo", {})))))
                 case ("UpsertWorkflowSearchAttributes", upsert):
                     rows.upserts.append((_search_attributes(upsert["search_attributes"]), *key))
+                case ("WorkflowPropertiesModified", modified):
+                    upserted = modified["upserted_memo"]
+                    removed = [name for name, payload in upserted.items() if is_memo_removal(payload)]
+                    kept = {name: payload for name, payload in upserted.items() if name not in removed}
+                    rows.memo_upserts.append((Jsonb(memo_json(kept)), removed, *key))
                 case ("WorkflowExecutionUpdateAccepted", accepted):  # start_update(wait_for_stage=ACCEPTED) waits for this
                     rows.outcomes.append((update_accepted_request_id(key[0], accepted["update_id"]), *key, True, None, None, None, None))
                 case ("WorkflowExecutionUpdateCompleted", completed):  # the caller of execute_update waits for this

@@ -149,14 +149,17 @@ def timers_signals_and_cancel() -> Scenario:
 
 
 def children_and_continue_as_new() -> Scenario:
-    s = Scenario("children_and_continue_as_new", "A parent starts a child (the child's start relayed to its own history), hears it "
-                 "started and completed, then continues as new; a terminate ends the new run.")
-    s.send("parent", "StartWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders", "request_id": "start-p"},
-           identity="client")
+    s = Scenario("children_and_continue_as_new", "A parent with a memo starts a child with one (the child's start relayed to its own "
+                 "history), hears it started and completed, upserts its memo (a key set, a key removed), then continues as new "
+                 "with the memo as upserted; a terminate ends the new run.")
+    s.send("parent", "StartWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders", "request_id": "start-p",
+                                                "memo": {"owner": payload("ada")}}, identity="client")
     parent_run = s.run_id("parent")
-    s.task("parent", 2, ("StartChildWorkflowExecution", {"workflow_id": "child", "workflow_type": "Child", "input": [payload("x")]}))
+    s.task("parent", 2, ("StartChildWorkflowExecution", {"workflow_id": "child", "workflow_type": "Child", "input": [payload("x")],
+                                                         "memo": {"for": payload("parent")}}))
     s.send("child", "StartWorkflowExecution", {"workflow_type": "Child", "task_queue": "orders", "input": [payload("x")],
-                                               "initiated_by": {"workflow_id": "parent", "run_id": parent_run, "initiated_event_id": 5}},
+                                               "initiated_by": {"workflow_id": "parent", "run_id": parent_run, "initiated_event_id": 5},
+                                               "memo": {"for": payload("parent")}},
            identity="kadence-history")
     child_run = s.run_id("child")
     s.send("parent", "RecordChildExecutionStarted", {"run_id": parent_run, "initiated_event_id": 5, "child_run_id": child_run},
@@ -169,8 +172,10 @@ def children_and_continue_as_new() -> Scenario:
                                                     "status": "Completed", "result": payload("child done")}, identity="kadence-history")
     scheduled = s.state.executions["parent"].workflow_task
     assert scheduled is not None
-    s.task("parent", scheduled.scheduled_event_id, ("ContinueAsNewWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders",
-                                                                                        "input": [payload("round 2")]}))
+    s.task("parent", scheduled.scheduled_event_id,
+           ("ModifyWorkflowProperties", {"upserted_memo": {"stage": payload("2"), "owner": {"metadata": {"encoding": b"binary/null"},
+                                                                                              "data": b""}}}),
+           ("ContinueAsNewWorkflowExecution", {"workflow_type": "Parent", "task_queue": "orders", "input": [payload("round 2")]}))
     s.send("parent", "TerminateWorkflowExecution", {"reason": "enough", "request_id": "term-1"}, identity="client")
     return s
 
@@ -225,7 +230,28 @@ def failing_workflow_task() -> Scenario:
     return s
 
 
-SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task]
+def update_with_start() -> Scenario:
+    s = Scenario("update_with_start", "An update-with-start starts the run with its update before the first workflow task; a second "
+                 "(USE_EXISTING) only admits its update to the running run, a third (FAIL) is refused; the first task completes "
+                 "the first update, and the second, buffered meanwhile, is written after it with the next task.")
+
+    def update_with_start(request_id: str, update_id: str, policy: str) -> None:
+        s.send("tally-1", "UpdateWithStartWorkflowExecution", {
+            "start": {"workflow_type": "Tally", "task_queue": "orders", "request_id": request_id,
+                      "id_conflict_policy": policy},
+            "update": {"update_id": update_id, "name": "add", "args": [payload("5")]},
+        }, identity="client")
+
+    update_with_start("uws-1", "u1", "USE_EXISTING")
+    update_with_start("uws-2", "u2", "USE_EXISTING")
+    update_with_start("uws-3", "u3", "FAIL")
+    s.task("tally-1", 3, ("AcceptWorkflowUpdate", {"update_id": "u1"}),
+           ("CompleteWorkflowUpdate", {"update_id": "u1", "result": payload("5")}))
+    return s
+
+
+SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task,
+             update_with_start]
 
 
 def main() -> None:

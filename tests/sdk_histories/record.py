@@ -26,11 +26,12 @@ from typing import Any
 
 import uvloop
 
-from kadence.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from kadence.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from kadence.common import WorkflowIDConflictPolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowFailureError, WorkflowUpdateFailedError
 from kadence.worker import Worker
-from tests.sdk_histories.workflows import RECORDED_WORKFLOWS, LocalGreetingWorkflow
+from tests.sdk_histories.workflows import RECORDED_WORKFLOWS, LocalGreetingWorkflow, MemoNotesWorkflow
 from tests.workflows import (
     ApprovalWorkflow,
     CancellableWorkflow,
@@ -139,6 +140,22 @@ async def cancel(client: Client, workflow_id: str) -> WorkflowHandle:
     return handle
 
 
+async def memo(client: Client, workflow_id: str) -> WorkflowHandle:
+    handle = await client.start_workflow(MemoNotesWorkflow.run, id=workflow_id, task_queue=TASK_QUEUE, memo={"ticket": 7})
+    await handle.result()
+    return handle
+
+
+async def update_with_start(client: Client, workflow_id: str) -> WorkflowHandle:
+    operation = WithStartWorkflowOperation(CartWorkflow.run, id=workflow_id, task_queue=TASK_QUEUE,
+                                           id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
+    await client.execute_update_with_start_workflow(CartWorkflow.add_item, "apple", start_workflow_operation=operation)
+    handle = await operation.workflow_handle()
+    await handle.execute_update(CartWorkflow.check_out)
+    await handle.result()
+    return handle  # its first_execution_run_id is None: the id's only run is recorded
+
+
 SCENARIOS = [
     Scenario("signals", signals, ("WorkflowExecutionSignaled", "WorkflowExecutionCompleted")),
     Scenario("updates", updates, ("WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateRejected", "ActivityTaskCompleted",
@@ -153,6 +170,9 @@ SCENARIOS = [
     Scenario("local_activities", local_activities, ("MarkerRecorded", "TimerFired", "WorkflowExecutionCompleted")),
     Scenario("cancel", cancel, ("WorkflowExecutionCancelRequested", "TimerCanceled", "ActivityTaskCompleted",
                                 "WorkflowExecutionCanceled")),
+    Scenario("memo", memo, ("WorkflowPropertiesModified", "TimerFired", "WorkflowExecutionCompleted")),
+    Scenario("update_with_start", update_with_start, ("WorkflowExecutionUpdateAdmitted", "WorkflowExecutionUpdateCompleted",
+                                                      "WorkflowExecutionCompleted")),
 ]
 
 

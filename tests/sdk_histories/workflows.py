@@ -4,6 +4,7 @@ other test runs. The recorder's worker and the replay test both take them from R
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from kadence import workflow
 from tests.workflows import (
@@ -38,7 +39,20 @@ class LocalGreetingWorkflow:
         )
 
 
+@workflow.defn
+class MemoNotesWorkflow:
+    """Upserts its memo (a key set, a key removed), and again after a timer: each upsert a
+    WorkflowPropertiesModified event its replay matches."""
+
+    @workflow.run
+    async def run(self) -> dict[str, Any]:
+        workflow.upsert_memo({"stage": "started", "ticket": None})
+        await workflow.sleep(0.05)
+        workflow.upsert_memo({"stage": "done"})
+        return dict(workflow.memo())
+
+
 RECORDED_WORKFLOWS = [
     ApprovalWorkflow, CartWorkflow, SleepyWorkflow, ParentOfTwoStepWorkflow, TwoStepWorkflow, CountdownWorkflow, PatchedWorkflow,
-    RetiredPatchWorkflow, FlakyWorkflow, DeclinedWorkflow, LocalGreetingWorkflow, CancellableWorkflow,
+    RetiredPatchWorkflow, FlakyWorkflow, DeclinedWorkflow, LocalGreetingWorkflow, CancellableWorkflow, MemoNotesWorkflow,
 ]

@@ -21,7 +21,7 @@ Record = dict[str, Any]
 WORKFLOW_TASK_CLOSES = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
 # Events shown as points on the timeline's first row.
 MARKED = (EventType.WorkflowExecutionSignaled, EventType.WorkflowExecutionCancelRequested, EventType.WorkflowExecutionUpdateAdmitted,
-          EventType.MarkerRecorded, EventType.UpsertWorkflowSearchAttributes)
+          EventType.MarkerRecorded, EventType.UpsertWorkflowSearchAttributes, EventType.WorkflowPropertiesModified)
 
 
 @dataclass

@@ -118,6 +118,7 @@ class ExecutionView:
     started: dict[str, Any]  # WorkflowExecutionStarted's attributes, payloads readable
     input: Any
     result: Any
+    memo: dict[str, Any]  # the run's memo as it is now, readable
     failures: list[dict[str, Any]]  # outermost first, payloads readable
     next_run_id: str | None
     runs: list[tuple[str, str, datetime]]
@@ -174,6 +175,8 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
         summary_rows.append(("Cron schedule", started["cron_schedule"]))
     if e.search_attributes:
         summary_rows.append(("Search attributes", pretty(e.search_attributes)))
+    if view.memo:
+        summary_rows.append(("Memo", pretty(view.memo)))
     if len(view.runs) > 1:
         summary_rows.append(("Runs of this id", render("<ul>{items}</ul>", items=join(
             render('<li>{link} {badge} <span class="muted">{start}</span></li>', link=execution_link(e.id, run_id, run_id),

@@ -160,14 +160,14 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
         "started": events[0]["attributes"][1] if events else {}, "events": [e["attributes"][1] for e in table],
         "result": row.result, "failures": failure_chain(row.failure),
         "pending_failures": {str(a.scheduled_event_id): failure_chain(a.last_failure) for a in pending},
-        "heartbeats": {str(k): v for k, v in heartbeats.items()},
+        "heartbeats": {str(k): v for k, v in heartbeats.items()}, "memo": dict(execution.raw_memo),
     })
     started = shown["started"] if events and events[0]["attributes"][0] == EventType.WorkflowExecutionStarted else {}
     for failure in shown["failures"]:
         failure.pop("cause", None)  # each cause is shown on its own
     return pages.ExecutionView(
         execution=execution, started=started, input=started.get("input", []), result=shown["result"],
-        failures=shown["failures"], next_run_id=row.next_run_id, runs=await runs_of(ui.pool, workflow_id),
+        memo=shown["memo"], failures=shown["failures"], next_run_id=row.next_run_id, runs=await runs_of(ui.pool, workflow_id),
         children=children(events), pending=pending,
         pending_failures={int(k): [{**f, "cause": None} for f in v] for k, v in shown["pending_failures"].items()},
         heartbeats={int(k): v for k, v in shown["heartbeats"].items()}, heartbeat_problem=heartbeat_problem,

@@ -50,6 +50,7 @@ from kadence.protocol.records import (
     WorkflowExecutionUpdateAdmitted,
     WorkflowExecutionUpdateCompleted,
     WorkflowExecutionUpdateRejected,
+    WorkflowPropertiesModified,
     WorkflowTaskCompleted,
     WorkflowTaskFailed,
     WorkflowTaskStarted,
@@ -80,6 +81,7 @@ _ChildClosed = (
 _ExternalRequestApplied = ExternalWorkflowExecutionSignaled | ExternalWorkflowExecutionCancelRequested
 _ExternalRequestFailed = SignalExternalWorkflowExecutionFailed | RequestCancelExternalWorkflowExecutionFailed
 _ActivityAttemptEnded = ActivityTaskFailed | ActivityTaskTimedOut
+_Upserted = UpsertWorkflowSearchAttributesHistoryEvent | WorkflowPropertiesModified
 _WorkflowClosed = WorkflowExecutionCompleted | WorkflowExecutionFailed | WorkflowExecutionCanceled | WorkflowExecutionContinuedAsNew
 
 
@@ -159,9 +161,8 @@ def _apply_activity_task_cancel_requested(
     run.match(kind, str(attrs["scheduled_event_id"]), RequestCancelActivityCommand)
 
 
-def _apply_upsert_workflow_search_attributes(
-    run: WorkflowHandlers, kind: str, attrs: UpsertWorkflowSearchAttributesHistoryEvent, event: HistoryEvent,
-) -> None:
+def _apply_upsert(run: WorkflowHandlers, kind: str, attrs: _Upserted, event: HistoryEvent) -> None:
+    """An upsert of search attributes or of the memo: matched by kind alone, as it carries no id."""
     run.match(kind, "", PendingCommand)
 
 
@@ -297,7 +298,8 @@ _APPLY: dict[str, _Apply] = {
     EventType.ActivityTaskCanceled: _apply_activity_task_canceled,
     EventType.WorkflowExecutionCompleted: _apply_workflow_execution_closed,
     EventType.WorkflowExecutionFailed: _apply_workflow_execution_closed,
-    EventType.UpsertWorkflowSearchAttributes: _apply_upsert_workflow_search_attributes,
+    EventType.UpsertWorkflowSearchAttributes: _apply_upsert,
+    EventType.WorkflowPropertiesModified: _apply_upsert,
     EventType.TimerStarted: _apply_timer_command,
     EventType.TimerFired: _apply_timer_fired,
     EventType.TimerCanceled: _apply_timer_command,

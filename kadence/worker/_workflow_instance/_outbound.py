@@ -30,11 +30,14 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
         self._run = run
 
     def continue_as_new(self, input: ContinueAsNewInput) -> NoReturn:
+        payloads = self._run.converter.payload_converter
         raise ContinueAsNewError({
             "workflow_type": input.workflow or "", "task_queue": input.task_queue or "",
-            "input": payload_records(self._run.converter.payload_converter.to_payloads(list(input.args))),
+            "input": payload_records(payloads.to_payloads(list(input.args))),
             "workflow_task_timeout_ms": to_ms(input.task_timeout), "run_timeout_ms": to_ms(input.run_timeout),
             "header": header_record(input.headers),
+            # None keeps the run's memo (history carries it, as upserted).
+            "memo": None if input.memo is None else {key: payload_record(payloads.to_payload(value)) for key, value in input.memo.items()},
         })
 
     def info(self) -> WorkflowInfo:
@@ -127,6 +130,7 @@ async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> Chil
         "parent_close_policy": ParentClosePolicy(input.parent_close_policy).value,
         "search_attributes": {name: payload_record(payloads.to_payload(value)) for name, value in (input.search_attributes or {}).items()},
         "header": header_record(input.headers),
+        "memo": {key: payload_record(payloads.to_payload(value)) for key, value in (input.memo or {}).items()},
     })
     id = input.id
     result_type = input.ret_type

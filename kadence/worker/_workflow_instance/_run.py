@@ -27,7 +27,7 @@ from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePol
 from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
-from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER
+from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER, memo_upserted
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
 from kadence.protocol.names import EventType
 from kadence.protocol.records import (
@@ -35,6 +35,7 @@ from kadence.protocol.records import (
     CompleteWorkflowExecution,
     FailWorkflowExecution,
     HistoryEvent,
+    ModifyWorkflowProperties,
     RecordMarker,
     RequestCancelActivityTask,
     ScheduleActivityTask,
@@ -329,6 +330,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             root=RootInfo(attrs["root_run_id"], attrs["root_workflow_id"]) if attrs["root_workflow_id"] else None,
             run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
             search_attributes=search_attributes,
+            raw_memo={key: Payload.of(payload) for key, payload in (attrs.get("memo") or {}).items()},
             headers=payload_headers(attrs.get("header") or {}),
             start_time=datetime.fromtimestamp(first_task_ms / 1000, UTC),
             task_timeout=timedelta(milliseconds=attrs["workflow_task_timeout_ms"]),
@@ -458,6 +460,20 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         upsert: UpsertWorkflowSearchAttributesCommand = {"search_attributes": payloads}
         self.issue(PendingCommand(("UpsertWorkflowSearchAttributes", upsert)))
 
+    def upsert_memo(self, updates: Mapping[str, Any]) -> None:
+        """As temporalio's: a value of None removes its key, sent as the null payload (recorded even
+        when the key is absent); the payloads are made before anything changes, so a value the
+        converter refuses leaves the memo as it was."""
+        converter = self.converter.payload_converter
+        upserted = {key: converter.to_payload(value) for key, value in updates.items()}
+        if not upserted:
+            return
+        memo = memo_upserted(self.info.raw_memo, upserted)
+        self.info.raw_memo.clear()  # in place, as temporalio: an Info read before sees the upsert
+        self.info.raw_memo.update(memo)
+        modify: ModifyWorkflowProperties = {"upserted_memo": {key: payload_record(payload) for key, payload in upserted.items()}}
+        self.issue(PendingCommand(("ModifyWorkflowProperties", modify)))
+
     def wait_condition(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
         self.assert_not_read_only("wait condition")
         return self.add_condition(condition)
@@ -534,12 +550,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     async def start_child_workflow(
         self, workflow: str, args: Sequence[Any], *, id: str, task_queue: str | None, execution_timeout: timedelta | None,
         run_timeout: timedelta | None, task_timeout: timedelta | None, id_reuse_policy: WorkflowIDReusePolicy,
-        parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, result_type: type | None,
+        parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, memo: Mapping[str, Any] | None,
+        result_type: type | None,
     ) -> ChildWorkflowHandle:
         return await self.outbound.start_child_workflow(StartChildWorkflowInput(
             workflow=workflow, args=args, id=id, task_queue=task_queue, cancellation_type=None,
             parent_close_policy=parent_close_policy, execution_timeout=execution_timeout, run_timeout=run_timeout,
-            task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, retry_policy=None, cron_schedule="", memo=None,
+            task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, retry_policy=None, cron_schedule="", memo=memo,
             search_attributes=search_attributes, headers={}, versioning_intent=None, static_summary=None, static_details=None,
             arg_types=None, ret_type=result_type,
         ))
@@ -559,11 +576,11 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def continue_as_new(
         self, workflow: str | None, args: Sequence[Any], *, task_queue: str | None, run_timeout: timedelta | None,
-        task_timeout: timedelta | None,
+        task_timeout: timedelta | None, memo: Mapping[str, Any] | None,
     ) -> NoReturn:
         self.outbound.continue_as_new(ContinueAsNewInput(
             workflow=workflow, args=args, task_queue=task_queue, run_timeout=run_timeout, task_timeout=task_timeout,
-            backoff_start_interval=None, retry_policy=None, memo=None, search_attributes=None, headers={},
+            backoff_start_interval=None, retry_policy=None, memo=memo, search_attributes=None, headers={},
             versioning_intent=None, arg_types=None,
         ))
 

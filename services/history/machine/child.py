@@ -91,7 +91,7 @@ def _start_child_event(
         "workflow_execution_timeout_ms": attrs["execution_timeout_ms"], "workflow_run_timeout_ms": attrs["run_timeout_ms"],
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "parent_close_policy": attrs["parent_close_policy"], "search_attributes": attrs["search_attributes"],
-        "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
+        "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}), "memo": attrs.get("memo", {}),
     }
 
 
@@ -201,7 +201,7 @@ def _start_child(ex: Execution, event: HistoryEvent) -> Record:
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
         "initiated_by": {**_initiator(ex, event), "root_workflow_id": root_workflow_id, "root_run_id": root_run_id},
-        "header": attrs.get("header", {}),
+        "header": attrs.get("header", {}), "memo": attrs.get("memo", {}),
     }
 
 

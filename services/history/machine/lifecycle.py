@@ -9,12 +9,13 @@ from typing import Any, cast
 
 from kadence.exceptions import RetryState
 from kadence.protocol.cron import CronError, parse_cron
-from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS
+from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS, memo_upserted
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
     ContinueAsNewWorkflowExecution,
+    Payload,
     RequestCancelWorkflowExecution,
     SignalWorkflowExecution,
     TerminateWorkflowExecution,
@@ -35,15 +36,20 @@ from services.history.machine.transition import Rejected, Transition
 # ---- starts
 
 
+# The event a with-start command records right after the run's WorkflowExecutionStarted, before its
+# first workflow task (which it starts at once): a signal-with-start's signal, an update-with-start's update.
+FirstEvent = tuple[str, EventAttributes]
+
+
 def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
-    now_ms: int, source_partition: int, source_offset: int, signal: SignalWorkflowExecution | None = None,
+    now_ms: int, source_partition: int, source_offset: int, first: FirstEvent | None = None,
 ) -> Transition:
     if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
         return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
     if current is not None and current.status == RUNNING:
         run_id = run_id_for(workflow_id, source_partition, source_offset)
-        return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, signal)
+        return _start_while_running(current, workflow_id, start, identity, now_ms, run_id, first)
     if current is not None:
         reuse = start["id_reuse_policy"]
         if reuse == "REJECT_DUPLICATE" or (reuse == "ALLOW_DUPLICATE_FAILED_ONLY" and current.status == "Completed"):
@@ -56,11 +62,11 @@ def decide_start(
     problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
     if problem:
         raise Rejected(problem)
-    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, signal)
+    return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
 
 
 def _start_while_running(
-    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, signal: SignalWorkflowExecution | None,
+    current: Execution, workflow_id: str, start: Record, identity: str, now_ms: int, run_id: str, first: FirstEvent | None,
 ) -> Transition:
     """The start's id conflict policy: answered with the running run, or that run terminated and a
     new one started in the same record, or refused."""
@@ -73,7 +79,7 @@ def _start_while_running(
     t.add(EventType.WorkflowExecutionTerminated, {
         "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
     })
-    t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, signal)
+    t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, first)
     return t
 
 
@@ -89,17 +95,17 @@ def _cron_problem(start: Record) -> str | None:
     return None
 
 
-def _first_task_backoff_ms(start: Record, now_ms: int, signal: SignalWorkflowExecution | None) -> int:
+def _first_task_backoff_ms(start: Record, now_ms: int, first: FirstEvent | None) -> int:
     """How long the first workflow task waits: until the cron schedule's next time, or the start delay."""
-    if signal is not None:
-        return 0  # a signal starts it at once
+    if first is not None:
+        return 0  # a signal or an update starts it at once
     if start.get("cron_schedule"):
         return parse_cron(start["cron_schedule"]).next_after_ms(now_ms) - now_ms
     return start.get("start_delay_ms", 0)
 
 
 def _new_run(
-    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, signal: SignalWorkflowExecution | None,
+    workflow_id: str, run_id: str, start: Record, identity: str, now_ms: int, first: FirstEvent | None,
 ) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
@@ -111,15 +117,13 @@ def _new_run(
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
-        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, signal),
+        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, first),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
-        "header": start.get("header", {}),
+        "header": start.get("header", {}), "memo": start.get("memo", {}),
     }))
-    if signal is not None:  # a signal-with-start's: its signal_name, input and header
-        t.add(EventType.WorkflowExecutionSignaled, cast(WorkflowExecutionSignaled, {
-            **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
-        }))
+    if first is not None:
+        t.add(*first)
     t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
     if parent is not None:
         t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
@@ -164,7 +168,33 @@ def decide_signal_with_start(
     problem = payload_problem(cmd["signal_input"], "signal input")
     if problem:
         raise Rejected(problem)
-    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, signal)
+    signaled = cast(WorkflowExecutionSignaled, {
+        **signal, "identity": identity, "request_id": "", "external_workflow_id": "", "external_run_id": "",
+    })
+    first = (EventType.WorkflowExecutionSignaled, signaled)
+    return decide_start(current, workflow_id, cmd["start"], identity, now_ms, source_partition, source_offset, first)
+
+
+def decide_update_with_start(
+    current: Execution | None, workflow_id: str, cmd: Record, identity: str,
+    now_ms: int, source_partition: int, source_offset: int,
+) -> Transition:
+    """Temporal's update-with-start: admit the update to the running run when the start's conflict
+    policy is USE_EXISTING; else start a run (per the start's policies: FAIL refuses while one
+    runs, TERMINATE_EXISTING ends it) whose first event after the start is the update. Either way
+    one batch. The start's request id names the whole request: sent again, it applies once."""
+    start, update = cmd["start"], cmd["update"]
+    messages.check_update(workflow_id, update)
+    if start.get("cron_schedule") or start.get("start_delay_ms"):
+        raise Rejected("an update-with-start takes no cron schedule nor start delay (as Temporal): the update needs the run at once")
+    request_id = start["request_id"]
+    if current is not None and current.status == RUNNING:
+        if request_id and request_id == current.start_request_id:
+            return Transition(current, now_ms, repeat=True)  # this request started the run, with its update
+        if start["id_conflict_policy"] == "USE_EXISTING":
+            return within_history_limit(messages.update_admitted(current, update, identity, now_ms))
+    first = (EventType.WorkflowExecutionUpdateAdmitted, messages.admitted_event(update, identity))
+    return decide_start(current, workflow_id, start, identity, now_ms, source_partition, source_offset, first)
 
 
 # ---- closes
@@ -211,6 +241,10 @@ def _continued_as_new_event(
         workflow_type=attrs["workflow_type"] or ex.workflow_type, task_queue=attrs["task_queue"] or ex.task_queue,
     )
     started = ex.started
+    # As Temporal: a command that sets no memo keeps the run's.
+    memo = attrs.get("memo")
+    if memo is None:
+        memo = _memo_now(ex, t)
     t.next_run = Transition(following, t.now_ms)
     # Cast: the parent's and the chain's fields are spread in.
     t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
@@ -223,12 +257,13 @@ def _continued_as_new_event(
         "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
-        **_chain_attributes(ex), "header": attrs.get("header", {}),
+        **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo,
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {
         **attrs, "new_execution_run_id": following.run_id, "workflow_type": following.workflow_type,
         "task_queue": following.task_queue, "workflow_task_completed_event_id": completed_id, "header": attrs.get("header", {}),
+        "memo": memo,
     }
 
 
@@ -247,6 +282,15 @@ def _search_attributes_now(ex: Execution, t: Transition) -> Record:
         if event_type(event) == EventType.UpsertWorkflowSearchAttributes:
             values.update(attributes(event)["search_attributes"])
     return values
+
+
+def _memo_now(ex: Execution, t: Transition) -> dict[str, Payload]:
+    """The run's memo: what it started with, as its upserts (this transition's too) left it."""
+    memo = dict(ex.started.get("memo") or {})
+    for event in ex.history + t.events:
+        if event_type(event) == EventType.WorkflowPropertiesModified:
+            memo = memo_upserted(memo, attributes(event)["upserted_memo"])
+    return memo
 
 
 def _chain_attributes(ex: Execution) -> Record:
@@ -273,6 +317,7 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.CancelWorkflowExecution: _closing(TaskCommandType.CancelWorkflowExecution, "BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES"),
     TaskCommandType.ContinueAsNewWorkflowExecution: TaskCommand("BAD_CONTINUE_AS_NEW_ATTRIBUTES", _continued_as_new_event),
     TaskCommandType.UpsertWorkflowSearchAttributes: recorded_as_given("BAD_SEARCH_ATTRIBUTES"),
+    TaskCommandType.ModifyWorkflowProperties: recorded_as_given("BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES"),
 }
 
 # ---- commands

@@ -12,7 +12,7 @@ from services.history.machine.transition import Rejected, Transition
 # too large. Refusing a worker's or the engine's command would leave the run stuck: the run ends.
 _REFUSED_WHEN_TOO_LARGE = {
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
-    CommandType.UpdateWorkflowExecution,
+    CommandType.UpdateWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution,
     CommandType.RequestCancelWorkflowExecution,
 }
 

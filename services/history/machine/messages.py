@@ -12,6 +12,7 @@ from kadence.protocol.records import (
     RejectWorkflowUpdate,
     SignalWorkflowExecution,
     UpdateWorkflowExecution,
+    WorkflowExecutionUpdateAdmitted,
 )
 from services.history.machine.effects import answer
 from services.history.machine.execution import Execution
@@ -72,23 +73,30 @@ def signaled(ex: Execution, cmd: SignalWorkflowExecution, identity: str, now_ms:
     return t
 
 
-def _update_requested(ex: Execution, cmd: UpdateWorkflowExecution, identity: str, now_ms: int) -> Transition:
+def check_update(workflow_id: str, cmd: UpdateWorkflowExecution) -> None:
+    """Raises Rejected when the update cannot be admitted to any run: no id or name, a bad name, a payload too large."""
     if not cmd["update_id"] or not cmd["name"]:
         raise Rejected("UpdateWorkflowExecution needs an update_id and a name")
-    problem = name_problem(ex.workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
+    problem = name_problem(workflow_id, cmd) or payload_problem(cmd["args"], "update arguments")
     if problem:
         raise Rejected(problem)
+
+
+def admitted_event(cmd: UpdateWorkflowExecution, identity: str) -> WorkflowExecutionUpdateAdmitted:
+    return {"update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity, "header": cmd.get("header", {})}
+
+
+def update_admitted(ex: Execution, cmd: UpdateWorkflowExecution, identity: str, now_ms: int) -> Transition:
+    """The update admitted to the run (once per update id), checked as check_update checks it."""
+    check_update(ex.workflow_id, cmd)
     if cmd["update_id"] in ex.update_ids:  # the same update again: answered, applied once
         return Transition(ex, now_ms, repeat=True)
     t = Transition(ex, now_ms)
-    t.add_workflow_visible(EventType.WorkflowExecutionUpdateAdmitted, {
-        "update_id": cmd["update_id"], "name": cmd["name"], "args": cmd["args"], "identity": identity,
-        "header": cmd.get("header", {}),
-    })
+    t.add_workflow_visible(EventType.WorkflowExecutionUpdateAdmitted, admitted_event(cmd, identity))
     return t
 
 
-COMMANDS: dict[str, Decide] = {CommandType.SignalWorkflowExecution: signaled, CommandType.UpdateWorkflowExecution: _update_requested}
+COMMANDS: dict[str, Decide] = {CommandType.SignalWorkflowExecution: signaled, CommandType.UpdateWorkflowExecution: update_admitted}
 
 # ---- the workflow task's commands
 
