@@ -104,7 +104,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     waits = {_group_and_module(item) for item in items if set(getattr(item, "fixturenames", ())) & background.PREPARATIONS.keys()}
     items.sort(key=lambda item: (_group_and_module(item)[0], _group_and_module(item) in waits,
                                  first_of_module[_group_and_module(item)], order[id(item)]))
-    if not config.option.collectonly:
+    # Under xdist every worker collects every test: each prepares only what its own tests ask for, when they do.
+    if not config.option.collectonly and "PYTEST_XDIST_WORKER" not in os.environ:
         background.begin(name for item in items for name in getattr(item, "fixturenames", ()))
 
 
