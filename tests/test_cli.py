@@ -50,12 +50,13 @@ def worker(stack: LocalStack, task_queue: str) -> Iterator[None]:
 def test_workflow_commands_start_signal_query_and_read_back(stack: LocalStack, task_queue: str, worker: None) -> None:
     workflow_id = f"cli-{uuid.uuid4()}"
     started = kadence(stack, "workflow", "start", "-t", "ApprovalWorkflow", "-q", task_queue, "-w", workflow_id,
-                      "-i", '"order-9"', "--json")
+                      "-i", '"order-9"', "--memo", 'team="ops"', "--memo", "limit=3", "--json")
     assert started.returncode == 0, started.stderr
     run_id = json.loads(started.stdout)["run_id"]
     assert kadence(stack, "workflow", "signal", "-w", workflow_id, "-n", "add_note", "-i", '"fragile"').returncode == 0
     assert json.loads(kadence(stack, "workflow", "query", "-w", workflow_id, "-n", "notes_so_far").stdout) == "fragile"
-    assert json.loads(kadence(stack, "workflow", "describe", "-w", workflow_id, "--json").stdout)["status"] == "Running"
+    described = json.loads(kadence(stack, "workflow", "describe", "-w", workflow_id, "--json").stdout)
+    assert (described["status"], described["memo"]) == ("Running", {"team": "ops", "limit": 3})
     assert kadence(stack, "workflow", "signal", "-w", workflow_id, "-n", "approve", "-i", '"dave"').returncode == 0
     assert json.loads(kadence(stack, "workflow", "result", "-w", workflow_id).stdout) == "order-9 approved by dave with notes ['fragile']"
 
@@ -73,19 +74,21 @@ def test_workflow_commands_start_signal_query_and_read_back(stack: LocalStack, t
 
 
 def test_workflow_commands_fail_with_the_reason_and_an_exit_code(stack: LocalStack, task_queue: str, worker: None) -> None:
-    executed, failed, unknown, bad_filter, bad_input = kadence_at_once(
+    executed, failed, unknown, bad_filter, bad_input, bad_memo = kadence_at_once(
         stack,
         ("workflow", "execute", "-t", "EchoWorkflow", "-q", task_queue, "-w", f"cli-echo-{uuid.uuid4()}", "-i", '"hi"'),
         ("workflow", "execute", "-t", "DeclinedWorkflow", "-q", task_queue, "-w", f"cli-declined-{uuid.uuid4()}", "-i", '"card"'),
         ("workflow", "signal", "-w", f"nobody-{uuid.uuid4()}", "-n", "approve"),
         ("workflow", "list", "-q", "WorkflowType ="),
         ("workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "-i", "not json"),
+        ("workflow", "start", "-t", "EchoWorkflow", "-q", task_queue, "-w", "x", "--memo", "team"),
     )
     assert (executed.returncode, executed.stdout.strip()) == (0, '"hi"')
     assert failed.returncode == 1 and "workflow failed: ActivityError" in failed.stderr
     assert unknown.returncode == 1 and "workflow execution not found" in unknown.stderr
     assert bad_filter.returncode == 2 and "expected a value" in bad_filter.stderr
     assert bad_input.returncode == 2 and "--input takes JSON values" in bad_input.stderr
+    assert bad_memo.returncode == 2 and "--memo takes KEY=JSON pairs" in bad_memo.stderr
 
 
 @pytest.mark.also_on_tansu  # whose fetch past the end neither fails nor reaches an end by itself

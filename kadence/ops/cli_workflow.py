@@ -77,6 +77,20 @@ def _arguments(inputs: tuple[str, ...]) -> list[Any]:
         raise click.BadParameter(f"--input takes JSON values ('\"text\"', 42, '{{\"a\": 1}}'): {exc}") from exc
 
 
+def _memo(pairs: tuple[str, ...]) -> dict[str, Any] | None:
+    """`--memo KEY=JSON` pairs as a memo, as Temporal's CLI takes them; None when none is given."""
+    memo: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key:
+            raise click.BadParameter(f"--memo takes KEY=JSON pairs ('team=\"ops\"', 'limit=3'): {pair!r}")
+        try:
+            memo[key] = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"--memo {key}: the value must be JSON ('team=\"ops\"'): {exc}") from exc
+    return memo or None
+
+
 def _echo(value: Any, as_json: bool, human: str) -> None:
     click.echo(json.dumps(value, default=str) if as_json else human)
 
@@ -241,6 +255,7 @@ def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--run-timeout", type=float, default=None, help="Seconds one run may take."),
         click.option("--request-id", default="", help="Makes a retried start idempotent: a start sent again with the same "
                      "request id answers with the run the first one started (default: a new id per command)."),
+        click.option("--memo", "memo_pairs", multiple=True, help="A memo entry as KEY=JSON; repeat for more."),
         json_option,
     ]):
         command = option(command)
@@ -248,9 +263,10 @@ def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 async def _start(client: Client, workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-                 execution_timeout: float | None, run_timeout: float | None, request_id: str) -> WorkflowHandle:
+                 execution_timeout: float | None, run_timeout: float | None, request_id: str,
+                 memo_pairs: tuple[str, ...]) -> WorkflowHandle:
     return await client.start_workflow(
-        workflow_type, args=_arguments(inputs), id=workflow_id, task_queue=task_queue, request_id=request_id,
+        workflow_type, args=_arguments(inputs), id=workflow_id, task_queue=task_queue, request_id=request_id, memo=_memo(memo_pairs),
         execution_timeout=timedelta(seconds=execution_timeout) if execution_timeout else None,
         run_timeout=timedelta(seconds=run_timeout) if run_timeout else None,
     )
@@ -259,19 +275,22 @@ async def _start(client: Client, workflow_type: str, task_queue: str, workflow_i
 @workflow_group.command("start")
 @_start_options
 def start(workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-          execution_timeout: float | None, run_timeout: float | None, request_id: str, as_json: bool) -> None:
+          execution_timeout: float | None, run_timeout: float | None, request_id: str, memo_pairs: tuple[str, ...], as_json: bool) -> None:
     """Start a workflow; prints its run id."""
-    handle = _run(lambda c: _start(c, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id))
+    handle = _run(lambda c: _start(c, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id,
+                                   memo_pairs))
     _echo({"workflow_id": handle.id, "run_id": handle.result_run_id}, as_json, f"started {handle.id} run {handle.result_run_id}")
 
 
 @workflow_group.command("execute")
 @_start_options
 def execute(workflow_type: str, task_queue: str, workflow_id: str, inputs: tuple[str, ...],
-            execution_timeout: float | None, run_timeout: float | None, request_id: str, as_json: bool) -> None:
+            execution_timeout: float | None, run_timeout: float | None, request_id: str, memo_pairs: tuple[str, ...],
+            as_json: bool) -> None:
     """Start a workflow and wait for its result (printed as JSON); exit 1 if it fails."""
     async def main(client: Client) -> Any:
-        handle = await _start(client, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id)
+        handle = await _start(client, workflow_type, task_queue, workflow_id, inputs, execution_timeout, run_timeout, request_id,
+                              memo_pairs)
         return await handle.result()
 
     click.echo(json.dumps(_run(main), default=str))
@@ -355,8 +374,12 @@ def terminate(workflow_id: str | None, run_id: str | None, list_filter: str | No
 @run_id_option
 @json_option
 def describe(workflow_id: str, run_id: str | None, as_json: bool) -> None:
-    """The run as the read model knows it."""
-    described = _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).describe()).to_json()
+    """The run as the read model knows it, its memo decoded."""
+    async def main(client: Client) -> dict[str, Any]:
+        execution = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        return {**execution.to_json(), "memo": await execution.memo()}
+
+    described = _run(main)
     _echo(described, as_json, "\n".join(f"{key}: {value}" for key, value in described.items()))
 
 
