@@ -171,7 +171,7 @@ class SdkMetrics:
             "workflow_task_execution_latency", "Histogram of workflow task execution (not replay) latencies")
         self.workflow_task_execution_failed = counter("workflow_task_execution_failed", "Count of workflow task execution failures")
         self.workflow_completed = counter("workflow_completed", "Count of successfully completed workflows")
-        self.workflow_failed = counter("workflow_failed", "Count of workflow task execution failures")
+        self.workflow_failed = counter("workflow_failed", "Count of failed workflows")
         self.workflow_canceled = counter("workflow_canceled", "Count of canceled workflows")
         self.workflow_continue_as_new = counter("workflow_continue_as_new", "Count of continued-as-new workflows")
         self.workflow_endtoend_latency = duration(

@@ -6,6 +6,7 @@ imports one that imports it back (docs/development.md, "Layout")."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def test_the_cli_still_loads_everything_it_runs() -> None:
     assert {"kadence.ops.cli_workflow", "kadence.dev.local_stack", "click"} <= set(loaded)
 
 
+@functools.cache  # two tests read it: kadence/ is parsed once
 def kadence_imports() -> dict[str, set[str]]:
     """Each module of kadence/ and the kadence modules it imports anywhere in its file: at the top,
     under TYPE_CHECKING or inside a function (a cycle hidden there is still a cycle to read)."""
