@@ -1,15 +1,16 @@
 """Cron schedules as Temporal reads them (robfig/cron): five fields (minute, hour, day of month,
 month, day of week) with `*`, `?`, lists, ranges, steps and month or day names; the descriptors
 `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly` and `@every <duration>`; an optional
-`CRON_TZ=<zone>` prefix (UTC otherwise). When both day fields are restricted, a day matching
-either runs, as in cron."""
+`CRON_TZ=<zone>` prefix (UTC otherwise; zones from the pinned tzdata: kadence.protocol.zones).
+When both day fields are restricted, a day matching either runs, as in cron."""
 
 from __future__ import annotations
 
 import datetime
 import re
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from kadence.protocol.zones import UnknownTimeZone, time_zone
 
 _DESCRIPTORS = {
     "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
@@ -73,8 +74,8 @@ def parse_cron(expression: str) -> CronSchedule:
     if text.startswith(("CRON_TZ=", "TZ=")):
         name, _, text = text.partition("=")[2].partition(" ")
         try:
-            zone = ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError) as err:
+            zone = time_zone(name)
+        except UnknownTimeZone as err:
             raise CronError(f"cron schedule {expression!r}: unknown time zone {name!r}") from err
         text = text.strip()
     if text.startswith("@every"):
