@@ -156,7 +156,7 @@ class CompiledSpec:
         return datetime.datetime.fromtimestamp(at_ms // 1000, self.zone).replace(tzinfo=None)
 
 
-def _frozen(spec: Record) -> Any:
+def _frozen(spec: Any) -> Any:
     """A hashable form of the spec record, so its compiled form is cached."""
     if isinstance(spec, Mapping):
         return tuple(sorted((key, _frozen(value)) for key, value in spec.items()))
