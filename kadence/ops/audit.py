@@ -387,9 +387,9 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
         return f"event id {event['event_id']} where {run.next_event_id} was due"
     if run.closed:
         return f"{kind} after the run closed"
-    if from_start and run.event_count == 0 and kind != EventType.WorkflowExecutionStarted:
+    if from_start and run.event_count == 0 and kind not in (EventType.WorkflowExecutionStarted, EventType.ScheduleCreated):
         return f"history starts with {kind}"
-    run.closed = kind in CLOSE_STATUS
+    run.closed = kind in CLOSE_STATUS or kind == EventType.ScheduleDeleted
     _track_pending(run, event, kind, attrs)
     if kind == EventType.ActivityTaskScheduled:
         run.activity_attempts[event["event_id"]] = 1

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kadence.protocol.names import SCHEDULE_COMMANDS, SCHEDULE_KEY_PREFIX, CommandType
+
 MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 # The largest Kafka record Kadence writes or reads: producers, topics (max.message.bytes) and
 # brokers must all allow it, so that a payload up to MAX_PAYLOAD_BYTES gets Kadence's own answer.
@@ -172,7 +174,11 @@ def command_problem(command: dict[str, Any]) -> str | None:
     one by one instead, each failing the task with its own cause."""
     if not command["workflow_id"]:
         return "workflow_id is empty"
-    _, body = command["command"]
+    kind, body = command["command"]
+    if command["workflow_id"].startswith(SCHEDULE_KEY_PREFIX) != (kind in SCHEDULE_COMMANDS) and kind != CommandType.TimeoutFired:
+        if kind in SCHEDULE_COMMANDS:
+            return f"{kind} goes to the key {SCHEDULE_KEY_PREFIX}<schedule id>, not to a workflow id"
+        return f"workflow ids beginning with {SCHEDULE_KEY_PREFIX!r} are reserved for schedules"
     return name_problem(command["workflow_id"], {"identity": command["identity"]}) or _fields_problem(command["workflow_id"], body)
 
 

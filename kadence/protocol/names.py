@@ -56,6 +56,13 @@ class EventType(StrEnum):
     WorkflowExecutionUpdateRejected = "WorkflowExecutionUpdateRejected"
     WorkflowExecutionUpdateCompleted = "WorkflowExecutionUpdateCompleted"
     WorkflowPropertiesModified = "WorkflowPropertiesModified"
+    ScheduleCreated = "ScheduleCreated"
+    ScheduleUpdated = "ScheduleUpdated"
+    SchedulePatched = "SchedulePatched"
+    ScheduleActionsTaken = "ScheduleActionsTaken"
+    ScheduledRunStarted = "ScheduledRunStarted"
+    ScheduledRunClosed = "ScheduledRunClosed"
+    ScheduleDeleted = "ScheduleDeleted"
 
 
 class CommandType(StrEnum):
@@ -81,6 +88,12 @@ class CommandType(StrEnum):
     QueryWorkflow = "QueryWorkflow"
     UpdateWorkflowExecution = "UpdateWorkflowExecution"
     UpdateWithStartWorkflowExecution = "UpdateWithStartWorkflowExecution"
+    CreateSchedule = "CreateSchedule"
+    UpdateSchedule = "UpdateSchedule"
+    PatchSchedule = "PatchSchedule"
+    DeleteSchedule = "DeleteSchedule"
+    RecordScheduledRunStarted = "RecordScheduledRunStarted"
+    RecordScheduledRunClosed = "RecordScheduledRunClosed"
 
 
 # What a client sends, or anyone producing to kadence.commands: answered under its request id, and
@@ -88,7 +101,16 @@ class CommandType(StrEnum):
 CLIENT_COMMANDS = frozenset({
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
     CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.UpdateWorkflowExecution,
-    CommandType.UpdateWithStartWorkflowExecution,
+    CommandType.UpdateWithStartWorkflowExecution, CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule,
+    CommandType.DeleteSchedule,
+})
+# A schedule is keyed on kadence.commands and kadence.history by this prefix and its id; workflow
+# ids with it are refused (docs/decisions/0004-schedules.md).
+SCHEDULE_KEY_PREFIX = "kadence-schedule:"
+# The commands for a schedule (a TimeoutFired goes to either kind).
+SCHEDULE_COMMANDS = frozenset({
+    CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,
+    CommandType.RecordScheduledRunStarted, CommandType.RecordScheduledRunClosed,
 })
 # The client commands that carry a start with another request (a signal, an update): the start's
 # request id names the whole command.
@@ -141,3 +163,4 @@ class TimerKind(StrEnum):
     ACTIVITY_SCHEDULE_TO_CLOSE = "ACTIVITY_SCHEDULE_TO_CLOSE"
     ACTIVITY_HEARTBEAT = "ACTIVITY_HEARTBEAT"
     ACTIVITY_SCHEDULE_TO_START = "ACTIVITY_SCHEDULE_TO_START"
+    SCHEDULE_ACTION = "SCHEDULE_ACTION"

@@ -96,6 +96,8 @@ class StartWorkflowExecution(TypedDict):
     header: NotRequired[dict[str, Payload]]
     # Temporal's memo: values shown with the run and never indexed; recorded on WorkflowExecutionStarted.
     memo: NotRequired[dict[str, Payload]]
+    # Set when a schedule's action starts this run: its start and close are told to the schedule.
+    scheduled_by: NotRequired[ScheduledBy | None]
 
 
 class InitiatedBy(TypedDict):
@@ -464,6 +466,61 @@ class UpdateWithStartWorkflowExecution(TypedDict):
     update: UpdateWorkflowExecution
 
 
+class CreateSchedule(TypedDict):
+    """Create the schedule whose workflow id is kadence-schedule:<schedule id> (docs/decisions/0004-schedules.md)."""
+
+    request_id: NotRequired[str]
+    schedule: Schedule
+    # Taken as the schedule is created: trigger now, backfills, or a pause.
+    patch: SchedulePatch
+
+
+class UpdateSchedule(TypedDict):
+    """Replace the schedule's definition; refused when conflict_token is not the schedule's (another update came
+    first).
+    """
+
+    run_id: NotRequired[str]
+    request_id: NotRequired[str]
+    schedule: Schedule
+    # -1: whatever came before.
+    conflict_token: NotRequired[int]
+
+
+class PatchSchedule(TypedDict):
+    run_id: NotRequired[str]
+    request_id: NotRequired[str]
+    patch: SchedulePatch
+
+
+class DeleteSchedule(TypedDict):
+    """The schedule stops; the runs it started go on."""
+
+    run_id: NotRequired[str]
+    request_id: NotRequired[str]
+
+
+class RecordScheduledRunStarted(TypedDict):
+    """A run a schedule's action started tells the schedule its run id."""
+
+    # The schedule's run id.
+    run_id: str
+    nominal_ms: int
+    workflow_id: str
+    started_run_id: str
+
+
+class RecordScheduledRunClosed(TypedDict):
+    """A run a schedule's action started (or the last of its chain) tells the schedule it closed."""
+
+    run_id: str
+    nominal_ms: int
+    workflow_id: str
+    closed_run_id: str
+    # The close status: Completed, Failed, Canceled, Terminated, TimedOut.
+    status: str
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -611,6 +668,8 @@ class WorkflowExecutionStarted(TypedDict):
     header: NotRequired[dict[str, Payload]]
     # The run's memo at its start.
     memo: NotRequired[dict[str, Payload]]
+    # Set when a schedule's action starts this run: its start and close are told to the schedule.
+    scheduled_by: NotRequired[ScheduledBy | None]
 
 
 class WorkflowExecutionSignaled(TypedDict):
@@ -959,6 +1018,67 @@ class WorkflowPropertiesModified(TypedDict):
     workflow_task_completed_event_id: int
 
 
+class ScheduleCreated(TypedDict):
+    """The first event of a schedule. Every schedule event carries the schedule and its info as the event leaves
+    them.
+    """
+
+    schedule: Schedule
+    info: ScheduleInfo
+    request_id: NotRequired[str]
+
+
+class ScheduleUpdated(TypedDict):
+    schedule: Schedule
+    info: ScheduleInfo
+
+
+class SchedulePatched(TypedDict):
+    schedule: Schedule
+    info: ScheduleInfo
+    patch: SchedulePatch
+
+
+class ScheduleActionsTaken(TypedDict):
+    """A firing of the schedule's timer (or a trigger or backfill): what became of each nominal time due."""
+
+    schedule: Schedule
+    info: ScheduleInfo
+    actions: list[ScheduleActionResult]
+
+
+class ScheduleActionResult(TypedDict):
+    nominal_ms: int
+    # STARTED, BUFFERED, SKIPPED (the overlap policy), MISSED (past the catch-up window), or CANCEL_OTHER and
+    # TERMINATE_OTHER sent for workflow_id.
+    fate: str
+    workflow_id: NotRequired[str]
+
+
+class ScheduledRunStarted(TypedDict):
+    schedule: Schedule
+    info: ScheduleInfo
+    nominal_ms: int
+    workflow_id: str
+    run_id: str
+
+
+class ScheduledRunClosed(TypedDict):
+    schedule: Schedule
+    info: ScheduleInfo
+    nominal_ms: int
+    workflow_id: str
+    run_id: str
+    status: str
+
+
+class ScheduleDeleted(TypedDict):
+    """The schedule's last event: it stops; the runs it started go on."""
+
+    schedule: Schedule
+    info: ScheduleInfo
+
+
 class OutboundCommand(TypedDict):
     """A command for another execution (a child start, a signal or cancel from a workflow, a child's answer to its
     parent), produced to kadence.commands by the matching service. Written in the batch that decides it, so it is
@@ -1082,6 +1202,170 @@ class RetryPolicy(TypedDict):
     non_retryable_error_types: NotRequired[list[str]]
 
 
+class Schedule(TypedDict):
+    """A schedule as its owner gives it (temporalio's client.Schedule): when it acts, what it starts, its policies
+    and whether it is paused (docs/decisions/0004-schedules.md).
+    """
+
+    spec: ScheduleSpec
+    action: ScheduleAction
+    policy: SchedulePolicy
+    state: ScheduleControl
+
+
+class ScheduleSpec(TypedDict):
+    """When the schedule acts: the union of its calendars, cron strings and intervals, less what skip matches, within
+    start_at and end_at (kadence/protocol/schedule_spec.py).
+    """
+
+    calendars: NotRequired[list[ScheduleCalendar]]
+    intervals: NotRequired[list[ScheduleInterval]]
+    cron_expressions: NotRequired[list[str]]
+    skip: NotRequired[list[ScheduleCalendar]]
+    # 0: no start bound.
+    start_at_ms: NotRequired[int]
+    # 0: no end bound.
+    end_at_ms: NotRequired[int]
+    jitter_ms: NotRequired[int]
+    # An IANA zone of the pinned tzdata; empty: UTC.
+    time_zone_name: NotRequired[str]
+
+
+class ScheduleCalendar(TypedDict):
+    """Wall times in the spec's zone: a time matches when each field holds its value; a field with no range holds
+    every value.
+    """
+
+    second: NotRequired[list[ScheduleRange]]
+    minute: NotRequired[list[ScheduleRange]]
+    hour: NotRequired[list[ScheduleRange]]
+    day_of_month: NotRequired[list[ScheduleRange]]
+    month: NotRequired[list[ScheduleRange]]
+    year: NotRequired[list[ScheduleRange]]
+    # 0 is Sunday.
+    day_of_week: NotRequired[list[ScheduleRange]]
+    comment: NotRequired[str]
+
+
+class ScheduleRange(TypedDict):
+    """start to end (end 0 or below start: start alone) by step (0: 1)."""
+
+    start: int
+    end: NotRequired[int]
+    step: NotRequired[int]
+
+
+class ScheduleInterval(TypedDict):
+    """The times epoch + offset + k * every (whole seconds; offset below every)."""
+
+    every_ms: int
+    offset_ms: NotRequired[int]
+
+
+class ScheduleAction(TypedDict):
+    """The workflow each action starts (temporalio's ScheduleActionStartWorkflow); its id gets the nominal time
+    appended.
+    """
+
+    workflow_id: str
+    workflow_type: str
+    task_queue: str
+    input: NotRequired[list[Payload]]
+    execution_timeout_ms: NotRequired[int]
+    run_timeout_ms: NotRequired[int]
+    workflow_task_timeout_ms: NotRequired[int]
+    search_attributes: NotRequired[dict[str, Payload]]
+    header: NotRequired[dict[str, Payload]]
+    memo: NotRequired[dict[str, Payload]]
+
+
+class SchedulePolicy(TypedDict):
+    overlap: NotRequired[str]
+    # Actions missed by more than this (an outage) are not taken; Temporal's default, a year.
+    catchup_window_ms: NotRequired[int]
+    pause_on_failure: NotRequired[bool]
+
+
+class ScheduleControl(TypedDict):
+    note: NotRequired[str]
+    paused: NotRequired[bool]
+    limited_actions: NotRequired[bool]
+    remaining_actions: NotRequired[int]
+
+
+class ScheduleInfo(TypedDict):
+    """What a schedule has done and holds: every schedule event carries it as the event leaves it, so one event
+    restores the schedule.
+    """
+
+    # The runs started and not heard closed (each counts from the action that started it).
+    running: NotRequired[list[ScheduledRun]]
+    buffered: NotRequired[list[ScheduleBufferedStart]]
+    # The last ten actions taken.
+    recent_actions: NotRequired[list[ScheduledRun]]
+    # Nominal times up to this one are decided (taken, skipped or missed).
+    processed_until_ms: NotRequired[int]
+    # The next nominal time (0: none: paused, ended or out of actions).
+    next_nominal_ms: NotRequired[int]
+    # The event that set the pending SCHEDULE_ACTION timer: its id names the timer (0: none).
+    timer_event_id: NotRequired[int]
+    # When the pending timer fires: the next nominal time and its jitter.
+    timer_fire_ms: NotRequired[int]
+    action_count: NotRequired[int]
+    overlap_skipped: NotRequired[int]
+    missed_catchup_window: NotRequired[int]
+    # Counts the updates: an update given an older token is refused.
+    conflict_token: NotRequired[int]
+    created_ms: NotRequired[int]
+    updated_ms: NotRequired[int]
+
+
+class ScheduledRun(TypedDict):
+    nominal_ms: int
+    # When the action was taken.
+    fired_ms: int
+    workflow_id: str
+    # Empty until the run's start is heard.
+    run_id: NotRequired[str]
+    # A recent action's: Running, a close status, or StartFailed.
+    status: NotRequired[str]
+
+
+class ScheduleBufferedStart(TypedDict):
+    nominal_ms: int
+    overlap: str
+
+
+class SchedulePatch(TypedDict):
+    """A change to a schedule besides its definition (temporalio's trigger, backfill, pause and unpause)."""
+
+    trigger_immediately: NotRequired[bool]
+    trigger_overlap: NotRequired[str]
+    backfills: NotRequired[list[ScheduleBackfill]]
+    pause: NotRequired[bool]
+    unpause: NotRequired[bool]
+    note: NotRequired[str]
+
+
+class ScheduleBackfill(TypedDict):
+    """Take the nominal times in [start, end] now, whatever the catch-up window."""
+
+    start_ms: int
+    end_ms: int
+    overlap: NotRequired[str]
+
+
+class ScheduledBy(TypedDict):
+    """The schedule whose action started a run, and the action's nominal time: the run tells the schedule when it
+    starts and closes, and passes the duty on to the runs it continues as.
+    """
+
+    # kadence-schedule:<schedule id>: the key the schedule's commands go to.
+    schedule_workflow_id: str
+    schedule_run_id: str
+    nominal_ms: int
+
+
 class Task(TypedDict):
     """A record on kadence.tq.<queue>.workflow or .activity, read by workers."""
 
@@ -1168,6 +1452,12 @@ CommandCommand = (
     | tuple[Literal["QueryWorkflow"], QueryWorkflow]
     | tuple[Literal["UpdateWorkflowExecution"], UpdateWorkflowExecution]
     | tuple[Literal["UpdateWithStartWorkflowExecution"], UpdateWithStartWorkflowExecution]
+    | tuple[Literal["CreateSchedule"], CreateSchedule]
+    | tuple[Literal["UpdateSchedule"], UpdateSchedule]
+    | tuple[Literal["PatchSchedule"], PatchSchedule]
+    | tuple[Literal["DeleteSchedule"], DeleteSchedule]
+    | tuple[Literal["RecordScheduledRunStarted"], RecordScheduledRunStarted]
+    | tuple[Literal["RecordScheduledRunClosed"], RecordScheduledRunClosed]
 )
 
 # The record of any branch of CommandCommand.
@@ -1192,6 +1482,12 @@ CommandCommandRecord = (
     | QueryWorkflow
     | UpdateWorkflowExecution
     | UpdateWithStartWorkflowExecution
+    | CreateSchedule
+    | UpdateSchedule
+    | PatchSchedule
+    | DeleteSchedule
+    | RecordScheduledRunStarted
+    | RecordScheduledRunClosed
 )
 
 
@@ -1308,6 +1604,13 @@ HistoryEventAttributes = (
     | tuple[Literal["WorkflowExecutionUpdateRejected"], WorkflowExecutionUpdateRejected]
     | tuple[Literal["WorkflowExecutionUpdateCompleted"], WorkflowExecutionUpdateCompleted]
     | tuple[Literal["WorkflowPropertiesModified"], WorkflowPropertiesModified]
+    | tuple[Literal["ScheduleCreated"], ScheduleCreated]
+    | tuple[Literal["ScheduleUpdated"], ScheduleUpdated]
+    | tuple[Literal["SchedulePatched"], SchedulePatched]
+    | tuple[Literal["ScheduleActionsTaken"], ScheduleActionsTaken]
+    | tuple[Literal["ScheduledRunStarted"], ScheduledRunStarted]
+    | tuple[Literal["ScheduledRunClosed"], ScheduledRunClosed]
+    | tuple[Literal["ScheduleDeleted"], ScheduleDeleted]
 )
 
 # The record of any branch of HistoryEventAttributes.
@@ -1357,6 +1660,13 @@ HistoryEventAttributesRecord = (
     | WorkflowExecutionUpdateRejected
     | WorkflowExecutionUpdateCompleted
     | WorkflowPropertiesModified
+    | ScheduleCreated
+    | ScheduleUpdated
+    | SchedulePatched
+    | ScheduleActionsTaken
+    | ScheduledRunStarted
+    | ScheduledRunClosed
+    | ScheduleDeleted
 )
 
 

@@ -21,6 +21,7 @@ from kadence.protocol.names import EventType
 from services.history.machine.dispatch import evolve, execution_from_events
 from services.history.machine.execution import RUNNING, Execution, execution_from_start
 from services.history.machine.records import HistoryBatch, event_type
+from services.history.machine.schedule import execution_from_schedule_event
 from services.history.snapshot import RunRow, Snapshot, restored_run, run_codec
 from services.history.stored_ids import StoredIds
 
@@ -83,6 +84,9 @@ class PartitionState:
         events = batch["events"]
         if events and event_type(events[0]) == EventType.WorkflowExecutionStarted:
             ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
+            self.executions[batch["workflow_id"]] = ex
+        elif events and event_type(events[0]) == EventType.ScheduleCreated:
+            ex = execution_from_schedule_event(batch["workflow_id"], batch["run_id"], events[0])
             self.executions[batch["workflow_id"]] = ex
         else:
             ex = self.executions[batch["workflow_id"]]

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kadence.protocol.ids import run_id_for
 from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
@@ -28,6 +29,7 @@ from services.history.machine.execution import Execution, Pending
 from services.history.machine.lifecycle import decide_signal_with_start, decide_start, decide_update_with_start
 from services.history.machine.limits import within_record_limit
 from services.history.machine.records import Effect, HistoryBatch, Record, Rejection, history_batch
+from services.history.machine.schedule import decide_create
 from services.history.machine.transition import Redispatch, Rejected, Transition
 from services.history.partition import PartitionState
 
@@ -61,7 +63,10 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
     """What a command (not a query) does to its workflow's current run, within the record limit;
     raises Rejected with the cause."""
     workflow_id, (kind, body) = command["workflow_id"], command["command"]
-    if kind in _STARTS:
+    if kind == CommandType.CreateSchedule:
+        run_id = run_id_for(workflow_id, partition, offset)
+        transition = decide_create(state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, run_id)
+    elif kind in _STARTS:
         transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
     else:
         execution = state.executions.get(workflow_id)
@@ -208,7 +213,7 @@ def _rejection(
     partition: int, offset: int,
 ) -> Step:
     """Answer the client (or, through an outbound command, the workflow) that sent the command."""
-    answer = rejection_answer(body, reason)
+    answer = rejection_answer(workflow_id, body, reason)
     return eventless(state, workflow_id, partition, offset, effects=[answer] if answer else [], rejection={
         "request_id": request_id, "command": command, "cause": reason.cause, "reason": str(reason),
     })

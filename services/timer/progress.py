@@ -7,8 +7,8 @@ worker's start or completion that makes it so was already waiting ahead of it. T
 doubled a backlog that was already too long (issue 32: 53,000 stale firings while 50,000 runs were
 cancelled). So such a timer waits until history has decided the commands appended before it was
 due; the drop of a timer made stale meanwhile is read from the log first, and it never fires.
-A user's own timers and a run's timeout fire at their time whatever history's backlog: their time
-is what the workflow asked for.
+A user's own timers, a run's timeout and a schedule's action fire at their time whatever history's
+backlog: their time is what the workflow or the schedule asked for.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from kadence.protocol.names import TimerKind
 
 # History's own bookkeeping: made stale by a worker's start, completion or heartbeat.
-WAITS_FOR_HISTORY = frozenset(set(TimerKind) - {TimerKind.USER_TIMER, TimerKind.WORKFLOW_RUN_TIMEOUT})
+WAITS_FOR_HISTORY = frozenset(set(TimerKind) - {TimerKind.USER_TIMER, TimerKind.WORKFLOW_RUN_TIMEOUT, TimerKind.SCHEDULE_ACTION})
 BEHIND_MS = 1000  # a batch read this long after its command was appended: history is working through a backlog
 BUSY_S = 2.0  # and is still at it if such a batch was read within this; a history that went quiet is caught up (or away)
 

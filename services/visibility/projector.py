@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 from kadence.protocol.batch_jobs import BATCH_JOBS_DDL
 from kadence.protocol.codec import codec
 from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, is_memo_removal, refused, run_sections
-from kadence.protocol.names import EventType
+from kadence.protocol.names import SCHEDULE_KEY_PREFIX, EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
     OUTCOME_CHANNEL,
@@ -59,6 +59,7 @@ class _Rows:
     upserts: list[tuple[Any, ...]] = field(default_factory=list)
     memo_upserts: list[tuple[Any, ...]] = field(default_factory=list)  # (values set, keys removed, *key)
     pending_tasks: dict[tuple[str, str], bytes | None] = field(default_factory=dict)  # the last of each run's batches
+    schedules: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # each schedule's row, as its last event leaves it
 
 
 class VisibilityProjector(Projection):
@@ -114,6 +115,17 @@ class VisibilityProjector(Projection):
                     "UPDATE kadence_executions SET pending_workflow_task = %s WHERE workflow_id = %s AND run_id = %s",
                     [(task, *key) for key, task in rows.pending_tasks.items()],
                 )
+            if rows.schedules:  # a replay of older events leaves a newer row as it is
+                await cur.executemany(
+                    "INSERT INTO kadence_schedules (schedule_id, run_id, status, workflow_type, paused, next_action_time, "
+                    "created_time, updated_time, event_id, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (schedule_id) DO UPDATE SET run_id = EXCLUDED.run_id, status = EXCLUDED.status, "
+                    "workflow_type = EXCLUDED.workflow_type, paused = EXCLUDED.paused, next_action_time = EXCLUDED.next_action_time, "
+                    "created_time = EXCLUDED.created_time, updated_time = EXCLUDED.updated_time, event_id = EXCLUDED.event_id, "
+                    "state = EXCLUDED.state "
+                    "WHERE kadence_schedules.run_id <> EXCLUDED.run_id OR kadence_schedules.event_id < EXCLUDED.event_id",
+                    list(rows.schedules.values()),
+                )
             if rows.lengths:
                 await cur.executemany(
                     "UPDATE kadence_executions SET history_length = GREATEST(history_length, %s) WHERE workflow_id = %s AND run_id = %s",
@@ -151,6 +163,9 @@ class VisibilityProjector(Projection):
                           for rejection in refused(batch)]
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
+        if workflow_id.startswith(SCHEDULE_KEY_PREFIX):
+            self._fold_schedule(workflow_id, section, rows)
+            return
         key = (workflow_id, section.run_id)
         for event in cast(list[HistoryEvent], section.events):  # decoded HistoryEvent records
             kind = event["attributes"][0]
@@ -188,6 +203,21 @@ class VisibilityProjector(Projection):
                     rows.closed.append((CLOSE_STATUS[kind], _time(event["event_time_ms"]), result, failure,
                                         attrs.get("new_execution_run_id"), *key))
 
+
+    def _fold_schedule(self, key: str, section: RunSection, rows: "_Rows") -> None:
+        """A schedule keeps one row, its last event's: no per-event rows (the log keeps them)."""
+        if not section.events:
+            return
+        last = cast(HistoryEvent, section.events[-1])
+        attrs: Mapping[str, Any] = last["attributes"][1]
+        schedule, info = attrs["schedule"], attrs["info"]
+        status = "Deleted" if last["attributes"][0] == EventType.ScheduleDeleted else "Running"
+        next_action = _time(info["timer_fire_ms"]) if info["timer_fire_ms"] else None
+        rows.schedules[key] = (
+            key.removeprefix(SCHEDULE_KEY_PREFIX), section.run_id, status, schedule["action"]["workflow_type"],
+            schedule["state"]["paused"], next_action, _time(info["created_ms"]), _time(info["updated_ms"]), last["event_id"],
+            self.events.encode(last),
+        )
 
 
 async def _write_outcomes(cur: psycopg.AsyncCursor[Any], outcomes: list[tuple[Any, ...]]) -> list[tuple[str, str]]:

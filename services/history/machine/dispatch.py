@@ -8,16 +8,24 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from kadence.protocol.limits import payload_bytes
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import SCHEDULE_COMMANDS, CommandType, EffectType
 from kadence.protocol.records import TimeoutFired
-from services.history.machine import activity, child, lifecycle, messages, timer, workflow_task
+from services.history.machine import activity, child, lifecycle, messages, schedule, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, WorkflowTaskState, execution_from_start
 from services.history.machine.limits import within_history_limit
-from services.history.machine.records import ActivityHeartbeat, Effect, HistoryBatch, HistoryEvent, Record, TransientWorkflowTask
+from services.history.machine.records import (
+    ActivityHeartbeat,
+    Effect,
+    HistoryBatch,
+    HistoryEvent,
+    Record,
+    TransientWorkflowTask,
+    event_type,
+)
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
 from services.history.machine.transition import Rejected, Transition
 
-_FAMILIES = (lifecycle, workflow_task, activity, timer, child, messages)
+_FAMILIES = (lifecycle, workflow_task, activity, timer, child, messages, schedule)
 T = TypeVar("T")
 
 
@@ -42,7 +50,7 @@ RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] =
 # Commands that may leave the run id empty: they are for the workflow id's current run.
 _CURRENT_RUN_COMMANDS = {
     CommandType.SignalWorkflowExecution, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
-    CommandType.UpdateWorkflowExecution,
+    CommandType.UpdateWorkflowExecution, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,
 }
 
 
@@ -65,6 +73,11 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     by_activity_id = kind in activity.REPORTS and cmd.get("activity_id")  # an async handle without a run id: the current run
     if cmd["run_id"] != ex.run_id and not ((kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
+    if kind != CommandType.TimeoutFired and (ex.schedule is not None) != (kind in SCHEDULE_COMMANDS):
+        entity = "schedule" if ex.schedule is not None else "workflow execution"
+        raise Rejected(f"{kind} does not apply to a {entity}", "WORKFLOW_NOT_FOUND")
+    if ex.schedule is not None and ex.status != RUNNING:
+        raise Rejected("schedule not found: it was deleted", "WORKFLOW_NOT_FOUND")
     if ex.status != RUNNING:
         raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")
     handler = COMMANDS.get(kind)
@@ -107,7 +120,9 @@ def fold(
         activity.apply_heartbeat(ex, heartbeat)
     if transient is not None and ex.status == RUNNING:
         ex.workflow_task = WorkflowTaskState.from_transient(transient)
-    if ex.status != RUNNING:
+    if ex.schedule is not None:
+        ex.history, ex.history_bytes = ex.history[-1:], 0  # its last event holds its whole state
+    elif ex.status != RUNNING:
         ex.history = []  # a closed run takes no more workflow tasks
 
 
@@ -116,8 +131,11 @@ def _new_attempt(current: WorkflowTaskState | None, transient: TransientWorkflow
 
 
 def execution_from_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> Execution:
-    """A run's state from its events, the first being WorkflowExecutionStarted."""
-    ex = execution_from_start(workflow_id, run_id, events[0])
+    """A run's state from its events, the first being WorkflowExecutionStarted (a schedule's: any of its events)."""
+    if event_type(events[0]) in schedule.EVENTS:
+        ex = schedule.execution_from_schedule_event(workflow_id, run_id, events[0])
+    else:
+        ex = execution_from_start(workflow_id, run_id, events[0])
     fold(ex, events, [], [])
     return ex
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kadence.protocol.codec import command_codec
 from kadence.protocol.names import CommandType, EffectType
 from kadence.protocol.records import InitiatedBy
-from services.history.machine.execution import HISTORY_IDENTITY, Execution
+from services.history.machine.execution import HISTORY_IDENTITY, RUNNING, Execution
 from services.history.machine.records import Effect, Record
 from services.history.machine.transition import Rejected
 
@@ -54,7 +54,24 @@ def answer(requester: InitiatedBy, cause: str) -> Effect:
     })
 
 
-def rejection_answer(body: Record, reason: Rejected) -> Effect | None:
-    """The effect that tells a requesting workflow its command was rejected, if a workflow sent it."""
-    requester = body.get("initiated_by")
+def rejection_answer(workflow_id: str, body: Record, reason: Rejected) -> Effect | None:
+    """The effect that tells a requesting workflow its command was rejected, if a workflow sent it,
+    or a schedule that its action's start was refused."""
+    requester, schedule = body.get("initiated_by"), body.get("scheduled_by")
+    if schedule is not None:
+        return scheduled_run_report(schedule, workflow_id, "", "StartFailed")
     return None if requester is None else answer(requester, reason.cause)
+
+
+def scheduled_run_report(scheduled_by: Record, workflow_id: str, run_id: str, status: str) -> Effect:
+    """Tell the schedule whose action started `workflow_id` that its run started (status Running)
+    or closed (a close status, or StartFailed)."""
+    target, nominal_ms = scheduled_by["schedule_workflow_id"], scheduled_by["nominal_ms"]
+    if status == RUNNING:
+        return outbound(target, CommandType.RecordScheduledRunStarted, {
+            "run_id": scheduled_by["schedule_run_id"], "nominal_ms": nominal_ms, "workflow_id": workflow_id, "started_run_id": run_id,
+        })
+    return outbound(target, CommandType.RecordScheduledRunClosed, {
+        "run_id": scheduled_by["schedule_run_id"], "nominal_ms": nominal_ms, "workflow_id": workflow_id, "closed_run_id": run_id,
+        "status": status,
+    })

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kadence.protocol.records import Failure
+from kadence.protocol.records import Failure, Schedule, ScheduleInfo
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes
 
 RUNNING = "Running"
@@ -107,11 +107,15 @@ class Execution:
     timers: dict[str, int] = field(default_factory=dict)  # user timer id -> its TimerStarted event id
     buffered: list[HistoryEvent] = field(default_factory=list)
     parent: Record | None = None  # InitiatedBy of a child run: where its close is reported
+    scheduled_by: Record | None = None  # ScheduledBy of a run a schedule started: where its start and close are reported
     children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
     external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
     signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
     update_ids: set[str] = field(default_factory=set)  # every update admitted: one sent again applies once
     updates: dict[str, str] = field(default_factory=dict)  # update id -> "admitted" or "accepted", until it ends
+    # A schedule's definition and what it has done (machine/schedule.py); None for a run.
+    schedule: Schedule | None = None
+    schedule_info: ScheduleInfo | None = None
     # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
     pending_queries: list[Record] = field(default_factory=list, compare=False)
 
@@ -156,6 +160,7 @@ def execution_from_start(workflow_id: str, run_id: str, started: HistoryEvent) -
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
         workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"], parent=parent,
+        scheduled_by=attrs.get("scheduled_by"),
     )
 
 

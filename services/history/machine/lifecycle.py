@@ -26,7 +26,7 @@ from kadence.protocol.records import (
     WorkflowTaskScheduled,
 )
 from services.history.machine import child, messages
-from services.history.machine.effects import answer, drop, outbound, timer
+from services.history.machine.effects import answer, drop, outbound, scheduled_run_report, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
 from services.history.machine.limits import within_history_limit
 from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
@@ -120,7 +120,7 @@ def _new_run(
         "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, first),
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
-        "header": start.get("header", {}), "memo": start.get("memo", {}),
+        "header": start.get("header", {}), "memo": start.get("memo", {}), "scheduled_by": start.get("scheduled_by"),
     }))
     if first is not None:
         t.add(*first)
@@ -257,7 +257,7 @@ def _continued_as_new_event(
         "workflow_run_timeout_ms": attrs["run_timeout_ms"] or started.get("workflow_run_timeout_ms", 0),
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
-        **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo,
+        **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo, "scheduled_by": ex.scheduled_by,
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {
@@ -386,17 +386,24 @@ APPLY: dict[str, Apply] = {EventType.WorkflowExecutionCancelRequested: _cancel_r
 
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    """The run's timeout: the sooner of its run timeout and what is left of its execution timeout."""
+    """The run's timeout: the sooner of its run timeout and what is left of its execution timeout;
+    a run a schedule started (or continues one) tells the schedule its run id."""
     attrs = attributes(event)
     limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
-    return [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + min(limits), event["event_id"], 1)] if limits else []
+    effects = [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + min(limits), event["event_id"], 1)] if limits else []
+    if ex.scheduled_by is not None:
+        effects.append(scheduled_run_report(ex.scheduled_by, ex.workflow_id, ex.run_id, RUNNING))
+    return effects
 
 
 def _on_closed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    """A child run's close is told to its parent (unless the chain goes on); the run timeout goes
-    (unless it is what fired)."""
+    """A child run's close is told to its parent, a scheduled run's to its schedule (unless the chain
+    goes on); the run timeout goes (unless it is what fired)."""
     kind, attrs = event_type(event), attributes(event)
-    effects = [child.close_report(ex, kind, attrs)] if not attrs.get("new_execution_run_id") and ex.parent is not None else []
+    chain_ends = not attrs.get("new_execution_run_id")
+    effects = [child.close_report(ex, kind, attrs)] if chain_ends and ex.parent is not None else []
+    if chain_ends and ex.scheduled_by is not None:
+        effects.append(scheduled_run_report(ex.scheduled_by, ex.workflow_id, ex.run_id, CLOSE_STATUS[kind]))
     if kind != EventType.WorkflowExecutionTimedOut:
         effects.append(drop(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, 1, 1))
     return effects
