@@ -61,11 +61,11 @@ def test_a_parent_closing_first_applies_its_parent_close_policy() -> None:
 
 def test_a_rejected_command_from_a_workflow_is_answered_with_the_cause() -> None:
     sender = {"workflow_id": "sender", "run_id": "s1", "initiated_event_id": 7}
-    effect = rejection_answer({"initiated_by": sender}, Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND"))
+    effect = rejection_answer("order-2", {"initiated_by": sender}, Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND"))
     assert effect is not None
     answer = {"run_id": "s1", "initiated_event_id": 7, "cause": "WORKFLOW_NOT_FOUND"}
     assert decode_outbound(effect[1])[1:] == ("RecordExternalRequestOutcome", answer)
-    assert rejection_answer({"initiated_by": None}, Rejected("no")) is None
+    assert rejection_answer("order-2", {"initiated_by": None}, Rejected("no")) is None
 
 
 @pytest.mark.parametrize(("limit", "commands", "cause"), [

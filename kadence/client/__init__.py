@@ -22,6 +22,30 @@ from kadence.client._inputs import (
     UpdateWithStartUpdateWorkflowInput,
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
+from kadence.client._schedule_types import (
+    Schedule,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionResult,
+    ScheduleActionStartWorkflow,
+    ScheduleBackfill,
+    ScheduleCalendarSpec,
+    ScheduleDescription,
+    ScheduleInfo,
+    ScheduleIntervalSpec,
+    ScheduleListActionStartWorkflow,
+    ScheduleListDescription,
+    ScheduleListInfo,
+    ScheduleListSchedule,
+    ScheduleListState,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleRange,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+from kadence.client._schedules import ScheduleAlreadyRunningError, ScheduleHandle, ScheduleNotFoundError
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
 from kadence.exceptions import (
     AsyncActivityCancelledError,
@@ -40,6 +64,11 @@ __all__ = [
     "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",
     "ReportCancellationAsyncActivityInput", "StartWorkflowUpdateWithStartInput", "UpdateWithStartStartWorkflowInput",
     "UpdateWithStartUpdateWorkflowInput",
+    "Schedule", "ScheduleActionExecutionStartWorkflow", "ScheduleActionResult", "ScheduleActionStartWorkflow", "ScheduleBackfill",
+    "ScheduleCalendarSpec", "ScheduleDescription", "ScheduleInfo", "ScheduleIntervalSpec", "ScheduleListActionStartWorkflow",
+    "ScheduleListDescription", "ScheduleListInfo", "ScheduleListSchedule", "ScheduleListState", "ScheduleOverlapPolicy",
+    "SchedulePolicy", "ScheduleRange", "ScheduleSpec", "ScheduleState", "ScheduleUpdate", "ScheduleUpdateInput", "ScheduleHandle",
+    "ScheduleAlreadyRunningError", "ScheduleNotFoundError",
     # temporalio.client's names for these errors of kadence.exceptions
     "AsyncActivityCancelledError", "WorkflowFailureError", "WorkflowQueryFailedError", "WorkflowUpdateFailedError",
 ]

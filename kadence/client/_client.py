@@ -36,6 +36,8 @@ from kadence.client._inputs import (
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
 from kadence.client._replies import ReplyListener, RunWatch
+from kadence.client._schedule_types import Schedule, ScheduleBackfill, ScheduleListDescription
+from kadence.client._schedules import ScheduleHandle, create_schedule, list_schedules
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
 from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
@@ -248,6 +250,27 @@ class Client:
             self, workflow_id, run_id=run_id, result_run_id=run_id, first_execution_run_id=first_execution_run_id,
             result_type=result_type,
         )
+
+    async def create_schedule(
+        self, id: str, schedule: Schedule, *, trigger_immediately: bool = False, backfill: Sequence[ScheduleBackfill] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+    ) -> ScheduleHandle:
+        """Create a schedule (as temporalio's): from then on it starts `schedule.action` at the times
+        its spec names, under its policies, on the history service (docs/decisions/0004-schedules.md).
+        `trigger_immediately` takes an action now; `backfill` takes the past ranges' times now.
+        Raises ScheduleAlreadyRunningError if the id holds a schedule. A schedule takes no memo or
+        search attributes of its own yet (docs/temporal-differences.md, "Schedules")."""
+        if memo or search_attributes:
+            raise KadenceError("a schedule takes no memo or search attributes of its own; give them to its action "
+                               "(ScheduleActionStartWorkflow(memo=..., search_attributes=...))")
+        return await create_schedule(self, id, schedule, trigger_immediately=trigger_immediately, backfill=backfill)
+
+    def get_schedule_handle(self, id: str) -> ScheduleHandle:
+        return ScheduleHandle(self, id)
+
+    async def list_schedules(self, query: str | None = None) -> AsyncIterator[ScheduleListDescription]:
+        """Every schedule, by id (awaited, then iterated: `async for s in await client.list_schedules()`, as temporalio)."""
+        return list_schedules(self, query)
 
     def get_async_activity_handle(
         self, *, workflow_id: str | None = None, run_id: str | None = None, activity_id: str | None = None,
