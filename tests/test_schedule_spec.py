@@ -74,6 +74,12 @@ def test_a_spec_that_cannot_be_computed_says_why() -> None:
     assert spec_problem({"intervals": [{"every_ms": 1000}]}) is None
 
 
+def test_a_calendar_of_a_later_year_is_found_without_searching_the_years_between() -> None:
+    spec = {"calendars": [{**calendar(second=1, minute=2, hour=4, day_of_month=7, month=9), "year": [{"start": 2080}]}]}
+    assert next_time_ms(spec, ms(2026, 1, 1)) == ms(2080, 9, 7, 4, 2, 1)
+    assert next_time_ms(spec, ms(2080, 9, 8)) is None
+
+
 def test_a_calendar_that_never_matches_acts_no_more() -> None:
     assert next_time_ms({"calendars": [calendar(day_of_month=30, month=2)]}, ms(2026, 1, 1)) is None
 

@@ -98,9 +98,15 @@ class Calendar:
         )
 
     def walls_after(self, start: datetime.datetime) -> Iterator[datetime.datetime]:
-        """The wall times this calendar matches at or after `start`, in order, for _SEARCH_DAYS."""
-        day = start.date()
-        for _ in range(_SEARCH_DAYS):
+        """The wall times this calendar matches at or after `start`, in order, over _SEARCH_DAYS
+        days of the years it allows (a year not allowed is passed over whole)."""
+        day, searched = start.date(), 0
+        while searched < _SEARCH_DAYS:
+            if self.year and day.year not in self.year:
+                later = [year for year in self.year if year > day.year]
+                if not later:
+                    return
+                day = datetime.date(min(later), 1, 1)
             if self.day_matches(day):
                 first = (start.hour, start.minute, start.second) if day == start.date() else (0, 0, 0)
                 for hour in (h for h in self.hour if h >= first[0]):
@@ -108,6 +114,7 @@ class Calendar:
                         for second in (s for s in self.second if (hour, minute, s) >= first):
                             yield datetime.datetime.combine(day, datetime.time(hour, minute, second))
             day += datetime.timedelta(days=1)
+            searched += 1
 
 
 @dataclass(frozen=True)
