@@ -64,7 +64,8 @@ class TimerLoad:
         self.producer.poll(0)
 
     def flush(self) -> None:
-        self.producer.flush(60)
+        left = self.producer.flush(60)
+        assert left == 0, f"{left} timer records not delivered in 60 s"
 
 
 @dataclass

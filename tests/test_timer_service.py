@@ -10,7 +10,7 @@ import signal
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -81,10 +81,14 @@ def test_killed_with_10000_pending_timers_it_fires_every_one_and_none_early(
     now = now_ms()
     # 0.5 to 8.5 s out: the first ones are held in memory, the rest stored in Postgres.
     timers = {f"{prefix}-{i}": now + 500 + (i * 7919) % 8000 for i in range(10_000)}
+    applied_before, written_before = records_applied(timer_stack, "timer"), sum(load.source_offsets.values())
     spread(load, timers, timer_stack.partitions)
     # Each dropped timer is set and dropped by the next record of its partition, as history drops
-    # one, due a second after both were written: the drop is applied long before the timer is due
-    # (due sooner after writing 11,000 timers on a loaded machine, one could fire before its drop came).
+    # one, due a second after both were written. Written once the service has applied the timers
+    # above: a service still working through them a second later could fire a timer whose drop it
+    # has not read yet (a timer due is fired once its set is read, before the records after it).
+    written = sum(load.source_offsets.values()) - written_before
+    wait_until(lambda: records_applied(timer_stack, "timer") >= applied_before + written, "the timers applied", timeout_s=60)
     set_at = now_ms()
     dropped = {f"{prefix}-dropped-{i}": set_at + 1000 + i for i in range(1000)}
     for partition in range(timer_stack.partitions):
@@ -148,15 +152,32 @@ def test_a_second_instance_takes_half_the_partitions_and_the_survivor_takes_them
     assert len({f.identity for tid in second for f in fired.firings[tid]}) == 1, "the survivor fires every partition's timers"
 
 
-def pending_in_memory(stack: LocalStack, instance: str) -> float:
-    """The instance's kadence_timer_pending_in_memory gauge (0 until it answers)."""
+def metric(stack: LocalStack, instance: str, sample: str) -> float:
+    """A sample of the instance's /metrics (0 until it answers), by its name and labels."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{stack.http_ports[instance]}/metrics", timeout=2) as response:
             text = response.read().decode()
     except OSError:
         return 0
-    found = re.search(r"^kadence_timer_pending_in_memory (\S+)$", text, re.MULTILINE)
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0
+
+
+def pending_in_memory(stack: LocalStack, instance: str) -> float:
+    """The instance's kadence_timer_pending_in_memory gauge."""
+    return metric(stack, instance, "kadence_timer_pending_in_memory")
+
+
+def records_applied(stack: LocalStack, instance: str) -> float:
+    """The history records the instance's timer projection has applied since it started."""
+    return metric(stack, instance, 'kadence_projection_records_total{projection="timer"}')
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
 
 
 def wait_until_held(stack: LocalStack, instances: list[str], count: int, timeout_s: float) -> None:
