@@ -1,6 +1,6 @@
 """Schedules in the history machine (services/history/machine/schedule.py), through the live step:
 the schedule's partition and its runs' partition, with the relay and the timer service played by
-hand between them (docs/decisions/0004-schedules.md, "What the tests must prove")."""
+hand between them (docs/decisions/0004-schedules-in-the-history-service.md, "What the tests must prove")."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ class Client:
         memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
     ) -> ScheduleHandle:
         """Create a schedule (as temporalio's): from then on it starts `schedule.action` at the times
-        its spec names, under its policies, on the history service (docs/decisions/0004-schedules.md).
+        its spec names, under its policies, on the history service (docs/decisions/0004-schedules-in-the-history-service.md).
         `trigger_immediately` takes an action now; `backfill` takes the past ranges' times now.
         Raises ScheduleAlreadyRunningError if the id holds a schedule. A schedule takes no memo or
         search attributes of its own yet (docs/temporal-differences.md, "Schedules")."""

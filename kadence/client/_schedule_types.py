@@ -1,5 +1,5 @@
 """The schedule types of the client, as temporalio.client names them, and their records
-(schemas/Schedule.avsc, ScheduleInfo.avsc, SchedulePatch.avsc): docs/decisions/0004-schedules.md."""
+(schemas/Schedule.avsc, ScheduleInfo.avsc, SchedulePatch.avsc): docs/decisions/0004-schedules-in-the-history-service.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Schedules through the client (temporalio's create_schedule, ScheduleHandle, list_schedules): each
 call is a command to the schedule's key, `kadence-schedule:<id>`, answered under its request id;
-describe and list read the read model's kadence_schedules (docs/decisions/0004-schedules.md)."""
+describe and list read the read model's kadence_schedules (docs/decisions/0004-schedules-in-the-history-service.md)."""
 
 from __future__ import annotations
 

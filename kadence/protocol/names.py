@@ -105,7 +105,7 @@ CLIENT_COMMANDS = frozenset({
     CommandType.DeleteSchedule,
 })
 # A schedule is keyed on kadence.commands and kadence.history by this prefix and its id; workflow
-# ids with it are refused (docs/decisions/0004-schedules.md).
+# ids with it are refused (docs/decisions/0004-schedules-in-the-history-service.md).
 SCHEDULE_KEY_PREFIX = "kadence-schedule:"
 # The commands for a schedule (a TimeoutFired goes to either kind).
 SCHEDULE_COMMANDS = frozenset({

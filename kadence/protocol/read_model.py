@@ -90,7 +90,7 @@ VISIBILITY_DDL = [
     "CREATE INDEX IF NOT EXISTS kadence_executions_start_time ON kadence_executions (start_time, workflow_id, run_id)",
     # The visibility service deletes rows past their retention (services/visibility/retention.py).
     "CREATE INDEX IF NOT EXISTS kadence_command_outcomes_recorded_at ON kadence_command_outcomes (recorded_at)",
-    # One row per schedule (docs/decisions/0004-schedules.md): its last event, which carries its
+    # One row per schedule (docs/decisions/0004-schedules-in-the-history-service.md): its last event, which carries its
     # definition and what it has done (Avro HistoryEvent), and the columns a list shows.
     """
     CREATE TABLE IF NOT EXISTS kadence_schedules (

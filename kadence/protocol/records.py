@@ -467,7 +467,9 @@ class UpdateWithStartWorkflowExecution(TypedDict):
 
 
 class CreateSchedule(TypedDict):
-    """Create the schedule whose workflow id is kadence-schedule:<schedule id> (docs/decisions/0004-schedules.md)."""
+    """Create the schedule whose workflow id is kadence-schedule:<schedule id>
+    (docs/decisions/0004-schedules-in-the-history-service.md).
+    """
 
     request_id: NotRequired[str]
     schedule: Schedule
@@ -1204,7 +1206,7 @@ class RetryPolicy(TypedDict):
 
 class Schedule(TypedDict):
     """A schedule as its owner gives it (temporalio's client.Schedule): when it acts, what it starts, its policies
-    and whether it is paused (docs/decisions/0004-schedules.md).
+    and whether it is paused (docs/decisions/0004-schedules-in-the-history-service.md).
     """
 
     spec: ScheduleSpec

@@ -1,5 +1,5 @@
 """When a schedule acts: the nominal times a `ScheduleSpec` record names, as Temporal's scheduler
-computes them (docs/decisions/0004-schedules.md, "Catch-up window, jitter, time zones").
+computes them (docs/decisions/0004-schedules-in-the-history-service.md, "Catch-up window, jitter, time zones").
 
 A spec is the union of its calendars (structured fields matched in the spec's time zone), its
 cron strings (kadence.protocol.cron) and its intervals (epoch + offset + k × every, in UTC), less

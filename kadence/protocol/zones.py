@@ -1,6 +1,6 @@
 """Time zones from the pinned `tzdata` package, never the host's `/usr/share/zoneinfo`: two
 instances of one release must compute the same wall times, or a zombie's decision and the
-owner's would disagree (docs/decisions/0004-schedules.md, "Time zones and calendars")."""
+owner's would disagree (docs/decisions/0004-schedules-in-the-history-service.md, "Time zones and calendars")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Schedules: an entity of its own kind beside runs, keyed by `kadence-schedule:<schedule id>`
-(docs/decisions/0004-schedules.md). It holds its definition (`Schedule`) and what it has done
+(docs/decisions/0004-schedules-in-the-history-service.md). It holds its definition (`Schedule`) and what it has done
 (`ScheduleInfo`); every event it records carries both as its transition leaves them, so the last
 event is the whole state, which is all the execution keeps of its history (`dispatch.fold`).
 
