@@ -33,7 +33,7 @@ from kadence.exceptions import RetryState
 from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, Record, UndecodableRecord, history_batch_codec, task_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, RunSection, run_sections
+from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, SCHEDULE_EVENTS, RunSection, run_sections
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import position, read_to_end, topic_partitions
 from kadence.protocol.names import EffectType, EventType
@@ -102,6 +102,8 @@ class RunAudit:
     activities: dict[int, ActivityTimeouts] = field(default_factory=dict)  # by scheduled id, while not finished
     closed: bool = False
     code_replay: bool = False  # its events are kept until it closes, for the code replay
+    schedule_started: int = 0  # a schedule's actions recorded STARTED
+    schedule_processed_until_ms: int = 0  # a schedule's nominal times decided up to here
 
     @property
     def next_event_id(self) -> int:
@@ -390,6 +392,8 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
     if from_start and run.event_count == 0 and kind not in (EventType.WorkflowExecutionStarted, EventType.ScheduleCreated):
         return f"history starts with {kind}"
     run.closed = kind in CLOSE_STATUS or kind == EventType.ScheduleDeleted
+    if kind in SCHEDULE_EVENTS:
+        return _check_schedule_event(run, kind, attrs)
     _track_pending(run, event, kind, attrs)
     if kind == EventType.ActivityTaskScheduled:
         run.activity_attempts[event["event_id"]] = 1
@@ -407,6 +411,26 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
         if attrs["timer_id"] in run.fired_timers:
             return f"timer {attrs['timer_id']} fired twice"
         run.fired_timers.add(attrs["timer_id"])
+    return None
+
+
+def _check_schedule_event(run: RunAudit, kind: str, attrs: Record) -> str | None:
+    """A schedule's invariants, in constant memory however long it lives: the nominal times it has
+    decided only move forward, every action it counts is one recorded STARTED, and no nominal time
+    has two runs running. (Each event carries the state its whole transition leaves, and the
+    transition's ScheduleActionsTaken comes last: the count is compared there.)"""
+    info = attrs["info"]
+    if info["processed_until_ms"] < run.schedule_processed_until_ms:
+        return f"the schedule's decided times went back from {run.schedule_processed_until_ms} to {info['processed_until_ms']}"
+    run.schedule_processed_until_ms = info["processed_until_ms"]
+    if kind == EventType.ScheduleActionsTaken:
+        run.schedule_started += sum(1 for action in attrs["actions"] if action["fate"] == "STARTED")
+    seen_from_creation = run.first_event_id == 1
+    if kind == EventType.ScheduleActionsTaken and seen_from_creation and info["action_count"] != run.schedule_started:
+        return f"the schedule counts {info['action_count']} actions, its events record {run.schedule_started} started"
+    running = [(r["nominal_ms"], r["workflow_id"]) for r in info["running"]]
+    if len(running) != len(set(running)):
+        return "the schedule holds one nominal time's run twice"
     return None
 
 

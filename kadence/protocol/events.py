@@ -178,3 +178,11 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
 # The cause of a workflow task failed because its completion does not fit in a record (Temporal's
 # WORKFLOW_TASK_FAILED_CAUSE_REQUEST_TOO_LARGE): the history service terminates the run.
 WORKFLOW_TASK_TOO_LARGE = "REQUEST_TOO_LARGE"
+
+
+# A schedule's events (docs/decisions/0004-schedules-in-the-history-service.md): each carries the
+# schedule and its info as its transition leaves them.
+SCHEDULE_EVENTS = frozenset({
+    EventType.ScheduleCreated, EventType.ScheduleUpdated, EventType.SchedulePatched, EventType.ScheduleActionsTaken,
+    EventType.ScheduledRunStarted, EventType.ScheduledRunClosed, EventType.ScheduleDeleted,
+})

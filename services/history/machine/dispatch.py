@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from kadence.protocol.events import SCHEDULE_EVENTS
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import SCHEDULE_COMMANDS, CommandType, EffectType
 from kadence.protocol.records import TimeoutFired
@@ -132,7 +133,7 @@ def _new_attempt(current: WorkflowTaskState | None, transient: TransientWorkflow
 
 def execution_from_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> Execution:
     """A run's state from its events, the first being WorkflowExecutionStarted (a schedule's: any of its events)."""
-    if event_type(events[0]) in schedule.EVENTS:
+    if event_type(events[0]) in SCHEDULE_EVENTS:
         ex = schedule.execution_from_schedule_event(workflow_id, run_id, events[0])
     else:
         ex = execution_from_start(workflow_id, run_id, events[0])

@@ -19,6 +19,7 @@ import datetime
 import json
 from typing import cast
 
+from kadence.protocol.events import SCHEDULE_EVENTS
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, CommandType, EventType, TimerKind
 from kadence.protocol.records import (
     CreateSchedule,
@@ -48,10 +49,6 @@ RECENT_ACTIONS = 10
 MAX_BUFFERED = 1000  # Temporal's limit of buffered starts
 MAX_TIMES_PER_DECISION = 100  # nominal times one batch takes; a firing with more due sets its timer for now
 MIN_CATCHUP_WINDOW_MS = 10_000  # Temporal's least
-EVENTS = frozenset({
-    EventType.ScheduleCreated, EventType.ScheduleUpdated, EventType.SchedulePatched, EventType.ScheduleActionsTaken,
-    EventType.ScheduledRunStarted, EventType.ScheduledRunClosed, EventType.ScheduleDeleted,
-})
 FAILED_CLOSES = frozenset({"Failed", "TimedOut"})  # what pause on failure pauses for (as Temporal)
 
 
@@ -99,7 +96,7 @@ def _held(ex: Execution, event: HistoryEvent) -> None:
         ex.status = DELETED
 
 
-APPLY: dict[str, Apply] = {kind: _held for kind in EVENTS}
+APPLY: dict[str, Apply] = {kind: _held for kind in SCHEDULE_EVENTS}
 
 
 # ---- deciding
