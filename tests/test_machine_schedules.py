@@ -9,7 +9,10 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX
+from services.history.machine import limits as machine_limits
 from services.history.machine.schedule import action_workflow_id
 from services.history.partition import PartitionState
 from services.history.snapshot import RunRow
@@ -355,3 +358,29 @@ def test_the_last_event_restores_the_schedule_from_its_checkpoint_row_and_from_t
             assert replayed.apply(batch)
     again = replayed.executions[KEY]
     assert (again.schedule, again.schedule_info, again.next_event_id) == (live.schedule, live.schedule_info, live.next_event_id)
+
+
+def test_a_schedule_keeps_acting_past_a_history_s_event_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine_limits, "MAX_HISTORY_EVENTS", 5)
+    world = World()
+    world.create(schedule(overlap="ALLOW_ALL"))
+    for minute in range(1, 8):
+        world.fire(at(minute))
+        world.relay(at(minute))
+    kinds = {e["attributes"][0] for batch in world.log if batch["workflow_id"] == KEY for e in batch["events"]}
+    assert "WorkflowExecutionTerminated" not in kinds and len(world.started()) == 7
+
+
+def test_a_firing_far_behind_takes_as_many_times_as_its_record_holds_and_comes_back_at_once() -> None:
+    big = {"metadata": {"encoding": b"binary/plain"}, "data": b"x" * 1_000_000}
+    world = World()
+    world.create(schedule(every_ms=1000, overlap="ALLOW_ALL", action__input=[big]))
+    late = T0 + 30_000  # 30 times due
+    world.fire(late)
+    assert 1 <= world.info["action_count"] < 10
+    (timer,) = world.schedule_timers()
+    assert timer["fire_at_ms"] == late  # the rest are due: at once
+    while world.info["processed_until_ms"] < late:
+        world.fire(late)
+        world.outbox.clear()
+    assert world.info["action_count"] == 30

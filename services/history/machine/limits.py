@@ -18,8 +18,11 @@ _REFUSED_WHEN_TOO_LARGE = {
 
 
 def within_history_limit(t: Transition) -> Transition:
-    """A run whose history would pass a limit is terminated instead, with the reason."""
+    """A run whose history would pass a limit is terminated instead, with the reason. A schedule
+    keeps no history (its last event is its state), so no limit of a history applies to it."""
     ex = t.execution
+    if ex.schedule is not None:
+        return t
     size = ex.history_bytes + payload_bytes([e["attributes"][1] for e in t.events + t.buffered])
     if t.next_event_id - 1 > MAX_HISTORY_EVENTS:
         exceeded = f"the {MAX_HISTORY_EVENTS}-event limit"
@@ -39,8 +42,9 @@ def within_history_limit(t: Transition) -> Transition:
 def within_record_limit(t: Transition, command: str) -> Transition:
     """Keep the HistoryBatch of `t` within one Kafka record, as Temporal keeps a transaction within
     its limits: a client's command that would not fit is refused; any other ends the run with the
-    reason (Temporal terminates a run whose workflow task completion is too large to send). The
-    buffered events are not written then: they may be what is too large."""
+    reason (Temporal terminates a run whose workflow task completion is too large to send); a
+    schedule's command is refused. The buffered events are not written then: they may be what is
+    too large."""
     size = t.record_bytes_bound
     if size <= MAX_RECORD_VALUE_BYTES:
         return t
@@ -48,7 +52,7 @@ def within_record_limit(t: Transition, command: str) -> Transition:
         f"{command} would write a history record of up to {size / 1e6:.1f} MB; "
         f"a kadence.history record holds at most {MAX_RECORD_VALUE_BYTES / 1e6:.1f} MB"
     )
-    if command in _REFUSED_WHEN_TOO_LARGE:
+    if command in _REFUSED_WHEN_TOO_LARGE or t.execution.schedule is not None:  # a schedule is never terminated
         raise Rejected(too_large)
     return terminated_as_too_large(t, f"{too_large}: keep large data out of workflow history "
                                    "(pass a reference to it) or spread it over more workflow tasks")

@@ -20,6 +20,7 @@ import json
 from typing import cast
 
 from kadence.protocol.events import SCHEDULE_EVENTS
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, encoded_bytes_bound, payload_problem
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, CommandType, EventType, TimerKind
 from kadence.protocol.records import (
     CreateSchedule,
@@ -48,6 +49,7 @@ START_FAILED = "StartFailed"
 RECENT_ACTIONS = 10
 MAX_BUFFERED = 1000  # Temporal's limit of buffered starts
 MAX_TIMES_PER_DECISION = 100  # nominal times one batch takes; a firing with more due sets its timer for now
+ACTIONS_RECORD_SHARE = MAX_RECORD_VALUE_BYTES // 2  # what one firing's starts may take of its record
 MIN_CATCHUP_WINDOW_MS = 10_000  # Temporal's least
 FAILED_CLOSES = frozenset({"Failed", "TimedOut"})  # what pause on failure pauses for (as Temporal)
 
@@ -81,6 +83,8 @@ def schedule_problem(schedule: Schedule) -> str | None:
         return "a schedule's action needs a workflow_id, a workflow_type and a task_queue"
     if action["workflow_id"].startswith(SCHEDULE_KEY_PREFIX):
         return f"a schedule's action may not start a workflow id beginning with {SCHEDULE_KEY_PREFIX!r}"
+    if problem := payload_problem(action["input"], "a schedule's workflow input"):
+        return problem
     if schedule["policy"]["catchup_window_ms"] < MIN_CATCHUP_WINDOW_MS:
         return f"a schedule's catch-up window must be at least {MIN_CATCHUP_WINDOW_MS // 1000} s"
     return spec_problem(schedule["spec"])
@@ -113,6 +117,7 @@ class _Deciding:
         self.info: ScheduleInfo = copy.deepcopy(ex.schedule_info)
         self.actions: list[ScheduleActionResult] = []
         self.fired_timer = 0  # the event id of the timer this transition's firing consumed
+        self.behind = False  # a firing left nominal times due for the next
         self.key = ex.workflow_id
 
     @property
@@ -206,9 +211,11 @@ class _Deciding:
             self._start(first["nominal_ms"], _request_id(self.key, first["nominal_ms"]))
 
     def take_due(self) -> None:
-        """Take the nominal times due by now since the last decided, at most a batch's worth."""
+        """Take the nominal times due by now since the last decided, at most a batch's worth (by
+        count, and by the bytes of the starts they send)."""
         window_start = self.now_ms - self.schedule["policy"]["catchup_window_ms"]
-        due = times_between_ms(self.schedule["spec"], self.info["processed_until_ms"], self.now_ms, MAX_TIMES_PER_DECISION)
+        batch = min(MAX_TIMES_PER_DECISION, max(1, ACTIONS_RECORD_SHARE // _start_bytes_bound(self.schedule)))
+        due = times_between_ms(self.schedule["spec"], self.info["processed_until_ms"], self.now_ms, batch)
         for nominal_ms in due:
             if nominal_ms < window_start:
                 self.info["missed_catchup_window"] += 1
@@ -216,8 +223,7 @@ class _Deciding:
             else:
                 self.take(nominal_ms, "UNSPECIFIED", _request_id(self.key, nominal_ms))
             self.info["processed_until_ms"] = nominal_ms
-        if len(due) == MAX_TIMES_PER_DECISION:
-            self.info["processed_until_ms"] = min(self.info["processed_until_ms"], self.now_ms)
+        self.behind = len(due) == batch
 
     # -- the timer
 
@@ -231,8 +237,7 @@ class _Deciding:
         if self.t.execution.status != RUNNING or self.schedule["state"]["paused"] or self._out_of_actions():
             return
         spec = self.schedule["spec"]
-        behind = len(self.actions) >= MAX_TIMES_PER_DECISION  # more are due: come back at once
-        next_ms = self.now_ms if behind else next_time_ms(spec, self.info["processed_until_ms"])
+        next_ms = self.now_ms if self.behind else next_time_ms(spec, self.info["processed_until_ms"])  # more due: at once
         if next_ms is None:
             return
         following = next_time_ms(spec, next_ms)
@@ -250,6 +255,12 @@ class _Deciding:
         self.record(kind, **extra)
         self.record_actions()
         return self.t
+
+
+def _start_bytes_bound(schedule: Schedule) -> int:
+    """A bound of the encoded size of one action's start (its payloads and a few ids)."""
+    action = schedule["action"]
+    return encoded_bytes_bound([action["input"], action["search_attributes"], action["header"], action["memo"]]) + 2048
 
 
 def _policy_overlap(schedule: Schedule) -> str:
