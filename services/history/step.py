@@ -173,6 +173,8 @@ def _carry_whole_histories(effects: list[Effect], execution: Execution) -> None:
 
 
 def _warn_of_long_history(batch: HistoryBatch, execution: Execution, bytes_before: int) -> None:
+    if execution.schedule is not None:
+        return  # a schedule keeps no history: its event ids only count its changes
     if batch["first_event_id"] <= WARN_HISTORY_EVENTS < execution.next_event_id:
         log.warning("event=long_history workflow_id=%s run_id=%s events=%d limit=%d",
                     execution.workflow_id, execution.run_id, execution.next_event_id - 1, MAX_HISTORY_EVENTS)
