@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kadence.protocol.codec import command_codec
 from services.history.partition import PartitionState
-from tests.recorded_histories import HERE, Record, step, to_json
+from tests.recorded_histories import HERE, Record, from_json, step, to_json
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -250,8 +251,47 @@ def update_with_start() -> Scenario:
     return s
 
 
+def schedules() -> Scenario:
+    s = Scenario("schedules", "A schedule every minute with jitter and BUFFER_ONE: its first firing starts a run, which reports its "
+                 "start; the next firing buffers, the one after skips; the run's close releases the buffered start; a firing "
+                 "fired again is refused as stale; a pause drops the timer; the schedule is deleted.")
+    key = "kadence-schedule:nightly"
+    schedule = {
+        "spec": {"intervals": [{"every_ms": 60_000}], "jitter_ms": 10_000},
+        "action": {"workflow_id": "report", "workflow_type": "Report", "task_queue": "reports", "input": [payload("eu")]},
+        "policy": {"overlap": "BUFFER_ONE"}, "state": {},
+    }
+    s.send(key, "CreateSchedule", {"request_id": "create-1", "schedule": schedule, "patch": {}}, identity="client")
+
+    def fire(after_ms: int) -> None:
+        info = s.state.executions[key].schedule_info
+        assert info is not None
+        timer_event_id = info["timer_event_id"]
+        s.send(key, "TimeoutFired", {"run_id": s.run_id(key), "timer_id": f"{s.run_id(key)}/SCHEDULE_ACTION/{timer_event_id}/1",
+                                     "kind": "SCHEDULE_ACTION", "scheduled_event_id": timer_event_id, "attempt": 1},
+               identity="timer", after_ms=after_ms)
+
+    def relay(written: Record) -> None:
+        for kind, effect in from_json(written["batch"])["effects"]:
+            if kind == "OutboundCommand":
+                command = command_codec().decode(effect["command"])
+                relay(s.send(command["workflow_id"], *command["command"], identity="kadence-history", after_ms=5))
+
+    fire(after_ms=65_000)
+    relay(s.steps[-1])
+    started = s.state.executions[key].schedule_info["running"][0]["workflow_id"]  # type: ignore[index]
+    fire(after_ms=60_000)
+    stale = s.steps[-1]["command"]
+    fire(after_ms=60_000)
+    s.send(key, "TimeoutFired", from_json(stale)["command"][1], identity="timer")
+    relay(s.send(started, "TerminateWorkflowExecution", {"reason": "done", "request_id": "stop-1"}, identity="client"))
+    s.send(key, "PatchSchedule", {"request_id": "pause-1", "patch": {"pause": True, "note": "maintenance"}}, identity="client")
+    s.send(key, "DeleteSchedule", {"request_id": "delete-1"}, identity="client")
+    return s
+
+
 SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task,
-             update_with_start]
+             update_with_start, schedules]
 
 
 def main() -> None:

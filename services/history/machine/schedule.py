@@ -249,9 +249,11 @@ class _Deciding:
         state = self.schedule["state"]
         return state["limited_actions"] and state["remaining_actions"] <= 0
 
-    def finish(self, kind: str, **extra: object) -> Transition:
-        """Record the decision's event, then what its actions did; the timer is named by the last."""
-        self.retime(self.t.next_event_id + (1 if self.actions else 0))
+    def finish(self, kind: str, *, retime: bool = True, **extra: object) -> Transition:
+        """Record the decision's event, then what its actions did; when `retime`, the timer is set
+        anew, named by the last event (else the pending one stands: the next time is as it was)."""
+        if retime:
+            self.retime(self.t.next_event_id + (1 if self.actions else 0))
         self.record(kind, **extra)
         self.record_actions()
         return self.t
@@ -344,7 +346,8 @@ def _patch(ex: Execution, cmd: PatchSchedule, identity: str, now_ms: int) -> Tra
     d = _Deciding(ex, now_ms)
     _patched(d, cmd["patch"])
     d.info["updated_ms"] = now_ms
-    return d.finish(EventType.SchedulePatched, patch=cmd["patch"])
+    pausing = cmd["patch"]["pause"] or cmd["patch"]["unpause"]
+    return d.finish(EventType.SchedulePatched, retime=pausing, patch=cmd["patch"])
 
 
 def _delete(ex: Execution, cmd: DeleteSchedule, identity: str, now_ms: int) -> Transition:
@@ -380,13 +383,14 @@ def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now
     for recent in d.info["recent_actions"]:
         if (recent["nominal_ms"], recent["workflow_id"]) == (cmd["nominal_ms"], cmd["workflow_id"]):
             recent["status"] = cmd["status"]
-    if d.schedule["policy"]["pause_on_failure"] and cmd["status"] in FAILED_CLOSES:
+    pausing = d.schedule["policy"]["pause_on_failure"] and cmd["status"] in FAILED_CLOSES
+    if pausing:
         d.schedule["state"]["paused"] = True
         d.schedule["state"]["note"] = f"paused: the run {cmd['workflow_id']} ({cmd['closed_run_id']}) closed {cmd['status']}"
     elif not d.schedule["state"]["paused"]:
         d.release_buffered()
     return d.finish(
-        EventType.ScheduledRunClosed, nominal_ms=cmd["nominal_ms"], workflow_id=cmd["workflow_id"], run_id=cmd["closed_run_id"],
+        EventType.ScheduledRunClosed, retime=pausing, nominal_ms=cmd["nominal_ms"], workflow_id=cmd["workflow_id"], run_id=cmd["closed_run_id"],
         status=cmd["status"],
     )
 
