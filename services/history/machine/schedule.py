@@ -390,8 +390,8 @@ def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now
     elif not d.schedule["state"]["paused"]:
         d.release_buffered()
     return d.finish(
-        EventType.ScheduledRunClosed, retime=pausing, nominal_ms=cmd["nominal_ms"], workflow_id=cmd["workflow_id"], run_id=cmd["closed_run_id"],
-        status=cmd["status"],
+        EventType.ScheduledRunClosed, retime=pausing, nominal_ms=cmd["nominal_ms"], workflow_id=cmd["workflow_id"],
+        run_id=cmd["closed_run_id"], status=cmd["status"],
     )
 
 
