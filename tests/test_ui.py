@@ -18,8 +18,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,21 @@ from playwright import async_api as playwright_api
 from yarl import URL
 
 from kadence import activity, workflow
-from kadence.client import Client
+from kadence.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleCalendarSpec,
+    ScheduleDescription,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleNotFoundError,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleRange,
+    ScheduleSpec,
+    ScheduleState,
+)
 from kadence.converter import DataConverter
 from kadence.dev.local_stack import LocalStack, free_port
 from kadence.exceptions import RetryState, WorkflowFailureError
@@ -580,3 +594,166 @@ async def test_a_codec_server_that_does_not_answer_fails_an_action_with_its_erro
     assert (await handle.describe()).status.value == "Running"
     await handle.terminate(reason="test over")
 
+
+async def described_when(handle: ScheduleHandle, check: Callable[[ScheduleDescription], bool],
+                         timeout_s: float = 30) -> ScheduleDescription:
+    """The schedule's description once `check` holds (it acts on its own time)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        described = await handle.describe()
+        if check(described):
+            return described
+        assert asyncio.get_running_loop().time() < deadline, f"the schedule never got there: {described}"
+        await asyncio.sleep(0.2)
+
+
+def hourly(workflow_id: str, task_queue: str = QUEUE, **state: Any) -> Schedule:
+    return Schedule(action=ScheduleActionStartWorkflow(EchoWorkflow.run, "hourly", id=workflow_id, task_queue=task_queue),
+                    spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]), state=ScheduleState(**state))
+
+
+async def test_a_schedule_shows_its_spec_recent_actions_and_next_times_and_is_paused_triggered_and_deleted_from_the_ui(
+    page: Any, client: Client, worker: None,
+) -> None:
+    prefix = f"ui-schedule-{uuid.uuid4()}"
+    schedule_id, action_id = f"{prefix}-b-every-second", f"ui-scheduled-{uuid.uuid4()}"
+    ends = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
+    handle = await client.create_schedule(schedule_id, Schedule(
+        action=ScheduleActionStartWorkflow(EchoWorkflow.run, "from a schedule", id=action_id, task_queue=QUEUE),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=1))],
+                          calendars=[ScheduleCalendarSpec(hour=[ScheduleRange(9)], day_of_week=[ScheduleRange(1, 5)],
+                                                          comment="weekday mornings")],
+                          cron_expressions=["30 17 * * FRI"], end_at=ends, jitter=timedelta(milliseconds=200),
+                          time_zone_name="Europe/Berlin"),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.ALLOW_ALL, catchup_window=timedelta(minutes=5)),
+    ))
+    others = [await client.create_schedule(f"{prefix}-a-hourly", hourly(f"ui-hourly-{uuid.uuid4()}", paused=True, note="kept paused")),
+              await client.create_schedule(f"{prefix}-c-hourly", hourly(f"ui-hourly-{uuid.uuid4()}"))]
+    try:
+        await described_when(handle, lambda d: len([a for a in d.info.recent_actions if a.status == "Completed"]) >= 2)
+        for other in others:
+            await other.describe()  # the UI reads the read model, which the create's reply may precede
+
+        # The list: by id, two a page (the UI's page size here), paused or running.
+        await page.goto("/workflows")
+        await page.click("header nav a:text-is('Schedules')")
+        await page.fill("#prefix", prefix)
+        await page.press("#prefix", "Enter")
+        assert "3 schedules" in await page.inner_text("#counts")
+        assert await page.locator("#schedules tbody td.id a").all_inner_texts() == [f"{prefix}-a-hourly", schedule_id]
+        first_row, second_row = await page.locator("#schedules tbody tr").all_inner_texts()
+        assert "Paused" in first_row and "EchoWorkflow" in first_row
+        assert "Running" in second_row and "Completed" in second_row  # its last action
+        await page.click("#next-page")
+        assert await page.locator("#schedules tbody td.id a").all_inner_texts() == [f"{prefix}-c-hourly"]
+        assert await page.locator("#next-page").count() == 0
+
+        # The schedule's page: its spec, action and policies, its recent actions and next times.
+        await page.click("a:text-is('First page')")
+        await page.click(f"#schedules a:text-is('{schedule_id}')")
+        assert await page.inner_text("h1") == schedule_id
+        spec = await page.inner_text("#spec-table")
+        for shown in ("every 1s", "hour 9", "day of week 1-5", "weekday mornings", "30 17 * * FRI", "Europe/Berlin", "200ms",
+                      ends.strftime("%Y-%m-%d %H:%M:%S")):
+            assert shown in spec, shown
+        action = await page.inner_text("#action-table")
+        assert "EchoWorkflow" in action and action_id in action and QUEUE in action and '"from a schedule"' in action
+        policies = await page.inner_text("#policy-table")
+        assert "ALLOW_ALL" in policies and "5m" in policies
+        assert "Running" in await page.inner_text("#state-table")
+        assert await page.locator("#next-times li").count() == 10
+        recent = page.locator("#recent-actions tbody tr")
+        assert await recent.count() >= 2 and "Completed" in await recent.last.inner_text()
+        run_id = (await recent.last.locator("td.id a").inner_text())
+        assert run_id.startswith(f"{action_id}-")
+        await recent.last.locator("td.id a").click()  # the run it started, which links back to it
+        assert await page.inner_text("h1") == run_id
+        assert '"from a schedule"' in await page.inner_text("#input")
+        await page.click(f"#summary a:text-is('{schedule_id}')")
+        assert await page.inner_text("h1") == schedule_id
+
+        # Pause, with a note: asked, then done.
+        await page.fill("#pause-note", "for maintenance")
+        await page.click("#pause-form button[type=submit]")
+        assert "Pause schedule" in await page.inner_text("#question")
+        assert not (await handle.describe()).schedule.state.paused  # asked, not done
+        await page.click("#confirm")
+        assert "is paused" in await page.inner_text("#outcome")
+        await page.click("#outcome ~ p a")
+        state = await page.inner_text("#state-table")
+        assert "Paused" in state and "for maintenance" in state
+        assert "paused" in await page.inner_text("#next-times")
+        assert await page.locator("#pause-form").count() == 0 and await page.locator("#unpause-form").count() == 1
+        paused = await handle.describe()
+        assert paused.schedule.state.paused and "for maintenance" in (paused.schedule.state.note or "")
+
+        # Trigger: one action now, though paused.
+        taken = paused.info.num_actions
+        await page.click("#trigger-form button[type=submit]")
+        await page.click("#confirm")
+        assert "is triggered" in await page.inner_text("#outcome")
+        await described_when(handle, lambda d: d.info.num_actions == taken + 1)
+        await page.goto(f"/schedule?schedule_id={schedule_id}")
+        assert f"{taken + 1:,}" in await page.inner_text("#state-table tr:has-text('Actions taken')")
+
+        # Unpause: it acts on its own again.
+        await page.fill("#unpause-note", "maintenance over")
+        await page.click("#unpause-form button[type=submit]")
+        await page.click("#confirm")
+        assert "is unpaused" in await page.inner_text("#outcome")
+        await page.click("#outcome ~ p a")
+        assert "Running" in await page.inner_text("#state-table") and await page.locator("#next-times li").count() == 10
+        assert (await handle.describe()).schedule.state.note == "maintenance over (by token from the web UI)"
+
+        # Delete: asked, then gone from the list; the page says it was deleted.
+        await page.click("#delete-form button[type=submit]")
+        assert "Delete schedule" in await page.inner_text("#question")
+        await page.click("#confirm")
+        assert "is deleted" in await page.inner_text("#outcome")
+        with pytest.raises(ScheduleNotFoundError):
+            await handle.describe()
+        shown = await page.goto(f"/schedule?schedule_id={schedule_id}")
+        assert shown is not None and shown.status == 404 and "was deleted" in await page.inner_text("main")
+        await page.goto(f"/schedules?prefix={prefix}")
+        assert schedule_id not in await page.inner_text("#schedules")
+    finally:
+        for leftover in (handle, *others):
+            with contextlib.suppress(ScheduleNotFoundError):
+                await leftover.delete()
+
+
+async def test_a_read_only_ui_offers_no_schedule_actions_and_refuses_them(stack: LocalStack, client: Client, ui_url: str) -> None:
+    schedule_id = f"ui-schedule-<b>read-only</b>-{uuid.uuid4()}"
+    handle = await client.create_schedule(schedule_id, hourly(f"ui-hourly-{uuid.uuid4()}", task_queue=f"{QUEUE}-unpolled"))
+    try:
+        await handle.describe()  # the UI reads the read model, which the create's reply may precede
+        read_only = make_app(Ui(UiSettings(token=TOKEN, read_only=True), stack.settings, stack.postgres_dsn))
+        async with serving(read_only) as read_only_url, aiohttp.ClientSession(
+                cookie_jar=aiohttp.CookieJar(unsafe=True), headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+            async with session.get(f"{read_only_url}/schedule", params={"schedule_id": schedule_id}) as shown:
+                assert shown.status == 200
+                text = await shown.text()
+            assert "read-only" in text and "&lt;b&gt;read-only&lt;/b&gt;" in text and "<b>read-only" not in text
+            assert not [form for form in ("pause-form", "unpause-form", "trigger-form", "delete-form") if form in text]
+            csrf = session.cookie_jar.filter_cookies(URL(read_only_url))["kadence_ui_csrf"].value
+            for action in ("pause", "unpause", "trigger", "delete"):
+                refused = await session.post(f"{read_only_url}/schedule/{action}",
+                                             data={"schedule_id": schedule_id, "note": "no", "csrf": csrf, "confirmed": "yes"})
+                assert refused.status == 403 and "read-only" in await refused.text(), action
+        # The signed-in UI offers them, and refuses a POST without the token or the form token.
+        async with aiohttp.ClientSession(ui_url, cookie_jar=aiohttp.CookieJar(unsafe=True)) as anonymous:
+            async with anonymous.get("/schedule", params={"schedule_id": schedule_id}) as shown:
+                assert "pause-form" not in await shown.text()
+            csrf = anonymous.cookie_jar.filter_cookies(URL(ui_url))["kadence_ui_csrf"].value
+            refused = await anonymous.post("/schedule/delete", data={"schedule_id": schedule_id, "csrf": csrf, "confirmed": "yes"})
+            assert refused.status == 403 and "sign in with the UI's token" in await refused.text()
+        async with aiohttp.ClientSession(ui_url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                         cookie_jar=aiohttp.CookieJar(unsafe=True)) as signed_in:
+            async with signed_in.get("/schedule", params={"schedule_id": schedule_id}) as shown:
+                assert "pause-form" in await shown.text() and "delete-form" in await shown.text()
+            no_form_token = await signed_in.post("/schedule/delete", data={"schedule_id": schedule_id, "confirmed": "yes"})
+            assert no_form_token.status == 403 and "form's token" in await no_form_token.text()
+        described = await handle.describe()
+        assert not described.schedule.state.paused and described.info.num_actions == 0
+    finally:
+        await handle.delete()

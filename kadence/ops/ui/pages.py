@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 
 from kadence.ops.ui.execution import Bar, PendingActivity, Timeline
 from kadence.ops.ui.html import Html, escape, join, raw, render
+from kadence.ops.ui.queries import ScheduleRow
 from kadence.visibility import PendingWorkflowTask, WorkflowExecution
 
 TIMELINE_BARS = 300
@@ -30,8 +31,9 @@ class Viewer:
 def layout(title: str, body: Html, viewer: Viewer, section: str = "") -> Html:
     nav = join(
         render('<a href="{href}" class="{cls}">{label}</a>', href=href, label=label, cls="current" if key == section else "")
-        for key, href, label in (("workflows", "/workflows", "Workflows"), ("task-queues", "/task-queues", "Task queues"),
-                                 ("dlq", "/dlq", "Dead letters"), ("audit", "/audit", "Audit"))
+        for key, href, label in (("workflows", "/workflows", "Workflows"), ("schedules", "/schedules", "Schedules"),
+                                 ("task-queues", "/task-queues", "Task queues"), ("dlq", "/dlq", "Dead letters"),
+                                 ("audit", "/audit", "Audit"))
     )
     mode = escape("actions enabled") if viewer.can_act else escape(viewer.why_not)
     sign_in = (
@@ -64,6 +66,11 @@ def when(value: datetime | int | None) -> str:
 def execution_link(workflow_id: str, run_id: str = "", text: str | None = None) -> Html:
     query = {"workflow_id": workflow_id, **({"run_id": run_id} if run_id else {})}
     return render('<a href="/workflow?{q}">{text}</a>', q=urlencode(query), text=text if text is not None else workflow_id)
+
+
+def schedule_link(schedule_id: str, text: str | None = None) -> Html:
+    return render('<a href="/schedule?{q}">{text}</a>', q=urlencode({"schedule_id": schedule_id}),
+                  text=text if text is not None else schedule_id)
 
 
 def pretty(value: Any) -> Html:
@@ -173,6 +180,8 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
                                                                       started["first_execution_run_id"])))
     if started.get("cron_schedule"):
         summary_rows.append(("Cron schedule", started["cron_schedule"]))
+    if isinstance(e.search_attributes.get("TemporalScheduledById"), str):
+        summary_rows.append(("Started by schedule", schedule_link(e.search_attributes["TemporalScheduledById"])))
     if e.search_attributes:
         summary_rows.append(("Search attributes", pretty(e.search_attributes)))
     if view.memo:
@@ -342,6 +351,212 @@ def events_table(view: ExecutionView) -> Html:
                         q=urlencode({**link, "events_from": view.next_events_from})) if view.next_events_from else raw(""))
     return render('{paging}<table class="list events"><thead><tr><th>Id</th><th>Time</th><th>Type</th><th>Details</th></tr></thead>'
                   '<tbody>{rows}</tbody></table>{paging}', rows=rows, paging=paging)
+
+
+# ---- schedules -----------------------------------------------------------------------------------
+
+
+CALENDAR_FIELDS = (("second", "second"), ("minute", "minute"), ("hour", "hour"), ("day_of_month", "day of month"),
+                   ("month", "month"), ("year", "year"), ("day_of_week", "day of week"))
+_WHOLE = {"day_of_month": (1, 31), "month": (1, 12), "day_of_week": (0, 6)}  # a field's every value, shown as *
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    schedule_id: str
+    schedule: dict[str, Any]  # the Schedule record, its action's payloads readable
+    info: dict[str, Any]  # the ScheduleInfo record
+    next_times: list[datetime]  # the recorded next nominal time and the spec's following ones
+
+
+def duration(ms: int) -> str:
+    """A duration, largest unit first: 1d2h, 1h30m, 1m30s, 1.5s, 250ms."""
+    if ms <= 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        count, ms = divmod(ms, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if ms:
+        parts.append(f"{ms / 1000:g}s" if ms >= 1000 else f"{ms}ms")
+    return "".join(parts)
+
+
+def ranges_text(name: str, ranges: list[dict[str, int]]) -> str:
+    """A calendar field's ranges as cron writes them: 9, 1-5, 0-59/15, 1,15; * for every value."""
+    if not ranges:
+        return "*"
+    if len(ranges) == 1 and (ranges[0]["start"], ranges[0]["end"]) == _WHOLE.get(name) and ranges[0]["step"] <= 1:
+        return "*"
+    return ",".join((str(r["start"]) if r["end"] <= r["start"] else f"{r['start']}-{r['end']}")
+                    + (f"/{r['step']}" if r["step"] > 1 else "") for r in ranges)
+
+
+def calendar_text(calendar: dict[str, Any]) -> str:
+    """One ScheduleCalendarSpec: each field's values (day of week 0 is Sunday), and its comment."""
+    fields = ", ".join(f"{label} {ranges_text(name, calendar[name])}" for name, label in CALENDAR_FIELDS)
+    return f"{fields} ({calendar['comment']})" if calendar.get("comment") else fields
+
+
+def _items(values: list[Any]) -> Html:
+    if not values:
+        return render('<span class="muted">{none}</span>', none="none")
+    return render("<ul>{items}</ul>", items=join(render("<li>{v}</li>", v=v) for v in values))
+
+
+def _table(table_id: str, rows: list[tuple[str, Any]]) -> Html:
+    return render('<table class="summary" id="{id}">{rows}</table>', id=table_id,
+                  rows=join(render("<tr><th>{k}</th><td>{v}</td></tr>", k=k, v=v) for k, v in rows))
+
+
+def _list_filter_string(value: str) -> str:
+    """`value` as a string of the list filter (kadence/list_filter.py): quoted, backslashes and quotes escaped."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def paused_badge(paused: bool) -> Html:
+    return badge("Paused" if paused else "Running")
+
+
+def schedules_page(viewer: Viewer, prefix: str, rows: list[ScheduleRow], total: int, next_after: str | None,
+                   error: str | None) -> Html:
+    def last_action(info: dict[str, Any]) -> Html:
+        if not info["recent_actions"]:
+            return raw("")
+        last = info["recent_actions"][-1]
+        return render('{link} {badge}', link=execution_link(last["workflow_id"], last["run_id"], when(last["nominal_ms"])),
+                      badge=badge(last["status"]) if last["status"] else raw(""))
+
+    shown = join(
+        render('<tr><td>{status}</td><td class="id">{link}</td><td>{type}</td><td>{next}</td><td class="num">{count}</td>'
+               '<td>{last}</td></tr>',
+               status=paused_badge(r.schedule["state"]["paused"]), link=schedule_link(r.schedule_id),
+               type=r.schedule["action"]["workflow_type"], next=when(r.info["next_nominal_ms"] or None),
+               count=f"{r.info['action_count']:,}", last=last_action(r.info))
+        for r in rows
+    )
+    more = render('<a class="next" id="next-page" href="/schedules?{q}">Next page</a>',
+                  q=urlencode({"prefix": prefix, "after": next_after})) if next_after else raw("")
+    body = render(
+        '<h1>Schedules</h1>'
+        '<form method="get" action="/schedules" class="search"><input type="search" name="prefix" id="prefix" value="{prefix}" '
+        'placeholder="schedule id starts with" aria-label="schedule id starts with">'
+        '<button type="submit">Search</button> <a href="/schedules">clear</a></form>{error}'
+        '<p class="counts" id="counts">{total} schedules</p>'
+        '<table class="list" id="schedules"><thead><tr><th>Status</th><th>Schedule id</th><th>Workflow type</th>'
+        '<th>Next action</th><th>Actions taken</th><th>Last action</th></tr></thead><tbody>{rows}</tbody></table>'
+        '<p class="paging"><a href="/schedules?{first}">First page</a> {more}</p>',
+        prefix=prefix, error=error_box(error) if error else raw(""), total=f"{total:,}", rows=shown,
+        first=urlencode({"prefix": prefix}), more=more,
+    )
+    return layout("Schedules", body, viewer, "schedules")
+
+
+def schedule_page(viewer: Viewer, view: ScheduleView) -> Html:
+    spec, action, policy, state = (view.schedule[k] for k in ("spec", "action", "policy", "state"))
+    info = view.info
+    started = urlencode({"query": f"TemporalScheduledById = {_list_filter_string(view.schedule_id)}"})
+    state_rows: list[tuple[str, Any]] = [
+        ("Status", paused_badge(state["paused"])), ("Note", state["note"]),
+        ("Remaining actions", state["remaining_actions"] if state["limited_actions"] else "unlimited"),
+        ("Actions taken", f"{info['action_count']:,}"), ("Skipped (overlap policy)", f"{info['overlap_skipped']:,}"),
+        ("Missed (catch-up window)", f"{info['missed_catchup_window']:,}"), ("Buffered starts", len(info["buffered"])),
+        ("Created", when(info["created_ms"])), ("Last updated", when(info["updated_ms"])),
+        ("Workflows it started", render('<a id="started-workflows" href="/workflows?{q}">{t}</a>', q=started,
+                                        t="the workflows list, filtered by TemporalScheduledById")),
+    ]
+    spec_rows: list[tuple[str, Any]] = [
+        ("Intervals", _items([f"every {duration(i['every_ms'])}" + (f", offset {duration(i['offset_ms'])}" if i["offset_ms"] else "")
+                              for i in spec["intervals"]])),
+        ("Calendars", _items([calendar_text(c) for c in spec["calendars"]])),
+        ("Cron strings", _items([render("<code>{c}</code>", c=c) for c in spec["cron_expressions"]])),
+        ("Skip", _items([calendar_text(c) for c in spec["skip"]])),
+        ("Time zone", spec["time_zone_name"] or "UTC"),
+        ("Start", when(spec["start_at_ms"]) if spec["start_at_ms"] else "none"),
+        ("End", when(spec["end_at_ms"]) if spec["end_at_ms"] else "none"),
+        ("Jitter", duration(spec["jitter_ms"]) if spec["jitter_ms"] else "none"),
+    ]
+    action_rows: list[tuple[str, Any]] = [
+        ("Workflow type", action["workflow_type"]),
+        ("Workflow id", render('{id} <span class="muted">{how}</span>', id=action["workflow_id"],
+                               how="(each run's id is this, a dash and its nominal time, RFC 3339)")),
+        ("Task queue", action["task_queue"]), ("Input", pretty(action["input"])),
+        *((label, duration(action[key])) for key, label in (
+            ("execution_timeout_ms", "Execution timeout"), ("run_timeout_ms", "Run timeout"),
+            ("workflow_task_timeout_ms", "Workflow task timeout")) if action[key]),
+        *((label, pretty(action[key])) for key, label in (
+            ("memo", "Memo"), ("search_attributes", "Search attributes"), ("header", "Header")) if action[key]),
+    ]
+    policy_rows: list[tuple[str, Any]] = [
+        ("Overlap", "SKIP" if policy["overlap"] == "UNSPECIFIED" else policy["overlap"]),
+        ("Catch-up window", duration(policy["catchup_window_ms"])),
+        ("Pause on failure", "yes" if policy["pause_on_failure"] else "no"),
+    ]
+    recent = join(
+        render('<tr><td>{nominal}</td><td>{taken}</td><td class="id">{link}</td><td>{status}</td></tr>',
+               nominal=when(a["nominal_ms"]), taken=when(a["fired_ms"]), link=execution_link(a["workflow_id"], a["run_id"]),
+               status=badge(a["status"]) if a["status"] else raw(""))
+        for a in reversed(info["recent_actions"])
+    ) or render('<tr><td colspan="4" class="muted">{m}</td></tr>', m="none yet")
+    running = join(
+        render('<tr><td class="id">{link}</td><td class="id">{run}</td><td>{nominal}</td><td>{taken}</td></tr>',
+               link=execution_link(r["workflow_id"], r["run_id"]), run=r["run_id"] or "(its start is not heard yet)",
+               nominal=when(r["nominal_ms"]), taken=when(r["fired_ms"]))
+        for r in info["running"]
+    ) or render('<tr><td colspan="4" class="muted">{m}</td></tr>', m="none")
+    if view.next_times:
+        jitter = info["timer_fire_ms"] - info["next_nominal_ms"] if info["timer_fire_ms"] else 0
+        upcoming = render('<ol id="next-times">{items}</ol>{jitter}',
+                          items=join(render("<li>{t}</li>", t=when(t)) for t in view.next_times),
+                          jitter=render('<p class="muted">{m}</p>', m=f"The next is taken at {when(info['timer_fire_ms'])}, "
+                                        f"its jitter ({duration(jitter)}) after it.") if jitter > 0 else raw(""))
+    else:
+        upcoming = render('<p class="muted" id="next-times">{m}</p>', m="none: the schedule is paused" if state["paused"] else
+                          "none: no actions remain" if state["limited_actions"] and state["remaining_actions"] <= 0 else
+                          "none: the spec names no later time")
+    body = render(
+        '<h1 class="id">{id}</h1><p class="muted">Schedule</p>'
+        '<section id="state"><h2>State</h2>{state}</section>'
+        '<section id="spec"><h2>Spec</h2>{spec}</section>'
+        '<section id="action"><h2>Action</h2>{action}</section>'
+        '<section id="policies"><h2>Policies</h2>{policies}</section>{actions}'
+        '<section id="recent"><h2>Recent actions</h2><table class="list" id="recent-actions"><thead><tr><th>Nominal time</th>'
+        '<th>Taken</th><th>Workflow id</th><th>Status</th></tr></thead><tbody>{recent}</tbody></table></section>'
+        '<section id="running"><h2>Running</h2><table class="list" id="running-runs"><thead><tr><th>Workflow id</th><th>Run id</th>'
+        '<th>Nominal time</th><th>Taken</th></tr></thead><tbody>{running}</tbody></table></section>'
+        '<section id="next"><h2>Next action times</h2>{upcoming}</section>',
+        id=view.schedule_id, state=_table("state-table", state_rows), spec=_table("spec-table", spec_rows),
+        action=_table("action-table", action_rows), policies=_table("policy-table", policy_rows),
+        actions=schedule_actions_section(viewer, view.schedule_id, state["paused"]), recent=recent, running=running,
+        upcoming=upcoming,
+    )
+    return layout(f"Schedule {view.schedule_id}", body, viewer, "schedules")
+
+
+def schedule_actions_section(viewer: Viewer, schedule_id: str, paused: bool) -> Html:
+    if not viewer.can_act:
+        return render('<section id="actions"><h2>Actions</h2><p class="muted">{why}</p></section>', why=viewer.why_not)
+    hidden = render('<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="schedule_id" value="{s}">',
+                    csrf=viewer.csrf, s=schedule_id)
+    toggle = (
+        render('<form method="post" action="/schedule/unpause" id="unpause-form"><h3>Unpause</h3>{h}'
+               '<label>Note <input name="note" id="unpause-note"></label><button type="submit">Unpause…</button></form>', h=hidden)
+        if paused else
+        render('<form method="post" action="/schedule/pause" id="pause-form"><h3>Pause</h3>{h}'
+               '<p class="muted">It takes no actions until unpaused; the runs it started go on.</p>'
+               '<label>Note <input name="note" id="pause-note"></label><button type="submit">Pause…</button></form>', h=hidden)
+    )
+    forms = [
+        toggle,
+        render('<form method="post" action="/schedule/trigger" id="trigger-form"><h3>Trigger</h3>{h}'
+               '<p class="muted">Take an action now, under the overlap policy.</p><button type="submit">Trigger…</button></form>',
+               h=hidden),
+        render('<form method="post" action="/schedule/delete" id="delete-form"><h3>Delete</h3>{h}'
+               '<p class="muted">It takes no more actions; the runs it started go on.</p>'
+               '<button type="submit" class="danger">Delete…</button></form>', h=hidden),
+    ]
+    return render('<section id="actions"><h2>Actions</h2><div class="actions">{forms}</div></section>', forms=join(forms))
 
 
 def not_found_page(viewer: Viewer, message: str) -> Html:

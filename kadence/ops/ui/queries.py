@@ -1,5 +1,5 @@
 """What the UI reads from the read model beside the list (kadence.visibility.executions_page):
-counts by status, and one run with its result, failure and runs."""
+counts by status, one run with its result, failure and runs, and the schedules (kadence_schedules)."""
 
 from __future__ import annotations
 
@@ -58,3 +58,41 @@ async def runs_of(pool: AsyncConnectionPool, workflow_id: str, limit: int = 50) 
             (workflow_id, limit),
         )).fetchall()
     return [tuple(row) for row in rows]
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """A schedule as kadence_schedules holds it: its last event's definition and info."""
+
+    schedule_id: str
+    status: str  # Running, or Deleted
+    schedule: dict[str, Any]  # the Schedule record
+    info: dict[str, Any]  # the ScheduleInfo record
+
+
+def _schedule_row(schedule_id: str, status: str, state: bytes) -> ScheduleRow:
+    attrs = codec("HistoryEvent").decode(state)["attributes"][1]
+    return ScheduleRow(schedule_id, status, attrs["schedule"], attrs["info"])
+
+
+async def schedules_page(pool: AsyncConnectionPool, prefix: str, after: str | None,
+                         limit: int) -> tuple[list[ScheduleRow], str | None, int]:
+    """The schedules whose id starts with `prefix`, by id, from the one after `after` (a keyset: a
+    page deep in the list costs what the first does); the next page's `after`, and how many match."""
+    match = "status = 'Running' AND starts_with(schedule_id, %s)"
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            f"SELECT schedule_id, status, state FROM kadence_schedules WHERE {match} AND schedule_id > %s ORDER BY schedule_id LIMIT %s",
+            (prefix, after or "", limit + 1),
+        )).fetchall()
+        counted = await (await conn.execute(f"SELECT count(*) FROM kadence_schedules WHERE {match}", (prefix,))).fetchone()
+    shown = [_schedule_row(*row) for row in rows[:limit]]
+    return shown, shown[-1].schedule_id if len(rows) > limit else None, counted[0] if counted else 0
+
+
+async def schedule_row(pool: AsyncConnectionPool, schedule_id: str) -> ScheduleRow | None:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(
+            "SELECT schedule_id, status, state FROM kadence_schedules WHERE schedule_id = %s", (schedule_id,),
+        )).fetchone()
+    return _schedule_row(*row) if row else None

@@ -28,13 +28,14 @@ from confluent_kafka import KafkaException
 
 from kadence.exceptions import KadenceError, WorkflowQueryFailedError
 from kadence.list_filter import ListFilterError
-from kadence.ops.ui import operations, pages
+from kadence.ops.ui import operations, pages, schedules
 from kadence.ops.ui.codec_server import CodecServerError
 from kadence.ops.ui.execution import children, failure_chain, pending_activities, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, raw, render
 from kadence.ops.ui.queries import count_by_status, execution_row, runs_of
 from kadence.ops.ui.state import (
+    ACTION_TIMEOUT_S,
     AUTH_COOKIE,
     CSRF_KEY,
     SIGN_IN_CODE_TTL_S,
@@ -55,7 +56,6 @@ log = logging.getLogger("kadence.ops.ui")
 
 CSRF_COOKIE = "kadence_ui_csrf"
 QUERY_TIMEOUT = timedelta(seconds=15)
-ACTION_TIMEOUT_S = 30.0
 _PROBES = frozenset({"/healthz", "/readyz"})  # the kubelet's probes name the pod's IP
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -386,6 +386,7 @@ def make_app(ui: Ui) -> web.Application:
         web.get("/readyz", readyz),
         web.static("/static", static),
         *operations.routes(),
+        *schedules.routes(),
     ])
 
     async def lifecycle(app: web.Application) -> Any:

@@ -29,6 +29,7 @@ AUTH_COOKIE = "kadence_ui_auth"
 DEFAULT_PORT = 8233  # Temporal's Web UI in `temporal server start-dev`
 STATEMENT_TIMEOUT_S = 15.0  # a page's query that runs longer is cancelled: the page says so
 SIGN_IN_CODE_TTL_S = 60.0  # the link `kadence ui` prints signs in once, within this
+ACTION_TIMEOUT_S = 30.0  # an action whose answer does not come within this says so
 _SESSION_MESSAGE = b"kadence-ui-session"
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
