@@ -99,19 +99,23 @@ class Client:
     async def connect(
         cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,
         data_converter: DataConverter | None = None, identity: str | None = None, interceptors: Sequence[Interceptor] = (),
-        runtime: Runtime | None = None, kafka_config: Mapping[str, str] | None = None,
+        runtime: Runtime | None = None, kafka_config: Mapping[str, str] | None = None, target_host: str | None = None,
     ) -> Client:
         """`bootstrap_servers` and `postgres_dsn` default to KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN.
         A Kadence deployment (its topics and database) is one namespace: `namespace` must be "default".
         `runtime`: where its metrics and its workers' go (kadence.runtime; Runtime.default() without one).
         `kafka_config`: librdkafka properties (security.protocol, sasl.username ...) over those of
-        KADENCE_KAFKA_*. kadence.envconfig reads all of these from a profile."""
+        KADENCE_KAFKA_*. kadence.envconfig reads all of these from a profile. `target_host`,
+        temporalio's frontend address: the bootstrap servers, when neither `bootstrap_servers` nor
+        KADENCE_BOOTSTRAP_SERVERS gives them (docs/temporal-differences.md, "The client")."""
         if namespace != "default":
             raise ValueError(
                 f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
                 "give each namespace its own topics and database (a deployment of its own) instead"
             )
         settings = KafkaSettings.from_env()
+        if target_host and not bootstrap_servers and not os.environ.get("KADENCE_BOOTSTRAP_SERVERS"):
+            bootstrap_servers = target_host
         if bootstrap_servers:
             settings = dataclasses.replace(settings, bootstrap_servers=bootstrap_servers)
         if kafka_config:

@@ -82,6 +82,7 @@ class ScheduleActionStartWorkflow:
         memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
         headers: Mapping[str, Any] | None = None,
     ) -> None:
+        """`headers` are payloads (set by interceptors, as temporalio's); the rest are values."""
         definition = workflow_module.definition(workflow)
         self.workflow: str = definition if isinstance(definition, str) else definition.name
         self.args: Sequence[Any] = [*args, *arg_list]
@@ -248,7 +249,7 @@ def schedule_record(schedule: Schedule, payloads: PayloadConverter) -> dict[str,
             "input": payloads.to_payloads(list(action.args)), "execution_timeout_ms": to_ms(action.execution_timeout),
             "run_timeout_ms": to_ms(action.run_timeout), "workflow_task_timeout_ms": to_ms(action.task_timeout),
             "search_attributes": {name: payloads.to_payload(value) for name, value in action.search_attributes.items()},
-            "header": {name: payloads.to_payload(value) for name, value in action.headers.items()},
+            "header": dict(action.headers),  # payloads already, as a start's headers
             "memo": {key: payloads.to_payload(value) for key, value in action.memo.items()},
         },
         "policy": {

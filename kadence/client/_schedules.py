@@ -13,6 +13,7 @@ import psycopg
 
 from kadence.client._read_model import TABLES_MISSING, ReadModel
 from kadence.client._schedule_types import (
+    Schedule,
     ScheduleBackfill,
     ScheduleDescription,
     ScheduleListActionStartWorkflow,
@@ -33,6 +34,7 @@ from kadence.exceptions import CommandRejectedError, KadenceError
 from kadence.protocol.codec import codec
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, CommandType
 from kadence.protocol.postgres import until_answered
+from kadence.protocol.schedule_spec import schedule_problem
 
 
 class ScheduleAlreadyRunningError(KadenceError):
@@ -76,11 +78,19 @@ async def schedule_request(client: ScheduleClient, schedule_id: str, kind: str, 
         raise
 
 
+def checked_record(client: ScheduleClient, schedule_id: str, schedule: Schedule) -> dict[str, Any]:
+    """The Schedule record to send, refused here as the history service would refuse it."""
+    record = schedule_record(schedule, client.data_converter.payload_converter)
+    if problem := schedule_problem(record):
+        raise CommandRejectedError(schedule_key(schedule_id), "INVALID_ARGUMENT", problem)
+    return record
+
+
 async def create_schedule(
-    client: ScheduleClient, schedule_id: str, schedule: Any, *, trigger_immediately: bool, backfill: Sequence[ScheduleBackfill],
+    client: ScheduleClient, schedule_id: str, schedule: Schedule, *, trigger_immediately: bool, backfill: Sequence[ScheduleBackfill],
 ) -> ScheduleHandle:
     await schedule_request(client, schedule_id, CommandType.CreateSchedule, {
-        "schedule": schedule_record(schedule, client.data_converter.payload_converter),
+        "schedule": checked_record(client, schedule_id, schedule),
         "patch": patch_record(trigger_immediately=trigger_immediately, backfills=backfill),
     })
     return ScheduleHandle(client, schedule_id)
@@ -101,9 +111,11 @@ async def _schedule_rows(client: ScheduleClient, schedule_id: str | None) -> lis
         raise ScheduleNotFoundError(f"no schedules are recorded: {TABLES_MISSING}") from exc
 
 
-def _decoded(state: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(schedule, info) of a schedule's last event."""
+async def _decoded(client: ScheduleClient, state: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(schedule, info) of a schedule's last event, its payloads through the client's codec (as
+    they were encoded when the schedule was sent)."""
     attrs = codec("HistoryEvent").decode(state)["attributes"][1]
+    await client.data_converter.decode_payloads(attrs["schedule"])
     return attrs["schedule"], attrs["info"]
 
 
@@ -113,7 +125,7 @@ async def list_schedules(client: ScheduleClient, query: str | None) -> AsyncIter
     await client._read_model_caught_up()
     payloads = client.data_converter.payload_converter
     for schedule_id, state in await _schedule_rows(client, None):
-        schedule, info = _decoded(state)
+        schedule, info = await _decoded(client, state)
         described = schedule_from_record(schedule, payloads)
         full = info_from_record(schedule, info)  # type: ignore[arg-type]
         yield ScheduleListDescription(
@@ -137,7 +149,7 @@ class ScheduleHandle:
         rows = await _schedule_rows(self._client, self.id)
         if not rows:
             raise ScheduleNotFoundError(f"schedule {self.id!r} not found")
-        schedule, info = _decoded(rows[0][1])
+        schedule, info = await _decoded(self._client, rows[0][1])
         return ScheduleDescription(
             self.id, schedule_from_record(schedule, self._client.data_converter.payload_converter),
             info_from_record(schedule, info), info["conflict_token"],  # type: ignore[arg-type]
@@ -155,7 +167,7 @@ class ScheduleHandle:
         if update is None:
             return
         await schedule_request(self._client, self.id, CommandType.UpdateSchedule, {
-            "run_id": "", "schedule": schedule_record(update.schedule, self._client.data_converter.payload_converter),
+            "run_id": "", "schedule": checked_record(self._client, self.id, update.schedule),
             "conflict_token": description.conflict_token,
         })
 

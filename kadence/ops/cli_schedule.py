@@ -44,7 +44,7 @@ from kadence.converter import DataConverter
 from kadence.exceptions import CommandRejectedError, KadenceError
 from kadence.ops.cli_workflow import _arguments, _echo, _memo, _run, input_option, json_option
 from kadence.protocol import zones
-from kadence.protocol.cron import _DURATION_PART, _UNIT_MS
+from kadence.protocol.cron import go_duration_ms
 from kadence.protocol.schedule_spec import CALENDAR_FIELDS, spec_problem
 
 # The --overlap-policy values, Temporal's CLI's names.
@@ -62,12 +62,7 @@ NO_REASON = "(no reason provided)"  # toggle's note without --reason, as Tempora
 
 def parse_duration(text: str) -> timedelta:
     """A Go duration (`90s`, `1h30m`, `1.5h`, `250ms`; `0`), in cron's `@every` grammar."""
-    if text == "0":
-        return timedelta(0)
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(number + unit for number, unit in parts) != text:
-        raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 1h30m or 250ms")
-    return timedelta(milliseconds=sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
+    return timedelta(milliseconds=go_duration_ms(text))
 
 
 def go_duration(duration: timedelta) -> str:

@@ -129,12 +129,22 @@ def _value(text: str, names: dict[str, int] | None) -> int:
     return int(text)
 
 
-def _duration_ms(expression: str, text: str) -> int:
-    """A Go duration (`1h30m`, `90s`), as @every takes."""
+def go_duration_ms(text: str) -> int:
+    """Milliseconds of a Go duration (`90s`, `1h30m`, `1.5h`, `250ms`, `0`); ValueError otherwise."""
+    if text == "0":
+        return 0
     parts = _DURATION_PART.findall(text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
-        raise CronError(f"cron schedule {expression!r}: @every takes a duration such as 90s, 15m or 1h30m, not {text!r}")
-    every_ms = int(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
+        raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 1h30m or 250ms")
+    return int(sum(float(number) * _UNIT_MS[unit] for number, unit in parts))
+
+
+def _duration_ms(expression: str, text: str) -> int:
+    """A Go duration (`1h30m`, `90s`), as @every takes."""
+    try:
+        every_ms = go_duration_ms(text)
+    except ValueError as err:
+        raise CronError(f"cron schedule {expression!r}: @every takes a duration such as 90s, 15m or 1h30m, not {text!r}") from err
     if every_ms < 1000:
         raise CronError(f"cron schedule {expression!r}: @every needs at least 1s")
     return every_ms

@@ -20,6 +20,8 @@ from functools import cache
 from typing import Any
 
 from kadence.protocol.cron import CronError, CronSchedule, parse_cron
+from kadence.protocol.limits import payload_problem
+from kadence.protocol.names import SCHEDULE_KEY_PREFIX
 from kadence.protocol.zones import UnknownTimeZone, time_zone
 
 Record = Mapping[str, Any]
@@ -29,6 +31,7 @@ CALENDAR_FIELDS: dict[str, tuple[int, int]] = {
     "second": (0, 59), "minute": (0, 59), "hour": (0, 23), "day_of_month": (1, 31), "month": (1, 12),
     "year": (1970, 9999), "day_of_week": (0, 6),
 }
+MIN_CATCHUP_WINDOW_MS = 10_000  # Temporal's least
 _SEARCH_DAYS = 366 * 5  # a calendar that matches no day in this long (say 30 February) never matches
 _MAX_SKIPPED = 100_000  # nominal times a `skip` may exclude in a row before the spec counts as never acting
 
@@ -44,6 +47,21 @@ def spec_problem(spec: Record) -> str | None:
     except ScheduleSpecError as err:
         return str(err)
     return None
+
+
+def schedule_problem(schedule: Record) -> str | None:
+    """Why a schedule's definition (a Schedule record) cannot be used, or None: checked by the
+    history service, and by the client before it sends one."""
+    action = schedule["action"]
+    if not (action["workflow_id"] and action["workflow_type"] and action["task_queue"]):
+        return "a schedule's action needs a workflow_id, a workflow_type and a task_queue"
+    if action["workflow_id"].startswith(SCHEDULE_KEY_PREFIX):
+        return f"a schedule's action may not start a workflow id beginning with {SCHEDULE_KEY_PREFIX!r}"
+    if problem := payload_problem(action["input"], "a schedule's workflow input"):
+        return problem
+    if schedule["policy"]["catchup_window_ms"] < MIN_CATCHUP_WINDOW_MS:
+        return f"a schedule's catch-up window must be at least {MIN_CATCHUP_WINDOW_MS // 1000} s"
+    return spec_problem(schedule["spec"])
 
 
 def next_time_ms(spec: Record, after_ms: int) -> int | None:

@@ -20,7 +20,7 @@ import json
 from typing import cast
 
 from kadence.protocol.events import SCHEDULE_EVENTS
-from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, encoded_bytes_bound, payload_problem
+from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, encoded_bytes_bound
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, CommandType, EventType, TimerKind
 from kadence.protocol.records import (
     CreateSchedule,
@@ -37,7 +37,7 @@ from kadence.protocol.records import (
     TimeoutFired,
     UpdateSchedule,
 )
-from kadence.protocol.schedule_spec import jitter_ms, next_time_ms, spec_problem, times_between_ms
+from kadence.protocol.schedule_spec import jitter_ms, next_time_ms, schedule_problem, times_between_ms
 from services.history.machine.effects import drop, outbound, timer
 from services.history.machine.execution import RUNNING, Execution
 from services.history.machine.records import EventAttributes, HistoryEvent, attributes
@@ -50,7 +50,6 @@ RECENT_ACTIONS = 10
 MAX_BUFFERED = 1000  # Temporal's limit of buffered starts
 MAX_TIMES_PER_DECISION = 100  # nominal times one batch takes; a firing with more due sets its timer for now
 ACTIONS_RECORD_SHARE = MAX_RECORD_VALUE_BYTES // 2  # what one firing's starts may take of its record
-MIN_CATCHUP_WINDOW_MS = 10_000  # Temporal's least
 FAILED_CLOSES = frozenset({"Failed", "TimedOut"})  # what pause on failure pauses for (as Temporal)
 
 
@@ -74,20 +73,6 @@ def execution_from_schedule_event(workflow_id: str, run_id: str, event: HistoryE
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type="", task_queue="")
     _held(ex, event)
     return ex
-
-
-def schedule_problem(schedule: Schedule) -> str | None:
-    """Why a schedule's definition cannot be used, or None."""
-    action = schedule["action"]
-    if not (action["workflow_id"] and action["workflow_type"] and action["task_queue"]):
-        return "a schedule's action needs a workflow_id, a workflow_type and a task_queue"
-    if action["workflow_id"].startswith(SCHEDULE_KEY_PREFIX):
-        return f"a schedule's action may not start a workflow id beginning with {SCHEDULE_KEY_PREFIX!r}"
-    if problem := payload_problem(action["input"], "a schedule's workflow input"):
-        return problem
-    if schedule["policy"]["catchup_window_ms"] < MIN_CATCHUP_WINDOW_MS:
-        return f"a schedule's catch-up window must be at least {MIN_CATCHUP_WINDOW_MS // 1000} s"
-    return spec_problem(schedule["spec"])
 
 
 # ---- apply: every event carries the whole state
