@@ -94,6 +94,7 @@ class CommandType(StrEnum):
     DeleteSchedule = "DeleteSchedule"
     RecordScheduledRunStarted = "RecordScheduledRunStarted"
     RecordScheduledRunClosed = "RecordScheduledRunClosed"
+    ResetWorkflowExecution = "ResetWorkflowExecution"
 
 
 # What a client sends, or anyone producing to kadence.commands: answered under its request id, and
@@ -102,7 +103,7 @@ CLIENT_COMMANDS = frozenset({
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
     CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.UpdateWorkflowExecution,
     CommandType.UpdateWithStartWorkflowExecution, CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule,
-    CommandType.DeleteSchedule,
+    CommandType.DeleteSchedule, CommandType.ResetWorkflowExecution,
 })
 # A schedule is keyed on kadence.commands and kadence.history by this prefix and its id; workflow
 # ids with it are refused (docs/decisions/0004-schedules-in-the-history-service.md).

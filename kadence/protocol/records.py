@@ -523,6 +523,23 @@ class RecordScheduledRunClosed(TypedDict):
     status: str
 
 
+class ResetWorkflowExecution(TypedDict):
+    """Make a new run of the workflow id from its current run's history up to a workflow task's end, reapplying the
+    signals and updates after it; the current run, if running, is terminated (docs/decisions/0005-reset.md).
+    """
+
+    # The run to reset: empty or the current run's id.
+    run_id: NotRequired[str]
+    # The point: a WorkflowTaskCompleted, WorkflowTaskFailed or WorkflowTaskTimedOut of the run (0: reset_type says).
+    event_id: NotRequired[int]
+    # FIRST_WORKFLOW_TASK or LAST_WORKFLOW_TASK when event_id is 0.
+    reset_type: NotRequired[str]
+    reason: NotRequired[str]
+    # SIGNAL, UPDATE: what is not reapplied after the point.
+    reapply_exclude_types: NotRequired[list[str]]
+    request_id: NotRequired[str]
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -672,6 +689,9 @@ class WorkflowExecutionStarted(TypedDict):
     memo: NotRequired[dict[str, Payload]]
     # Set when a schedule's action starts this run: its start and close are told to the schedule.
     scheduled_by: NotRequired[ScheduledBy | None]
+    # The run that first wrote this event: a reset copies it into the new run (empty: this run). The SDK seeds
+    # workflow.random() from it.
+    original_execution_run_id: NotRequired[str]
 
 
 class WorkflowExecutionSignaled(TypedDict):
@@ -717,6 +737,10 @@ class WorkflowTaskFailed(TypedDict):
     cause: str
     failure: NotRequired[Failure | None]
     identity: NotRequired[str]
+    # Cause RESET_WORKFLOW: the run reset.
+    base_run_id: NotRequired[str]
+    # Cause RESET_WORKFLOW: the run the reset made; the SDK reseeds workflow.random() from it.
+    new_run_id: NotRequired[str]
 
 
 class WorkflowTaskTimedOut(TypedDict):
@@ -832,6 +856,8 @@ class WorkflowExecutionTerminated(TypedDict):
     reason: NotRequired[str]
     details: NotRequired[list[Payload]]
     identity: NotRequired[str]
+    # A termination by a reset: the run the reset made.
+    new_execution_run_id: NotRequired[str]
 
 
 class WorkflowExecutionTimedOut(TypedDict):
@@ -1460,6 +1486,7 @@ CommandCommand = (
     | tuple[Literal["DeleteSchedule"], DeleteSchedule]
     | tuple[Literal["RecordScheduledRunStarted"], RecordScheduledRunStarted]
     | tuple[Literal["RecordScheduledRunClosed"], RecordScheduledRunClosed]
+    | tuple[Literal["ResetWorkflowExecution"], ResetWorkflowExecution]
 )
 
 # The record of any branch of CommandCommand.
@@ -1490,6 +1517,7 @@ CommandCommandRecord = (
     | DeleteSchedule
     | RecordScheduledRunStarted
     | RecordScheduledRunClosed
+    | ResetWorkflowExecution
 )
 
 

@@ -29,6 +29,7 @@ from services.history.machine.execution import Execution, Pending
 from services.history.machine.lifecycle import decide_signal_with_start, decide_start, decide_update_with_start
 from services.history.machine.limits import within_record_limit
 from services.history.machine.records import Effect, HistoryBatch, Record, Rejection, history_batch
+from services.history.machine.reset import decide_reset, resumed_effects
 from services.history.machine.schedule import decide_create
 from services.history.machine.transition import Redispatch, Rejected, Transition
 from services.history.partition import PartitionState
@@ -66,6 +67,9 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
     if kind == CommandType.CreateSchedule:
         run_id = run_id_for(workflow_id, partition, offset)
         transition = decide_create(state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, run_id)
+    elif kind == CommandType.ResetWorkflowExecution:
+        run_id = run_id_for(workflow_id, partition, offset)
+        transition = decide_reset(state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, run_id)
     elif kind in _STARTS:
         transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
     else:
@@ -127,6 +131,8 @@ def commit(
     else:  # the closed run was evolved in place
         effects = transition.effects + derive_effects(asked, transition, before)
         next_run_effects = transition.next_run.effects + derive_effects(current, transition.next_run, Pending())
+        if transition.next_run.copied_events:
+            next_run_effects += resumed_effects(current, transition.next_run)
     if whole_histories:
         _carry_whole_histories(effects, asked)
     queries = _released_queries(asked, transition.record_bytes_bound)

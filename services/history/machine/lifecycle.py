@@ -78,6 +78,7 @@ def _start_while_running(
     t.flush_buffered()
     t.add(EventType.WorkflowExecutionTerminated, {
         "reason": "terminated by a start with id conflict policy TERMINATE_EXISTING", "details": [], "identity": identity,
+        "new_execution_run_id": "",
     })
     t.next_run = _new_run(workflow_id, run_id, start, identity, now_ms, first)
     return t
@@ -121,6 +122,7 @@ def _new_run(
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}), "memo": start.get("memo", {}), "scheduled_by": start.get("scheduled_by"),
+        "original_execution_run_id": "",
     }))
     if first is not None:
         t.add(*first)
@@ -224,7 +226,7 @@ def close_event(t: Transition, kind: str, attrs: Mapping[str, Any]) -> EventAttr
     )
     t.next_run = Transition(following, t.now_ms)
     t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
-        **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE",
+        **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE", "original_execution_run_id": "",
         "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
@@ -258,6 +260,7 @@ def _continued_as_new_event(
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo, "scheduled_by": ex.scheduled_by,
+        "original_execution_run_id": "",
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {
@@ -343,7 +346,9 @@ def _terminated(ex: Execution, cmd: TerminateWorkflowExecution, identity: str, n
         raise Rejected(problem)
     t = Transition(ex, now_ms)
     t.flush_buffered()  # what arrived is kept in the history; nothing runs after this
-    t.add(EventType.WorkflowExecutionTerminated, {"reason": cmd["reason"], "details": cmd["details"], "identity": identity})
+    t.add(EventType.WorkflowExecutionTerminated, {
+        "reason": cmd["reason"], "details": cmd["details"], "identity": identity, "new_execution_run_id": "",
+    })
     return t
 
 

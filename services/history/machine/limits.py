@@ -13,7 +13,7 @@ from services.history.machine.transition import Rejected, Transition
 _REFUSED_WHEN_TOO_LARGE = {
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
     CommandType.UpdateWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution,
-    CommandType.RequestCancelWorkflowExecution,
+    CommandType.RequestCancelWorkflowExecution, CommandType.ResetWorkflowExecution,
 }
 
 
@@ -34,7 +34,7 @@ def within_history_limit(t: Transition) -> Transition:
     terminated.flush_buffered()
     terminated.add(EventType.WorkflowExecutionTerminated, {
         "reason": f"history would exceed {exceeded}; continue-as-new long-running workflows",
-        "details": [], "identity": HISTORY_IDENTITY,
+        "details": [], "identity": HISTORY_IDENTITY, "new_execution_run_id": "",
     })
     return terminated
 
@@ -63,7 +63,9 @@ def terminated_as_too_large(t: Transition, reason: str) -> Transition:
     answer carried is kept (as a start sent before it would have been recorded); the rest, and
     the buffered events, are left out (they may be what is too large)."""
     terminated = _ending_in_place_of(t)
-    terminated.add(EventType.WorkflowExecutionTerminated, {"reason": reason, "details": [], "identity": HISTORY_IDENTITY})
+    terminated.add(EventType.WorkflowExecutionTerminated, {
+        "reason": reason, "details": [], "identity": HISTORY_IDENTITY, "new_execution_run_id": "",
+    })
     return terminated
 
 

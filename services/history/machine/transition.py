@@ -66,6 +66,9 @@ class Transition:
     # The transient workflow task this transition leaves (a new attempt, or one started): written
     # as state, since no event records it (docs/architecture.md, "Transient workflow tasks").
     workflow_task: WorkflowTaskState | None = None
+    # A reset's new run: its first events are the base run's, copied, which derive no effects
+    # (reset.resumed_effects sets going what was pending at the point).
+    copied_events: int = 0
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:

@@ -215,7 +215,7 @@ def _fail(t: Transition, wt: WorkflowTaskState, cause: str, failure: Failure | N
         wt = _recorded(t, wt)
         t.add(EventType.WorkflowTaskFailed, {
             "scheduled_event_id": wt.scheduled_event_id, "started_event_id": wt.started_event_id,
-            "cause": cause, "failure": failure, "identity": identity,
+            "cause": cause, "failure": failure, "identity": identity, "base_run_id": "", "new_run_id": "",
         })
     if retried:
         _next_attempt(t, wt, cause, failure)

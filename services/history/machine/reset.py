@@ -1,0 +1,132 @@
+"""Reset (docs/decisions/0005-reset.md): a new run of the workflow id, whose history is the current
+run's up to a workflow task's start, then that task failed with cause RESET_WORKFLOW, the signals
+and updates the run received after it, and a new workflow task; the current run is terminated in
+the same batch, as a continue-as-new closes a run and starts its successor in one record.
+
+The copied events are the new run's past, not new work: no effect is derived from them
+(`Transition.copied_events`). What was pending at the point is set going again from the events
+that last touched it: each activity's last event (its dispatch, its start's timeouts, its retry),
+each user timer's start, the run's timeout.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from kadence.protocol.names import EventType
+from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
+from services.history.machine import activity, lifecycle, timer
+from services.history.machine.dispatch import execution_from_events
+from services.history.machine.execution import RUNNING, Execution
+from services.history.machine.records import Effect, HistoryEvent, attributes, event_type
+from services.history.machine.tables import EffectsOf
+from services.history.machine.transition import Rejected, Transition, engine_failure
+
+RESET_CAUSE = "RESET_WORKFLOW"
+RESET_TYPES = ("FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK")
+REAPPLIED = {"SIGNAL": EventType.WorkflowExecutionSignaled, "UPDATE": EventType.WorkflowExecutionUpdateAdmitted}
+_TASK_ENDS = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
+# What sets pending work going again, by the kind of the event that last touched it.
+_RESUMES: dict[str, EffectsOf] = {**activity.EFFECTS, **timer.EFFECTS, **lifecycle.EFFECTS}
+
+
+def decide_reset(
+    current: Execution | None, workflow_id: str, cmd: ResetWorkflowExecution, identity: str, now_ms: int, run_id: str,
+) -> Transition:
+    """The reset of the workflow id's current run as `run_id`; raises Rejected with the cause."""
+    if current is not None and cmd["request_id"] and cmd["request_id"] == current.start_request_id:
+        return Transition(current, now_ms, repeat=True)  # the same reset again: answered with the run it made
+    if current is None or current.schedule is not None:
+        raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
+    if cmd["run_id"] not in ("", current.run_id):
+        raise Rejected(f"run {cmd['run_id']} is not the current run ({current.run_id}): only the current run can be reset",
+                       "WORKFLOW_NOT_FOUND")
+    if current.status != RUNNING:
+        raise Rejected(
+            f"run {current.run_id} is {current.status}: the history service keeps a run's events only while it runs, so a closed "
+            "run cannot be reset yet (docs/decisions/0005-reset.md); start a new run instead", "WORKFLOW_CLOSED",
+        )
+    excluded = set(cmd["reapply_exclude_types"])
+    if unknown := excluded - REAPPLIED.keys():
+        raise Rejected(f"reapply_exclude_types {sorted(unknown)}: use {sorted(REAPPLIED)}")
+    point = _point(current, cmd)
+    ended = attributes(point)
+    copied = [e for e in current.history if e["event_id"] <= ended["started_event_id"]]
+    at_point = execution_from_events(workflow_id, run_id, copied)
+    if at_point.children or at_point.external_requests:
+        raise Rejected(f"event {point['event_id']} leaves a child workflow or a request to another workflow pending, whose answer "
+                       "would go to the run reset: pick a point before it was started or after it was answered")
+    reason = cmd["reason"] or "reset"
+    t = Transition(current, now_ms)
+    t.flush_buffered()
+    t.add(EventType.WorkflowExecutionTerminated, {
+        "reason": f"reset to event {point['event_id']} as run {run_id}: {reason}", "details": [], "identity": identity,
+        "new_execution_run_id": run_id,
+    })
+    t.next_run = _new_run(current, run_id, copied, point, cmd, identity, now_ms, excluded)
+    return t
+
+
+def _point(ex: Execution, cmd: ResetWorkflowExecution) -> HistoryEvent:
+    """The workflow task end the reset goes back to."""
+    if cmd["event_id"]:
+        found = next((e for e in ex.history if e["event_id"] == cmd["event_id"]), None)
+        if found is None or event_type(found) not in _TASK_ENDS:
+            raise Rejected(f"event {cmd['event_id']} of run {ex.run_id} is not a WorkflowTaskCompleted, WorkflowTaskFailed or "
+                           "WorkflowTaskTimedOut: a reset goes back to the end of a workflow task")
+        return found
+    if cmd["reset_type"] not in RESET_TYPES:
+        raise Rejected(f"reset type {cmd['reset_type']!r}: give an event_id, or a reset_type of {', '.join(RESET_TYPES)}")
+    completed = [e for e in ex.history if event_type(e) == EventType.WorkflowTaskCompleted]
+    if not completed:
+        raise Rejected(f"run {ex.run_id} has completed no workflow task yet: there is nothing to reset to")
+    return completed[0] if cmd["reset_type"] == "FIRST_WORKFLOW_TASK" else completed[-1]
+
+
+def _new_run(
+    base: Execution, run_id: str, copied: list[HistoryEvent], point: HistoryEvent, cmd: ResetWorkflowExecution, identity: str,
+    now_ms: int, excluded: set[str],
+) -> Transition:
+    following = Execution(workflow_id=base.workflow_id, run_id=run_id, workflow_type=base.workflow_type, task_queue=base.task_queue)
+    t = Transition(following, now_ms)
+    started = cast(WorkflowExecutionStarted, dict(attributes(copied[0])))
+    # The copy's one change: who first wrote it (the SDK seeds from it), and the reset's request id,
+    # which answers the same reset sent again with this run.
+    started["original_execution_run_id"] = started.get("original_execution_run_id") or base.run_id
+    started["request_id"] = cmd["request_id"]
+    t.add(EventType.WorkflowExecutionStarted, started, event_time_ms=copied[0]["event_time_ms"])
+    for event in copied[1:]:
+        t.add(event_type(event), event["attributes"][1], event_time_ms=event["event_time_ms"])
+    t.copied_events = len(copied)
+    ended = attributes(point)
+    t.add(EventType.WorkflowTaskFailed, {
+        "scheduled_event_id": ended["scheduled_event_id"], "started_event_id": ended["started_event_id"], "cause": RESET_CAUSE,
+        "failure": engine_failure(cmd["reason"] or "reset", "ResetWorkflow"),
+        "identity": identity, "base_run_id": base.run_id, "new_run_id": run_id,
+    })
+    reapplied = {kind for name, kind in REAPPLIED.items() if name not in excluded}
+    for event in [e for e in base.history if e["event_id"] > point["event_id"]] + base.buffered:
+        if event_type(event) in reapplied:
+            t.add(event_type(event), event["attributes"][1])
+    t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
+    return t
+
+
+def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
+    """What the new run had pending at the point, set going again (its state `ex` applied): from
+    the last copied event of each pending activity and timer, and from its start (the run's
+    timeout, a schedule's report)."""
+    copied = t.events[:t.copied_events]
+    last: dict[int, HistoryEvent] = {}  # an activity's scheduled id -> its last copied event
+    for event in copied:
+        kind = event_type(event)
+        if kind == EventType.ActivityTaskScheduled:
+            last[event["event_id"]] = event
+        elif kind in activity.EFFECTS and attributes(event).get("scheduled_event_id") in ex.activities:
+            last[attributes(event)["scheduled_event_id"]] = event
+    live = [copied[0], *(last[sid] for sid in sorted(last) if sid in ex.activities)]
+    live += [e for e in copied if event_type(e) == EventType.TimerStarted and e["event_id"] in ex.timers.values()]
+    effects: list[Effect] = []
+    for event in live:
+        effects.extend(_RESUMES[event_type(event)](ex, t, event))
+    return effects

@@ -1,0 +1,176 @@
+"""Reset in the history machine (services/history/machine/reset.py, decision 0005): the new run's
+copied past, its reset WorkflowTaskFailed, the signals reapplied after the point, the base run
+terminated in the same batch, what was pending at the point set going again, and nothing of the
+copied past sent again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kadence.protocol.codec import command_codec
+from services.history.partition import PartitionState
+from services.history.snapshot import RunRow
+from services.history.step import Step, step
+
+NOW = 1_767_225_600_000
+WORKFLOW = "order-9"
+
+
+class Run:
+    """One workflow id on a partition, driven through the live step."""
+
+    def __init__(self) -> None:
+        self.state = PartitionState(0)
+        self.offset = 0
+        self.now = NOW
+        self.log: list[dict[str, Any]] = []
+
+    def send(self, kind: str, body: dict[str, Any], after_ms: int = 100) -> Step:
+        self.offset += 1
+        self.now += after_ms
+        wire = command_codec()  # every field as a record read from the topic has it
+        command = wire.decode(wire.encode({"workflow_id": WORKFLOW, "identity": "test", "command": (kind, body)}))
+        written = step(self.state, command, self.now, 0, self.offset)
+        if written.batch is not None:
+            self.log.append(dict(written.batch))
+        return written
+
+    @property
+    def run_id(self) -> str:
+        return self.state.executions[WORKFLOW].run_id
+
+    def task(self, *commands: tuple[str, dict[str, Any]]) -> None:
+        scheduled = self.state.executions[WORKFLOW].workflow_task
+        assert scheduled is not None
+        self.send("RecordWorkflowTaskStarted", {"run_id": self.run_id, "scheduled_event_id": scheduled.scheduled_event_id})
+        self.send("RespondWorkflowTaskCompleted", {"run_id": self.run_id, "scheduled_event_id": scheduled.scheduled_event_id,
+                                                   "commands": list(commands)})
+
+    def reset(self, request_id: str = "reset-1", **fields: Any) -> Step:
+        return self.send("ResetWorkflowExecution", {"reason": "bug fixed", "request_id": request_id, **fields})
+
+    def events(self) -> list[tuple[int, str]]:
+        return [(e["event_id"], e["attributes"][0]) for e in self.state.executions[WORKFLOW].history]
+
+
+def started_run() -> Run:
+    run = Run()
+    run.send("StartWorkflowExecution", {"workflow_type": "Order", "task_queue": "orders", "request_id": "start-9"})
+    return run
+
+
+def activity(activity_id: str) -> tuple[str, dict[str, Any]]:
+    return ("ScheduleActivityTask", {"activity_id": activity_id, "activity_type": "charge", "task_queue": "", "input": [],
+                                     "start_to_close_timeout_ms": 10_000})
+
+
+def effects(written: Step, section: str = "next_run") -> list[tuple[str, dict[str, Any]]]:
+    assert written.batch is not None
+    return written.batch["next_run"]["effects"] if section == "next_run" else written.batch["effects"]  # type: ignore[index]
+
+
+def test_a_reset_to_the_last_workflow_task_copies_the_past_reapplies_signals_and_terminates_the_run() -> None:
+    run = started_run()
+    run.task(activity("a"))  # the first task (completed at 4) schedules the activity at 5
+    base = run.run_id
+    run.send("RecordActivityTaskStarted", {"run_id": base, "scheduled_event_id": 5, "attempt": 1, "request_id": "a1"})
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task()  # the point: the second task, while the activity runs
+    point = [event_id for event_id, kind in run.events() if kind == "WorkflowTaskCompleted"][-1]
+    run.send("RespondActivityTaskCompleted", {"run_id": base, "scheduled_event_id": 5, "attempt": 1, "result": None})
+    run.send("SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-1"})
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert written.rejected is None and written.batch is not None
+    assert written.batch["events"][-1]["attributes"][0] == "WorkflowExecutionTerminated"
+    assert written.batch["events"][-1]["attributes"][1]["new_execution_run_id"] == run.run_id != base
+    copied = [(event_id, kind) for event_id, kind in run.events() if event_id < point]
+    assert copied[-1][1] == "WorkflowTaskStarted" and ("ActivityTaskStarted" in [kind for _, kind in copied])
+    assert [kind for event_id, kind in run.events() if event_id >= point] == [
+        "WorkflowTaskFailed", "WorkflowExecutionSignaled", "WorkflowTaskScheduled",
+    ]
+    failed = run.state.executions[WORKFLOW].history[point - 1]["attributes"][1]
+    assert (failed["cause"], failed["base_run_id"], failed["new_run_id"]) == ("RESET_WORKFLOW", base, run.run_id)
+    started = run.state.executions[WORKFLOW].history[0]["attributes"][1]
+    assert (started["original_execution_run_id"], started["request_id"]) == (base, "reset-1")
+    # The activity started before the point is pending again: its attempt's timeout is set (its
+    # worker answers the base run, refused); the workflow task goes out; nothing of the copied
+    # past is sent again (no second activity task, no second first workflow task).
+    sent = effects(written)
+    assert [kind for kind, _ in sent].count("WorkflowTask") == 1 and "ActivityTask" not in [kind for kind, _ in sent]
+    assert "ACTIVITY_START_TO_CLOSE" in [effect["kind"] for kind, effect in sent if kind == "Timer"]
+    assert 5 in run.state.executions[WORKFLOW].activities
+
+
+def test_a_reset_sent_again_is_answered_with_the_run_it_made() -> None:
+    run = started_run()
+    run.task(activity("a"))
+    run.reset(reset_type="FIRST_WORKFLOW_TASK")
+    made = run.run_id
+    again = run.reset(reset_type="FIRST_WORKFLOW_TASK")
+    assert again.batch is None and again.answered_again is not None and run.run_id == made
+
+
+def test_excluded_signals_are_not_reapplied_and_a_bad_point_is_refused() -> None:
+    run = started_run()
+    run.task()
+    run.send("SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-1"})
+    not_an_end = run.reset(event_id=2)
+    assert not_an_end.rejected is not None and "end of a workflow task" in str(not_an_end.rejected)
+    unknown = run.reset(reset_type="LAST_CONTINUED_AS_NEW")
+    assert unknown.rejected is not None
+    run.reset(event_id=4, reapply_exclude_types=["SIGNAL"])
+    assert "WorkflowExecutionSignaled" not in [kind for _, kind in run.events()]
+
+
+def test_what_was_pending_at_the_point_is_set_going_again_and_nothing_else() -> None:
+    run = started_run()
+    run.task(("StartTimer", {"timer_id": "soon", "start_to_fire_timeout_ms": 1_000}),
+             ("StartTimer", {"timer_id": "later", "start_to_fire_timeout_ms": 60_000}), activity("a"))
+    soon = run.state.executions[WORKFLOW].timers["soon"]
+    run.send("TimeoutFired", {"run_id": run.run_id, "timer_id": f"{run.run_id}/USER_TIMER/{soon}/1", "kind": "USER_TIMER",
+                              "scheduled_event_id": soon, "attempt": 1}, after_ms=1_000)
+    run.task()  # the point: "soon" fired, "later" pending, the activity scheduled and not started
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    sent = effects(written)
+    assert [effect["timer_id"].split("/")[1:] for kind, effect in sent if kind == "Timer" and effect["kind"] == "USER_TIMER"] == [
+        ["USER_TIMER", str(run.state.executions[WORKFLOW].timers["later"]), "1"],
+    ]
+    assert [kind for kind, _ in sent].count("ActivityTask") == 1
+
+
+def test_a_closed_run_and_an_older_run_are_refused_with_the_reason() -> None:
+    run = started_run()
+    run.task(("CompleteWorkflowExecution", {"result": None}))
+    closed = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert closed.rejected is not None and closed.rejected.cause == "WORKFLOW_CLOSED"
+    other = started_run()
+    other.task()
+    older = other.reset(run_id="an-older-run", reset_type="LAST_WORKFLOW_TASK")
+    assert older.rejected is not None and older.rejected.cause == "WORKFLOW_NOT_FOUND"
+
+
+def test_a_reset_decided_twice_writes_the_same_batch() -> None:
+    batches = []
+    for _ in range(2):
+        run = started_run()
+        run.task(activity("a"))
+        run.send("SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-1"})
+        batches.append(run.reset(reset_type="LAST_WORKFLOW_TASK").batch)
+    assert batches[0] == batches[1]
+
+
+def test_the_new_run_folds_back_from_the_log_and_its_checkpoint_row_as_it_was_decided() -> None:
+    run = started_run()
+    run.task(activity("a"))
+    run.send("SignalWorkflowExecution", {"signal_name": "approve", "input": [], "request_id": "sig-1"})
+    run.reset(reset_type="LAST_WORKFLOW_TASK")
+    live = run.state.executions[WORKFLOW]
+    replayed = PartitionState(0)
+    for batch in run.log:
+        assert replayed.apply(batch)  # type: ignore[arg-type]
+    again = replayed.executions[WORKFLOW]
+    assert (again.run_id, again.history, again.activities, again.workflow_task) == (
+        live.run_id, live.history, live.activities, live.workflow_task)
+    restored = RunRow.of(live).run()  # through Avro: compared by what the machine decides on
+    assert (restored.run_id, [e["event_id"] for e in restored.history], restored.activities.keys(), restored.workflow_task) == (
+        live.run_id, [e["event_id"] for e in live.history], live.activities.keys(), live.workflow_task)
