@@ -277,14 +277,14 @@ def audit_of(stack: LocalStack, *workflow_ids: str) -> AuditReport:
     return audit_history(stack.settings, {partition_for_key(workflow_id.encode(), stack.partitions): 0 for workflow_id in workflow_ids})
 
 
-async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float) -> None:
-    """Until the read model holds an event of `event_type` for the workflow (say, before killing
-    the worker that should have started it)."""
+async def wait_for_event(stack: LocalStack, workflow_id: str, event_type: str, timeout: float, count: int = 1) -> None:
+    """Until the read model holds `count` events of `event_type` for the workflow (say, before
+    killing the worker that should have started it)."""
     async def poll() -> None:
         async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
-            while not await (await conn.execute(
-                "SELECT 1 FROM kadence_events WHERE workflow_id = %s AND event_type = %s", (workflow_id, event_type),
-            )).fetchone():
+            while (await (await conn.execute(
+                "SELECT count(*) FROM kadence_events WHERE workflow_id = %s AND event_type = %s", (workflow_id, event_type),
+            )).fetchone() or (0,))[0] < count:
                 await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), timeout)

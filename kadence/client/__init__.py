@@ -46,7 +46,7 @@ from kadence.client._schedule_types import (
     ScheduleUpdateInput,
 )
 from kadence.client._schedules import ScheduleAlreadyRunningError, ScheduleHandle, ScheduleNotFoundError
-from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
+from kadence.client._types import AsyncActivityIDReference, ResetReapplyExcludeType, ResetType, WorkflowExecutionCount, WorkflowUpdateStage
 from kadence.exceptions import (
     AsyncActivityCancelledError,
     WorkflowFailureError,
@@ -68,7 +68,7 @@ __all__ = [
     "ScheduleCalendarSpec", "ScheduleDescription", "ScheduleInfo", "ScheduleIntervalSpec", "ScheduleListActionStartWorkflow",
     "ScheduleListDescription", "ScheduleListInfo", "ScheduleListSchedule", "ScheduleListState", "ScheduleOverlapPolicy",
     "SchedulePolicy", "ScheduleRange", "ScheduleSpec", "ScheduleState", "ScheduleUpdate", "ScheduleUpdateInput", "ScheduleHandle",
-    "ScheduleAlreadyRunningError", "ScheduleNotFoundError",
+    "ScheduleAlreadyRunningError", "ScheduleNotFoundError", "ResetType", "ResetReapplyExcludeType",
     # temporalio.client's names for these errors of kadence.exceptions
     "AsyncActivityCancelledError", "WorkflowFailureError", "WorkflowQueryFailedError", "WorkflowUpdateFailedError",
 ]

@@ -34,7 +34,7 @@ from kadence.client._inputs import (
 )
 from kadence.client._read_model import NOT_FOUND_AFTER_S, TABLES_MISSING, ReadModel, run_row, until_created
 from kadence.client._replies import RunWatch
-from kadence.client._types import AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.client._types import AsyncActivityIDReference, ResetReapplyExcludeType, ResetType, WorkflowUpdateStage
 from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter, type_hints
 from kadence.exceptions import (
@@ -48,6 +48,7 @@ from kadence.exceptions import (
 )
 from kadence.protocol.codec import codec
 from kadence.protocol.limits import text_problem
+from kadence.protocol.names import CommandType
 from kadence.protocol.postgres import until_answered
 from kadence.protocol.read_model import CommandOutcome, update_request_id
 from kadence.protocol.task_token import TaskToken
@@ -259,7 +260,7 @@ class WorkflowHandle:
         run_id = self._result_run_id
         while True:
             status, result, failure, next_run_id = await self.client._closed_execution(self.id, run_id)
-            if not follow_runs or not next_run_id:
+            if not follow_runs or not next_run_id or status == "Terminated":  # a reset's next run is not followed
                 break
             run_id = next_run_id
         return status, codec("Payload").decode(result) if result else None, codec("Failure").decode(failure) if failure else None
@@ -370,6 +371,28 @@ class WorkflowHandle:
             id=self.id, run_id=self.run_id, first_execution_run_id=self.first_execution_run_id, args=args, reason=reason,
             rpc_metadata={}, rpc_timeout=None, request_id=request_id,
         ))
+
+
+    async def reset(
+        self, *, event_id: int = 0, reset_type: ResetType | None = None, reason: str = "",
+        reapply_exclude_types: Sequence[ResetReapplyExcludeType] = (), request_id: str = "",
+    ) -> WorkflowHandle:
+        """Reset the run (Kadence's; temporalio has only the raw ResetWorkflowExecution RPC, and
+        Temporal's CLI `temporal workflow reset`): a new run of the workflow id goes on from the end
+        of a workflow task of this run (`event_id`, a WorkflowTaskCompleted, Failed or TimedOut; or
+        `reset_type`), with the signals and updates this run received after it (unless excluded);
+        this run, if running, is terminated. Only the workflow id's current run can be reset, while
+        it runs (docs/temporal-differences.md, "Reset"). A handle to the new run; `request_id` makes
+        the reset once however often it is sent."""
+        if bool(event_id) == (reset_type is not None):
+            raise ValueError("give reset() an event_id or a reset_type, one of them")
+        request_id = request_id or str(uuid.uuid4())
+        new_run_id = await self.client._request(self.id, CommandType.ResetWorkflowExecution, {
+            "run_id": self.run_id or "", "event_id": event_id, "reset_type": reset_type.value if reset_type is not None else "",
+            "reason": reason, "reapply_exclude_types": [t.value for t in reapply_exclude_types], "request_id": request_id,
+        }, request_id)
+        return WorkflowHandle(self.client, self.id, result_run_id=new_run_id, first_execution_run_id=new_run_id,
+                              result_type=self.result_type)
 
 
 class AsyncActivityHandle:

@@ -1,10 +1,10 @@
-"""The client's small types, below everything else in kadence.client: the update stages, an async
-activity's ids, a count of executions."""
+"""The client's small types, below everything else in kadence.client: the update stages, a reset's
+point and exclusions, an async activity's ids, a count of executions."""
 
 from __future__ import annotations
 
 import dataclasses
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 
 class WorkflowUpdateStage(IntEnum):
@@ -13,6 +13,20 @@ class WorkflowUpdateStage(IntEnum):
     ADMITTED = 1
     ACCEPTED = 2
     COMPLETED = 3
+
+
+class ResetType(str, Enum):
+    """Where `WorkflowHandle.reset` goes back to when given no event id (Temporal's CLI's --type)."""
+
+    FIRST_WORKFLOW_TASK = "FIRST_WORKFLOW_TASK"
+    LAST_WORKFLOW_TASK = "LAST_WORKFLOW_TASK"
+
+
+class ResetReapplyExcludeType(str, Enum):
+    """What a reset does not reapply after its point (as Temporal's ResetReapplyExcludeType)."""
+
+    SIGNAL = "SIGNAL"
+    UPDATE = "UPDATE"
 
 
 @dataclasses.dataclass(frozen=True)

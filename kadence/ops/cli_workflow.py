@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import click
 import uvloop
 
-from kadence.client import Client, WorkflowHandle
+from kadence.client import Client, ResetReapplyExcludeType, ResetType, WorkflowHandle
 from kadence.exceptions import KadenceError, WorkflowFailureError
 from kadence.list_filter import ListFilterError
 from kadence.list_filter import parse as parse_list_filter
@@ -367,6 +367,40 @@ def terminate(workflow_id: str | None, run_id: str | None, list_filter: str | No
     assert workflow_id is not None
     _run(lambda c: c.get_workflow_handle(workflow_id, run_id=run_id).terminate(reason=reason or ""))
     _echo({"workflow_id": workflow_id, "terminated": True}, as_json, f"terminated {workflow_id}")
+
+
+_RESET_TYPES = {"FirstWorkflowTask": ResetType.FIRST_WORKFLOW_TASK, "LastWorkflowTask": ResetType.LAST_WORKFLOW_TASK}
+_REAPPLY_EXCLUDES = {"Signal": ResetReapplyExcludeType.SIGNAL, "Update": ResetReapplyExcludeType.UPDATE}
+
+
+@workflow_group.command("reset")
+@workflow_id_option
+@run_id_option
+@click.option("--event-id", "-e", type=click.IntRange(min=1), default=None,
+              help="The point: a WorkflowTaskCompleted, WorkflowTaskFailed or WorkflowTaskTimedOut event of the run.")
+@click.option("--type", "-t", "reset_type", type=click.Choice(list(_RESET_TYPES)), default=None,
+              help="The point by its kind, instead of --event-id.")
+@click.option("--reason", required=True, help="Recorded in both runs' histories.")
+@click.option("--reapply-exclude", "excludes", multiple=True, type=click.Choice(list(_REAPPLY_EXCLUDES)),
+              help="Do not reapply these after the point (repeatable).")
+@click.option("--request-id", default="", help="Names the reset, so running the command again resets once.")
+@json_option
+def reset(workflow_id: str, run_id: str | None, event_id: int | None, reset_type: str | None, reason: str,
+          excludes: tuple[str, ...], request_id: str, as_json: bool) -> None:
+    """A new run from the end of a workflow task of the run, with the signals and updates after it
+    (as `temporal workflow reset`); the run, if running, is terminated."""
+    if (event_id is None) == (reset_type is None):
+        raise click.UsageError("give --event-id or --type, one of them")
+
+    async def main(client: Client) -> str:
+        handle = await client.get_workflow_handle(workflow_id, run_id=run_id).reset(
+            event_id=event_id or 0, reset_type=_RESET_TYPES[reset_type] if reset_type else None, reason=reason,
+            reapply_exclude_types=[_REAPPLY_EXCLUDES[e] for e in excludes], request_id=request_id,
+        )
+        return handle.result_run_id or ""
+
+    new_run_id = _run(main)
+    _echo({"workflow_id": workflow_id, "run_id": new_run_id}, as_json, f"reset {workflow_id}: new run {new_run_id}")
 
 
 @workflow_group.command("describe")

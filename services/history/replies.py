@@ -114,7 +114,9 @@ class Replies:
         if not watchers:
             return []
         kind, attrs = event["attributes"]
-        next_run_id = attrs.get("new_execution_run_id") or None
+        # The run a chain goes on in (a reset's new run is not followed: a result() waiting on the
+        # run it terminated raises TerminatedError, as Temporal's).
+        next_run_id = (attrs.get("new_execution_run_id") or None) if kind != EventType.WorkflowExecutionTerminated else None
         if next_run_id is not None:
             state.watch(workflow_id, next_run_id, watchers)
         closed = {

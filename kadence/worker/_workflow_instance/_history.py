@@ -6,8 +6,8 @@ activation that sees them; an event that records a command matches it (WorkflowR
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from kadence.exceptions import ApplicationError, RetryState, WorkflowAlreadyStartedError
 from kadence.protocol.limits import payload_bytes
@@ -103,6 +103,8 @@ def apply_event(run: WorkflowHandlers, event: HistoryEvent) -> None:
 def _apply_workflow_execution_started(run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionStarted, event: HistoryEvent) -> None:
     run.time_ms = event["event_time_ms"]
     run.info = run.started_info(attrs, event["event_time_ms"])
+    if attrs.get("original_execution_run_id"):  # a reset run's past was written by another run
+        run.reseed(attrs["original_execution_run_id"])
     run.start(attrs["input"])
 
 
@@ -121,7 +123,11 @@ def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: Work
 
 
 def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: _WorkflowTaskEnded, event: HistoryEvent) -> None:
-    """A WorkflowTaskFailed or WorkflowTaskTimedOut."""
+    """A WorkflowTaskFailed or WorkflowTaskTimedOut. A reset's (cause RESET_WORKFLOW) ends the
+    copied past: what runs after it draws from the new run."""
+    new_run_id = cast(Mapping[str, Any], attrs).get("new_run_id") if attrs.get("cause") == "RESET_WORKFLOW" else None
+    if new_run_id:
+        run.reseed(new_run_id)
     if attrs["scheduled_event_id"] == run.last_activated_task:
         raise CacheInvalid(f"workflow task {attrs['scheduled_event_id']}: {kind}")
 

@@ -153,6 +153,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self._local_activities: list[LocalActivity] = []
         self._local_seq = 0
         self._random: random.Random | None = None  # made at its first use: seeding costs 20-30 µs a run
+        self._seed: str | None = None  # what seeds it: the run id, or the run that first wrote a reset run's past
         self.history_bytes = 0
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
         self.task_started_ms = 0  # when the workflow task being run started
@@ -508,10 +509,15 @@ class WorkflowRun(WorkflowLoop, _Runtime):
     @property
     def random(self) -> random.Random:
         """Seeded by the run id alone, so the sequence is the same on every replay of the run,
-        whenever it is first drawn from."""
+        whenever it is first drawn from. A reset run's copied past draws from the run that wrote it,
+        and what runs after the reset from the new run (`reseed`), as sdk-core's UpdateRandomSeed."""
         if self._random is None:
-            self._random = random.Random(self.info.run_id)
+            self._random = random.Random(self._seed or self.info.run_id)
         return self._random
+
+    def reseed(self, seed: str) -> None:
+        """Draw from `seed` from here on (a reset's WorkflowTaskFailed, a copied start's original run)."""
+        self._seed, self._random = seed, None
 
     # ---- the runtime's calls out, through the outbound interceptors ---------------------------
 

@@ -48,7 +48,8 @@ public final class StartOrder {
      * A new reference in Command.avsc fails loudly here ("Undefined schema: X"): add X to the list.
      */
     static final List<String> COMMAND_DEPENDENCIES =
-            List.of("Payload", "RetryPolicy", "RetryState", "TimeoutType", "Failure", "TimerKind", "QueryTask");
+            List.of("Payload", "RetryPolicy", "RetryState", "TimeoutType", "Failure", "TimerKind", "QueryTask", "ScheduledBy",
+                    "ScheduleOverlapPolicy", "Schedule", "SchedulePatch");
 
     private StartOrder() {
     }

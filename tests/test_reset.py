@@ -1,0 +1,110 @@
+"""Reset end to end (decision 0005): a run stuck on a failing workflow task is reset to its last
+completed workflow task once the bug is fixed; the new run replays the past with the values it drew
+then, draws new ones after the point, gets the signal sent after the point again, and completes;
+the old run is terminated and its result() raises."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+
+from kadence import workflow
+from kadence.client import Client, ResetType
+from kadence.dev.local_stack import LocalStack
+from kadence.exceptions import CommandRejectedError, TerminatedError, WorkflowFailureError
+from kadence.worker import Worker
+from tests.conftest import audit_of, wait_for_event
+from tests.test_memo import memo_shown
+
+BUG = {"on": True}
+
+
+@workflow.defn
+class ResettableWorkflow:
+    def __init__(self) -> None:
+        self.approvals: list[str] = []
+
+    @workflow.signal
+    def approve(self, who: str) -> None:
+        self.approvals.append(who)
+
+    @workflow.run
+    async def run(self) -> dict[str, Any]:
+        first = str(workflow.uuid4())
+        workflow.upsert_memo({"first": first})
+        await workflow.sleep(0.05)
+        second = str(workflow.uuid4())
+        workflow.upsert_memo({"second": second})
+        await workflow.wait_condition(lambda: len(self.approvals) >= 2)
+        if BUG["on"]:
+            raise RuntimeError("a bug: this workflow task fails until the worker is fixed")
+        return {"first": first, "second": second, "third": str(workflow.uuid4()), "approvals": self.approvals}
+
+
+async def test_a_run_stuck_on_a_bug_is_reset_to_its_last_workflow_task_and_completes(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    workflow_id = f"reset-{uuid.uuid4()}"
+    BUG["on"] = True
+    try:
+        async with Worker(client, task_queue=task_queue, workflows=[ResettableWorkflow]):
+            handle = await client.start_workflow(ResettableWorkflow.run, id=workflow_id, task_queue=task_queue)
+            await memo_shown(client, workflow_id, "second")  # both drawn, in the first two workflow tasks
+            await handle.signal(ResettableWorkflow.approve, "ada")
+            await wait_for_event(stack, workflow_id, "WorkflowTaskCompleted", 30, count=3)  # "ada"'s: the last completed, the point
+            await handle.signal(ResettableWorkflow.approve, "bob")
+            await wait_for_event(stack, workflow_id, "WorkflowTaskFailed", 30)
+            base = await handle.describe()
+            drawn = await base.memo()
+
+            BUG["on"] = False  # the fixed worker
+            reset = await handle.reset(reset_type=ResetType.LAST_WORKFLOW_TASK, reason="bug fixed", request_id=f"{workflow_id}/r1")
+            again = await handle.reset(reset_type=ResetType.LAST_WORKFLOW_TASK, reason="bug fixed", request_id=f"{workflow_id}/r1")
+            assert again.result_run_id == reset.result_run_id != handle.result_run_id
+            result = await asyncio.wait_for(reset.result(), 60)
+    finally:
+        BUG["on"] = False
+    assert result["approvals"] == ["ada", "bob"]  # "bob" came after the point: reapplied
+    assert (result["first"], result["second"]) == (drawn["first"], drawn["second"])  # the past drew what it drew
+    with pytest.raises(WorkflowFailureError) as raised:
+        await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).result()
+    assert isinstance(raised.value.cause, TerminatedError)
+    terminated = await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).describe()
+    assert terminated.status.value == "Terminated"
+    with pytest.raises(CommandRejectedError) as closed:
+        await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).reset(
+            reset_type=ResetType.FIRST_WORKFLOW_TASK, reason="again")
+    assert closed.value.cause in ("WORKFLOW_NOT_FOUND", "WORKFLOW_CLOSED")
+    report = audit_of(stack, workflow_id)
+    assert report.violations == []
+    assert report.event_types(workflow_id, reset.result_run_id or "").count("WorkflowExecutionSignaled") == 2
+
+
+def test_the_cli_resets_a_run(stack: LocalStack, task_queue: str) -> None:
+    async def started() -> str:
+        client = await Client.connect()
+        try:
+            async with Worker(client, task_queue=task_queue, workflows=[ResettableWorkflow]):
+                handle = await client.start_workflow(ResettableWorkflow.run, id=f"reset-cli-{uuid.uuid4()}", task_queue=task_queue)
+                await wait_for_event(stack, handle.id, "WorkflowTaskCompleted", 30, count=2)
+                return handle.id
+        finally:
+            await client.close()
+
+    workflow_id = asyncio.run(started())
+    done = subprocess.run(
+        [sys.executable, "-m", "kadence.ops.cli", "workflow", "reset", "-w", workflow_id, "--type", "FirstWorkflowTask",
+         "--reason", "from the shell", "--json"], env=stack.env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"run_id"' in done.stdout
+    refused = subprocess.run(
+        [sys.executable, "-m", "kadence.ops.cli", "workflow", "reset", "-w", workflow_id, "--reason", "no point"],
+        env=stack.env, capture_output=True, text=True, timeout=60,
+    )
+    assert refused.returncode == 2 and "--event-id or --type" in refused.stderr
