@@ -72,8 +72,8 @@ class World:
                     self.outbox.append(decode_outbound(effect))
         return done
 
-    def create(self, definition: dict[str, Any], now_ms: int = T0, **patched: Any) -> Step:
-        return self.send(KEY, "CreateSchedule", {"request_id": "create-1", "schedule": definition, "patch": patch(**patched)}, now_ms)
+    def create(self, definition: dict[str, Any], now_ms: int = T0, request_id: str = "create-1", **patched: Any) -> Step:
+        return self.send(KEY, "CreateSchedule", {"request_id": request_id, "schedule": definition, "patch": patch(**patched)}, now_ms)
 
     def fire(self, now_ms: int) -> Step | None:
         """Fire the schedule's timer if it is due (the timer service never fires early)."""
@@ -325,7 +325,9 @@ def test_a_deleted_schedule_refuses_commands_and_reports_and_leaves_its_runs() -
     assert refused.rejected is not None and refused.rejected.cause == "WORKFLOW_NOT_FOUND"
     world.close(action_workflow_id("report", at(1)), at(1) + 3)  # its close report is refused as stale
     assert world.runs.executions[action_workflow_id("report", at(1))].status == "Terminated"
-    again = world.create(schedule(), now_ms=at(1) + 4)
+    resent = world.create(schedule(), now_ms=at(1) + 4)  # the first create sent again: answered, not applied
+    assert resent.batch is None and resent.answered_again is not None
+    again = world.create(schedule(), now_ms=at(1) + 5, request_id="create-2")
     assert again.rejected is None and world.schedules.executions[KEY].status == "Running"
 
 
@@ -384,3 +386,43 @@ def test_a_firing_far_behind_takes_as_many_times_as_its_record_holds_and_comes_b
         world.fire(late)
         world.outbox.clear()
     assert world.info["action_count"] == 30
+
+
+def test_a_change_sent_again_is_answered_not_applied_twice() -> None:
+    world = World()
+    world.create(schedule(overlap="ALLOW_ALL"))
+    trigger = {"run_id": "", "request_id": "t1", "patch": patch(trigger_immediately=True)}
+    world.send(KEY, "PatchSchedule", trigger, at(0) + 10)
+    again = world.send(KEY, "PatchSchedule", trigger, at(0) + 20)
+    assert again.batch is None and world.info["action_count"] == 1
+    assert world.create(schedule()).answered_again is not None  # the create too
+
+
+def test_a_backfill_of_a_time_whose_run_runs_is_skipped_and_a_buffered_one_keeps_its_request_id() -> None:
+    world = World()
+    world.create(schedule(overlap="BUFFER_ONE"))
+    world.fire(at(1))
+    world.relay(at(1))
+    running_time = {"start_ms": at(1), "end_ms": at(1), "overlap": "ALLOW_ALL"}
+    world.send(KEY, "PatchSchedule", {"run_id": "", "request_id": "b1", "patch": patch(backfills=[running_time])}, at(1) + 10)
+    assert world.outbox == [] and world.info["overlap_skipped"] == 1 and len(world.info["running"]) == 1
+    earlier = {"start_ms": at(-5), "end_ms": at(-5), "overlap": "UNSPECIFIED"}
+    world.send(KEY, "PatchSchedule", {"run_id": "", "request_id": "b2", "patch": patch(backfills=[earlier])}, at(1) + 20)
+    assert "/backfill/" in world.info["buffered"][0]["request_id"]  # released under its own id, not the time's first
+    world.close(action_workflow_id("report", at(1)), at(1) + 30)
+    assert world.started() == sorted([action_workflow_id("report", at(1)), action_workflow_id("report", at(-5))])
+    assert len(world.info["running"]) == 1 and world.info["running"][0]["run_id"]  # its start was heard
+
+
+def test_unpause_starts_what_a_close_heard_while_paused_left_buffered() -> None:
+    world = World()
+    world.create(schedule(overlap="BUFFER_ONE"))
+    world.fire(at(1))
+    world.relay(at(1))
+    world.fire(at(2))  # buffered
+    world.send(KEY, "PatchSchedule", {"run_id": "", "request_id": "p", "patch": patch(pause=True)}, at(2) + 1)
+    world.close(action_workflow_id("report", at(1)), at(2) + 2)
+    assert world.info["buffered"] and not world.info["running"]
+    world.send(KEY, "PatchSchedule", {"run_id": "", "request_id": "u", "patch": patch(unpause=True)}, at(2) + 3)
+    world.relay(at(2) + 3)
+    assert world.started() == [action_workflow_id("report", at(1)), action_workflow_id("report", at(2))]

@@ -374,7 +374,7 @@ class WorkflowHandle:
 
 
     async def reset(
-        self, *, event_id: int = 0, reset_type: ResetType | None = None, reason: str = "",
+        self, *, event_id: int = 0, reset_type: ResetType | str | None = None, reason: str = "",
         reapply_exclude_types: Sequence[ResetReapplyExcludeType] = (), request_id: str = "",
     ) -> WorkflowHandle:
         """Reset the run (Kadence's; temporalio has only the raw ResetWorkflowExecution RPC, and
@@ -388,7 +388,7 @@ class WorkflowHandle:
             raise ValueError("give reset() an event_id or a reset_type, one of them")
         request_id = request_id or str(uuid.uuid4())
         new_run_id = await self.client._request(self.id, CommandType.ResetWorkflowExecution, {
-            "run_id": self.run_id or "", "event_id": event_id, "reset_type": reset_type.value if reset_type is not None else "",
+            "run_id": self.run_id or "", "event_id": event_id, "reset_type": ResetType(reset_type).value if reset_type is not None else "",
             "reason": reason, "reapply_exclude_types": [t.value for t in reapply_exclude_types], "request_id": request_id,
         }, request_id)
         return WorkflowHandle(self.client, self.id, result_run_id=new_run_id, first_execution_run_id=new_run_id,

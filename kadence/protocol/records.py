@@ -1346,6 +1346,8 @@ class ScheduleInfo(TypedDict):
     conflict_token: NotRequired[int]
     created_ms: NotRequired[int]
     updated_ms: NotRequired[int]
+    # The request ids of the last commands that changed the schedule: one sent again is answered, not applied again.
+    recent_request_ids: NotRequired[list[str]]
 
 
 class ScheduledRun(TypedDict):
@@ -1362,6 +1364,8 @@ class ScheduledRun(TypedDict):
 class ScheduleBufferedStart(TypedDict):
     nominal_ms: int
     overlap: str
+    # The start's request id (a backfill's or a trigger's own).
+    request_id: NotRequired[str]
 
 
 class SchedulePatch(TypedDict):

@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 
 from kadence.protocol.batch_jobs import BATCH_JOBS_DDL
 from kadence.protocol.codec import codec
-from kadence.protocol.events import CLOSE_STATUS, RunSection, close_failure, is_memo_removal, refused, run_sections
+from kadence.protocol.events import CLOSE_STATUS, SCHEDULE_EVENTS, RunSection, close_failure, is_memo_removal, refused, run_sections
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, EventType
 from kadence.protocol.read_model import (
     CLOSED_CHANNEL,
@@ -163,7 +163,7 @@ class VisibilityProjector(Projection):
                           for rejection in refused(batch)]
 
     def _fold(self, workflow_id: str, section: RunSection, rows: "_Rows") -> None:
-        if workflow_id.startswith(SCHEDULE_KEY_PREFIX):
+        if section.events and section.events[0]["attributes"][0] in SCHEDULE_EVENTS:  # by its events, not its key
             self._fold_schedule(workflow_id, section, rows)
             return
         key = (workflow_id, section.run_id)

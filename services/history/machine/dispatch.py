@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from kadence.protocol.events import SCHEDULE_EVENTS
 from kadence.protocol.limits import payload_bytes
-from kadence.protocol.names import SCHEDULE_COMMANDS, CommandType, EffectType
+from kadence.protocol.names import SCHEDULE_COMMANDS, SCHEDULE_KEY_PREFIX, CommandType, EffectType
 from kadence.protocol.records import TimeoutFired
 from services.history.machine import activity, child, lifecycle, messages, schedule, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, WorkflowTaskState, execution_from_start
@@ -74,10 +74,13 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     by_activity_id = kind in activity.REPORTS and cmd.get("activity_id")  # an async handle without a run id: the current run
     if cmd["run_id"] != ex.run_id and not ((kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
-    if kind != CommandType.TimeoutFired and (ex.schedule is not None) != (kind in SCHEDULE_COMMANDS):
-        entity = "schedule" if ex.schedule is not None else "workflow execution"
+    is_schedule = ex.workflow_id.startswith(SCHEDULE_KEY_PREFIX)  # a deleted one read back from its row holds no schedule
+    if kind != CommandType.TimeoutFired and is_schedule != (kind in SCHEDULE_COMMANDS):
+        entity = "schedule" if is_schedule else "workflow execution"
         raise Rejected(f"{kind} does not apply to a {entity}", "WORKFLOW_NOT_FOUND")
-    if ex.schedule is not None and ex.status != RUNNING:
+    if is_schedule and schedule.repeated(ex, cmd):
+        return Transition(ex, now_ms, repeat=True)  # a change sent again: answered as it was
+    if is_schedule and ex.status != RUNNING:
         raise Rejected("schedule not found: it was deleted", "WORKFLOW_NOT_FOUND")
     if ex.status != RUNNING:
         raise Rejected(f"workflow execution is {ex.status}", "WORKFLOW_CLOSED")

@@ -113,20 +113,30 @@ def _new_run(
 
 
 def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
-    """What the new run had pending at the point, set going again (its state `ex` applied): from
-    the last copied event of each pending activity and timer, and from its start (the run's
-    timeout, a schedule's report)."""
-    copied = t.events[:t.copied_events]
-    last: dict[int, HistoryEvent] = {}  # an activity's scheduled id -> its last copied event
-    for event in copied:
-        kind = event_type(event)
-        if kind == EventType.ActivityTaskScheduled:
-            last[event["event_id"]] = event
-        elif kind in activity.EFFECTS and attributes(event).get("scheduled_event_id") in ex.activities:
-            last[attributes(event)["scheduled_event_id"]] = event
-    live = [copied[0], *(last[sid] for sid in sorted(last) if sid in ex.activities)]
-    live += [e for e in copied if event_type(e) == EventType.TimerStarted and e["event_id"] in ex.timers.values()]
+    """What the new run had pending at the point, set going again (its state `ex` applied): the
+    run's start (its timeout, a schedule's report); each pending activity's attempt (a started one's
+    timeouts, and its cancellation if one was asked; else its dispatch or its retry's timer, from its
+    last scheduling or retried failure); each user timer's start."""
+    copied = {e["event_id"]: e for e in t.events[:t.copied_events]}
+    live = [copied[1]]
+    for sid, pending in sorted(ex.activities.items()):
+        if pending.started_event_id:
+            live.append(copied[pending.started_event_id])
+            if pending.cancel_requested_event_id:
+                live.append(copied[pending.cancel_requested_event_id])
+        else:
+            live.append(max((e for e in copied.values() if _last_dispatch_of(e, sid)), key=lambda e: e["event_id"]))
+    live += [copied[started] for started in sorted(ex.timers.values())]
     effects: list[Effect] = []
     for event in live:
         effects.extend(_RESUMES[event_type(event)](ex, t, event))
     return effects
+
+
+def _last_dispatch_of(event: HistoryEvent, scheduled_event_id: int) -> bool:
+    """Whether `event` scheduled the activity, or failed or timed out one of its attempts (a retry follows)."""
+    kind = event_type(event)
+    if kind == EventType.ActivityTaskScheduled:
+        return event["event_id"] == scheduled_event_id
+    retried = kind in (EventType.ActivityTaskFailed, EventType.ActivityTaskTimedOut)
+    return retried and attributes(event)["scheduled_event_id"] == scheduled_event_id

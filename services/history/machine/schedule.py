@@ -17,7 +17,8 @@ from __future__ import annotations
 import copy
 import datetime
 import json
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from kadence.protocol.events import SCHEDULE_EVENTS
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, encoded_bytes_bound
@@ -48,6 +49,11 @@ DELETED = "Deleted"
 START_FAILED = "StartFailed"
 RECENT_ACTIONS = 10
 MAX_BUFFERED = 1000  # Temporal's limit of buffered starts
+# Runs an ALLOW_ALL schedule keeps as running (the newest; the others' reports still update recent
+# actions): its decisions never read them, and every event carries them.
+MAX_RUNNING_HELD = 1000
+CLOCK_SKEW_RETRY_MS = 100  # a firing none of whose times are due yet (clocks apart) comes back after this
+RECENT_REQUESTS = 20  # request ids of the last changes: one sent again is answered, not applied twice
 MAX_TIMES_PER_DECISION = 100  # nominal times one batch takes; a firing with more due sets its timer for now
 ACTIONS_RECORD_SHARE = MAX_RECORD_VALUE_BYTES // 2  # what one firing's starts may take of its record
 FAILED_CLOSES = frozenset({"Failed", "TimedOut"})  # what pause on failure pauses for (as Temporal)
@@ -126,31 +132,37 @@ class _Deciding:
         """Take the action at `nominal_ms` under the overlap policy, given the runs still running."""
         overlap = overlap if overlap != "UNSPECIFIED" else _policy_overlap(self.schedule)
         running = self.info["running"]
-        if not running or overlap == "ALLOW_ALL":
+        workflow_id = action_workflow_id(self.schedule["action"]["workflow_id"], nominal_ms)
+        if any(run["workflow_id"] == workflow_id for run in running):  # a trigger or backfill of a time whose run runs
+            self._skipped(nominal_ms)
+        elif not running or overlap == "ALLOW_ALL":
             self._start(nominal_ms, request_id)
         elif overlap == "SKIP":
             self._skipped(nominal_ms)
         elif overlap == "BUFFER_ONE" and self.info["buffered"]:
             self._skipped(nominal_ms)
         elif overlap in ("BUFFER_ONE", "BUFFER_ALL"):
-            self._buffer(nominal_ms, overlap)
+            self._buffer(nominal_ms, overlap, request_id)
         else:  # CANCEL_OTHER or TERMINATE_OTHER: the start waits for the runs it ends
             for earlier in self.info["buffered"]:
                 self._skipped(earlier["nominal_ms"])
             self.info["buffered"] = []
-            self._buffer(nominal_ms, overlap)
+            self._buffer(nominal_ms, overlap, request_id)
             for run in running:
                 self._end_other(run, nominal_ms, overlap)
 
     def _start(self, nominal_ms: int, request_id: str) -> None:
         if self.schedule["state"]["limited_actions"]:
             if self.schedule["state"]["remaining_actions"] <= 0:
+                self.actions.append({"nominal_ms": nominal_ms, "fate": "NO_ACTIONS_LEFT", "workflow_id": ""})
                 return
             self.schedule["state"]["remaining_actions"] -= 1
         action = self.schedule["action"]
         workflow_id = action_workflow_id(action["workflow_id"], nominal_ms)
         run: ScheduledRun = {"nominal_ms": nominal_ms, "fired_ms": self.now_ms, "workflow_id": workflow_id, "run_id": "", "status": RUNNING}
         self.info["running"].append(run)
+        if len(self.info["running"]) > MAX_RUNNING_HELD:  # ALLOW_ALL only: its decisions do not read them
+            self.info["running"] = self.info["running"][-MAX_RUNNING_HELD:]
         self.info["recent_actions"] = [*self.info["recent_actions"], copy.copy(run)][-RECENT_ACTIONS:]
         self.info["action_count"] += 1
         self.actions.append({"nominal_ms": nominal_ms, "fate": "STARTED", "workflow_id": workflow_id})
@@ -168,11 +180,11 @@ class _Deciding:
         self.info["overlap_skipped"] += 1
         self.actions.append({"nominal_ms": nominal_ms, "fate": "SKIPPED", "workflow_id": ""})
 
-    def _buffer(self, nominal_ms: int, overlap: str) -> None:
+    def _buffer(self, nominal_ms: int, overlap: str, request_id: str) -> None:
         if len(self.info["buffered"]) >= MAX_BUFFERED:
             self._skipped(nominal_ms)
             return
-        self.info["buffered"].append({"nominal_ms": nominal_ms, "overlap": overlap})
+        self.info["buffered"].append({"nominal_ms": nominal_ms, "overlap": overlap, "request_id": request_id})
         self.actions.append({"nominal_ms": nominal_ms, "fate": "BUFFERED", "workflow_id": ""})
 
     def _end_other(self, run: ScheduledRun, nominal_ms: int, overlap: str) -> None:
@@ -193,7 +205,7 @@ class _Deciding:
         """Start buffered actions while nothing runs (one at a time: each waits for the one before)."""
         while self.info["buffered"] and not self.info["running"]:
             first = self.info["buffered"].pop(0)
-            self._start(first["nominal_ms"], _request_id(self.key, first["nominal_ms"]))
+            self._start(first["nominal_ms"], first["request_id"] or _request_id(self.key, first["nominal_ms"]))
 
     def take_due(self) -> None:
         """Take the nominal times due by now since the last decided, at most a batch's worth (by
@@ -227,6 +239,8 @@ class _Deciding:
             return
         following = next_time_ms(spec, next_ms)
         fire_ms = next_ms + jitter_ms(self.key, next_ms, spec["jitter_ms"], following)
+        if self.fired_timer and not self.actions:  # fired before its time by this clock: not at once again
+            fire_ms = max(fire_ms, self.now_ms + CLOCK_SKEW_RETRY_MS)
         self.info["timer_event_id"], self.info["timer_fire_ms"], self.info["next_nominal_ms"] = event_id, fire_ms, next_ms
         self.t.effects.append(timer(self.t.execution, TimerKind.SCHEDULE_ACTION, fire_ms, event_id, 1))
 
@@ -277,6 +291,7 @@ def _patched(d: _Deciding, patch: SchedulePatch) -> None:
         state["note"] = patch["note"] or state["note"]
         if patch["unpause"]:
             d.info["processed_until_ms"] = max(d.info["processed_until_ms"], d.now_ms)  # times passed while paused are not taken
+            d.release_buffered()  # a close heard while paused left its buffered start waiting
     if patch["trigger_immediately"]:
         d.take(d.now_ms, patch["trigger_overlap"], f"{_request_id(d.key, d.now_ms)}/trigger")
     for backfill in patch["backfills"]:
@@ -291,15 +306,16 @@ def decide_create(
     current: Execution | None, key: str, cmd: CreateSchedule, identity: str, now_ms: int, run_id: str,
 ) -> Transition:
     """CreateSchedule, whose entity may not exist yet (or be a deleted schedule's)."""
+    if current is not None and repeated(current, cmd):
+        return Transition(current, now_ms, repeat=True)
     if current is not None and current.status == RUNNING:
-        if current.start_request_id == cmd["request_id"] and cmd["request_id"]:
-            return Transition(current, now_ms, repeat=True)
         raise Rejected(f"schedule {schedule_id_of(key)!r} already exists", "SCHEDULE_ALREADY_RUNNING")
     problem = schedule_problem(cmd["schedule"])
     if problem:
         raise Rejected(problem)
     ex = Execution(workflow_id=key, run_id=run_id, workflow_type="", task_queue="", start_request_id=cmd["request_id"])
     ex.schedule, ex.schedule_info = cmd["schedule"], _new_info(now_ms)
+    remember(ex.schedule_info, cmd["request_id"])
     d = _Deciding(ex, now_ms)
     _patched(d, cmd["patch"])
     return d.finish(EventType.ScheduleCreated, request_id=cmd["request_id"])
@@ -309,8 +325,20 @@ def _new_info(now_ms: int) -> ScheduleInfo:
     return {
         "running": [], "buffered": [], "recent_actions": [], "processed_until_ms": now_ms, "next_nominal_ms": 0,
         "timer_event_id": 0, "timer_fire_ms": 0, "action_count": 0, "overlap_skipped": 0, "missed_catchup_window": 0,
-        "conflict_token": 0, "created_ms": now_ms, "updated_ms": now_ms,
+        "conflict_token": 0, "created_ms": now_ms, "updated_ms": now_ms, "recent_request_ids": [],
     }
+
+
+def remember(info: ScheduleInfo, request_id: str) -> None:
+    """Keep a change's request id, so the same change sent again is answered, not applied again."""
+    if request_id:
+        info["recent_request_ids"] = [*info["recent_request_ids"], request_id][-RECENT_REQUESTS:]
+
+
+def repeated(ex: Execution, cmd: Mapping[str, Any]) -> bool:
+    """Whether a client's command to the schedule was applied before (a retry of one whose answer was lost)."""
+    request_id = cmd.get("request_id", "")
+    return bool(request_id) and ex.schedule_info is not None and request_id in ex.schedule_info["recent_request_ids"]
 
 
 def _updated(ex: Execution, cmd: UpdateSchedule, identity: str, now_ms: int) -> Transition:
@@ -324,6 +352,9 @@ def _updated(ex: Execution, cmd: UpdateSchedule, identity: str, now_ms: int) -> 
     d.info["conflict_token"] += 1
     d.info["updated_ms"] = now_ms
     d.info["processed_until_ms"] = max(d.info["processed_until_ms"], now_ms)  # the new spec acts from now
+    if not d.schedule["state"]["paused"]:
+        d.release_buffered()
+    remember(d.info, cmd["request_id"])
     return d.finish(EventType.ScheduleUpdated)
 
 
@@ -331,6 +362,7 @@ def _patch(ex: Execution, cmd: PatchSchedule, identity: str, now_ms: int) -> Tra
     d = _Deciding(ex, now_ms)
     _patched(d, cmd["patch"])
     d.info["updated_ms"] = now_ms
+    remember(d.info, cmd["request_id"])
     pausing = cmd["patch"]["pause"] or cmd["patch"]["unpause"]
     return d.finish(EventType.SchedulePatched, retime=pausing, patch=cmd["patch"])
 
@@ -342,32 +374,34 @@ def _delete(ex: Execution, cmd: DeleteSchedule, identity: str, now_ms: int) -> T
         d.t.effects.append(drop(ex, TimerKind.SCHEDULE_ACTION, pending, 1))
     d.info["timer_event_id"], d.info["timer_fire_ms"], d.info["next_nominal_ms"] = 0, 0, 0
     d.info["buffered"] = []
+    remember(d.info, cmd["request_id"])
     d.record(EventType.ScheduleDeleted)
     return d.t
 
 
 def _run_started(ex: Execution, cmd: RecordScheduledRunStarted, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    run = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"])
-    if run is None:
+    run, recent = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"]), _recent(d.info, cmd["nominal_ms"], cmd["workflow_id"])
+    if run is None and recent is None:
         raise Rejected(f"no action of the schedule at {cmd['nominal_ms']} awaits its start ({cmd['workflow_id']})")
-    run["run_id"] = cmd["started_run_id"]  # a continue-as-new's next run replaces the one before
-    for recent in d.info["recent_actions"]:
-        if (recent["nominal_ms"], recent["workflow_id"]) == (cmd["nominal_ms"], cmd["workflow_id"]):
-            recent["run_id"] = cmd["started_run_id"]
+    for held in (run, recent):  # a continue-as-new's next run replaces the one before
+        if held is not None:
+            held["run_id"] = cmd["started_run_id"]
     d.record(EventType.ScheduledRunStarted, nominal_ms=cmd["nominal_ms"], workflow_id=cmd["workflow_id"], run_id=cmd["started_run_id"])
     return d.t
 
 
 def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    run = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"])
-    if run is None or (cmd["status"] == START_FAILED and run["run_id"]):  # a late repeat of a start that did start
+    run, recent = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"]), _recent(d.info, cmd["nominal_ms"], cmd["workflow_id"])
+    known = run if run is not None else recent
+    if known is None or known["status"] != RUNNING or (cmd["status"] == START_FAILED and known["run_id"]):
+        # none such, closed before, or a late repeat of a start that did start
         raise Rejected(f"no run of the schedule's action at {cmd['nominal_ms']} is running ({cmd['workflow_id']})")
-    d.info["running"].remove(run)
-    for recent in d.info["recent_actions"]:
-        if (recent["nominal_ms"], recent["workflow_id"]) == (cmd["nominal_ms"], cmd["workflow_id"]):
-            recent["status"] = cmd["status"]
+    if run is not None:
+        d.info["running"].remove(run)
+    if recent is not None:
+        recent["status"] = cmd["status"]
     pausing = d.schedule["policy"]["pause_on_failure"] and cmd["status"] in FAILED_CLOSES
     if pausing:
         d.schedule["state"]["paused"] = True
@@ -382,6 +416,10 @@ def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now
 
 def _running(info: ScheduleInfo, nominal_ms: int, workflow_id: str) -> ScheduledRun | None:
     return next((r for r in info["running"] if (r["nominal_ms"], r["workflow_id"]) == (nominal_ms, workflow_id)), None)
+
+
+def _recent(info: ScheduleInfo, nominal_ms: int, workflow_id: str) -> ScheduledRun | None:
+    return next((r for r in info["recent_actions"] if (r["nominal_ms"], r["workflow_id"]) == (nominal_ms, workflow_id)), None)
 
 
 def _fired(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
