@@ -1,5 +1,5 @@
-"""Batch jobs (`kadence workflow signal|cancel|terminate --query`, `kadence batch`), run as a user
-runs them, in processes of their own against the stack; one is killed mid-job and resumed."""
+"""Batch jobs (`kadence workflow signal|cancel|terminate|reset --query`, `kadence batch`), run as a
+user runs them, in processes of their own against the stack; one is killed mid-job and resumed."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from kadence.client import Client, WorkflowHandle
+from kadence.client import Client, ResetType, WorkflowHandle
 from kadence.dev.local_stack import LocalStack
 from kadence.ops.batch import batch_request_id
 from kadence.ops.cli import main
 from kadence.worker import Worker
+from tests.conftest import wait_for_event
 from tests.test_cli import REPO
 from tests.workflows import ApprovalWorkflow
 
@@ -171,6 +172,101 @@ async def test_a_resumed_job_finds_the_answer_to_a_command_its_killed_cli_sent(
     await until_statuses(handles, ["Terminated"] * 8)
 
 
+async def reset_runs(stack: LocalStack, workflow_ids: list[str]) -> dict[str, list[tuple[str, str, str | None]]]:
+    """Each workflow id's runs as the read model holds them: (run id, status, next run id), oldest first."""
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+        rows = await (await conn.execute(
+            "SELECT workflow_id, run_id, status, next_run_id FROM kadence_executions WHERE workflow_id = ANY(%s) "
+            "ORDER BY workflow_id, status <> 'Terminated', run_id", (workflow_ids,),
+        )).fetchall()
+    runs: dict[str, list[tuple[str, str, str | None]]] = {w: [] for w in workflow_ids}
+    for workflow_id, run_id, status, next_run_id in rows:
+        runs[workflow_id].append((run_id, status, next_run_id))
+    return runs
+
+
+async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
+    stack: LocalStack, client: Client, task_queue: str, worker: None,
+) -> None:
+    prefix = f"batch-reset-{uuid.uuid4()}-"
+    handles = await start_approvals(client, task_queue, prefix, 12)
+    for handle in handles:  # a run resets to a workflow task it completed
+        await wait_for_event(stack, handle.id, "WorkflowTaskCompleted", 30)
+    await handles[0].signal(ApprovalWorkflow.approve, "dave")  # closed before the job: counted, not reset
+    await handles[0].result()
+    await until_statuses(handles[:1], ["Completed"])
+    job_id = f"reset-{uuid.uuid4()}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kadence.ops.cli", "workflow", "reset", "-q", f"WorkflowId STARTS_WITH '{prefix}'",
+         "--type", "LastWorkflowTask", "--reason", "redeployed", "--job-id", job_id, "--rps", "2", "--yes"],
+        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while await outcomes_recorded(stack, job_id) < 4:  # the closed run's, and three resets
+                assert process.poll() is None, process.communicate()
+                await asyncio.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+    assert 4 <= await outcomes_recorded(stack, job_id) < 12  # stopped midway
+    stopped = json.loads((await kadence(stack, "batch", "describe", "--job-id", job_id, "--json")).stdout)
+    assert (stopped["operation"], stopped["state"], stopped["reset_type"], stopped["reapply_exclude"]) == (
+        "Reset", "Running", "LAST_WORKFLOW_TASK", [])
+
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
+        pending = await (await conn.execute(
+            "SELECT workflow_id, run_id FROM kadence_batch_job_executions WHERE job_id = %s AND outcome IS NULL "
+            "ORDER BY workflow_id DESC LIMIT 3", (job_id,),
+        )).fetchall()
+        assert len(pending) == 3
+        (answered_id, answered_run), (unrecorded_id, unrecorded_run), (closed_id, closed_run) = pending
+        # As a killed CLI left them: a reset sent and answered, its outcome not recorded by the job; a
+        # reset sent whose answer the read model has not recorded either (the resumed job sends it
+        # again, and history answers the repeat with the run it made).
+        for workflow_id, run_id in ((answered_id, answered_run), (unrecorded_id, unrecorded_run)):
+            await client.get_workflow_handle(workflow_id, run_id=run_id).reset(
+                reset_type=ResetType.LAST_WORKFLOW_TASK, reason="redeployed", request_id=batch_request_id(job_id, run_id))
+        unrecorded = batch_request_id(job_id, unrecorded_run)
+        async with asyncio.timeout(30):
+            while not (await (await conn.execute("DELETE FROM kadence_command_outcomes WHERE request_id = %s RETURNING 1",
+                                                  (unrecorded,))).fetchall()):
+                await asyncio.sleep(0.05)
+    # And one closed after the snapshot, before the reset reached it.
+    await client.get_workflow_handle(closed_id, run_id=closed_run).terminate(reason="closed meanwhile")
+
+    resumed = await kadence(stack, "workflow", "reset", "--job-id", job_id, "--yes", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 12, "done": 10, "failed": 0, "already_closed": 2}
+    described, other_type = await asyncio.gather(kadence(stack, "batch", "describe", "--job-id", job_id, "--json"),
+                                                 kadence(stack, "workflow", "reset", "--job-id", job_id, "--type", "FirstWorkflowTask"))
+    assert other_type.returncode == 2 and "was started with --type 'LastWorkflowTask'" in other_type.stderr, other_type.stderr
+    described = json.loads(described.stdout)
+    assert described["state"] == "Completed"
+    assert sorted((e["workflow_id"], e["outcome"]) for e in described["executions"]) == [
+        (handles[0].id, "AlreadyClosed"), (closed_id, "AlreadyClosed")]
+
+    reset_ids = [h.id for h in handles if h.id not in (handles[0].id, closed_id)]
+    async with asyncio.timeout(30):  # the read model follows the answers the CLI heard by milliseconds
+        while True:
+            runs = await reset_runs(stack, reset_ids)
+            if all([status for _, status, _ in r] == ["Terminated", "Running"] for r in runs.values()):
+                break
+            await asyncio.sleep(0.1)
+    for handle in handles:
+        if handle.id not in reset_ids:
+            continue
+        (base_run, base_status, next_run), (new_run, _, _) = runs[handle.id]  # exactly one run reset, and one new run
+        assert (base_run, base_status, next_run) == (handle.result_run_id, "Terminated", new_run), handle.id
+        base = (await client.get_workflow_handle(handle.id, run_id=base_run).fetch_history()).to_json()["events"]
+        assert base[-1]["attributes"]["reason"].endswith(": redeployed") and base[-1]["attributes"]["new_execution_run_id"] == new_run
+        new = (await client.get_workflow_handle(handle.id, run_id=new_run).fetch_history()).to_json()["events"]
+        assert [e["attributes"]["base_run_id"] for e in new if e["attributes"].get("cause") == "RESET_WORKFLOW"] == [base_run]
+    assert len((await reset_runs(stack, [handles[0].id, closed_id]))[closed_id]) == 1  # neither of those was reset
+    assert [s for _, s, _ in (await reset_runs(stack, [handles[0].id]))[handles[0].id]] == ["Completed"]
+
+
 async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: Client, task_queue: str, worker: None) -> None:
     prefix = f"batch-{uuid.uuid4()}-"
     terminated = await start_approvals(client, task_queue, f"{prefix}t-", 3)
@@ -231,6 +327,13 @@ async def test_batch_commands_refuse_what_they_cannot_do_and_say_why(stack: Loca
     (("terminate", "--job-id", "j" * 201), "--job-id is 201 bytes long; at most 200"),
     (("terminate", "-q", "WorkflowType = 'A'", "--rps", "0"), "Invalid value for '--rps'"),
     (("terminate",), "Missing option '--workflow-id' / '-w' (or '--query' / '-q' for a batch job)"),
+    (("reset", "-q", "WorkflowType = 'A'", "--reason", "why"), "a reset batch job needs --type (FirstWorkflowTask or LastWorkflowTask)"),
+    (("reset", "-q", "WorkflowType = 'A'", "--type", "LastWorkflowTask"), "Missing option '--reason'"),
+    (("reset", "-q", "WorkflowType = 'A'", "--event-id", "4", "--reason", "why"), "--event-id names an event of one run"),
+    (("reset", "-q", "WorkflowType = 'A'", "--type", "LastWorkflowTask", "--reason", "why", "--request-id", "r"),
+     "--request-id goes with --workflow-id"),
+    (("reset", "-w", "order-7", "--type", "LastWorkflowTask", "--reason", "why", "--rps", "5"), "--rps: only for a batch job"),
+    (("reset", "-w", "order-7", "--type", "LastWorkflowTask"), "Missing option '--reason'"),
 ])
 def test_batch_options_are_checked_before_anything_is_asked(args: tuple[str, ...], error: str) -> None:
     refused = CliRunner().invoke(main, ["workflow", *args])

@@ -231,6 +231,68 @@ async def test_terminate_asks_for_confirmation_then_terminates(page: Any, client
     assert "stuck order" in await page.inner_text("#events")
 
 
+async def test_reset_picks_a_workflow_task_asks_then_lands_on_the_new_run_and_a_read_only_ui_refuses_it(
+    page: Any, client: Client, stack: LocalStack, worker: None, caplog: pytest.LogCaptureFixture,
+) -> None:
+    workflow_id = f"ui-reset-{uuid.uuid4()}"
+    handle = await client.start_workflow(ApprovalWorkflow.run, "order-14", id=workflow_id, task_queue=QUEUE)
+    await wait_for_event(stack, workflow_id, "WorkflowTaskCompleted", timeout=30)
+    await handle.signal(ApprovalWorkflow.add_note, "after the first task")
+    await wait_for_event(stack, workflow_id, "WorkflowTaskCompleted", timeout=30, count=2)
+    ends = [e["event_id"] for e in (await handle.fetch_history()).events if e["attributes"][0] == "WorkflowTaskCompleted"]
+    first_task, base_run = ends[0], handle.result_run_id or ""
+
+    await page.goto(f"/workflow?workflow_id={workflow_id}")
+    offered = await page.locator("#reset-point option").all_inner_texts()
+    assert offered[0].startswith("Last completed workflow task") and offered[1].startswith("First completed workflow task")
+    assert [o.split(":")[0] for o in offered[2:]] == [f"Event {i}" for i in reversed(ends)]  # newest first
+    await page.select_option("#reset-point", str(first_task))
+    await page.fill("#reset-reason", "bad deploy")
+    await page.check("#reset-exclude-signal")
+    await page.click("#reset-form button[type=submit]")
+    question = await page.inner_text("#question")
+    assert f"Reset workflow {workflow_id} run {base_run} to the end of the workflow task of event {first_task}" in question
+    assert "not reapplying signals" in question
+    assert (await handle.describe()).status.value == "Running"  # asked, not done
+    with caplog.at_level(logging.INFO, logger="kadence.ops.ui"):
+        async with page.expect_navigation(url=lambda url: "run_id=" in url and base_run not in url):
+            await page.click("#confirm")
+    logged = [r.getMessage() for r in caplog.records if "action=reset" in r.getMessage()]
+    assert logged == [f"event=ui_action action=reset workflow_id={workflow_id!r} run_id={base_run!r} "
+                      f"point='{first_task}' exclude='Signal' actor='token'"]
+
+    new_run = URL(page.url).query["run_id"]  # the new run's page
+    assert await page.inner_text("h1") == workflow_id and "Running" in await page.inner_text("#summary")
+    assert await page.locator("#summary tr:has-text('Reset from') a").inner_text() == base_run
+    events = await page.inner_text("#events")
+    assert "RESET_WORKFLOW" in events and "bad deploy (by token from the web UI)" in events
+    assert (await client.get_workflow_handle(workflow_id, run_id=base_run).describe()).status.value == "Terminated"
+    reset = client.get_workflow_handle(workflow_id, run_id=new_run)
+    assert await reset.query(ApprovalWorkflow.notes_so_far) == ""  # the signal after the point was not reapplied
+    await page.goto(f"/workflow?workflow_id={workflow_id}")  # the workflow id's page is the new run's
+    assert await page.locator("#summary tr:has-text('Run id') td").inner_text() == new_run
+    await page.click(f"#summary tr:has-text('Reset from') a:text-is('{base_run}')")  # the old run links the new one
+    assert await page.locator("#summary tr:has-text('Reset as') a").inner_text() == new_run
+    assert "reset to event" in await page.inner_text("#events")
+    assert await page.locator("#reset-form").count() == 0  # closed: no reset (its events are not kept)
+
+    # A read-only UI shows no reset and refuses one.
+    read_only = make_app(Ui(UiSettings(token=TOKEN, read_only=True), stack.settings, stack.postgres_dsn))
+    async with serving(read_only) as read_only_url, aiohttp.ClientSession(
+            cookie_jar=aiohttp.CookieJar(unsafe=True), headers={"Authorization": f"Bearer {TOKEN}"}) as session:
+        async with session.get(f"{read_only_url}/workflow", params={"workflow_id": workflow_id, "run_id": new_run}) as shown:
+            text = await shown.text()
+        assert "reset-form" not in text and "read-only" in text
+        csrf = session.cookie_jar.filter_cookies(URL(read_only_url))["kadence_ui_csrf"].value
+        refused = await session.post(f"{read_only_url}/workflow/reset", data={
+            "workflow_id": workflow_id, "run_id": new_run, "point": "LastWorkflowTask", "reason": "no", "csrf": csrf, "confirmed": "yes"})
+        assert refused.status == 403 and "read-only" in await refused.text()
+    await page.goto(f"/workflow?workflow_id={workflow_id}&run_id={new_run}")
+    assert await page.locator("#reset-form").count() == 1  # the signed-in UI offers it
+    await reset.signal(ApprovalWorkflow.approve, "ada")
+    assert await reset.result() == "order-14 approved by ada with notes []"
+
+
 async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any, client: Client, worker: None) -> None:
     hostile = f'<script>window.pwned=1</script><img src=x onerror="window.pwned=2">{uuid.uuid4()}'
     await client.execute_workflow(EchoWorkflow.run, "<b>input</b>", id=hostile, task_queue=QUEUE,

@@ -1,12 +1,13 @@
-"""Batch operations, as Temporal's: a signal, cancel or terminate applied to every workflow execution
-a list filter matches, at a bounded rate, as a job kept in Postgres (`kadence_batch_jobs`) that a
-run of the CLI resumes where another stopped.
+"""Batch operations, as Temporal's: a signal, cancel, terminate or reset applied to every workflow
+execution a list filter matches, at a bounded rate, as a job kept in Postgres (`kadence_batch_jobs`)
+that a run of the CLI resumes where another stopped.
 
 The job keeps the executions the filter matched when it began (a snapshot: executions started later
 are not touched) and each one's outcome once applied. Each operation goes through the client with a
 request id named after the job and the run (`batch_request_id`), so a run of the CLI killed between
 sending a command and recording its outcome finds the answer in the read model when resumed, and a
-signal sent again with that id is recorded once (docs/architecture.md, "Batch jobs").
+signal sent again with that id is recorded once, and a reset sent again is answered with the run it
+made (docs/architecture.md, "Batch jobs").
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from kadence.client import Client
+from kadence.client import Client, ResetReapplyExcludeType, ResetType
 from kadence.exceptions import CommandRejectedError, KadenceError
 from kadence.list_filter import parse
 from kadence.protocol.limits import text_problem
@@ -48,6 +49,7 @@ class BatchOperation(StrEnum):
     SIGNAL = "Signal"
     CANCEL = "Cancel"
     TERMINATE = "Terminate"
+    RESET = "Reset"
 
 
 class BatchJobState(StrEnum):
@@ -76,6 +78,24 @@ class BatchRequest:
     signal_name: str = ""
     signal_args: Sequence[Any] = ()  # JSON values
     reason: str = ""
+    reset_type: ResetType | None = None  # a reset's point: by kind, as an event id names an event of one run only
+    reapply_exclude: Sequence[ResetReapplyExcludeType] = ()  # what a reset does not reapply after its point
+
+    def arguments(self) -> Any:
+        """What `kadence_batch_jobs.signal_args` keeps: a signal's inputs, or a reset's point and
+        exclusions (the table has no columns of their own)."""
+        if self.operation == BatchOperation.RESET:
+            return {"reset_type": self.reset_type.value if self.reset_type else None,
+                    "reapply_exclude": [e.value for e in self.reapply_exclude]}
+        return list(self.signal_args)
+
+    @classmethod
+    def from_columns(cls, operation: str, list_filter: str, signal_name: str, arguments: Any, reason: str) -> BatchRequest:
+        if BatchOperation(operation) == BatchOperation.RESET:
+            reset_type = arguments.get("reset_type")
+            return cls(BatchOperation.RESET, list_filter, reason=reason, reset_type=ResetType(reset_type) if reset_type else None,
+                       reapply_exclude=tuple(ResetReapplyExcludeType(e) for e in arguments.get("reapply_exclude", [])))
+        return cls(BatchOperation(operation), list_filter, signal_name, tuple(arguments), reason)
 
 
 @dataclass(frozen=True)
@@ -108,7 +128,7 @@ class BatchJob:
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> BatchJob:
         job_id, operation, list_filter, signal_name, signal_args, reason, identity, state, start_time, close_time, *counts = row
-        request = BatchRequest(BatchOperation(operation), list_filter, signal_name, tuple(signal_args), reason)
+        request = BatchRequest.from_columns(operation, list_filter, signal_name, signal_args, reason)
         return cls(job_id, request, identity, BatchJobState(state), start_time, close_time, BatchCounts(*counts))
 
     def to_json(self) -> dict[str, Any]:
@@ -118,6 +138,8 @@ class BatchJob:
             "signal_name": request.signal_name or None, "signal_args": list(request.signal_args), "reason": request.reason,
             "identity": self.identity, "state": self.state.value, "start_time": self.start_time.isoformat(),
             "close_time": self.close_time.isoformat() if self.close_time else None, **self.counts.to_json(),
+            **({"reset_type": request.reset_type.value if request.reset_type else None,
+                "reapply_exclude": [e.value for e in request.reapply_exclude]} if request.operation == BatchOperation.RESET else {}),
         }
 
 
@@ -208,7 +230,7 @@ class BatchJobs:
                 await self._conn.execute(
                     "INSERT INTO kadence_batch_jobs (job_id, operation, list_filter, signal_name, signal_args, reason, identity, state) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (job_id, request.operation.value, request.list_filter, request.signal_name, Jsonb(list(request.signal_args)),
+                    (job_id, request.operation.value, request.list_filter, request.signal_name, Jsonb(request.arguments()),
                      request.reason, identity, BatchJobState.RUNNING.value),
                 )
                 await self._conn.execute(
@@ -279,6 +301,12 @@ async def _apply(client: Client, job_id: str, request: BatchRequest, workflow_id
             await handle.signal(request.signal_name, args=request.signal_args, request_id=request_id)
         elif request.operation == BatchOperation.CANCEL:
             await handle.cancel(request_id=request_id)
+        elif request.operation == BatchOperation.RESET:
+            if request.reset_type is None:
+                return ExecutionOutcome.FAILED, "the job names no reset type"
+            # The same reset sent again (a resumed job) is answered with the run it made.
+            await handle.reset(reset_type=request.reset_type, reason=request.reason or f"batch job {job_id}",
+                               reapply_exclude_types=request.reapply_exclude, request_id=request_id)
         else:
             await handle.terminate(reason=request.reason or f"batch job {job_id}", request_id=request_id)
     except CommandRejectedError as exc:

@@ -1,4 +1,4 @@
-"""`kadence batch list|describe`: the batch jobs `kadence workflow signal|cancel|terminate --query`
+"""`kadence batch list|describe`: the batch jobs `kadence workflow signal|cancel|terminate|reset --query`
 started (as `temporal batch list|describe`)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _with_jobs(main: Callable[[BatchJobs], Awaitable[T]]) -> T:
 
 @click.group("batch")
 def batch_group() -> None:
-    """Batch jobs: `kadence workflow signal|cancel|terminate --query` applied to many executions."""
+    """Batch jobs: `kadence workflow signal|cancel|terminate|reset --query` applied to many executions."""
 
 
 @batch_group.command("list")

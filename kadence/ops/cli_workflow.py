@@ -1,6 +1,6 @@
 """`kadence workflow ...`: start, signal, query, cancel, terminate, describe, show, list, count and
-wait for workflows from the shell; signal, cancel and terminate with `--query` run a batch job over
-every execution a list filter matches (`kadence/ops/batch.py`). Inputs are JSON values; results and
+wait for workflows from the shell; signal, cancel, terminate and reset with `--query` run a batch job
+over every execution a list filter matches (`kadence/ops/batch.py`). Inputs are JSON values; results and
 answers print as JSON, and `--json` makes every other command print JSON too.
 
 Exit codes: 0 done; 1 the workflow failed, or the command was refused or found nothing, or a batch
@@ -9,6 +9,7 @@ job failed on an execution (the message says why); 2 bad usage (a malformed opti
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import uuid
@@ -39,12 +40,16 @@ from kadence.ops.batch import (
 from kadence.protocol.settings import postgres_dsn
 
 T = TypeVar("T")
+_RESET_TYPES = {"FirstWorkflowTask": ResetType.FIRST_WORKFLOW_TASK, "LastWorkflowTask": ResetType.LAST_WORKFLOW_TASK}
+_RESET_TYPE_NAMES = {kind: name for name, kind in _RESET_TYPES.items()}
+_REAPPLY_EXCLUDES = {"Signal": ResetReapplyExcludeType.SIGNAL, "Update": ResetReapplyExcludeType.UPDATE}
+_EXCLUDE_NAMES = {kind: name for name, kind in _REAPPLY_EXCLUDES.items()}
 
 workflow_id_option = click.option("--workflow-id", "-w", required=True, help="The workflow id.")
 run_id_option = click.option("--run-id", "-r", default=None, help="A run of the workflow id (default: its latest).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 input_option = click.option("--input", "-i", "inputs", multiple=True, help="An argument as JSON; repeat for more.")
-# signal, cancel and terminate name one workflow, or many as a batch job.
+# signal, cancel, terminate and reset name one workflow, or many as a batch job.
 target_option = click.option("--workflow-id", "-w", default=None, help="The workflow id (or --query for every execution a filter matches).")
 PROGRESS_LINE_EVERY = 100  # executions between progress lines when stderr is not a terminal
 
@@ -100,12 +105,13 @@ def workflow_group() -> None:
     """Workflow executions."""
 
 
-def _batch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def _batch_options(command: Callable[..., Any], *, reason: bool = True) -> Callable[..., Any]:
     for option in reversed([
         click.option("--query", "-q", "list_filter", default=None,
                      help="A list filter: apply to every execution it matches now, as a batch job (`kadence batch list`)."),
         click.option("--job-id", default=None, help="The batch job's id (default: a new one); run again with it to resume the job."),
-        click.option("--reason", default=None, help="Why: kept with a batch job; a terminate records it in the history."),
+        *([click.option("--reason", default=None, help="Why: kept with a batch job; a terminate records it in the history.")]
+          if reason else []),
         click.option("--yes", "-y", is_flag=True, help="Start or resume the batch job without asking."),
         click.option("--rps", type=click.FloatRange(min=0, min_open=True), default=None,
                      help=f"Operations a batch job starts per second at most (default {DEFAULT_RPS:g})."),
@@ -138,9 +144,13 @@ def _is_batch(workflow_id: str | None, run_id: str | None, list_filter: str | No
 
 
 def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | None, *, yes: bool, rps: float | None, as_json: bool,
-           reason: str | None, signal_name: str | None = None, signal_args: list[Any] | None = None) -> None:
+           reason: str | None, signal_name: str | None = None, signal_args: list[Any] | None = None,
+           reset_type: ResetType | None = None, reapply_exclude: tuple[ResetReapplyExcludeType, ...] = ()) -> None:
     """Start the batch job (or resume the one --job-id names), run it to the end and print its counts;
     exit 1 if an execution failed."""
+    given = BatchRequest(operation, list_filter or "", signal_name or "", tuple(signal_args or ()), reason or "", reset_type,
+                         reapply_exclude)
+
     async def main(client: Client) -> tuple[str, BatchCounts]:
         jobs = await BatchJobs.connect(postgres_dsn())
         try:
@@ -150,7 +160,9 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
                     raise click.UsageError(f"there is no batch job {job_id}: give --query to start one")
                 if operation == BatchOperation.SIGNAL and not signal_name:
                     raise click.UsageError("Missing option '--name' / '-n'.")
-                request = BatchRequest(operation, list_filter, signal_name or "", tuple(signal_args or ()), reason or "")
+                if operation == BatchOperation.RESET:
+                    _reset_job_options(reset_type, reason)
+                request = given
                 executions = await matching_executions(client, list_filter)
                 new_id = job_id or str(uuid.uuid4())
                 if not executions:
@@ -161,7 +173,7 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
                 job = await jobs.find(new_id)
                 assert job is not None
             else:
-                _same_request(job, BatchRequest(operation, list_filter or "", signal_name or "", tuple(signal_args or ()), reason or ""))
+                _same_request(job, given)
                 if job.state == BatchJobState.COMPLETED:
                     click.echo(f"batch job {job.job_id} completed already", err=True)
                     return job.job_id, job.counts
@@ -187,7 +199,21 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
 
 
 def _described(request: BatchRequest) -> str:
-    return f"signal {request.signal_name!r} to" if request.operation == BatchOperation.SIGNAL else request.operation.value.lower()
+    if request.operation == BatchOperation.SIGNAL:
+        return f"signal {request.signal_name!r} to"
+    if request.operation == BatchOperation.RESET:
+        excluded = f", not reapplying {', '.join(_EXCLUDE_NAMES[e] for e in request.reapply_exclude)}" if request.reapply_exclude else ""
+        return f"reset ({_RESET_TYPE_NAMES[request.reset_type] if request.reset_type else '?'}{excluded})"
+    return request.operation.value.lower()
+
+
+def _reset_job_options(reset_type: ResetType | None, reason: str | None) -> None:
+    """What a new reset batch job needs: its point by kind (an event id names an event of one run), and why."""
+    if reset_type is None:
+        raise click.UsageError("a reset batch job needs --type (FirstWorkflowTask or LastWorkflowTask): an event id names an "
+                               "event of one run")
+    if not reason:
+        raise click.UsageError("Missing option '--reason'.")
 
 
 def _same_request(job: BatchJob, given: BatchRequest) -> None:
@@ -198,6 +224,10 @@ def _same_request(job: BatchJob, given: BatchRequest) -> None:
             ("the operation", stored.operation.value.lower(), given.operation.value.lower()),
             ("--query", stored.list_filter, given.list_filter), ("--name", stored.signal_name, given.signal_name),
             ("--input", list(stored.signal_args), list(given.signal_args)), ("--reason", stored.reason, given.reason),
+            ("--type", _RESET_TYPE_NAMES.get(stored.reset_type) if stored.reset_type else "",
+             _RESET_TYPE_NAMES.get(given.reset_type) if given.reset_type else ""),
+            ("--reapply-exclude", sorted(_EXCLUDE_NAMES[e] for e in stored.reapply_exclude),
+             sorted(_EXCLUDE_NAMES[e] for e in given.reapply_exclude)),
         ) if value and value != stored_value
     ]
     if differences:
@@ -369,28 +399,41 @@ def terminate(workflow_id: str | None, run_id: str | None, list_filter: str | No
     _echo({"workflow_id": workflow_id, "terminated": True}, as_json, f"terminated {workflow_id}")
 
 
-_RESET_TYPES = {"FirstWorkflowTask": ResetType.FIRST_WORKFLOW_TASK, "LastWorkflowTask": ResetType.LAST_WORKFLOW_TASK}
-_REAPPLY_EXCLUDES = {"Signal": ResetReapplyExcludeType.SIGNAL, "Update": ResetReapplyExcludeType.UPDATE}
-
-
 @workflow_group.command("reset")
-@workflow_id_option
+@target_option
 @run_id_option
 @click.option("--event-id", "-e", type=click.IntRange(min=1), default=None,
               help="The point: a WorkflowTaskCompleted, WorkflowTaskFailed or WorkflowTaskTimedOut event of the run.")
 @click.option("--type", "-t", "reset_type", type=click.Choice(list(_RESET_TYPES)), default=None,
-              help="The point by its kind, instead of --event-id.")
-@click.option("--reason", required=True, help="Recorded in both runs' histories.")
+              help="The point by its kind, instead of --event-id (a batch job takes only this).")
+@click.option("--reason", default=None, help="Recorded in both runs' histories (required; a batch job keeps it too).")
 @click.option("--reapply-exclude", "excludes", multiple=True, type=click.Choice(list(_REAPPLY_EXCLUDES)),
               help="Do not reapply these after the point (repeatable).")
 @click.option("--request-id", default="", help="Names the reset, so running the command again resets once.")
+@functools.partial(_batch_options, reason=False)
 @json_option
-def reset(workflow_id: str, run_id: str | None, event_id: int | None, reset_type: str | None, reason: str,
-          excludes: tuple[str, ...], request_id: str, as_json: bool) -> None:
+def reset(workflow_id: str | None, run_id: str | None, event_id: int | None, reset_type: str | None, reason: str | None,
+          excludes: tuple[str, ...], request_id: str, list_filter: str | None, job_id: str | None, yes: bool, rps: float | None,
+          as_json: bool) -> None:
     """A new run from the end of a workflow task of the run, with the signals and updates after it
-    (as `temporal workflow reset`); the run, if running, is terminated."""
+    (as `temporal workflow reset`); the run, if running, is terminated. With --query, every execution
+    the filter matches, each to its own workflow task of --type (a batch job)."""
+    if _is_batch(workflow_id, run_id, list_filter, job_id, {"--yes": yes, "--rps": rps is not None}):
+        if event_id is not None:
+            raise click.UsageError("--event-id names an event of one run: a batch job resets each run to its --type "
+                                   "(FirstWorkflowTask or LastWorkflowTask)")
+        if request_id:
+            raise click.UsageError("--request-id goes with --workflow-id: a batch job names each run's reset batch/<job id>/<run id>")
+        if job_id is None:  # a new job (a --job-id may name one to resume, which knows its own)
+            _reset_job_options(_RESET_TYPES[reset_type] if reset_type else None, reason)
+        _batch(BatchOperation.RESET, list_filter, job_id, yes=yes, rps=rps, as_json=as_json, reason=reason,
+               reset_type=_RESET_TYPES[reset_type] if reset_type else None, reapply_exclude=tuple(_REAPPLY_EXCLUDES[e] for e in excludes))
+        return
+    assert workflow_id is not None
     if (event_id is None) == (reset_type is None):
         raise click.UsageError("give --event-id or --type, one of them")
+    if not reason:
+        raise click.UsageError("Missing option '--reason'.")
 
     async def main(client: Client) -> str:
         handle = await client.get_workflow_handle(workflow_id, run_id=run_id).reset(

@@ -185,6 +185,35 @@ def pending_activities(events: list[Record]) -> list[PendingActivity]:
     return list(pending.values())
 
 
+@dataclass(frozen=True)
+class ResetPoint:
+    """A workflow task's end, where a reset may take the run back to (docs/decisions/0005-reset.md)."""
+
+    event_id: int
+    event_type: str
+    at_ms: int
+
+
+def reset_points(events: list[Record]) -> list[ResetPoint]:
+    """Every WorkflowTaskCompleted, WorkflowTaskFailed and WorkflowTaskTimedOut of the run, oldest first."""
+    return [ResetPoint(e["event_id"], e["attributes"][0], e["event_time_ms"]) for e in events
+            if e["attributes"][0] in WORKFLOW_TASK_CLOSES]
+
+
+def reset_links(events: list[Record], run_id: str) -> tuple[str | None, str | None]:
+    """(the run this one was reset from, the run this one was reset as), from the reset's
+    WorkflowTaskFailed (cause RESET_WORKFLOW naming this run as its new run; a run reset twice
+    carries the first reset's too, copied) and the termination that names the new run."""
+    reset_from = reset_as = None
+    for event in events:
+        kind, attrs = event["attributes"]
+        if kind == EventType.WorkflowTaskFailed and attrs.get("cause") == "RESET_WORKFLOW" and attrs.get("new_run_id") == run_id:
+            reset_from = attrs.get("base_run_id") or None
+        elif kind == EventType.WorkflowExecutionTerminated and attrs.get("new_execution_run_id"):
+            reset_as = attrs["new_execution_run_id"]
+    return reset_from, reset_as
+
+
 def failure_chain(failure: Record | None) -> list[Record]:
     """The failure and each cause under it, outermost first."""
     chain = []

@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from kadence.ops.ui.execution import Bar, PendingActivity, Timeline
+from kadence.ops.ui.execution import Bar, PendingActivity, ResetPoint, Timeline
 from kadence.ops.ui.html import Html, escape, join, raw, render
 from kadence.ops.ui.queries import ScheduleRow
 from kadence.visibility import PendingWorkflowTask, WorkflowExecution
 
 TIMELINE_BARS = 300
+RESET_POINTS_SHOWN = 200  # the newest workflow task ends a reset form offers by event id
+# A reset's point by kind (the CLI's --type names), and what it may leave out (its --reapply-exclude).
+RESET_TYPES = {"LastWorkflowTask": "Last completed workflow task", "FirstWorkflowTask": "First completed workflow task"}
+REAPPLY_EXCLUDES = {"Signal": "signals", "Update": "updates"}
 STATUSES = ("Running", "Completed", "Failed", "Canceled", "Terminated", "ContinuedAsNew", "TimedOut")
 
 
@@ -139,6 +143,9 @@ class ExecutionView:
     first_event_ms: int
     total_events: int
     next_events_from: int | None  # the next page's first event id; None on the last
+    reset_points: list[ResetPoint] = field(default_factory=list)  # the run's workflow task ends, oldest first
+    reset_from: str | None = None  # the run this one was reset from
+    reset_as: str | None = None  # the run a reset made of this one
 
 
 def pending_workflow_task_html(task: PendingWorkflowTask) -> Html:
@@ -173,8 +180,11 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
     if started.get("continued_execution_run_id"):
         summary_rows.append(("Continued from", execution_link(e.id, started["continued_execution_run_id"],
                                                               started["continued_execution_run_id"])))
+    if view.reset_from:
+        summary_rows.append(("Reset from", execution_link(e.id, view.reset_from, view.reset_from)))
     if view.next_run_id:
-        summary_rows.append(("Continued as", execution_link(e.id, view.next_run_id, view.next_run_id)))
+        summary_rows.append(("Reset as" if view.next_run_id == view.reset_as else "Continued as",
+                             execution_link(e.id, view.next_run_id, view.next_run_id)))
     if started.get("first_execution_run_id") and started["first_execution_run_id"] != e.run_id:
         summary_rows.append(("First run of the chain", execution_link(e.id, started["first_execution_run_id"],
                                                                       started["first_execution_run_id"])))
@@ -207,7 +217,8 @@ def execution_page(viewer: Viewer, view: ExecutionView, notice: Html | None = No
         '<section id="timeline"><h2>Timeline</h2>{timeline}</section>{actions}'
         '<section id="events"><h2>Events</h2>{events}</section>',
         id=e.id, notice=notice or raw(""), q=urlencode(ids), summary=summary, input=pretty(view.input), result=result,
-        failure=failure, pending=pending_section(view), actions=actions_section(viewer, e), timeline=timeline_html(view.timeline),
+        failure=failure, pending=pending_section(view), actions=actions_section(viewer, e, view.reset_points),
+        timeline=timeline_html(view.timeline),
         events=events_table(view),
     )
     return layout(e.id, body, viewer, "workflows")
@@ -243,7 +254,7 @@ def pending_section(view: ExecutionView) -> Html:
         problem=error_box(view.heartbeat_problem) if view.heartbeat_problem else raw(""))
 
 
-def actions_section(viewer: Viewer, e: WorkflowExecution) -> Html:
+def actions_section(viewer: Viewer, e: WorkflowExecution, points: list[ResetPoint] | None = None) -> Html:
     if not viewer.can_act:
         return render('<section id="actions"><h2>Actions</h2><p class="muted">{why}</p></section>', why=viewer.why_not)
     hidden = render('<input type="hidden" name="csrf" value="{csrf}"><input type="hidden" name="workflow_id" value="{w}">'
@@ -267,7 +278,37 @@ def actions_section(viewer: Viewer, e: WorkflowExecution) -> Html:
                    '<label>Reason <input name="reason" id="terminate-reason"></label>'
                    '<button type="submit" class="danger">Terminate…</button></form>', h=hidden),
         ]
+        if points:
+            forms.append(reset_form(hidden, points))
     return render('<section id="actions"><h2>Actions</h2><div class="actions">{forms}</div></section>', forms=join(forms))
+
+
+def reset_form(hidden: Html, points: list[ResetPoint]) -> Html:
+    """A reset of the running run: to its first or last completed workflow task, or to a workflow
+    task's end picked by event id (the newest RESET_POINTS_SHOWN), with a reason and what not to
+    reapply after the point."""
+    completed = [p for p in points if p.event_type == "WorkflowTaskCompleted"]
+    by_kind = [(value, f"{label} (event {(completed[-1] if value == 'LastWorkflowTask' else completed[0]).event_id} now)")
+               for value, label in RESET_TYPES.items()] if completed else []
+    by_event = [(str(p.event_id), f"Event {p.event_id}: {p.event_type}, {when(p.at_ms)}") for p in reversed(points[-RESET_POINTS_SHOWN:])]
+    options = join(render('<option value="{v}">{label}</option>', v=v, label=label) for v, label in by_kind + by_event)
+    older = render('<p class="muted">{m}</p>', m=f"The newest {RESET_POINTS_SHOWN} of its {len(points)} workflow task ends are "
+                   "offered; reset to an older one with kadence workflow reset --event-id.") \
+        if len(points) > RESET_POINTS_SHOWN else raw("")
+    excludes = join(
+        render('<label><input type="checkbox" name="exclude" value="{v}" id="reset-exclude-{id}"> Do not reapply {what}</label>',
+               v=value, id=value.lower(), what=what)
+        for value, what in REAPPLY_EXCLUDES.items()
+    )
+    return render(
+        '<form method="post" action="/workflow/reset" id="reset-form"><h3>Reset</h3>{h}'
+        '<p class="muted">A new run goes on from the end of a workflow task, with the signals and updates received after it; '
+        'this run is terminated.</p>'
+        '<label>Point <select name="point" id="reset-point">{options}</select></label>{older}'
+        '<label>Reason <input name="reason" id="reset-reason" required></label>{excludes}'
+        '<button type="submit" class="danger">Reset…</button></form>',
+        h=hidden, options=options, older=older, excludes=excludes,
+    )
 
 
 def confirm_page(viewer: Viewer, title: str, question: str, action: str, fields: dict[str, str], back: Html,

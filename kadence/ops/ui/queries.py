@@ -37,7 +37,8 @@ async def execution_row(pool: AsyncConnectionPool, workflow_id: str, run_id: str
     async with pool.connection() as conn:
         row = await (await conn.execute(
             f"SELECT {EXECUTION_COLUMNS}, result, failure, next_run_id FROM kadence_executions WHERE {condition} "
-            "ORDER BY start_time DESC LIMIT 1", params,
+            # A reset run starts when its base did (its started event is copied): the run not followed by another goes first.
+            "ORDER BY start_time DESC, next_run_id IS NULL DESC LIMIT 1", params,
         )).fetchone()
     if row is None:
         return None
@@ -54,7 +55,8 @@ async def runs_of(pool: AsyncConnectionPool, workflow_id: str, limit: int = 50) 
     """The workflow id's latest runs (run id, status, start time), newest first."""
     async with pool.connection() as conn:
         rows = await (await conn.execute(
-            "SELECT run_id, status, start_time FROM kadence_executions WHERE workflow_id = %s ORDER BY start_time DESC LIMIT %s",
+            "SELECT run_id, status, start_time FROM kadence_executions WHERE workflow_id = %s "
+            "ORDER BY start_time DESC, next_run_id IS NULL DESC LIMIT %s",
             (workflow_id, limit),
         )).fetchall()
     return [tuple(row) for row in rows]

@@ -16,6 +16,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -26,11 +27,12 @@ import psycopg
 from aiohttp import web
 from confluent_kafka import KafkaException
 
+from kadence.client import ResetReapplyExcludeType, ResetType, WorkflowHandle
 from kadence.exceptions import KadenceError, WorkflowQueryFailedError
 from kadence.list_filter import ListFilterError
 from kadence.ops.ui import operations, pages, schedules
 from kadence.ops.ui.codec_server import CodecServerError
-from kadence.ops.ui.execution import children, failure_chain, pending_activities, timeline
+from kadence.ops.ui.execution import children, failure_chain, pending_activities, reset_links, reset_points, timeline
 from kadence.ops.ui.heartbeats import latest_heartbeats
 from kadence.ops.ui.html import Html, raw, render
 from kadence.ops.ui.queries import count_by_status, execution_row, runs_of
@@ -165,6 +167,7 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
     started = shown["started"] if events and events[0]["attributes"][0] == EventType.WorkflowExecutionStarted else {}
     for failure in shown["failures"]:
         failure.pop("cause", None)  # each cause is shown on its own
+    reset_from, reset_as = reset_links(events, execution.run_id)
     return pages.ExecutionView(
         execution=execution, started=started, input=started.get("input", []), result=shown["result"],
         memo=shown["memo"], failures=shown["failures"], next_run_id=row.next_run_id, runs=await runs_of(ui.pool, workflow_id),
@@ -175,6 +178,7 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
         events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(table, shown["events"], strict=True)],
         first_event_ms=events[0]["event_time_ms"] if events else 0, total_events=len(events),
         next_events_from=table[-1]["event_id"] + 1 if table and table[-1]["event_id"] < events[-1]["event_id"] else None,
+        reset_points=reset_points(events) if execution.status.value == "Running" else [], reset_from=reset_from, reset_as=reset_as,
     )
 
 
@@ -268,13 +272,50 @@ async def terminate(request: web.Request) -> web.Response:
                       f"Workflow {workflow_id} is terminated.")
 
 
+_RESET_TYPES = {"FirstWorkflowTask": ResetType.FIRST_WORKFLOW_TASK, "LastWorkflowTask": ResetType.LAST_WORKFLOW_TASK}
+_REAPPLY_EXCLUDES = {"Signal": ResetReapplyExcludeType.SIGNAL, "Update": ResetReapplyExcludeType.UPDATE}
+
+
+async def reset(request: web.Request) -> web.Response:
+    """A reset of the run (docs/decisions/0005-reset.md) through the client's handle.reset; once
+    done, the new run's page."""
+    ui, form, workflow_id, run_id, actor = await _acting(request)
+    viewer = ui.viewer(request)
+    point, reason = str(form.get("point", "")), str(form.get("reason", "")).strip()
+    excludes = sorted({str(e) for e in form.getall("exclude", [])})
+    reset_type, event_id = _RESET_TYPES.get(point), int(point) if point.isascii() and point.isdecimal() and len(point) < 16 else 0
+    if (reset_type is None and event_id < 1) or set(excludes) - _REAPPLY_EXCLUDES.keys():
+        return html_response(pages.outcome_page(
+            viewer, "Reset not sent", f"the point is {' or '.join(_RESET_TYPES)} or the event id of a workflow task's end, not "
+            f"{point[:40]!r}; what is not reapplied is {' or '.join(_REAPPLY_EXCLUDES)}", _back(workflow_id, run_id), failed=True), 400)
+    to = f"its {pages.RESET_TYPES[point].lower()}" if reset_type else f"the end of the workflow task of event {event_id}"
+    not_reapplied = f", not reapplying {' or '.join(pages.REAPPLY_EXCLUDES[e] for e in excludes)}" if excludes else ""
+    if form.get("confirmed") != "yes":
+        return html_response(pages.confirm_page(
+            viewer, "Reset", f"Reset workflow {workflow_id} run {run_id} to {to}, with reason {reason!r}{not_reapplied}? A new run "
+            "goes on from there with the signals and updates received after it; this run is terminated.",
+            "/workflow/reset", {"workflow_id": workflow_id, "run_id": run_id, "point": point, "reason": reason},
+            _back(workflow_id, run_id), multi={"exclude": excludes}))
+    recorded = f"{reason} (by {actor} from the web UI)" if reason else f"reset by {actor} from the web UI"
+
+    def call(handle: WorkflowHandle) -> Any:
+        return handle.reset(event_id=event_id if reset_type is None else 0, reset_type=reset_type, reason=recorded,
+                            reapply_exclude_types=[_REAPPLY_EXCLUDES[e] for e in excludes])
+
+    return await _act(ui, viewer, "reset", workflow_id, run_id, actor, call, "", logged={"point": point, "exclude": ",".join(excludes)},
+                      then=lambda new_run: "/workflow?" + urlencode({"workflow_id": workflow_id, "run_id": new_run.result_run_id}))
+
+
 async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_id: str, actor: str, call: Any,
-               done: str) -> web.Response:
+               done: str, *, logged: dict[str, str] | None = None, then: Callable[[Any], str] | None = None) -> web.Response:
+    """The action `call(handle)` on the run, logged (with `logged`'s fields), answered with an
+    outcome page saying `done`, or a redirect to `then(what the call returned)`."""
     assert ui.client is not None
     handle = ui.client.get_workflow_handle(workflow_id, run_id=run_id or None)
-    log.info("event=ui_action action=%s workflow_id=%r run_id=%r actor=%r", action, workflow_id, run_id, actor)
+    fields = "".join(f" {name}={value!r}" for name, value in (logged or {}).items())
+    log.info("event=ui_action action=%s workflow_id=%r run_id=%r%s actor=%r", action, workflow_id, run_id, fields, actor)
     try:
-        await asyncio.wait_for(call(handle), ACTION_TIMEOUT_S)
+        returned = await asyncio.wait_for(call(handle), ACTION_TIMEOUT_S)
         # The answer came on kadence.replies; the pages read the read model: the link back shows the change.
         await ui.client._read_model_caught_up(workflow_id)
     except (KadenceError, TimeoutError) as exc:
@@ -284,6 +325,8 @@ async def _act(ui: Ui, viewer: pages.Viewer, action: str, workflow_id: str, run_
     except CodecServerError as exc:  # the input could not be encoded: nothing was sent
         return html_response(pages.outcome_page(viewer, f"{action.capitalize()} not sent", f"{action} not sent: {exc}",
                                                 _back(workflow_id, run_id), failed=True), 502)
+    if then is not None:
+        raise web.HTTPSeeOther(then(returned))
     return html_response(pages.outcome_page(viewer, f"{action.capitalize()} done", done, _back(workflow_id, run_id)))
 
 
@@ -380,6 +423,7 @@ def make_app(ui: Ui) -> web.Application:
         web.post("/workflow/query", query),
         web.post("/workflow/cancel", cancel),
         web.post("/workflow/terminate", terminate),
+        web.post("/workflow/reset", reset),
         web.get("/login", login),
         web.post("/login", login),
         web.get("/healthz", healthz),
