@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,15 +17,7 @@ import pytest
 
 from kadence.dev.local_stack import LocalStack
 from tests.conftest import audit_of
-from tests.test_cli import REPO, kadence, kadence_at_once
-
-
-@pytest.fixture
-def worker(stack: LocalStack, task_queue: str) -> Iterator[None]:
-    process = subprocess.Popen([sys.executable, "-m", "tests.worker_main", task_queue, "schedule-cli-worker"], env=stack.env, cwd=REPO)
-    yield
-    process.kill()
-    process.wait()
+from tests.test_cli import REPO, kadence, kadence_at_once, worker  # noqa: F401 (worker: a fixture, used by name)
 
 
 def described(stack: LocalStack, schedule_id: str) -> dict[str, Any]:
@@ -46,7 +38,8 @@ def described_when(stack: LocalStack, schedule_id: str, check: Callable[[dict[st
     raise AssertionError(f"the schedule never got there: {last}")
 
 
-def test_a_schedule_made_and_managed_by_the_cli(stack: LocalStack, task_queue: str, worker: None) -> None:
+@pytest.mark.usefixtures("worker")
+def test_a_schedule_made_and_managed_by_the_cli(stack: LocalStack, task_queue: str) -> None:
     schedule_id = f"cli-schedule-{uuid.uuid4()}"
     created = kadence(stack, "schedule", "create", "-s", schedule_id, "-w", f"tick-{schedule_id}", "-t", "EchoWorkflow",
                       "-q", task_queue, "-i", '"tick"', "--interval", "1s", "--overlap-policy", "AllowAll", "--notes", "from the cli",

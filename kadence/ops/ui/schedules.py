@@ -90,29 +90,28 @@ def _noted(note: str, done: str, actor: str) -> str:
 
 
 async def pause(request: web.Request) -> web.Response:
-    ui, form, schedule_id, actor = await _acting(request)
-    note = str(form.get("note", "")).strip()
-    viewer = ui.viewer(request)
-    if form.get("confirmed") != "yes":
-        return html_response(pages.confirm_page(
-            viewer, "Pause", f"Pause schedule {schedule_id}" + (f" with note {note!r}" if note else "")
-            + "? It takes no actions until it is unpaused; the runs it started go on.",
-            "/schedule/pause", {"schedule_id": schedule_id, "note": note}, _back(schedule_id)))
-    return await _act(ui, viewer, "pause", schedule_id, actor, lambda handle: handle.pause(note=_noted(note, "Paused", actor)),
-                      f"Schedule {schedule_id} is paused.")
+    return await _pause_or_unpause(request, pausing=True)
 
 
 async def unpause(request: web.Request) -> web.Response:
+    return await _pause_or_unpause(request, pausing=False)
+
+
+async def _pause_or_unpause(request: web.Request, *, pausing: bool) -> web.Response:
     ui, form, schedule_id, actor = await _acting(request)
     note = str(form.get("note", "")).strip()
     viewer = ui.viewer(request)
+    verb, done = ("pause", "Paused") if pausing else ("unpause", "Unpaused")
     if form.get("confirmed") != "yes":
+        effect = ("It takes no actions until it is unpaused; the runs it started go on." if pausing
+                  else "It takes its actions again from its next time (times it passed while paused are not taken).")
         return html_response(pages.confirm_page(
-            viewer, "Unpause", f"Unpause schedule {schedule_id}" + (f" with note {note!r}" if note else "")
-            + "? It takes its actions again from its next time (times it passed while paused are not taken).",
-            "/schedule/unpause", {"schedule_id": schedule_id, "note": note}, _back(schedule_id)))
-    return await _act(ui, viewer, "unpause", schedule_id, actor,
-                      lambda handle: handle.unpause(note=_noted(note, "Unpaused", actor)), f"Schedule {schedule_id} is unpaused.")
+            viewer, verb.capitalize(), f"{verb.capitalize()} schedule {schedule_id}" + (f" with note {note!r}" if note else "")
+            + f"? {effect}", f"/schedule/{verb}", {"schedule_id": schedule_id, "note": note}, _back(schedule_id)))
+    noted = _noted(note, done, actor)
+    return await _act(ui, viewer, verb, schedule_id, actor,
+                      lambda handle: handle.pause(note=noted) if pausing else handle.unpause(note=noted),
+                      f"Schedule {schedule_id} is {done.lower()}.")
 
 
 async def trigger(request: web.Request) -> web.Response:
