@@ -76,6 +76,8 @@ async def test_a_run_stuck_on_a_bug_is_reset_to_its_last_workflow_task_and_compl
     assert isinstance(raised.value.cause, TerminatedError)
     terminated = await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).describe()
     assert terminated.status.value == "Terminated"
+    latest = await client.get_workflow_handle(workflow_id).describe()  # the latest run: the reset's, started at the reset
+    assert latest.run_id == reset.result_run_id and latest.start_time > terminated.start_time
     with pytest.raises(CommandRejectedError) as closed:
         await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).reset(
             reset_type=ResetType.FIRST_WORKFLOW_TASK, reason="again")

@@ -177,7 +177,11 @@ class VisibilityProjector(Projection):
                 case ("WorkflowTaskScheduled", scheduled) if scheduled.get("attempt", 1) > 1:  # a retried task's attempt completed
                     rows.pending_tasks[key] = None
                 case ("WorkflowExecutionStarted", started):
-                    rows.started.append((*key, started["workflow_type"], started["task_queue"], _time(event["event_time_ms"]),
+                    # A reset's new run starts when the reset was decided (as Temporal's), not when
+                    # the event it copied was written: its section's last event is the reset's.
+                    reset = bool(started.get("original_execution_run_id"))
+                    started_ms = section.events[-1]["event_time_ms"] if reset else event["event_time_ms"]
+                    rows.started.append((*key, started["workflow_type"], started["task_queue"], _time(started_ms),
                                          _search_attributes(started.get("search_attributes", {})),
                                          Jsonb(memo_json(started.get("memo", {})))))
                 case ("UpsertWorkflowSearchAttributes", upsert):
