@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import importlib
 import multiprocessing
@@ -102,6 +103,7 @@ class RunAudit:
     activities: dict[int, ActivityTimeouts] = field(default_factory=dict)  # by scheduled id, while not finished
     closed: bool = False
     code_replay: bool = False  # its events are kept until it closes, for the code replay
+    started_ms: int = 0  # its WorkflowExecutionStarted's time
     schedule_started: int = 0  # a schedule's actions recorded STARTED
     schedule_processed_until_ms: int = 0  # a schedule's nominal times decided up to here
 
@@ -438,6 +440,7 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
     """Keep `run.pending` to what the run waits for now, each with when it is due at the latest."""
     at, event_id = event["event_time_ms"], event["event_id"]
     if kind == EventType.WorkflowExecutionStarted:
+        run.started_ms = at
         run.workflow_task_timeout_ms = attrs.get("workflow_task_timeout_ms") or 0
         run.first_workflow_task_backoff_ms = attrs.get("first_workflow_task_backoff_ms") or 0
         if attrs.get("workflow_run_timeout_ms"):
@@ -451,6 +454,11 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
         run.pending["workflow_task"] = Due(due, f"the completion of workflow task {attrs['scheduled_event_id']} or its timeout")
     elif kind in (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut):
         run.pending.pop("workflow_task", None)
+        if attrs.get("cause") == "RESET_WORKFLOW":
+            # What a reset's copied past left pending starts again at the reset, for its whole
+            # length: its due time moves by at most the time from the run's start to the reset.
+            shift = at - run.started_ms
+            run.pending = {what: dataclasses.replace(due, at_ms=due.at_ms + shift) for what, due in run.pending.items()}
     elif kind == EventType.TimerStarted:
         run.pending[f"timer {event_id}"] = Due(at + attrs["start_to_fire_timeout_ms"], f"the firing of timer {attrs['timer_id']!r}")
     elif kind in (EventType.TimerFired, EventType.TimerCanceled):

@@ -34,7 +34,10 @@ DEFAULT_RPS = 50.0
 # The causes a command is refused with when the run it names is over: closed, or no longer the
 # workflow id's current run (it continued as new, and so closed).
 _CLOSED_CAUSES = frozenset({"WORKFLOW_CLOSED", "WORKFLOW_NOT_FOUND"})
-_JOB_COLUMNS = "job_id, operation, list_filter, signal_name, signal_args, reason, identity, state, start_time, close_time"
+_JOB_COLUMNS = (
+    "job_id, operation, list_filter, signal_name, signal_args, reason, reset_type, reapply_exclude, identity, state, start_time, "
+    "close_time"
+)
 _COUNTS = (
     "count(*), count(*) FILTER (WHERE outcome = 'Done'), count(*) FILTER (WHERE outcome = 'Failed'), "
     "count(*) FILTER (WHERE outcome = 'AlreadyClosed')"
@@ -81,21 +84,20 @@ class BatchRequest:
     reset_type: ResetType | None = None  # a reset's point: by kind, as an event id names an event of one run only
     reapply_exclude: Sequence[ResetReapplyExcludeType] = ()  # what a reset does not reapply after its point
 
-    def arguments(self) -> Any:
-        """What `kadence_batch_jobs.signal_args` keeps: a signal's inputs, or a reset's point and
-        exclusions (the table has no columns of their own)."""
-        if self.operation == BatchOperation.RESET:
-            return {"reset_type": self.reset_type.value if self.reset_type else None,
-                    "reapply_exclude": [e.value for e in self.reapply_exclude]}
-        return list(self.signal_args)
+    def columns(self) -> tuple[Any, ...]:
+        """(signal_name, signal_args, reason, reset_type, reapply_exclude) as kadence_batch_jobs keeps them."""
+        return (self.signal_name, Jsonb(list(self.signal_args)), self.reason, self.reset_type.value if self.reset_type else "",
+                Jsonb([e.value for e in self.reapply_exclude]))
 
     @classmethod
-    def from_columns(cls, operation: str, list_filter: str, signal_name: str, arguments: Any, reason: str) -> BatchRequest:
-        if BatchOperation(operation) == BatchOperation.RESET:
-            reset_type = arguments.get("reset_type")
-            return cls(BatchOperation.RESET, list_filter, reason=reason, reset_type=ResetType(reset_type) if reset_type else None,
-                       reapply_exclude=tuple(ResetReapplyExcludeType(e) for e in arguments.get("reapply_exclude", [])))
-        return cls(BatchOperation(operation), list_filter, signal_name, tuple(arguments), reason)
+    def from_columns(
+        cls, operation: str, list_filter: str, signal_name: str, signal_args: Any, reason: str, reset_type: str, reapply_exclude: Any,
+    ) -> BatchRequest:
+        return cls(
+            BatchOperation(operation), list_filter, signal_name, tuple(signal_args), reason,
+            reset_type=ResetType(reset_type) if reset_type else None,
+            reapply_exclude=tuple(ResetReapplyExcludeType(e) for e in reapply_exclude),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,9 @@ class BatchJob:
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> BatchJob:
-        job_id, operation, list_filter, signal_name, signal_args, reason, identity, state, start_time, close_time, *counts = row
-        request = BatchRequest.from_columns(operation, list_filter, signal_name, signal_args, reason)
+        job_id, operation, list_filter, *request_columns, identity, state, start_time, close_time = row[:12]
+        request = BatchRequest.from_columns(operation, list_filter, *request_columns)
+        counts = row[12:]
         return cls(job_id, request, identity, BatchJobState(state), start_time, close_time, BatchCounts(*counts))
 
     def to_json(self) -> dict[str, Any]:
@@ -228,10 +231,9 @@ class BatchJobs:
         try:
             async with self._conn.transaction():
                 await self._conn.execute(
-                    "INSERT INTO kadence_batch_jobs (job_id, operation, list_filter, signal_name, signal_args, reason, identity, state) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (job_id, request.operation.value, request.list_filter, request.signal_name, Jsonb(request.arguments()),
-                     request.reason, identity, BatchJobState.RUNNING.value),
+                    "INSERT INTO kadence_batch_jobs (job_id, operation, list_filter, signal_name, signal_args, reason, reset_type, "
+                    "reapply_exclude, identity, state) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (job_id, request.operation.value, request.list_filter, *request.columns(), identity, BatchJobState.RUNNING.value),
                 )
                 await self._conn.execute(
                     "INSERT INTO kadence_batch_job_executions (job_id, workflow_id, run_id, outcome, detail) "

@@ -1,4 +1,4 @@
-"""The batch jobs' tables: written and read by `kadence workflow signal|cancel|terminate --query` and
+"""The batch jobs' tables: written and read by `kadence workflow signal|cancel|terminate|reset --query` and
 `kadence batch`, created by the visibility service with the read model (services own the DDL).
 
 Unlike the read model, they do not derive from `kadence.history`: a job is an operator's request
@@ -23,6 +23,9 @@ BATCH_JOBS_DDL = [
         close_time timestamptz
     )
     """,
+    # A reset job's point (ResetType, by kind) and what it does not reapply after it.
+    "ALTER TABLE kadence_batch_jobs ADD COLUMN IF NOT EXISTS reset_type text NOT NULL DEFAULT ''",
+    "ALTER TABLE kadence_batch_jobs ADD COLUMN IF NOT EXISTS reapply_exclude jsonb NOT NULL DEFAULT '[]'",
     # The executions the filter matched when the job began, each with its outcome once applied
     # (NULL until then): a resumed job applies the operation to the rows still without one.
     """
