@@ -17,7 +17,7 @@ from kadence import workflow
 from kadence.client import Client, ResetType
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import CommandRejectedError, TerminatedError, WorkflowFailureError
-from kadence.worker import Worker
+from kadence.worker import Replayer, Worker
 from tests.conftest import audit_of, wait_for_event
 from tests.test_memo import memo_shown
 
@@ -85,6 +85,8 @@ async def test_a_run_stuck_on_a_bug_is_reset_to_its_last_workflow_task_and_compl
     report = audit_of(stack, workflow_id)
     assert report.violations == []
     assert report.event_types(workflow_id, reset.result_run_id or "").count("WorkflowExecutionSignaled") == 2
+    # The reset run's history replays offline too (its copied past, the reset's WorkflowTaskFailed, what came after).
+    await Replayer(workflows=[ResettableWorkflow]).replay_workflow(await reset.fetch_history())
 
 
 def test_the_cli_resets_a_run(stack: LocalStack, task_queue: str) -> None:
