@@ -313,16 +313,25 @@ def ensure_topics(settings: KafkaSettings, topics: dict[str, int], timeout: floa
                 f"the broker at {settings.bootstrap_servers} did not create topic {name} within {timeout:.0f} s; "
                 "is it up and does it have a controller?"
             ) from None
-    _wait_until_listed(admin, {topic.topic: topic.num_partitions for topic in missing}, timeout)
+    _wait_until_listed(settings, admin, {topic.topic: topic.num_partitions for topic in missing}, timeout)
 
 
-def _wait_until_listed(admin: AdminClient, topics: dict[str, int], timeout: float) -> None:
-    """Apache Kafka acknowledges a creation once its controller committed it; the broker's metadata
-    may lag a moment, and a consumer subscribing then sees no partitions. Wait until it lists them."""
+def _unlisted(listed: dict[str, Any], topics: dict[str, int]) -> list[str]:
+    return [name for name, count in topics.items() if name not in listed or len(listed[name].partitions) < count]
+
+
+def _wait_until_listed(settings: KafkaSettings, admin: AdminClient, topics: dict[str, int], timeout: float) -> None:
+    """Apache Kafka acknowledges a creation once its controller committed it; the brokers' metadata
+    may lag a moment, and a client asking a broker that lags then sees no such topic. Wait until
+    every broker lists them (each asked directly: a client asks any broker)."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = admin.list_topics(timeout=timeout).topics
-        pending = [name for name, count in topics.items() if name not in listed or len(listed[name].partitions) < count]
+        metadata = admin.list_topics(timeout=timeout)
+        pending = _unlisted(metadata.topics, topics)
+        if not pending and len(metadata.brokers) > 1:
+            for broker in metadata.brokers.values():
+                direct = AdminClient({**base_config(settings), "bootstrap.servers": f"{broker.host}:{broker.port}"})
+                pending += _unlisted(direct.list_topics(timeout=timeout).topics, topics)
         if not pending:
             return
         if time.monotonic() > deadline:
