@@ -18,10 +18,9 @@ from itertools import islice
 
 from kadence.protocol.fence import LogFence
 from kadence.protocol.names import EventType
-from services.history.machine.dispatch import evolve, execution_from_events
-from services.history.machine.execution import RUNNING, Execution, execution_from_start
+from services.history.machine.dispatch import evolve, execution_from_events, new_execution
+from services.history.machine.execution import RUNNING, Execution
 from services.history.machine.records import HistoryBatch, event_type
-from services.history.machine.schedule import execution_from_schedule_event
 from services.history.snapshot import RunRow, Snapshot, restored_run, run_codec
 from services.history.stored_ids import StoredIds
 
@@ -82,11 +81,8 @@ class PartitionState:
             return True  # an answer, or a command passed on elsewhere: no run changes
         self._changing(batch["workflow_id"])
         events = batch["events"]
-        if events and event_type(events[0]) == EventType.WorkflowExecutionStarted:
-            ex = execution_from_start(batch["workflow_id"], batch["run_id"], events[0])
-            self.executions[batch["workflow_id"]] = ex
-        elif events and event_type(events[0]) == EventType.ScheduleCreated:
-            ex = execution_from_schedule_event(batch["workflow_id"], batch["run_id"], events[0])
+        if events and event_type(events[0]) in (EventType.WorkflowExecutionStarted, EventType.ScheduleCreated):
+            ex = new_execution(batch["workflow_id"], batch["run_id"], events[0])
             self.executions[batch["workflow_id"]] = ex
         else:
             ex = self.executions[batch["workflow_id"]]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from kadence.protocol.ids import run_id_for
 from kadence.protocol.limits import (
     MAX_HISTORY_BYTES,
     MAX_HISTORY_EVENTS,
@@ -53,10 +53,13 @@ class Step:
     answered_again: HistoryBatch | None = None
 
 
-# (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition
-_STARTS: dict[str, Callable[[Execution | None, str, Record, str, int, int, int], Transition]] = {
+# (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition; the
+# command is its branch's TypedDict of kadence.protocol.records (as tables.Decide's).
+_STARTS: dict[str, Callable[[Execution | None, str, Any, str, int, int, int], Transition]] = {
     CommandType.StartWorkflowExecution: decide_start, CommandType.SignalWithStartWorkflowExecution: decide_signal_with_start,
     CommandType.UpdateWithStartWorkflowExecution: decide_update_with_start,
+    # What makes an execution from no current run, as a start does: a schedule; a reset's new run.
+    CommandType.CreateSchedule: decide_create, CommandType.ResetWorkflowExecution: decide_reset,
 }
 
 
@@ -64,13 +67,7 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
     """What a command (not a query) does to its workflow's current run, within the record limit;
     raises Rejected with the cause."""
     workflow_id, (kind, body) = command["workflow_id"], command["command"]
-    if kind == CommandType.CreateSchedule:
-        run_id = run_id_for(workflow_id, partition, offset)
-        transition = decide_create(state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, run_id)
-    elif kind == CommandType.ResetWorkflowExecution:
-        run_id = run_id_for(workflow_id, partition, offset)
-        transition = decide_reset(state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, run_id)
-    elif kind in _STARTS:
+    if kind in _STARTS:
         transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
     else:
         execution = state.executions.get(workflow_id)

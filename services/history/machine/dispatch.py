@@ -134,12 +134,17 @@ def _new_attempt(current: WorkflowTaskState | None, transient: TransientWorkflow
     return current is None or (current.scheduled_event_id, current.attempt) != (transient["scheduled_event_id"], transient["attempt"])
 
 
+def new_execution(workflow_id: str, run_id: str, first: HistoryEvent) -> Execution:
+    """An execution from the event that begins its state: a run's WorkflowExecutionStarted, or any
+    of a schedule's events (each carries its whole state)."""
+    if event_type(first) in SCHEDULE_EVENTS:
+        return schedule.execution_from_schedule_event(workflow_id, run_id, first)
+    return execution_from_start(workflow_id, run_id, first)
+
+
 def execution_from_events(workflow_id: str, run_id: str, events: list[HistoryEvent]) -> Execution:
     """A run's state from its events, the first being WorkflowExecutionStarted (a schedule's: any of its events)."""
-    if event_type(events[0]) in SCHEDULE_EVENTS:
-        ex = schedule.execution_from_schedule_event(workflow_id, run_id, events[0])
-    else:
-        ex = execution_from_start(workflow_id, run_id, events[0])
+    ex = new_execution(workflow_id, run_id, events[0])
     fold(ex, events, [], [])
     return ex
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from kadence.protocol.ids import run_id_for
 from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
 from services.history.machine import activity, lifecycle, timer
@@ -31,9 +32,11 @@ _RESUMES: dict[str, EffectsOf] = {**activity.EFFECTS, **timer.EFFECTS, **lifecyc
 
 
 def decide_reset(
-    current: Execution | None, workflow_id: str, cmd: ResetWorkflowExecution, identity: str, now_ms: int, run_id: str,
+    current: Execution | None, workflow_id: str, cmd: ResetWorkflowExecution, identity: str, now_ms: int,
+    source_partition: int, source_offset: int,
 ) -> Transition:
-    """The reset of the workflow id's current run as `run_id`; raises Rejected with the cause."""
+    """The reset of the workflow id's current run: a start's path, the new run's id derived from the
+    command's position. Raises Rejected with the cause."""
     if current is not None and cmd["request_id"] and cmd["request_id"] == current.start_request_id:
         return Transition(current, now_ms, repeat=True)  # the same reset again: answered with the run it made
     if current is None or current.schedule is not None:
@@ -46,6 +49,7 @@ def decide_reset(
             f"run {current.run_id} is {current.status}: the history service keeps a run's events only while it runs, so a closed "
             "run cannot be reset yet (docs/decisions/0005-reset.md); start a new run instead", "WORKFLOW_CLOSED",
         )
+    run_id = run_id_for(workflow_id, source_partition, source_offset)
     excluded = set(cmd["reapply_exclude_types"])
     if unknown := excluded - REAPPLIED.keys():
         raise Rejected(f"reapply_exclude_types {sorted(unknown)}: use {sorted(REAPPLIED)}")

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from kadence.protocol.events import SCHEDULE_EVENTS
+from kadence.protocol.ids import run_id_for
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, encoded_bytes_bound
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX, CommandType, EventType, TimerKind
 from kadence.protocol.records import (
@@ -227,10 +228,7 @@ class _Deciding:
     def retime(self, event_id: int) -> None:
         """Set the timer for the next nominal time (recorded by the event `event_id`, which names
         it), dropping the one pending unless it is the one that fired."""
-        pending = self.info["timer_event_id"]
-        if pending and pending != self.fired_timer:
-            self.t.effects.append(drop(self.t.execution, TimerKind.SCHEDULE_ACTION, pending, 1))
-        self.info["timer_event_id"], self.info["timer_fire_ms"], self.info["next_nominal_ms"] = 0, 0, 0
+        self.drop_timer()
         if self.t.execution.status != RUNNING or self.schedule["state"]["paused"] or self._out_of_actions():
             return
         spec = self.schedule["spec"]
@@ -243,6 +241,13 @@ class _Deciding:
             fire_ms = max(fire_ms, self.now_ms + CLOCK_SKEW_RETRY_MS)
         self.info["timer_event_id"], self.info["timer_fire_ms"], self.info["next_nominal_ms"] = event_id, fire_ms, next_ms
         self.t.effects.append(timer(self.t.execution, TimerKind.SCHEDULE_ACTION, fire_ms, event_id, 1))
+
+    def drop_timer(self) -> None:
+        """The pending timer goes (unless it is the one that fired: its firing dropped it)."""
+        pending = self.info["timer_event_id"]
+        if pending and pending != self.fired_timer:
+            self.t.effects.append(drop(self.t.execution, TimerKind.SCHEDULE_ACTION, pending, 1))
+        self.info["timer_event_id"], self.info["timer_fire_ms"], self.info["next_nominal_ms"] = 0, 0, 0
 
     def _out_of_actions(self) -> bool:
         state = self.schedule["state"]
@@ -303,9 +308,10 @@ def _patched(d: _Deciding, patch: SchedulePatch) -> None:
 
 
 def decide_create(
-    current: Execution | None, key: str, cmd: CreateSchedule, identity: str, now_ms: int, run_id: str,
+    current: Execution | None, key: str, cmd: CreateSchedule, identity: str, now_ms: int, source_partition: int, source_offset: int,
 ) -> Transition:
-    """CreateSchedule, whose entity may not exist yet (or be a deleted schedule's)."""
+    """CreateSchedule, whose entity may not exist yet (or be a deleted schedule's): a start's path,
+    its run id derived from the command's position."""
     if current is not None and repeated(current, cmd):
         return Transition(current, now_ms, repeat=True)
     if current is not None and current.status == RUNNING:
@@ -313,6 +319,7 @@ def decide_create(
     problem = schedule_problem(cmd["schedule"])
     if problem:
         raise Rejected(problem)
+    run_id = run_id_for(key, source_partition, source_offset)
     ex = Execution(workflow_id=key, run_id=run_id, workflow_type="", task_queue="", start_request_id=cmd["request_id"])
     ex.schedule, ex.schedule_info = cmd["schedule"], _new_info(now_ms)
     remember(ex.schedule_info, cmd["request_id"])
@@ -369,10 +376,7 @@ def _patch(ex: Execution, cmd: PatchSchedule, identity: str, now_ms: int) -> Tra
 
 def _delete(ex: Execution, cmd: DeleteSchedule, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    pending = d.info["timer_event_id"]
-    if pending:
-        d.t.effects.append(drop(ex, TimerKind.SCHEDULE_ACTION, pending, 1))
-    d.info["timer_event_id"], d.info["timer_fire_ms"], d.info["next_nominal_ms"] = 0, 0, 0
+    d.drop_timer()
     d.info["buffered"] = []
     remember(d.info, cmd["request_id"])
     d.record(EventType.ScheduleDeleted)
@@ -381,7 +385,7 @@ def _delete(ex: Execution, cmd: DeleteSchedule, identity: str, now_ms: int) -> T
 
 def _run_started(ex: Execution, cmd: RecordScheduledRunStarted, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    run, recent = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"]), _recent(d.info, cmd["nominal_ms"], cmd["workflow_id"])
+    run, recent = _run_of(d.info["running"], cmd), _run_of(d.info["recent_actions"], cmd)
     if run is None and recent is None:
         raise Rejected(f"no action of the schedule at {cmd['nominal_ms']} awaits its start ({cmd['workflow_id']})")
     for held in (run, recent):  # a continue-as-new's next run replaces the one before
@@ -393,7 +397,7 @@ def _run_started(ex: Execution, cmd: RecordScheduledRunStarted, identity: str, n
 
 def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    run, recent = _running(d.info, cmd["nominal_ms"], cmd["workflow_id"]), _recent(d.info, cmd["nominal_ms"], cmd["workflow_id"])
+    run, recent = _run_of(d.info["running"], cmd), _run_of(d.info["recent_actions"], cmd)
     known = run if run is not None else recent
     if known is None or known["status"] != RUNNING or (cmd["status"] == START_FAILED and known["run_id"]):
         # none such, closed before, or a late repeat of a start that did start
@@ -414,12 +418,9 @@ def _run_closed(ex: Execution, cmd: RecordScheduledRunClosed, identity: str, now
     )
 
 
-def _running(info: ScheduleInfo, nominal_ms: int, workflow_id: str) -> ScheduledRun | None:
-    return next((r for r in info["running"] if (r["nominal_ms"], r["workflow_id"]) == (nominal_ms, workflow_id)), None)
-
-
-def _recent(info: ScheduleInfo, nominal_ms: int, workflow_id: str) -> ScheduledRun | None:
-    return next((r for r in info["recent_actions"] if (r["nominal_ms"], r["workflow_id"]) == (nominal_ms, workflow_id)), None)
+def _run_of(runs: list[ScheduledRun], report: RecordScheduledRunStarted | RecordScheduledRunClosed) -> ScheduledRun | None:
+    """The run among `runs` (running or recent) a report is about: its nominal time and workflow id."""
+    return next((r for r in runs if (r["nominal_ms"], r["workflow_id"]) == (report["nominal_ms"], report["workflow_id"])), None)
 
 
 def _fired(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
