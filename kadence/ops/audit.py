@@ -34,7 +34,15 @@ from kadence.exceptions import RetryState
 from kadence.ops.code_audit import CodeReplayReport, WorkflowCodeAudit
 from kadence.protocol import topics
 from kadence.protocol.codec import NewerSchemaVersion, Record, UndecodableRecord, history_batch_codec, task_codec
-from kadence.protocol.events import ACTIVITY_RESULTS, CLOSE_STATUS, INITIATED_BY_ANSWER, SCHEDULE_EVENTS, RunSection, run_sections
+from kadence.protocol.events import (
+    ACTIVITY_RESULTS,
+    CLOSE_STATUS,
+    INITIATED_BY_ANSWER,
+    RESET_CAUSE,
+    SCHEDULE_EVENTS,
+    RunSection,
+    run_sections,
+)
 from kadence.protocol.fence import LogFence
 from kadence.protocol.kafka import position, read_to_end, topic_partitions
 from kadence.protocol.names import EffectType, EventType
@@ -454,7 +462,7 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
         run.pending["workflow_task"] = Due(due, f"the completion of workflow task {attrs['scheduled_event_id']} or its timeout")
     elif kind in (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut):
         run.pending.pop("workflow_task", None)
-        if attrs.get("cause") == "RESET_WORKFLOW":
+        if attrs.get("cause") == RESET_CAUSE:
             # What a reset's copied past left pending starts again at the reset, for its whole
             # length: its due time moves by at most the time from the run's start to the reset.
             shift = at - run.started_ms

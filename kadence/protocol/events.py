@@ -180,6 +180,10 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
 WORKFLOW_TASK_TOO_LARGE = "REQUEST_TOO_LARGE"
 
 
+# The WorkflowTaskFailed cause a reset records: the new run's copied past ends there (its
+# base_run_id and new_run_id name the runs; the SDK reseeds from new_run_id).
+RESET_CAUSE = "RESET_WORKFLOW"
+
 # A schedule's events (docs/decisions/0004-schedules-in-the-history-service.md): each carries the
 # schedule and its info as its transition leaves them.
 SCHEDULE_EVENTS = frozenset({

@@ -210,8 +210,6 @@ class VisibilityProjector(Projection):
 
     def _fold_schedule(self, key: str, section: RunSection, rows: "_Rows") -> None:
         """A schedule keeps one row, its last event's: no per-event rows (the log keeps them)."""
-        if not section.events:
-            return
         last = cast(HistoryEvent, section.events[-1])
         attrs: Mapping[str, Any] = last["attributes"][1]
         schedule, info = attrs["schedule"], attrs["info"]

@@ -12,7 +12,7 @@ from typing import Any
 from kadence.api.common.v1 import Payload
 from kadence.converter import NOT_ENCODED, DataConverter
 from kadence.exceptions import RetryState
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RESET_CAUSE
 from kadence.protocol.limits import iter_payloads
 from kadence.protocol.names import EventType
 
@@ -207,7 +207,7 @@ def reset_links(events: list[Record], run_id: str) -> tuple[str | None, str | No
     reset_from = reset_as = None
     for event in events:
         kind, attrs = event["attributes"]
-        if kind == EventType.WorkflowTaskFailed and attrs.get("cause") == "RESET_WORKFLOW" and attrs.get("new_run_id") == run_id:
+        if kind == EventType.WorkflowTaskFailed and attrs.get("cause") == RESET_CAUSE and attrs.get("new_run_id") == run_id:
             reset_from = attrs.get("base_run_id") or None
         elif kind == EventType.WorkflowExecutionTerminated and attrs.get("new_execution_run_id"):
             reset_as = attrs["new_execution_run_id"]

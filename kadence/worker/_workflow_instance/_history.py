@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kadence.exceptions import ApplicationError, RetryState, WorkflowAlreadyStartedError
+from kadence.protocol.events import RESET_CAUSE
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import EventType
 from kadence.protocol.records import (
@@ -125,7 +126,7 @@ def _apply_workflow_task_completed(run: WorkflowHandlers, kind: str, attrs: Work
 def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: _WorkflowTaskEnded, event: HistoryEvent) -> None:
     """A WorkflowTaskFailed or WorkflowTaskTimedOut. A reset's (cause RESET_WORKFLOW) ends the
     copied past: what runs after it draws from the new run."""
-    new_run_id = cast(Mapping[str, Any], attrs).get("new_run_id") if attrs.get("cause") == "RESET_WORKFLOW" else None
+    new_run_id = cast(Mapping[str, Any], attrs).get("new_run_id") if attrs.get("cause") == RESET_CAUSE else None
     if new_run_id:
         run.reseed(new_run_id)
     if attrs["scheduled_event_id"] == run.last_activated_task:

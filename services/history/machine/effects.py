@@ -54,12 +54,15 @@ def answer(requester: InitiatedBy, cause: str) -> Effect:
     })
 
 
+START_FAILED = "StartFailed"  # the close a schedule hears of an action whose start was refused
+
+
 def rejection_answer(workflow_id: str, body: Record, reason: Rejected) -> Effect | None:
     """The effect that tells a requesting workflow its command was rejected, if a workflow sent it,
     or a schedule that its action's start was refused."""
     requester, schedule = body.get("initiated_by"), body.get("scheduled_by")
     if schedule is not None:
-        return scheduled_run_report(schedule, workflow_id, "", "StartFailed")
+        return scheduled_run_report(schedule, workflow_id, "", START_FAILED)
     return None if requester is None else answer(requester, reason.cause)
 
 

@@ -5,7 +5,7 @@ a termination or its run timeout."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from kadence.exceptions import RetryState
 from kadence.protocol.cron import CronError, parse_cron
@@ -45,7 +45,7 @@ def decide_start(
     current: Execution | None, workflow_id: str, start: Record, identity: str,
     now_ms: int, source_partition: int, source_offset: int, first: FirstEvent | None = None,
 ) -> Transition:
-    if current is not None and start["request_id"] and start["request_id"] == current.start_request_id:
+    if started_by(current, start["request_id"]):
         return Transition(current, now_ms, repeat=True)  # the same start again (a retry, a relay's redelivery): answered with its run
     if current is not None and current.status == RUNNING:
         run_id = run_id_for(workflow_id, source_partition, source_offset)
@@ -63,6 +63,12 @@ def decide_start(
     if problem:
         raise Rejected(problem)
     return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
+
+
+def started_by(current: Execution | None, request_id: str) -> TypeGuard[Execution]:
+    """Whether the workflow id's current run was started by the request `request_id` (a start, a
+    reset): the same request again is answered with that run."""
+    return current is not None and bool(request_id) and request_id == current.start_request_id
 
 
 def _start_while_running(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import cast
 
+from kadence.protocol.events import RESET_CAUSE
 from kadence.protocol.ids import run_id_for
 from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
@@ -23,7 +24,6 @@ from services.history.machine.records import Effect, HistoryEvent, attributes, e
 from services.history.machine.tables import EffectsOf
 from services.history.machine.transition import Rejected, Transition, engine_failure
 
-RESET_CAUSE = "RESET_WORKFLOW"
 RESET_TYPES = ("FIRST_WORKFLOW_TASK", "LAST_WORKFLOW_TASK")
 REAPPLIED = {"SIGNAL": EventType.WorkflowExecutionSignaled, "UPDATE": EventType.WorkflowExecutionUpdateAdmitted}
 _TASK_ENDS = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
@@ -37,7 +37,7 @@ def decide_reset(
 ) -> Transition:
     """The reset of the workflow id's current run: a start's path, the new run's id derived from the
     command's position. Raises Rejected with the cause."""
-    if current is not None and cmd["request_id"] and cmd["request_id"] == current.start_request_id:
+    if lifecycle.started_by(current, cmd["request_id"]):
         return Transition(current, now_ms, repeat=True)  # the same reset again: answered with the run it made
     if current is None or current.schedule is not None:
         raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")

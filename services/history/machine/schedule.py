@@ -40,14 +40,13 @@ from kadence.protocol.records import (
     UpdateSchedule,
 )
 from kadence.protocol.schedule_spec import jitter_ms, next_time_ms, schedule_problem, times_between_ms
-from services.history.machine.effects import drop, outbound, timer
+from services.history.machine.effects import START_FAILED, drop, outbound, timer
 from services.history.machine.execution import RUNNING, Execution
 from services.history.machine.records import EventAttributes, HistoryEvent, attributes
 from services.history.machine.tables import Apply, Decide, Timeout
 from services.history.machine.transition import Rejected, Transition
 
 DELETED = "Deleted"
-START_FAILED = "StartFailed"
 RECENT_ACTIONS = 10
 MAX_BUFFERED = 1000  # Temporal's limit of buffered starts
 # Runs an ALLOW_ALL schedule keeps as running (the newest; the others' reports still update recent
