@@ -154,7 +154,7 @@ def derive_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect
     generator). `ex` has the transition applied; `before` is what it had pending: the timers of
     what it no longer has go."""
     effects: list[Effect] = []
-    for event in t.events[t.copied_events:]:
+    for event in t.events[t.copied_events:] if t.copied_events else t.events:  # no copy of the list on the hot path
         effects_of = EFFECTS.get(event["attributes"][0])
         if effects_of is not None:
             effects.extend(effects_of(ex, t, event))
