@@ -85,7 +85,7 @@ async def test_batch_signal_reaches_each_execution_the_filter_matches_once(
 
     signalled = await kadence(stack, *command)
     assert signalled.returncode == 0, signalled.stderr
-    assert json.loads(signalled.stdout) == {"job_id": job_id, "matched": 4, "done": 4, "failed": 0, "already_closed": 0}
+    assert json.loads(signalled.stdout) == {"job_id": job_id, "matched": 4, "done": 4, "failed": 0, "already_closed": 0, "not_current": 0}
     assert [await notes(h) for h in chosen] == [NOTE] * 4
     assert [await notes(h) for h in others] == [""] * 2
 
@@ -135,7 +135,7 @@ async def test_a_batch_job_killed_midway_resumes_and_signals_each_execution_once
 
     resumed = await kadence(stack, "workflow", "signal", "--job-id", job_id, "--yes", "--json")  # the job knows the rest
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 30, "done": 30, "failed": 0, "already_closed": 0}
+    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 30, "done": 30, "failed": 0, "already_closed": 0, "not_current": 0}
     assert [await notes(h) for h in handles] == [NOTE] * 30
 
 
@@ -168,7 +168,7 @@ async def test_a_resumed_job_finds_the_answer_to_a_command_its_killed_cli_sent(
 
     resumed = await kadence(stack, "workflow", "terminate", "--job-id", job_id, "--yes", "--json")
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 8, "done": 8, "failed": 0, "already_closed": 0}
+    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 8, "done": 8, "failed": 0, "already_closed": 0, "not_current": 0}
     await until_statuses(handles, ["Terminated"] * 8)
 
 
@@ -192,7 +192,7 @@ async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
     handles = await start_approvals(client, task_queue, prefix, 12)
     for handle in handles:  # a run resets to a workflow task it completed
         await wait_for_event(stack, handle.id, "WorkflowTaskCompleted", 30)
-    await handles[0].signal(ApprovalWorkflow.approve, "dave")  # closed before the job: counted, not reset
+    await handles[0].signal(ApprovalWorkflow.approve, "dave")  # closed before the job: reset too, within the retention
     await handles[0].result()
     await until_statuses(handles[:1], ["Completed"])
     job_id = f"reset-{uuid.uuid4()}"
@@ -203,7 +203,7 @@ async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
     )
     try:
         async with asyncio.timeout(60):
-            while await outcomes_recorded(stack, job_id) < 4:  # the closed run's, and three resets
+            while await outcomes_recorded(stack, job_id) < 4:
                 assert process.poll() is None, process.communicate()
                 await asyncio.sleep(0.05)
         process.send_signal(signal.SIGKILL)
@@ -233,21 +233,22 @@ async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
             while not (await (await conn.execute("DELETE FROM kadence_command_outcomes WHERE request_id = %s RETURNING 1",
                                                   (unrecorded,))).fetchall()):
                 await asyncio.sleep(0.05)
-    # And one closed after the snapshot, before the reset reached it.
+    # And one no longer current when the reset reaches it: closed, and its workflow id started again.
     await client.get_workflow_handle(closed_id, run_id=closed_run).terminate(reason="closed meanwhile")
+    await client.start_workflow(ApprovalWorkflow.run, "order-again", id=closed_id, task_queue=task_queue)
 
     resumed = await kadence(stack, "workflow", "reset", "--job-id", job_id, "--yes", "--json")
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 12, "done": 10, "failed": 0, "already_closed": 2}
+    assert json.loads(resumed.stdout) == {"job_id": job_id, "matched": 12, "done": 11, "failed": 0, "already_closed": 0,
+                                          "not_current": 1}
     described, other_type = await asyncio.gather(kadence(stack, "batch", "describe", "--job-id", job_id, "--json"),
                                                  kadence(stack, "workflow", "reset", "--job-id", job_id, "--type", "FirstWorkflowTask"))
     assert other_type.returncode == 2 and "was started with --type 'LastWorkflowTask'" in other_type.stderr, other_type.stderr
     described = json.loads(described.stdout)
     assert described["state"] == "Completed"
-    assert sorted((e["workflow_id"], e["outcome"]) for e in described["executions"]) == [
-        (handles[0].id, "AlreadyClosed"), (closed_id, "AlreadyClosed")]
+    assert [(e["workflow_id"], e["outcome"]) for e in described["executions"]] == [(closed_id, "NotCurrent")]
 
-    reset_ids = [h.id for h in handles if h.id not in (handles[0].id, closed_id)]
+    reset_ids = [h.id for h in handles if h.id not in (handles[0].id, closed_id)]  # running when reset
     async with asyncio.timeout(30):  # the read model follows the answers the CLI heard by milliseconds
         while True:
             runs = await reset_runs(stack, reset_ids)
@@ -263,8 +264,12 @@ async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
         assert base[-1]["attributes"]["reason"].endswith(": redeployed") and base[-1]["attributes"]["new_execution_run_id"] == new_run
         new = (await client.get_workflow_handle(handle.id, run_id=new_run).fetch_history()).to_json()["events"]
         assert [e["attributes"]["base_run_id"] for e in new if e["attributes"].get("cause") == "RESET_WORKFLOW"] == [base_run]
-    assert len((await reset_runs(stack, [handles[0].id, closed_id]))[closed_id]) == 1  # neither of those was reset
-    assert [s for _, s, _ in (await reset_runs(stack, [handles[0].id]))[handles[0].id]] == ["Completed"]
+    # The run closed before the job: reset, left as it closed; the run no longer current: not reset.
+    closed_before = (await client.get_workflow_handle(handles[0].id).fetch_history()).to_json()["events"]
+    assert [e["attributes"]["base_run_id"] for e in closed_before if e["attributes"].get("cause") == "RESET_WORKFLOW"] == [
+        handles[0].result_run_id]
+    assert (await client.get_workflow_handle(handles[0].id, run_id=handles[0].result_run_id).describe()).status.value == "Completed"
+    assert sorted(s for _, s, _ in (await reset_runs(stack, [closed_id]))[closed_id]) == ["Running", "Terminated"]
 
 
 async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: Client, task_queue: str, worker: None) -> None:
@@ -282,10 +287,10 @@ async def test_batch_terminate_and_cancel_by_filter(stack: LocalStack, client: C
     )
     assert terminate.returncode == 0, terminate.stderr
     assert {k: v for k, v in json.loads(terminate.stdout).items() if k != "job_id"} == {
-        "matched": 3, "done": 2, "failed": 0, "already_closed": 1}
+        "matched": 3, "done": 2, "failed": 0, "already_closed": 1, "not_current": 0}
     assert cancel.returncode == 0, cancel.stderr
     assert {k: v for k, v in json.loads(cancel.stdout).items() if k != "job_id"} == {
-        "matched": 3, "done": 3, "failed": 0, "already_closed": 0}
+        "matched": 3, "done": 3, "failed": 0, "already_closed": 0, "not_current": 0}
 
     await until_statuses(terminated, ["Completed", "Terminated", "Terminated"])
     history = (await terminated[1].fetch_history()).to_json()
@@ -309,7 +314,7 @@ async def test_batch_commands_refuse_what_they_cannot_do_and_say_why(stack: Loca
         kadence(stack, "batch", "describe", "--job-id", job_id),
     )
     assert nothing.returncode == 0, nothing.stderr
-    assert json.loads(nothing.stdout) == {"job_id": job_id, "matched": 0, "done": 0, "failed": 0, "already_closed": 0}
+    assert json.loads(nothing.stdout) == {"job_id": job_id, "matched": 0, "done": 0, "failed": 0, "already_closed": 0, "not_current": 0}
     assert "nothing to do" in nothing.stderr
     assert unconfirmed.returncode == 2 and "Pass --yes" in unconfirmed.stderr
     assert unknown_job.returncode == 2 and f"there is no batch job {job_id}: give --query" in unknown_job.stderr

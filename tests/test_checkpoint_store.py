@@ -4,11 +4,14 @@ another version is skipped for the log; one a release before stored as a single 
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol.codec import codec
 from services.history.checkpoint import CheckpointStore, Claimed
+from services.history.machine.dispatch import decide
 from services.history.machine.execution import closed_execution
 from services.history.machine.lifecycle import decide_start
 from services.history.partition import PartitionState
@@ -17,7 +20,7 @@ from services.history.step import commit
 from tests.machine_steps import START
 
 # Partitions the running history service does not own: a test claims them for itself.
-DEPOSED_PARTITION, ROWS_PARTITION, SKIPPED_PARTITION, BLOB_PARTITION = 1000, 1001, 1002, 1003
+DEPOSED_PARTITION, ROWS_PARTITION, SKIPPED_PARTITION, BLOB_PARTITION, CLOSED_PARTITION = 1000, 1001, 1002, 1003, 1004
 
 
 def _stored(claimed: Claimed, partition: int, history_offset: int, rows: list[RunRow] | None = None) -> Snapshot:
@@ -80,6 +83,41 @@ def test_a_checkpoint_stores_the_changed_runs_as_rows_read_back_by_workflow_id(s
             conn.execute("UPDATE kadence_history_checkpoints SET history_offset = 9 WHERE partition = %s", (partition,))
         after_rollback = store.claim([partition])[partition].stored_ids
         assert all(after_rollback.may_hold(w) for w in ("open-1", "done-1")) and not after_rollback.may_hold("done-2")
+    finally:
+        store.close()
+
+
+def test_a_closed_runs_events_are_kept_for_the_reset_retention_then_dropped(stack: LocalStack) -> None:
+    """A closed run's row keeps its events (a reset copies them) and its close time; once it closed
+    longer ago than the reset retention and the commands' retention, the row keeps its summary only.
+    A row whose events this release cannot read answers as one without them."""
+    store = CheckpointStore(stack.postgres_dsn)
+    partition = CLOSED_PARTITION
+    state = _open_run(partition, "done-1")
+    terminate = {"run_id": "", "reason": "x", "details": [], "request_id": ""}
+    closed_ms = int(time.time() * 1000)
+    commit(state, decide(state.executions["done-1"], "TerminateWorkflowExecution", terminate, "test", closed_ms), partition, 1)
+    closed = state.executions["done-1"]
+    try:
+        claimed = store.claim([partition])[partition]
+        assert store.save(_stored(claimed, partition, 2, [RunRow.of(closed)]), None)
+        [(_, read_back)] = store.load_runs([(partition, "done-1")])
+        assert (read_back.status, read_back.history) == ("Terminated", closed.history)
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            [(closed_at,)] = conn.execute("SELECT extract(epoch FROM closed_at) FROM kadence_history_closed_runs "
+                                          "WHERE partition = %s", (partition,)).fetchall()
+            assert round(float(closed_at) * 1000) == closed_ms  # the close event's time
+            conn.execute("UPDATE kadence_history_closed_runs SET state = '\\x00ff'::bytea WHERE partition = %s", (partition,))
+            unreadable = store.load_runs([(partition, "done-1")])
+            assert unreadable == [(partition, closed_execution("done-1", closed.run_id, "Terminated", closed.start_request_id))]
+        assert store.save(_stored(claimed, partition, 3, [RunRow.of(closed)]), None)  # within the retention: kept
+        store._next_expiry.clear()  # the expiry looks again at the next checkpoint, as it does every EXPIRY_INTERVAL_S
+        with psycopg.connect(stack.postgres_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE kadence_history_closed_runs SET closed_at = now() - interval '15 days' WHERE partition = %s",
+                         (partition,))
+        assert store.save(_stored(claimed, partition, 4), None)
+        assert store.load_runs([(partition, "done-1")]) == [
+            (partition, closed_execution("done-1", closed.run_id, "Terminated", closed.start_request_id))]
     finally:
         store.close()
 

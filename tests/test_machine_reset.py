@@ -1,13 +1,16 @@
 """Reset in the history machine (services/history/machine/reset.py, decision 0005): the new run's
 copied past, its reset WorkflowTaskFailed, the signals reapplied after the point, the base run
-terminated in the same batch, what was pending at the point set going again, and nothing of the
-copied past sent again."""
+terminated in the same batch (a closed one, within the reset retention, left as it closed), what
+was pending at the point set going again, and nothing of the copied past sent again."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kadence.protocol.codec import command_codec
+from kadence.protocol.events import failure_record
+from services.history.machine.execution import closed_execution
+from services.history.machine.reset import reset_retention_ms
 from services.history.partition import PartitionState
 from services.history.snapshot import RunRow
 from services.history.step import Step, step
@@ -138,11 +141,54 @@ def test_what_was_pending_at_the_point_is_set_going_again_and_nothing_else() -> 
     assert [kind for kind, _ in sent].count("ActivityTask") == 1
 
 
-def test_a_closed_run_and_an_older_run_are_refused_with_the_reason() -> None:
+def failed_run() -> Run:
     run = started_run()
-    run.task(("CompleteWorkflowExecution", {"result": None}))
-    closed = run.reset(reset_type="LAST_WORKFLOW_TASK")
-    assert closed.rejected is not None and closed.rejected.cause == "WORKFLOW_CLOSED"
+    run.task(activity("a"))
+    run.send("RecordActivityTaskStarted", {"run_id": run.run_id, "scheduled_event_id": 5, "attempt": 1, "request_id": "a1"})
+    run.send("RespondActivityTaskCompleted", {"run_id": run.run_id, "scheduled_event_id": 5, "attempt": 1, "result": None})
+    run.task(("FailWorkflowExecution", {"failure": failure_record("a bug", "ValueError", "worker")}))
+    assert run.state.executions[WORKFLOW].status == "Failed"
+    return run
+
+
+def test_a_closed_run_is_reset_within_the_retention_and_nothing_is_written_for_it() -> None:
+    run = failed_run()
+    base = run.state.executions[WORKFLOW]
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert written.rejected is None and written.batch is not None
+    # The batch is the new run's, as a start's: no termination, the base run left as it closed.
+    assert (written.batch["run_id"], written.batch["first_event_id"], written.batch["next_run"]) == (run.run_id, 1, None)
+    assert run.run_id != base.run_id and base.status == "Failed"
+    point = [e["event_id"] for e in base.history if e["attributes"][0] == "WorkflowTaskCompleted"][-1]
+    assert [kind for event_id, kind in run.events() if event_id >= point] == ["WorkflowTaskFailed", "WorkflowTaskScheduled"]
+    # The activity completed before the point is not sent again; the workflow task goes out once.
+    sent = [kind for kind, _ in effects(written, "events")]
+    assert sent.count("WorkflowTask") == 1 and "ActivityTask" not in sent
+    again = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert again.batch is None and again.answered_again is not None
+
+
+def test_a_closed_run_read_back_from_its_row_is_reset_as_from_memory_and_past_the_retention_is_refused() -> None:
+    from_memory = failed_run()
+    from_row = failed_run()
+    closed = from_row.state.executions.pop(WORKFLOW)  # memory let it go: read back from its checkpoint row
+    from_row.state.loaded(RunRow.of(closed).run())
+    assert from_memory.reset(reset_type="FIRST_WORKFLOW_TASK").batch == from_row.reset(reset_type="FIRST_WORKFLOW_TASK").batch
+
+    late = failed_run()
+    late.now += reset_retention_ms()
+    refused = late.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert refused.rejected is not None and refused.rejected.cause == "WORKFLOW_CLOSED"
+    assert "past the reset retention" in str(refused.rejected)
+
+    unkept = failed_run()  # closed by a release that kept no closed run's events
+    ex = unkept.state.executions[WORKFLOW]
+    unkept.state.executions[WORKFLOW] = closed_execution(WORKFLOW, ex.run_id, ex.status, ex.start_request_id)
+    refused = unkept.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert refused.rejected is not None and "were not kept" in str(refused.rejected)
+
+
+def test_an_older_run_is_refused_with_the_reason() -> None:
     other = started_run()
     other.task()
     older = other.reset(run_id="an-older-run", reset_type="LAST_WORKFLOW_TASK")

@@ -49,7 +49,8 @@ def test_a_checkpoint_stores_open_runs_with_their_buffers_and_closed_runs_as_wha
     snapshot = state.begin_snapshot()
     assert not snapshot.encode_some(len(snapshot.pending))
     assert snapshot.rows["order-1"].run() == state.executions["order-1"]
-    assert snapshot.rows["order-2"].state is None  # closed: what a later start's id reuse policy needs
+    closed = snapshot.rows["order-2"]  # closed: its events kept for a reset, and when it closed
+    assert closed.run() == state.executions["order-2"] and closed.closed_at_ms == NOW
     assert snapshot.last_source_offset + 1 == state.resume_offset == 9
     restored = PartitionState(0)
     restored.loaded(snapshot.rows["order-1"].run())

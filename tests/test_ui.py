@@ -274,7 +274,7 @@ async def test_reset_picks_a_workflow_task_asks_then_lands_on_the_new_run_and_a_
     await page.click(f"#summary tr:has-text('Reset from') a:text-is('{base_run}')")  # the old run links the new one
     assert await page.locator("#summary tr:has-text('Reset as') a").inner_text() == new_run
     assert "reset to event" in await page.inner_text("#events")
-    assert await page.locator("#reset-form").count() == 0  # closed: no reset (its events are not kept)
+    assert await page.locator("#reset-form").count() == 0  # reset already: its new run is the one to reset
 
     # A read-only UI shows no reset and refuses one.
     read_only = make_app(Ui(UiSettings(token=TOKEN, read_only=True), stack.settings, stack.postgres_dsn))
@@ -291,6 +291,18 @@ async def test_reset_picks_a_workflow_task_asks_then_lands_on_the_new_run_and_a_
     assert await page.locator("#reset-form").count() == 1  # the signed-in UI offers it
     await reset.signal(ApprovalWorkflow.approve, "ada")
     assert await reset.result() == "order-14 approved by ada with notes []"
+
+    # Closed and followed by no other run: reset again, the run left as it closed.
+    await page.goto(f"/workflow?workflow_id={workflow_id}&run_id={new_run}")
+    assert "stays as it closed" in await page.inner_text("#reset-form")
+    await page.select_option("#reset-point", "LastWorkflowTask")
+    await page.fill("#reset-reason", "replay the approval")
+    await page.click("#reset-form button[type=submit]")
+    async with page.expect_navigation(url=lambda url: "run_id=" in url and new_run not in url):
+        await page.click("#confirm")
+    assert await page.locator("#summary tr:has-text('Reset from') a").inner_text() == new_run
+    assert (await reset.describe()).status.value == "Completed"
+    assert await client.get_workflow_handle(workflow_id).result() == "order-14 approved by ada with notes []"
 
 
 async def test_a_hostile_workflow_id_and_search_attribute_show_as_text(page: Any, client: Client, worker: None) -> None:

@@ -40,7 +40,7 @@ _JOB_COLUMNS = (
 )
 _COUNTS = (
     "count(*), count(*) FILTER (WHERE outcome = 'Done'), count(*) FILTER (WHERE outcome = 'Failed'), "
-    "count(*) FILTER (WHERE outcome = 'AlreadyClosed')"
+    "count(*) FILTER (WHERE outcome = 'AlreadyClosed'), count(*) FILTER (WHERE outcome = 'NotCurrent')"
 )
 TABLES_MISSING = ("the batch jobs' tables do not exist: start the kadence services of this release (the visibility "
                   "service creates them)")
@@ -66,6 +66,7 @@ class ExecutionOutcome(StrEnum):
     DONE = "Done"
     FAILED = "Failed"  # refused for another reason than the run being over; `detail` says why
     ALREADY_CLOSED = "AlreadyClosed"  # closed when the job began, or before the operation reached it
+    NOT_CURRENT = "NotCurrent"  # a reset's: the run is no longer its workflow id's current run
 
 
 class BatchJobError(KadenceError):
@@ -106,13 +107,19 @@ class BatchCounts:
     done: int
     failed: int
     already_closed: int
+    not_current: int
 
     @property
     def finished(self) -> int:
-        return self.done + self.failed + self.already_closed
+        return self.done + self.failed + self.already_closed + self.not_current
 
     def to_json(self) -> dict[str, int]:
-        return {"matched": self.matched, "done": self.done, "failed": self.failed, "already_closed": self.already_closed}
+        return {"matched": self.matched, "done": self.done, "failed": self.failed, "already_closed": self.already_closed,
+                "not_current": self.not_current}
+
+    def summary(self) -> str:
+        return (f"done {self.done}, failed {self.failed}, already closed {self.already_closed}"
+                + (f", not current {self.not_current}" if self.not_current else ""))
 
 
 @dataclass(frozen=True)
@@ -216,18 +223,20 @@ class BatchJobs:
         return [BatchJob.from_row(row) for row in rows]
 
     async def results(self, job_id: str, limit: int) -> list[ExecutionResult]:
-        """The executions that failed, then those already closed, at most `limit`."""
+        """The executions that failed, then those already closed or no longer current, at most `limit`."""
         rows = await self._fetch(
             "SELECT workflow_id, run_id, outcome, detail FROM kadence_batch_job_executions WHERE job_id = %s "
-            "AND outcome IN ('Failed', 'AlreadyClosed') ORDER BY outcome DESC, workflow_id, run_id LIMIT %s", (job_id, limit),
+            "AND outcome IN ('Failed', 'AlreadyClosed', 'NotCurrent') ORDER BY outcome = 'Failed' DESC, outcome, workflow_id, run_id "
+            "LIMIT %s", (job_id, limit),
         )
         return [ExecutionResult(w, r, ExecutionOutcome(o), d) for w, r, o, d in rows]
 
     async def create(self, job_id: str, request: BatchRequest, identity: str,
                      executions: list[tuple[str, str, WorkflowExecutionStatus]]) -> None:
         """Keep the job and its snapshot, in one transaction: executions closed already are settled
-        as such at once."""
-        closed = [status != WorkflowExecutionStatus.RUNNING for _, _, status in executions]
+        as such at once, but by a reset, which resets closed runs too."""
+        closed = [status != WorkflowExecutionStatus.RUNNING and request.operation != BatchOperation.RESET
+                  for _, _, status in executions]
         try:
             async with self._conn.transaction():
                 await self._conn.execute(
@@ -286,9 +295,11 @@ class BatchJobs:
         )
 
 
-def _outcome_of(accepted: bool, cause: str, reason: str) -> tuple[ExecutionOutcome, str]:
+def _outcome_of(operation: BatchOperation, accepted: bool, cause: str, reason: str) -> tuple[ExecutionOutcome, str]:
     if accepted:
         return ExecutionOutcome.DONE, ""
+    if operation == BatchOperation.RESET and cause == "WORKFLOW_NOT_FOUND":
+        return ExecutionOutcome.NOT_CURRENT, reason  # a closed run is reset, unless another run of its id followed it
     if cause in _CLOSED_CAUSES:
         return ExecutionOutcome.ALREADY_CLOSED, reason
     return ExecutionOutcome.FAILED, f"{cause}: {reason}" if cause else reason
@@ -312,7 +323,7 @@ async def _apply(client: Client, job_id: str, request: BatchRequest, workflow_id
         else:
             await handle.terminate(reason=request.reason or f"batch job {job_id}", request_id=request_id)
     except CommandRejectedError as exc:
-        return _outcome_of(False, exc.cause, exc.reason)
+        return _outcome_of(request.operation, False, exc.cause, exc.reason)
     except KadenceError as exc:
         return ExecutionOutcome.FAILED, str(exc)
     return ExecutionOutcome.DONE, ""
@@ -334,7 +345,7 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
     pending = await jobs.pending(job.job_id)
     settled = await jobs.answered(job.job_id, pending)
     done = {ExecutionOutcome.DONE: counts.done, ExecutionOutcome.FAILED: counts.failed,
-            ExecutionOutcome.ALREADY_CLOSED: counts.already_closed}
+            ExecutionOutcome.ALREADY_CLOSED: counts.already_closed, ExecutionOutcome.NOT_CURRENT: counts.not_current}
 
     async def settle(workflow_id: str, run_id: str, outcome: ExecutionOutcome, detail: str) -> None:
         await jobs.record(job.job_id, workflow_id, run_id, outcome, detail)
@@ -342,7 +353,7 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
         on_progress(_counts(counts.matched, done))
 
     for (workflow_id, run_id), answer in settled.items():
-        await settle(workflow_id, run_id, *_outcome_of(*answer))
+        await settle(workflow_id, run_id, *_outcome_of(job.request.operation, *answer))
     on_progress(_counts(counts.matched, done))
 
     slots = asyncio.Semaphore(max(1, math.ceil(rps)))  # about a second's worth in flight
@@ -371,4 +382,4 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
 
 
 def _counts(matched: int, done: dict[ExecutionOutcome, int]) -> BatchCounts:
-    return BatchCounts(matched, done[ExecutionOutcome.DONE], done[ExecutionOutcome.FAILED], done[ExecutionOutcome.ALREADY_CLOSED])
+    return BatchCounts(matched, *(done[outcome] for outcome in ExecutionOutcome))

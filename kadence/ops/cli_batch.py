@@ -52,7 +52,7 @@ def list_jobs(limit: int, as_json: bool) -> None:
     from rich.table import Table
 
     table = Table()
-    columns = ("job_id", "operation", "state", "matched", "done", "failed", "already_closed", "start_time", "query")
+    columns = ("job_id", "operation", "state", "matched", "done", "failed", "already_closed", "not_current", "start_time", "query")
     for column in columns:
         table.add_column(column)
     for job in jobs:

@@ -167,7 +167,7 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
                 new_id = job_id or str(uuid.uuid4())
                 if not executions:
                     click.echo(f"no workflow execution matches {list_filter!r}: nothing to do", err=True)
-                    return new_id, BatchCounts(0, 0, 0, 0)
+                    return new_id, BatchCounts(0, 0, 0, 0, 0)
                 _confirm(f"{_described(request)} {len(executions)} workflow executions matching {list_filter!r}", yes)
                 await jobs.create(new_id, request, client.identity, executions)
                 job = await jobs.find(new_id)
@@ -191,7 +191,7 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
     except KeyboardInterrupt:
         click.echo("stopped: the batch job keeps what it did; run the command again with its --job-id to resume it", err=True)
         sys.exit(130)
-    summary = f"matched {counts.matched}, done {counts.done}, failed {counts.failed}, already closed {counts.already_closed}"
+    summary = f"matched {counts.matched}, {counts.summary()}"
     _echo({"job_id": ran_id, **counts.to_json()}, as_json, summary)
     if counts.failed:
         click.echo(f"{counts.failed} failed: `kadence batch describe --job-id {ran_id}` says why", err=True)
@@ -272,8 +272,7 @@ class _Progress:
             self.bar.update(self.task, completed=counts.finished)
         elif counts.finished == counts.matched or counts.finished - self.reported >= PROGRESS_LINE_EVERY or self.reported < 0:
             self.reported = counts.finished
-            click.echo(f"{counts.finished}/{counts.matched} (done {counts.done}, failed {counts.failed}, "
-                       f"already closed {counts.already_closed})", err=True)
+            click.echo(f"{counts.finished}/{counts.matched} ({counts.summary()})", err=True)
 
 
 def _start_options(command: Callable[..., Any]) -> Callable[..., Any]:

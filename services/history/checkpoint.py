@@ -24,15 +24,20 @@ from typing import Any
 import psycopg
 from prometheus_client import Counter
 
-from kadence.protocol.codec import codec
+from kadence.protocol.codec import UndecodableRecord, codec
 from kadence.protocol.postgres import CONNECT_TIMEOUT_S
-from services.history.machine.execution import Execution
+from kadence.protocol.topics import COMMANDS, RETENTION_MS
+from services.history.machine.execution import RUNNING, Execution
+from services.history.machine.reset import reset_retention_ms
 from services.history.partition import PartitionState
 from services.history.snapshot import RunRow, Snapshot, run_codec, run_of
 from services.history.stored_ids import StoredIds
 
 log = logging.getLogger("kadence.history.checkpoint")
-STATE_BYTES = Counter("kadence_history_checkpoint_bytes_total", "Bytes of open runs' state that checkpoints wrote")
+STATE_BYTES = Counter("kadence_history_checkpoint_bytes_total", "Bytes of runs' state that checkpoints wrote, by open and closed runs",
+                      ["run"])
+# How often a partition's closed runs are looked at for events past the retention.
+EXPIRY_INTERVAL_S = 600.0
 
 CHECKPOINT_DDL = [
     """
@@ -85,6 +90,12 @@ CHECKPOINT_DDL = [
     # and the claim after reads the ids from the tables instead.
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS stored_ids bytea",
     "ALTER TABLE kadence_history_checkpoints ADD COLUMN IF NOT EXISTS stored_ids_history_offset bigint",
+    # A closed run's ExecutionCheckpoint, kept for the reset retention (a reset copies its events),
+    # and its close event's time; rows of releases before keep no events (NULL).
+    "ALTER TABLE kadence_history_closed_runs ADD COLUMN IF NOT EXISTS state bytea",
+    "ALTER TABLE kadence_history_closed_runs ADD COLUMN IF NOT EXISTS closed_at timestamptz",
+    "CREATE INDEX IF NOT EXISTS kadence_history_closed_runs_kept ON kadence_history_closed_runs (partition, closed_at) "
+    "WHERE state IS NOT NULL",
 ]
 
 
@@ -131,6 +142,7 @@ class CheckpointStore:
         # connection each, so a read never runs inside a checkpoint's transaction.
         self._writes: psycopg.Connection[Any] | None = None
         self._reads: psycopg.Connection[Any] | None = None
+        self._next_expiry: dict[int, float] = {}  # per partition, when closed runs' events are next looked at
 
     def claim(self, partitions: list[int]) -> dict[int, Claimed]:
         """Become the owner of `partitions` (bump their epochs) and read where their checkpoints stand."""
@@ -158,6 +170,8 @@ class CheckpointStore:
                         partition, fingerprint, run_codec().current_fingerprint)
             # Rows of a version this release cannot read: the log, read from its start, holds every run again.
             conn.execute("DELETE FROM kadence_history_open_runs WHERE partition = %s", (partition,))
+            conn.execute("UPDATE kadence_history_closed_runs SET state = NULL WHERE partition = %s AND state IS NOT NULL",
+                         (partition,))
             return Claimed(None, _read_stored_ids(conn, partition), epoch)
         ids = _stored_ids(stored_ids) if stored_ids_at == history_offset else None
         return Claimed(Positions(history_offset, last_source_offset), ids if ids is not None else _read_stored_ids(conn, partition),
@@ -171,8 +185,8 @@ class CheckpointStore:
         partition, history_offset = snapshot.partition, snapshot.history_offset
         assert history_offset is not None and not snapshot.pending, "a snapshot is stored once encoded and acknowledged"
         rows = list(snapshot.rows.values())
-        open_rows = [row for row in rows if row.state is not None]
-        closed_rows = [row for row in rows if row.state is None]
+        open_rows = [row for row in rows if row.status == RUNNING]
+        closed_rows = [row for row in rows if row.status != RUNNING]
         conn = self._writes = _open(self._writes, self.dsn)
         with conn.transaction():
             owner = conn.execute(
@@ -183,6 +197,7 @@ class CheckpointStore:
                             partition, snapshot.epoch, owner and owner[0])
                 return False
             _store_rows(conn, partition, open_rows, closed_rows)
+            self._drop_expired_events(conn, partition)
             conn.execute(
                 "INSERT INTO kadence_history_checkpoints (partition, epoch, history_offset, last_source_offset, state, schema_fingerprint, "
                 "stored_ids, stored_ids_history_offset) VALUES (%s, %s, %s, %s, '', %s, %s, %s) ON CONFLICT (partition) DO UPDATE SET "
@@ -194,15 +209,31 @@ class CheckpointStore:
                 (partition, owner[0], history_offset, snapshot.last_source_offset, run_codec().current_fingerprint,
                  stored_ids, history_offset),
             )
-        STATE_BYTES.inc(sum(len(row.state or b"") for row in open_rows))
+        STATE_BYTES.labels("open").inc(sum(len(row.state or b"") for row in open_rows))
+        STATE_BYTES.labels("closed").inc(sum(len(row.state or b"") for row in closed_rows))
         return True
+
+    def _drop_expired_events(self, conn: psycopg.Connection[Any], partition: int) -> None:
+        """Now and then: the events of the partition's runs closed longer ago than the reset
+        retention and the commands topic's retention (no reset command that could use them is
+        left to decide) are dropped from their rows."""
+        now = time.monotonic()
+        if now < self._next_expiry.get(partition, 0.0):
+            return
+        self._next_expiry[partition] = now + EXPIRY_INTERVAL_S
+        cursor = conn.execute(
+            "UPDATE kadence_history_closed_runs SET state = NULL WHERE partition = %s AND state IS NOT NULL "
+            "AND closed_at < now() - make_interval(secs => %s)", (partition, (reset_retention_ms() + RETENTION_MS[COMMANDS]) / 1000),
+        )
+        if cursor.rowcount:
+            log.info("event=closed_run_events_dropped partition=%d runs=%d", partition, cursor.rowcount)
 
     def load_runs(self, wanted: list[tuple[int, str]]) -> list[tuple[int, Execution]]:
         """The stored current run of each (partition, workflow_id) that has one: its open run's
         state, else its last closed run."""
         self._reads = _open(self._reads, self.dsn)
         rows = self._reads.execute(
-            "SELECT w.partition, w.workflow_id, o.run_id, o.state, c.run_id, c.status, c.start_request_id "
+            "SELECT w.partition, w.workflow_id, o.run_id, o.state, c.run_id, c.status, c.start_request_id, c.state "
             "FROM unnest(%s::int[], %s::text[]) AS w(partition, workflow_id) "
             "LEFT JOIN kadence_history_open_runs o USING (partition, workflow_id) "
             "LEFT JOIN kadence_history_closed_runs c USING (partition, workflow_id) "
@@ -211,14 +242,25 @@ class CheckpointStore:
         ).fetchall()
         return [
             (partition, run_of(workflow_id, open_run, "Running", "", bytes(state)) if state is not None
-             else run_of(workflow_id, closed_run, status, start_request_id, None))
-            for partition, workflow_id, open_run, state, closed_run, status, start_request_id in rows
+             else _closed_run(workflow_id, closed_run, status, start_request_id, closed_state))
+            for partition, workflow_id, open_run, state, closed_run, status, start_request_id, closed_state in rows
         ]
 
     def close(self) -> None:
         for conn in (self._writes, self._reads):
             if conn is not None:
                 conn.close()
+
+
+def _closed_run(workflow_id: str, run_id: str, status: str, start_request_id: str, state: bytes | None) -> Execution:
+    """A closed run's row: with its events, unless they are not kept or not readable (a row of
+    another schema version: it can no longer be reset, but still answers a start)."""
+    if state is not None:
+        try:
+            return run_of(workflow_id, run_id, status, start_request_id, bytes(state))
+        except UndecodableRecord as exc:
+            log.warning("event=closed_run_events_unreadable workflow_id=%s run_id=%s error=%s", workflow_id, run_id, exc)
+    return run_of(workflow_id, run_id, status, start_request_id, None)
 
 
 def _open(conn: psycopg.Connection[Any] | None, dsn: str) -> psycopg.Connection[Any]:
@@ -238,10 +280,12 @@ def _store_rows(conn: psycopg.Connection[Any], partition: int, open_rows: list[R
             [(partition, row.workflow_id, row.run_id, row.state) for row in open_rows],
         )
         cursor.executemany(
-            "INSERT INTO kadence_history_closed_runs (partition, workflow_id, run_id, status, start_request_id) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (partition, workflow_id) DO UPDATE SET run_id = EXCLUDED.run_id, "
-            "status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id",
-            [(partition, row.workflow_id, row.run_id, row.status, row.start_request_id) for row in closed_rows],
+            "INSERT INTO kadence_history_closed_runs (partition, workflow_id, run_id, status, start_request_id, state, closed_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, to_timestamp(%s / 1000.0)) ON CONFLICT (partition, workflow_id) DO UPDATE SET "
+            "run_id = EXCLUDED.run_id, status = EXCLUDED.status, start_request_id = EXCLUDED.start_request_id, "
+            "state = EXCLUDED.state, closed_at = EXCLUDED.closed_at",
+            [(partition, row.workflow_id, row.run_id, row.status, row.start_request_id, row.state, row.closed_at_ms)
+             for row in closed_rows],
         )
         if closed_rows:
             cursor.execute(

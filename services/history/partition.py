@@ -170,10 +170,10 @@ class PartitionState:
             row = stored.get(workflow_id)
             if row is None or ex.run_id != row.run_id or workflow_id in busy:
                 continue
-            if row.state is None:
+            if row.status != RUNNING:  # its row keeps its events for a reset: memory need not
                 del self.executions[workflow_id]
                 left += 1
-            else:
+            elif row.state is not None:
                 self.at_rest[workflow_id] = row.state
         for workflow_id in [w for w, ex in self.executions.items() if w in self.at_rest and w not in busy and not ex.pending_queries]:
             self._let_go(workflow_id)

@@ -46,6 +46,7 @@ from kadence.protocol.settings import KafkaSettings, SettingError, env_int
 from services.history.checkpoint import CHECKPOINT_DDL, CheckpointStore
 from services.history.machine.execution import HISTORY_IDENTITY
 from services.history.machine.records import HistoryBatch, Record
+from services.history.machine.reset import reset_retention_ms
 from services.history.partition import PartitionState
 from services.history.recovery import recover_partitions, runs_to_load
 from services.history.replies import Replies, Reply
@@ -699,9 +700,11 @@ def _stored_ids_to_write(state: PartitionState, snapshot: Snapshot) -> bytes | N
 
 async def run_history_service(stop: asyncio.Event) -> None:
     """One history service instance, set by the KADENCE_* variables, until `stop`."""
-    # Without a Postgres DSN the service still runs, recovering every partition from offset 0.
+    # Without a Postgres DSN the service still runs, recovering every partition from offset 0 and
+    # holding every run in memory, closed runs' events included: for tests of the log alone.
     dsn = os.environ.get("KADENCE_POSTGRES_DSN", "")
     interval_s = env_int("KADENCE_CHECKPOINT_INTERVAL_MS", 30_000) / 1000
+    reset_retention_ms()  # a malformed setting stops the start, not a reset
     cache_runs = env_int("KADENCE_HISTORY_CACHE_RUNS", DEFAULT_CACHE_RUNS)
     service = HistoryService(KafkaSettings.from_env(), CheckpointStore(dsn) if dsn else None, interval_s, cache_runs)
     await service.run(stop)

@@ -26,21 +26,22 @@ def run_codec() -> RecordCodec:
 
 @dataclass(frozen=True)
 class RunRow:
-    """What a checkpoint stores of a workflow id's current run: an open run's whole state (its
-    events and what no event records), a closed run's what a later start's id reuse policy and
-    request id check need."""
+    """What a checkpoint stores of a workflow id's current run: its whole state (its events and
+    what no event records), and of a closed run also what a later start's id reuse policy and
+    request id check need, and when it closed (its events are kept for the reset retention)."""
 
     workflow_id: str
     run_id: str
     status: str
     start_request_id: str
-    state: bytes | None  # ExecutionCheckpoint of an open run; None once closed
+    state: bytes | None  # ExecutionCheckpoint; None for a closed run whose events are not kept
+    closed_at_ms: int | None = None  # a closed run's close event time
 
     @classmethod
     def of(cls, ex: Execution) -> RunRow:
-        if ex.status != RUNNING:
-            return cls(ex.workflow_id, ex.run_id, ex.status, ex.start_request_id, None)
-        return cls(ex.workflow_id, ex.run_id, ex.status, ex.start_request_id, run_codec().encode(saved_run(ex)))
+        state = run_codec().encode(saved_run(ex)) if ex.history else None
+        closed_at_ms = ex.history[-1]["event_time_ms"] if ex.status != RUNNING and ex.history else None
+        return cls(ex.workflow_id, ex.run_id, ex.status, ex.start_request_id, state, closed_at_ms)
 
     def run(self) -> Execution:
         """The run the row holds, as it was stored."""
@@ -65,7 +66,7 @@ def restored_run(saved: dict[str, Any]) -> Execution:
 
 
 def run_of(workflow_id: str, run_id: str, status: str, start_request_id: str, state: bytes | None) -> Execution:
-    """The run a stored row holds."""
+    """The run a stored row holds: a closed one without its events, once they are no longer kept."""
     if state is None:
         return closed_execution(workflow_id, run_id, status, start_request_id)
     return restored_run(run_codec().decode(state))

@@ -124,12 +124,10 @@ def commit(
     current = state.executions[asked.workflow_id]  # a new run, or the next after a continue-as-new
     next_run_effects = None
     if transition.next_run is None:
-        effects = transition.effects + derive_effects(current, transition, before)
+        effects = _effects(current, transition, before)
     else:  # the closed run was evolved in place
         effects = transition.effects + derive_effects(asked, transition, before)
-        next_run_effects = transition.next_run.effects + derive_effects(current, transition.next_run, Pending())
-        if transition.next_run.copied_events:
-            next_run_effects += resumed_effects(current, transition.next_run)
+        next_run_effects = _effects(current, transition.next_run, Pending())
     if whole_histories:
         _carry_whole_histories(effects, asked)
     queries = _released_queries(asked, transition.record_bytes_bound)
@@ -139,6 +137,13 @@ def commit(
         return Step(None, answered_again=batch)
     _warn_of_long_history(batch, current, bytes_before)
     return Step(batch, redispatch=transition.redispatch)
+
+
+def _effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
+    """The effects of `t` on `ex` (applied): its own and those its events call for; for a reset's
+    new run, also what was pending at the point it copied."""
+    effects = t.effects + derive_effects(ex, t, before)
+    return effects + resumed_effects(ex, t) if t.copied_events else effects
 
 
 def _only_answers(batch: HistoryBatch) -> bool:

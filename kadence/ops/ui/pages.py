@@ -278,15 +278,15 @@ def actions_section(viewer: Viewer, e: WorkflowExecution, points: list[ResetPoin
                    '<label>Reason <input name="reason" id="terminate-reason"></label>'
                    '<button type="submit" class="danger">Terminate…</button></form>', h=hidden),
         ]
-        if points:
-            forms.append(reset_form(hidden, points))
+    if points:
+        forms.append(reset_form(hidden, points, running))
     return render('<section id="actions"><h2>Actions</h2><div class="actions">{forms}</div></section>', forms=join(forms))
 
 
-def reset_form(hidden: Html, points: list[ResetPoint]) -> Html:
-    """A reset of the running run: to its first or last completed workflow task, or to a workflow
-    task's end picked by event id (the newest RESET_POINTS_SHOWN), with a reason and what not to
-    reapply after the point."""
+def reset_form(hidden: Html, points: list[ResetPoint], running: bool) -> Html:
+    """A reset of the run (running, or closed and followed by no other): to its first or last
+    completed workflow task, or to a workflow task's end picked by event id (the newest
+    RESET_POINTS_SHOWN), with a reason and what not to reapply after the point."""
     completed = [p for p in points if p.event_type == "WorkflowTaskCompleted"]
     by_kind = [(value, f"{label} (event {(completed[-1] if value == 'LastWorkflowTask' else completed[0]).event_id} now)")
                for value, label in RESET_TYPES.items()] if completed else []
@@ -303,11 +303,12 @@ def reset_form(hidden: Html, points: list[ResetPoint]) -> Html:
     return render(
         '<form method="post" action="/workflow/reset" id="reset-form"><h3>Reset</h3>{h}'
         '<p class="muted">A new run goes on from the end of a workflow task, with the signals and updates received after it; '
-        'this run is terminated.</p>'
+        '{fate}</p>'
         '<label>Point <select name="point" id="reset-point">{options}</select></label>{older}'
         '<label>Reason <input name="reason" id="reset-reason" required></label>{excludes}'
         '<button type="submit" class="danger">Reset…</button></form>',
         h=hidden, options=options, older=older, excludes=excludes,
+        fate="this run is terminated." if running else "this run stays as it closed (within the history service's reset retention).",
     )
 
 

@@ -178,7 +178,9 @@ async def build_view(ui: Ui, workflow_id: str, run_id: str | None, events_from: 
         events=[(e["event_id"], e["event_time_ms"], e["attributes"][0], attrs) for e, attrs in zip(table, shown["events"], strict=True)],
         first_event_ms=events[0]["event_time_ms"] if events else 0, total_events=len(events),
         next_events_from=table[-1]["event_id"] + 1 if table and table[-1]["event_id"] < events[-1]["event_id"] else None,
-        reset_points=reset_points(events) if execution.status.value == "Running" else [], reset_from=reset_from, reset_as=reset_as,
+        # A closed run can be reset while no other run of its id followed it (history refuses one past its retention).
+        reset_points=reset_points(events) if execution.status.value == "Running" or not row.next_run_id else [],
+        reset_from=reset_from, reset_as=reset_as,
     )
 
 

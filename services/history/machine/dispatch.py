@@ -109,7 +109,9 @@ def fold(
 ) -> None:
     """Fold a batch's parts into the execution: its buffered events first, as they were buffered,
     and its transient workflow task last. A new attempt of one ends the attempt before, as an
-    ended task's event would: the batch that schedules it writes what was buffered."""
+    ended task's event would: the batch that schedules it writes what was buffered. A closed run
+    keeps its events: a reset may copy them (the reset retention, docs/architecture.md, "Reset");
+    memory lets the run go once a checkpoint stores them."""
     if transient is not None and _new_attempt(ex.workflow_task, transient):
         ex.buffered = []
     for event in buffered:
@@ -126,8 +128,6 @@ def fold(
         ex.workflow_task = WorkflowTaskState.from_transient(transient)
     if ex.schedule is not None:
         ex.history, ex.history_bytes = ex.history[-1:], 0  # its last event holds its whole state
-    elif ex.status != RUNNING:
-        ex.history = []  # a closed run takes no more workflow tasks
 
 
 def _new_attempt(current: WorkflowTaskState | None, transient: TransientWorkflowTask) -> bool:

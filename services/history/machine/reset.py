@@ -1,7 +1,8 @@
 """Reset (docs/decisions/0005-reset.md): a new run of the workflow id, whose history is the current
 run's up to a workflow task's start, then that task failed with cause RESET_WORKFLOW, the signals
 and updates the run received after it, and a new workflow task; the current run is terminated in
-the same batch, as a continue-as-new closes a run and starts its successor in one record.
+the same batch, as a continue-as-new closes a run and starts its successor in one record. A closed
+current run is reset within the reset retention, and left as it closed.
 
 The copied events are the new run's past, not new work: no effect is derived from them
 (`Transition.copied_events`). What was pending at the point is set going again from the events
@@ -11,12 +12,16 @@ each user timer's start, the run's timeout.
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import cast
 
+from kadence.protocol.cron import go_duration_ms
 from kadence.protocol.events import RESET_CAUSE
 from kadence.protocol.ids import run_id_for
 from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
+from kadence.protocol.settings import SettingError
 from services.history.machine import activity, lifecycle, timer
 from services.history.machine.dispatch import execution_from_events
 from services.history.machine.execution import RUNNING, Execution
@@ -29,6 +34,19 @@ REAPPLIED = {"SIGNAL": EventType.WorkflowExecutionSignaled, "UPDATE": EventType.
 _TASK_ENDS = (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut)
 # What sets pending work going again, by the kind of the event that last touched it.
 _RESUMES: dict[str, EffectsOf] = {**activity.EFFECTS, **timer.EFFECTS, **lifecycle.EFFECTS}
+DEFAULT_RESET_RETENTION = "168h"
+
+
+@functools.cache
+def reset_retention_ms() -> int:
+    """How long after its close a run can be reset (KADENCE_RESET_RETENTION, a duration such as
+    168h): the history service keeps a closed run's events that long. Every instance must be set alike."""
+    raw = os.environ.get("KADENCE_RESET_RETENTION") or DEFAULT_RESET_RETENTION
+    try:
+        return go_duration_ms(raw)
+    except ValueError:
+        raise SettingError(f"KADENCE_RESET_RETENTION={raw!r} is not a duration: set it as 168h, 72h or 30m "
+                           f"(default {DEFAULT_RESET_RETENTION})") from None
 
 
 def decide_reset(
@@ -36,7 +54,8 @@ def decide_reset(
     source_partition: int, source_offset: int,
 ) -> Transition:
     """The reset of the workflow id's current run: a start's path, the new run's id derived from the
-    command's position. Raises Rejected with the cause."""
+    command's position. A running run is terminated in the same batch; a closed one, within the
+    reset retention, is left as it is. Raises Rejected with the cause."""
     if lifecycle.started_by(current, cmd["request_id"]):
         return Transition(current, now_ms, repeat=True)  # the same reset again: answered with the run it made
     if current is None or current.schedule is not None:
@@ -45,10 +64,7 @@ def decide_reset(
         raise Rejected(f"run {cmd['run_id']} is not the current run ({current.run_id}): only the current run can be reset",
                        "WORKFLOW_NOT_FOUND")
     if current.status != RUNNING:
-        raise Rejected(
-            f"run {current.run_id} is {current.status}: the history service keeps a run's events only while it runs, so a closed "
-            "run cannot be reset yet (docs/decisions/0005-reset.md); start a new run instead", "WORKFLOW_CLOSED",
-        )
+        _check_retained(current, now_ms)
     run_id = run_id_for(workflow_id, source_partition, source_offset)
     excluded = set(cmd["reapply_exclude_types"])
     if unknown := excluded - REAPPLIED.keys():
@@ -60,6 +76,9 @@ def decide_reset(
     if at_point.children or at_point.external_requests:
         raise Rejected(f"event {point['event_id']} leaves a child workflow or a request to another workflow pending, whose answer "
                        "would go to the run reset: pick a point before it was started or after it was answered")
+    following = _new_run(current, run_id, copied, point, cmd, identity, now_ms, excluded)
+    if current.status != RUNNING:
+        return following  # nothing is written for a closed run: the new run becomes current, as a start's
     reason = cmd["reason"] or "reset"
     t = Transition(current, now_ms)
     t.flush_buffered()
@@ -67,8 +86,22 @@ def decide_reset(
         "reason": f"reset to event {point['event_id']} as run {run_id}: {reason}", "details": [], "identity": identity,
         "new_execution_run_id": run_id,
     })
-    t.next_run = _new_run(current, run_id, copied, point, cmd, identity, now_ms, excluded)
+    t.next_run = following
     return t
+
+
+def _check_retained(closed: Execution, now_ms: int) -> None:
+    """A closed run can be reset within the reset retention, judged by the decision time against
+    its close, never by whether its events are still at hand, so every instance decides alike."""
+    if not closed.history:
+        raise Rejected(f"run {closed.run_id} is {closed.status}, and its events were not kept (it closed before this release "
+                       "kept closed runs' events): start a new run instead", "WORKFLOW_CLOSED")
+    closed_ago_ms = now_ms - closed.history[-1]["event_time_ms"]
+    if closed_ago_ms > reset_retention_ms():
+        raise Rejected(
+            f"run {closed.run_id} closed {closed_ago_ms / 3_600_000:.1f} h ago, past the reset retention "
+            f"(KADENCE_RESET_RETENTION, {reset_retention_ms() / 3_600_000:.1f} h): start a new run instead", "WORKFLOW_CLOSED",
+        )
 
 
 def _point(ex: Execution, cmd: ResetWorkflowExecution) -> HistoryEvent:
