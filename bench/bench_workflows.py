@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import psycopg
 import uvloop
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -180,6 +181,17 @@ def records_per_workflow(before: dict[str, int] | None, after: dict[str, int] | 
     return "records per workflow: " + ", ".join(f"{name} {(after[name] - before[name]) / workflows:.2f}" for name in after)
 
 
+def closed_runs_kept(postgres_dsn: str) -> str:
+    """What the history service keeps of closed runs for the reset retention: the rows with events,
+    their mean `state` bytes, and the table's whole size (docs/operations.md, "Postgres")."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        [(rows, mean_bytes, table_bytes)] = conn.execute(
+            "SELECT count(state), coalesce(avg(pg_column_size(state)), 0), pg_total_relation_size('kadence_history_closed_runs') "
+            "FROM kadence_history_closed_runs").fetchall()
+    return (f"closed runs kept:     {rows} with their events for a reset, {mean_bytes:.0f} bytes of events each; "
+            f"kadence_history_closed_runs {table_bytes / rows if rows else 0:.0f} bytes a row with its indexes")
+
+
 async def bench(target: Target, run: Run, pings: int) -> None:
     worker_process = None if run.worker_in_process else subprocess.Popen([sys.executable, "-m", "bench.worker"], env=target.env, cwd=REPO)
     processes = {**(stack_processes(target.stack) if target.stack else {}), "client": os.getpid()}
@@ -227,6 +239,8 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     print(records_per_workflow(ends_before, ends_after, run.workflows))
     if requests_after is not None:
         print(requests_per_workflow(requests_before, requests_after, run.workflows))
+    if target.stack is not None:
+        print(closed_runs_kept(target.stack.postgres_dsn))
 
 
 def bench_worker(client: Client) -> Worker:

@@ -1,9 +1,11 @@
 """Histories the SDK recorded (tests/sdk_histories: signals, updates accepted and rejected, timers,
 a child workflow, continue-as-new, patches, activity retries, a workflow failure, local activities,
-a cancel, memo upserts, an update-with-start) replay cleanly with `kadence.worker.Replayer`
+a cancel, memo upserts, an update-with-start, a closed run reset) replay cleanly with `kadence.worker.Replayer`
 against today's workflow code, without a broker or Postgres; and workflow code changed so that it
 decides otherwise (another activity, a timer removed, commands reordered, a patch removed, a memo
-upsert made a search attribute upsert) fails their replay with NondeterminismError.
+upsert made a search attribute upsert) fails their replay with NondeterminismError. The reset run
+replays drawing the values it returned: its copied past seeded by the run that wrote it, what
+follows the reset by the new run.
 A change to the SDK or to those workflows that fails here would break the runs already recorded.
 
 To record them again (on a local stack, about 40 s), when a scenario is added or a change is meant
@@ -13,10 +15,12 @@ review the diff of tests/sdk_histories/*.json.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +46,39 @@ def test_there_are_recorded_sdk_histories() -> None:
 async def test_the_recorded_history_replays_against_todays_workflow_code(path: Path) -> None:
     result = await Replayer(workflows=RECORDED_WORKFLOWS).replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+REPLAYED_DRAWS: list[dict[str, Any]] = []
+
+
+@workflow.defn(name="DrawsWorkflow")
+class DrawsWorkflowKeepingWhatItReturns:
+    """DrawsWorkflow's code, keeping what it returns where the test reads it."""
+
+    def __init__(self) -> None:
+        self.proceeded_by: list[str] = []
+
+    @workflow.signal
+    def proceed(self, who: str) -> None:
+        self.proceeded_by.append(who)
+
+    @workflow.run
+    async def run(self) -> dict[str, Any]:
+        before = str(workflow.uuid4())
+        await workflow.sleep(0.05)  # "before" is drawn in a workflow task of its own, completed before the point
+        await workflow.wait_condition(lambda: bool(self.proceeded_by))
+        result = {"before": before, "after": str(workflow.uuid4()), "by": self.proceeded_by}
+        REPLAYED_DRAWS.append(result)
+        return result
+
+
+async def test_a_reset_run_replays_drawing_what_it_drew_before_and_after_the_reset() -> None:
+    history = load(RECORDED / "reset.json")
+    completed = history.events[-1]["attributes"][1]["result"]
+    recorded = json.loads(base64.b64decode(completed["data"]) if isinstance(completed["data"], str) else completed["data"])
+    REPLAYED_DRAWS.clear()
+    await Replayer(workflows=[DrawsWorkflowKeepingWhatItReturns]).replay_workflow(history)
+    assert REPLAYED_DRAWS == [recorded]
 
 
 @workflow.defn(name="DeclinedWorkflow")

@@ -2,7 +2,7 @@
 scenario's workflow on a Worker, and writes the run it started, once closed, as
 `kadence workflow show --output json` exports it (`WorkflowHistory.to_json()`), to <scenario>.json here:
 
-    .venv/bin/python -m tests.sdk_histories.record
+    .venv/bin/python -m tests.sdk_histories.record [scenario ...]   # every scenario, or those named
 
 The files leave out the failures' stack traces, which name the recording checkout's paths and the
 SDK's line numbers and which no replay reads. Ids, inputs and the worker's identity are fixed, so a
@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,12 +27,12 @@ from typing import Any
 
 import uvloop
 
-from kadence.client import Client, WithStartWorkflowOperation, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from kadence.client import Client, ResetType, WithStartWorkflowOperation, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from kadence.common import WorkflowIDConflictPolicy
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import WorkflowFailureError, WorkflowUpdateFailedError
 from kadence.worker import Worker
-from tests.sdk_histories.workflows import RECORDED_WORKFLOWS, LocalGreetingWorkflow, MemoNotesWorkflow
+from tests.sdk_histories.workflows import RECORDED_WORKFLOWS, DrawsWorkflow, LocalGreetingWorkflow, MemoNotesWorkflow
 from tests.workflows import (
     ApprovalWorkflow,
     CancellableWorkflow,
@@ -156,6 +157,16 @@ async def update_with_start(client: Client, workflow_id: str) -> WorkflowHandle:
     return handle  # its first_execution_run_id is None: the id's only run is recorded
 
 
+async def reset(client: Client, workflow_id: str) -> WorkflowHandle:
+    handle = await client.start_workflow(DrawsWorkflow.run, id=workflow_id, task_queue=TASK_QUEUE)
+    await handle.signal(DrawsWorkflow.proceed, "ada")
+    await handle.result()
+    # The closed run reset to its last workflow task, the one that completed it.
+    made = await handle.reset(reset_type=ResetType.LAST_WORKFLOW_TASK, reason="recorded")
+    await made.result()
+    return made  # its first_execution_run_id is the new run's: the one recorded
+
+
 SCENARIOS = [
     Scenario("signals", signals, ("WorkflowExecutionSignaled", "WorkflowExecutionCompleted")),
     Scenario("updates", updates, ("WorkflowExecutionUpdateAccepted", "WorkflowExecutionUpdateRejected", "ActivityTaskCompleted",
@@ -173,6 +184,7 @@ SCENARIOS = [
     Scenario("memo", memo, ("WorkflowPropertiesModified", "TimerFired", "WorkflowExecutionCompleted")),
     Scenario("update_with_start", update_with_start, ("WorkflowExecutionUpdateAdmitted", "WorkflowExecutionUpdateCompleted",
                                                       "WorkflowExecutionCompleted")),
+    Scenario("reset", reset, ("TimerFired", "WorkflowExecutionSignaled", "WorkflowTaskFailed", "WorkflowExecutionCompleted")),
 ]
 
 
@@ -210,12 +222,12 @@ def without_stack_traces(value: Any) -> Any:
     return value
 
 
-async def record_all(stack: LocalStack) -> None:
+async def record_all(stack: LocalStack, names: list[str]) -> None:
     client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, identity=IDENTITY)
     activities = [echo, slow_echo, always_fail, fail_first_attempt, fail_until_third_attempt]
     try:
         async with Worker(client, task_queue=TASK_QUEUE, workflows=RECORDED_WORKFLOWS, activities=activities):
-            for scenario in SCENARIOS:
+            for scenario in [s for s in SCENARIOS if not names or s.name in names]:
                 path = await record(client, scenario)
                 print(f"recorded {path.relative_to(HERE.parent.parent)}")
     finally:
@@ -224,12 +236,15 @@ async def record_all(stack: LocalStack) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
+    names = sys.argv[1:]
+    if unknown := set(names) - {s.name for s in SCENARIOS}:
+        raise SystemExit(f"no scenario {sorted(unknown)}: name some of {[s.name for s in SCENARIOS]}")
     data_dir = Path(tempfile.mkdtemp(prefix="kadence-sdk-histories-"))
     stack = LocalStack(data_dir, partitions=1)
     try:
         stack.start()
         os.environ.update(stack.kadence_env)  # the worker reads the stack's KADENCE_* settings as any process does
-        uvloop.run(record_all(stack))
+        uvloop.run(record_all(stack, names))
     finally:
         stack.stop()
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -52,7 +52,28 @@ class MemoNotesWorkflow:
         return dict(workflow.memo())
 
 
+@workflow.defn
+class DrawsWorkflow:
+    """Draws a uuid4, sleeps, waits for a signal and draws another: reset to its last workflow task,
+    the copied past draws what it drew (seeded by the run that wrote it) and the task after the reset
+    draws anew (seeded by the reset's new run)."""
+
+    def __init__(self) -> None:
+        self.proceeded_by: list[str] = []
+
+    @workflow.signal
+    def proceed(self, who: str) -> None:
+        self.proceeded_by.append(who)
+
+    @workflow.run
+    async def run(self) -> dict[str, Any]:
+        before = str(workflow.uuid4())
+        await workflow.sleep(0.05)  # "before" is drawn in a workflow task of its own, completed before the point
+        await workflow.wait_condition(lambda: bool(self.proceeded_by))
+        return {"before": before, "after": str(workflow.uuid4()), "by": self.proceeded_by}
+
+
 RECORDED_WORKFLOWS = [
     ApprovalWorkflow, CartWorkflow, SleepyWorkflow, ParentOfTwoStepWorkflow, TwoStepWorkflow, CountdownWorkflow, PatchedWorkflow,
-    RetiredPatchWorkflow, FlakyWorkflow, DeclinedWorkflow, LocalGreetingWorkflow, CancellableWorkflow, MemoNotesWorkflow,
+    RetiredPatchWorkflow, FlakyWorkflow, DeclinedWorkflow, LocalGreetingWorkflow, CancellableWorkflow, MemoNotesWorkflow, DrawsWorkflow,
 ]
