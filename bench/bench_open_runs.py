@@ -121,7 +121,7 @@ def read_history_metrics(stack: LocalStack) -> HistoryMetrics:
                 histograms.setdefault(name, Histogram({}, 0.0)).buckets[float(sample.labels["le"])] = sample.value
             elif sample.name.endswith("_sum") and family.type == "histogram":
                 histograms.setdefault(name, Histogram({}, 0.0)).total = sample.value
-            elif sample.name == "kadence_history_checkpoint_bytes_total":
+            elif sample.name == "kadence_history_checkpoint_bytes_total" and sample.labels.get("run") == "open":
                 checkpoint_bytes = sample.value
             elif sample.name == "kadence_history_commands_total" and sample.labels.get("command") == "TimeoutFired":
                 timeouts_fired = sample.value
