@@ -26,7 +26,15 @@ import pytest
 
 from kadence import testing, workflow
 from kadence.client import WorkflowHistory
-from kadence.worker import Replayer, WorkflowReplayResult, WorkflowReplayResults
+from kadence.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    Replayer,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowReplayResult,
+    WorkflowReplayResults,
+)
 from tests.sdk_histories.workflows import RECORDED_WORKFLOWS
 from tests.workflows import FAST_RETRY, echo, fail_first_attempt
 
@@ -48,27 +56,20 @@ async def test_the_recorded_history_replays_against_todays_workflow_code(path: P
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
 
 
-REPLAYED_DRAWS: list[dict[str, Any]] = []
+REPLAYED_RESULTS: list[Any] = []
 
 
-@workflow.defn(name="DrawsWorkflow")
-class DrawsWorkflowKeepingWhatItReturns:
-    """DrawsWorkflow's code, keeping what it returns where the test reads it."""
+class KeepsWhatRunsReturn(Interceptor):
+    """Keeps what each replayed run returns, where the test reads it."""
 
-    def __init__(self) -> None:
-        self.proceeded_by: list[str] = []
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _KeepsResult
 
-    @workflow.signal
-    def proceed(self, who: str) -> None:
-        self.proceeded_by.append(who)
 
-    @workflow.run
-    async def run(self) -> dict[str, Any]:
-        before = str(workflow.uuid4())
-        await workflow.sleep(0.05)  # "before" is drawn in a workflow task of its own, completed before the point
-        await workflow.wait_condition(lambda: bool(self.proceeded_by))
-        result = {"before": before, "after": str(workflow.uuid4()), "by": self.proceeded_by}
-        REPLAYED_DRAWS.append(result)
+class _KeepsResult(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        result = await super().execute_workflow(input)
+        REPLAYED_RESULTS.append(result)
         return result
 
 
@@ -76,9 +77,9 @@ async def test_a_reset_run_replays_drawing_what_it_drew_before_and_after_the_res
     history = load(RECORDED / "reset.json")
     completed = history.events[-1]["attributes"][1]["result"]
     recorded = json.loads(base64.b64decode(completed["data"]) if isinstance(completed["data"], str) else completed["data"])
-    REPLAYED_DRAWS.clear()
-    await Replayer(workflows=[DrawsWorkflowKeepingWhatItReturns]).replay_workflow(history)
-    assert REPLAYED_DRAWS == [recorded]
+    REPLAYED_RESULTS.clear()
+    await Replayer(workflows=RECORDED_WORKFLOWS, interceptors=[KeepsWhatRunsReturn()]).replay_workflow(history)
+    assert REPLAYED_RESULTS == [recorded]
 
 
 @workflow.defn(name="DeclinedWorkflow")
