@@ -185,7 +185,7 @@ def test_a_closed_run_read_back_from_its_row_is_reset_as_from_memory_and_past_th
     ex = unkept.state.executions[WORKFLOW]
     unkept.state.executions[WORKFLOW] = closed_execution(WORKFLOW, ex.run_id, ex.status, ex.start_request_id)
     refused = unkept.reset(reset_type="LAST_WORKFLOW_TASK")
-    assert refused.rejected is not None and "were not kept" in str(refused.rejected)
+    assert refused.rejected is not None and "are not kept" in str(refused.rejected)
 
 
 def test_an_older_run_is_refused_with_the_reason() -> None:

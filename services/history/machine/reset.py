@@ -94,8 +94,8 @@ def _check_retained(closed: Execution, now_ms: int) -> None:
     """A closed run can be reset within the reset retention, judged by the decision time against
     its close, never by whether its events are still at hand, so every instance decides alike."""
     if not closed.history:
-        raise Rejected(f"run {closed.run_id} is {closed.status}, and its events were not kept (it closed before this release "
-                       "kept closed runs' events): start a new run instead", "WORKFLOW_CLOSED")
+        raise Rejected(f"run {closed.run_id} is {closed.status}, and its events are not kept (it closed longer ago than the reset "
+                       "retention, or before this release kept closed runs' events): start a new run instead", "WORKFLOW_CLOSED")
     closed_ago_ms = now_ms - closed.history[-1]["event_time_ms"]
     if closed_ago_ms > reset_retention_ms():
         raise Rejected(
