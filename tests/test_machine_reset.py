@@ -49,8 +49,8 @@ class Run:
         self.send("RespondWorkflowTaskCompleted", {"run_id": self.run_id, "scheduled_event_id": scheduled.scheduled_event_id,
                                                    "commands": list(commands)})
 
-    def reset(self, request_id: str = "reset-1", **fields: Any) -> Step:
-        return self.send("ResetWorkflowExecution", {"reason": "bug fixed", "request_id": request_id, **fields})
+    def reset(self, request_id: str = "reset-1", after_ms: int = 100, **fields: Any) -> Step:
+        return self.send("ResetWorkflowExecution", {"reason": "bug fixed", "request_id": request_id, **fields}, after_ms)
 
     def events(self) -> list[tuple[int, str]]:
         return [(e["event_id"], e["attributes"][0]) for e in self.state.executions[WORKFLOW].history]
@@ -139,6 +139,23 @@ def test_what_was_pending_at_the_point_is_set_going_again_and_nothing_else() -> 
         ["USER_TIMER", str(run.state.executions[WORKFLOW].timers["later"]), "1"],
     ]
     assert [kind for kind, _ in sent].count("ActivityTask") == 1
+    # Deadlines count from the event that set them, not from the reset.
+    later = run.state.executions[WORKFLOW].history[run.state.executions[WORKFLOW].timers["later"] - 1]
+    assert [effect["fire_at_ms"] for kind, effect in sent if kind == "Timer" and effect["kind"] == "USER_TIMER"] == [
+        later["event_time_ms"] + 60_000]
+
+
+def test_a_started_activitys_deadlines_count_from_its_start_and_its_schedule_to_close_is_set_again() -> None:
+    run = started_run()
+    run.task(("ScheduleActivityTask", {**activity("a")[1], "schedule_to_close_timeout_ms": 600_000}))
+    run.send("RecordActivityTaskStarted", {"run_id": run.run_id, "scheduled_event_id": 5, "attempt": 1, "request_id": "a1"})
+    started_at = run.now
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task()  # the point: the activity started, in flight
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK", after_ms=30_000)
+    due = {effect["kind"]: effect["fire_at_ms"] for kind, effect in effects(written) if kind == "Timer"}
+    scheduled_at = run.state.executions[WORKFLOW].history[4]["event_time_ms"]
+    assert (due["ACTIVITY_START_TO_CLOSE"], due["ACTIVITY_SCHEDULE_TO_CLOSE"]) == (started_at + 10_000, scheduled_at + 600_000)
 
 
 def failed_run() -> Run:

@@ -463,8 +463,10 @@ def _track_pending(run: RunAudit, event: Record, kind: str, attrs: Record) -> No
     elif kind in (EventType.WorkflowTaskCompleted, EventType.WorkflowTaskFailed, EventType.WorkflowTaskTimedOut):
         run.pending.pop("workflow_task", None)
         if attrs.get("cause") == RESET_CAUSE:
-            # What a reset's copied past left pending starts again at the reset, for its whole
-            # length: its due time moves by at most the time from the run's start to the reset.
+            # What a reset's copied past left pending is set going again at the reset: its deadlines
+            # keep their times (a past one fires at once), its tasks are dispatched anew. Each due
+            # moves by the time from the run's start to the reset, so none is reported before the
+            # reset could meet it.
             shift = at - run.started_ms
             run.pending = {what: dataclasses.replace(due, at_ms=due.at_ms + shift) for what, due in run.pending.items()}
     elif kind == EventType.TimerStarted:
