@@ -21,7 +21,7 @@ from tests.workflows import ALL_ACTIVITIES, ALL_WORKFLOWS, TwoStepWorkflow
 BACKLOG = 60_000  # refused signals: at a few thousand a second, history is behind past the 10 s re-dispatch
 
 
-def _gauge(port: int, name: str) -> float:
+def _counter(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as scraped:
         return sum(float(line.split()[-1]) for line in scraped.read().decode().splitlines() if line.startswith(f"{name} "))
 
@@ -36,12 +36,8 @@ async def test_timeouts_wait_for_a_history_working_through_a_backlog_and_never_f
                 handle = await client.start_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue)
                 # Right behind the start: signals to a workflow that does not exist, each refused in a batch of its own.
                 await asyncio.to_thread(_flood, stack.bootstrap_servers, workflow_id_on(partition, stack.partitions, "nobody"), partition)
-                waited = 0.0
-                result = asyncio.ensure_future(handle.result())
-                while not result.done():
-                    waited = max(waited, _gauge(stack.http_ports["timer"], "kadence_timer_waiting_for_history"))
-                    await asyncio.wait([result], timeout=0.5)
-                assert result.result() == "x!"
+                assert await handle.result() == "x!"
+                waited = _counter(stack.http_ports["timer"], "kadence_timer_waited_for_history_total")
         finally:
             await client.close()
         history_log = (stack.data_dir / "logs" / "history.log").read_text()

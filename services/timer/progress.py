@@ -17,12 +17,17 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
+from prometheus_client import Counter
+
 from kadence.protocol.names import TimerKind
 
 # History's own bookkeeping: made stale by a worker's start, completion or heartbeat.
 WAITS_FOR_HISTORY = frozenset(set(TimerKind) - {TimerKind.USER_TIMER, TimerKind.WORKFLOW_RUN_TIMEOUT, TimerKind.SCHEDULE_ACTION})
 BEHIND_MS = 1000  # a batch read this long after its command was appended: history is working through a backlog
 BUSY_S = 2.0  # and is still at it if such a batch was read within this; a history that went quiet is caught up (or away)
+
+WAITED = Counter("kadence_timer_waited_for_history_total",
+                 "Timeouts due that waited for the history service to work through its backlog before they fired")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class HistoryProgress:
 
     def wait(self, partition: int, fire_at_ms: int, timer_id: str) -> None:
         heapq.heappush(self._waiting.setdefault(partition, []), (fire_at_ms, timer_id))
+        WAITED.inc()
 
     def released(self, now_s: float) -> list[tuple[int, str]]:
         """The waiting timers history has caught up with, or whose partition it no longer works on."""
