@@ -172,6 +172,41 @@ async def test_a_resumed_job_finds_the_answer_to_a_command_its_killed_cli_sent(
     await until_statuses(handles, ["Terminated"] * 8)
 
 
+async def test_a_terminated_batch_job_stops_its_cli_and_is_never_resumed(
+    stack: LocalStack, client: Client, task_queue: str, worker: None,
+) -> None:
+    prefix = f"batch-terminate-{uuid.uuid4()}-"
+    await start_approvals(client, task_queue, prefix, 12)
+    job_id = f"terminated-{uuid.uuid4()}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kadence.ops.cli", "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note",
+         "-i", f'"{NOTE}"', "--job-id", job_id, "--rps", "2", "--yes"],
+        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while await outcomes_recorded(stack, job_id) < 2:
+                assert process.poll() is None, process.communicate()
+                await asyncio.sleep(0.05)
+        terminated = await kadence(stack, "batch", "terminate", "--job-id", job_id, "--reason", "wrong filter")
+        assert terminated.returncode == 0, terminated.stderr
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)  # stops within a second or so
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 1 and f"batch job {job_id} was terminated (wrong filter)" in stderr, stderr
+    signalled = await outcomes_recorded(stack, job_id)
+    assert 2 <= signalled < 12
+
+    described = json.loads((await kadence(stack, "batch", "describe", "--job-id", job_id, "--json")).stdout)
+    assert (described["state"], described["terminate_reason"]) == ("Failed", "wrong filter") and described["close_time"]
+    resumed, again = await asyncio.gather(kadence(stack, "workflow", "signal", "--job-id", job_id, "--yes"),
+                                          kadence(stack, "batch", "terminate", "--job-id", job_id, "--reason", "twice"))
+    assert resumed.returncode == 1 and "was terminated (wrong filter)" in resumed.stderr, resumed.stderr
+    assert again.returncode == 1 and f"batch job {job_id} is Failed already" in again.stderr, again.stderr
+    assert await outcomes_recorded(stack, job_id) == signalled  # nothing applied after the termination
+
+
 async def reset_runs(stack: LocalStack, workflow_ids: list[str]) -> dict[str, list[tuple[str, str, str | None]]]:
     """Each workflow id's runs as the read model holds them: (run id, status, next run id), oldest first."""
     async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:

@@ -36,8 +36,9 @@ DEFAULT_RPS = 50.0
 _CLOSED_CAUSES = frozenset({"WORKFLOW_CLOSED", "WORKFLOW_NOT_FOUND"})
 _JOB_COLUMNS = (
     "job_id, operation, list_filter, signal_name, signal_args, reason, reset_type, reapply_exclude, identity, state, start_time, "
-    "close_time"
+    "close_time, terminate_reason"
 )
+STATE_CHECK_S = 1.0  # how often a running job looks whether it was terminated
 _COUNTS = (
     "count(*), count(*) FILTER (WHERE outcome = 'Done'), count(*) FILTER (WHERE outcome = 'Failed'), "
     "count(*) FILTER (WHERE outcome = 'AlreadyClosed'), count(*) FILTER (WHERE outcome = 'NotCurrent')"
@@ -60,6 +61,7 @@ class BatchJobState(StrEnum):
 
     RUNNING = "Running"
     COMPLETED = "Completed"
+    FAILED = "Failed"  # stopped by `kadence batch terminate`, as Temporal shows a terminated batch operation
 
 
 class ExecutionOutcome(StrEnum):
@@ -133,13 +135,14 @@ class BatchJob:
     start_time: datetime
     close_time: datetime | None
     counts: BatchCounts
+    terminate_reason: str = ""  # why `kadence batch terminate` stopped it
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> BatchJob:
-        job_id, operation, list_filter, *request_columns, identity, state, start_time, close_time = row[:12]
+        job_id, operation, list_filter, *request_columns, identity, state, start_time, close_time, terminate_reason = row[:13]
         request = BatchRequest.from_columns(operation, list_filter, *request_columns)
-        counts = row[12:]
-        return cls(job_id, request, identity, BatchJobState(state), start_time, close_time, BatchCounts(*counts))
+        counts = row[13:]
+        return cls(job_id, request, identity, BatchJobState(state), start_time, close_time, BatchCounts(*counts), terminate_reason)
 
     def to_json(self) -> dict[str, Any]:
         request = self.request
@@ -150,6 +153,7 @@ class BatchJob:
             "close_time": self.close_time.isoformat() if self.close_time else None, **self.counts.to_json(),
             **({"reset_type": request.reset_type.value if request.reset_type else None,
                 "reapply_exclude": [e.value for e in request.reapply_exclude]} if request.operation == BatchOperation.RESET else {}),
+            **({"terminate_reason": self.terminate_reason} if self.state == BatchJobState.FAILED else {}),
         }
 
 
@@ -290,9 +294,27 @@ class BatchJobs:
 
     async def complete(self, job_id: str) -> None:
         await self._conn.execute(
-            "UPDATE kadence_batch_jobs SET state = %s, close_time = now() WHERE job_id = %s AND state <> %s",
-            (BatchJobState.COMPLETED.value, job_id, BatchJobState.COMPLETED.value),
+            "UPDATE kadence_batch_jobs SET state = %s, close_time = now() WHERE job_id = %s AND state = %s",
+            (BatchJobState.COMPLETED.value, job_id, BatchJobState.RUNNING.value),
         )
+
+    async def terminate(self, job_id: str, reason: str) -> None:
+        """Stop a running job: the CLI running it stops within STATE_CHECK_S, and it is never resumed.
+        What it did stays done."""
+        rows = await self._fetch(
+            "UPDATE kadence_batch_jobs SET state = %s, close_time = now(), terminate_reason = %s WHERE job_id = %s AND state = %s "
+            "RETURNING 1", (BatchJobState.FAILED.value, reason, job_id, BatchJobState.RUNNING.value),
+        )
+        if not rows:
+            job = await self.find(job_id)
+            raise BatchJobError(f"there is no batch job {job_id} (`kadence batch list` shows the jobs)" if job is None
+                                else f"batch job {job_id} is {job.state.value} already: only a running job can be terminated")
+
+    async def terminated(self, job_id: str) -> str | None:
+        """Why the job was terminated, if it was."""
+        rows = await self._fetch("SELECT terminate_reason FROM kadence_batch_jobs WHERE job_id = %s AND state = %s",
+                                 (job_id, BatchJobState.FAILED.value))
+        return rows[0][0] if rows else None
 
 
 def _outcome_of(operation: BatchOperation, accepted: bool, cause: str, reason: str) -> tuple[ExecutionOutcome, str]:
@@ -341,6 +363,8 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
     job = await jobs.find(job_id)
     if job is None:
         raise BatchJobError(f"there is no batch job {job_id}")
+    if job.state == BatchJobState.FAILED:
+        raise BatchJobError(terminated_message(job_id, job.terminate_reason))
     counts = job.counts
     pending = await jobs.pending(job.job_id)
     settled = await jobs.answered(job.job_id, pending)
@@ -365,20 +389,34 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
             slots.release()
 
     loop = asyncio.get_running_loop()
-    next_start = loop.time()
+    next_start = next_check = loop.time()
     try:
         async with asyncio.TaskGroup() as group:
             for workflow_id, run_id in (run for run in pending if run not in settled):
                 await slots.acquire()
                 await asyncio.sleep(max(0.0, next_start - loop.time()))
                 next_start = max(next_start, loop.time()) + 1 / rps  # no burst to catch up after a slow answer
+                if loop.time() >= next_check:
+                    next_check = loop.time() + STATE_CHECK_S
+                    await _unless_terminated(jobs, job.job_id)
                 group.create_task(one(workflow_id, run_id))
     except BaseExceptionGroup as failed:
         if isinstance(cause := failed.exceptions[0], psycopg.OperationalError):
             raise BatchJobError(f"the batch job stopped, Postgres failed ({cause}): run it again to resume it") from cause
         raise cause from None
+    await _unless_terminated(jobs, job.job_id)
     await jobs.complete(job.job_id)
     return _counts(counts.matched, done)
+
+
+async def _unless_terminated(jobs: BatchJobs, job_id: str) -> None:
+    if (reason := await jobs.terminated(job_id)) is not None:
+        raise BatchJobError(terminated_message(job_id, reason))
+
+
+def terminated_message(job_id: str, reason: str) -> str:
+    return (f"batch job {job_id} was terminated ({reason or 'no reason given'}): what it did stays done; start a new job for "
+            "the executions it left")
 
 
 def _counts(matched: int, done: dict[ExecutionOutcome, int]) -> BatchCounts:

@@ -1,5 +1,5 @@
-"""`kadence batch list|describe`: the batch jobs `kadence workflow signal|cancel|terminate|reset --query`
-started (as `temporal batch list|describe`)."""
+"""`kadence batch list|describe|terminate`: the batch jobs `kadence workflow signal|cancel|terminate|reset
+--query` started (as `temporal batch list|describe|terminate`)."""
 
 from __future__ import annotations
 
@@ -86,3 +86,13 @@ def describe(job_id: str, as_json: bool) -> None:
         click.echo(f"  {result.outcome.value}: {result.workflow_id} run {result.run_id}: {result.detail}")
     if len(results) == SHOWN_RESULTS:
         click.echo(f"  (the first {SHOWN_RESULTS} shown)")
+
+
+@batch_group.command("terminate")
+@click.option("--job-id", required=True, help="The batch job's id.")
+@click.option("--reason", required=True, help="Why the job is stopped (describe shows it).")
+def terminate(job_id: str, reason: str) -> None:
+    """Stop a running batch job: the CLI running it stops within a second, and it cannot be resumed.
+    What it did stays done."""
+    _with_jobs(lambda jobs: jobs.terminate(job_id, reason))
+    click.echo(f"batch job {job_id} terminated", err=True)

@@ -36,6 +36,7 @@ from kadence.ops.batch import (
     job_id_problem,
     matching_executions,
     run_job,
+    terminated_message,
 )
 from kadence.protocol.settings import postgres_dsn
 
@@ -177,6 +178,8 @@ def _batch(operation: BatchOperation, list_filter: str | None, job_id: str | Non
                 if job.state == BatchJobState.COMPLETED:
                     click.echo(f"batch job {job.job_id} completed already", err=True)
                     return job.job_id, job.counts
+                if job.state == BatchJobState.FAILED:
+                    raise click.ClickException(terminated_message(job.job_id, job.terminate_reason))
                 left = job.counts.matched - job.counts.finished
                 _confirm(f"resume batch job {job.job_id}: {_described(job.request)} {left} more of its "
                          f"{job.counts.matched} workflow executions", yes)

@@ -26,6 +26,8 @@ BATCH_JOBS_DDL = [
     # A reset job's point (ResetType, by kind) and what it does not reapply after it.
     "ALTER TABLE kadence_batch_jobs ADD COLUMN IF NOT EXISTS reset_type text NOT NULL DEFAULT ''",
     "ALTER TABLE kadence_batch_jobs ADD COLUMN IF NOT EXISTS reapply_exclude jsonb NOT NULL DEFAULT '[]'",
+    # Why `kadence batch terminate` stopped the job (its state then Failed, as Temporal's).
+    "ALTER TABLE kadence_batch_jobs ADD COLUMN IF NOT EXISTS terminate_reason text NOT NULL DEFAULT ''",
     # The executions the filter matched when the job began, each with its outcome once applied
     # (NULL until then): a resumed job applies the operation to the rows still without one.
     """
