@@ -128,6 +128,19 @@ def test_closed_runs_leave_memory_once_stored_unless_the_id_started_again() -> N
     assert list(state.executions) == ["b"] and state.executions["b"].status == "Running" and not state.at_rest
 
 
+def test_a_closed_run_read_back_leaves_memory_at_the_next_rest() -> None:
+    """A closed run read back for a command (a reset, a start reusing its id) holds its events:
+    its row keeps them, so memory lets it go at once rather than with the cache's least used."""
+    state = PartitionState(0)
+    offset = _started(state, ["a"])
+    _client_command(state, "a", "TerminateWorkflowExecution", {"run_id": "", "reason": "x", "details": [], "request_id": ""}, offset)
+    row = RunRow.of(state.executions.pop("a"))
+    state.dirty.clear()
+    state.loaded(row.run())
+    assert state.executions["a"].history, "read back with its events"
+    assert state.rest_stored_runs(keep=10) == 1 and not state.executions and not state.at_rest
+
+
 def test_a_snapshot_not_stored_gives_its_runs_to_the_next() -> None:
     state = PartitionState(0)
     offset = _started(state, ["a", "b"])

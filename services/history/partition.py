@@ -159,21 +159,23 @@ class PartitionState:
         self.dirty |= snapshot.workflow_ids
 
     def rest_stored_runs(self, keep: int) -> int:
-        """Between batches only (a batch counts on the runs it named): the runs the last checkpoint
-        stored and no batch changed since rest as their rows, or leave memory when closed; then the
-        runs that memory holds as objects only because they were read, and the rows at rest, each
-        beyond `keep`, leave least recently used first. How many left memory."""
+        """Between batches only (a batch counts on the runs it named): closed runs that no batch
+        changed since the last checkpoint leave memory (their rows hold them, events and all, for a
+        reset); open runs the last checkpoint stored and no batch changed since rest as their rows;
+        then the runs that memory holds as objects only because they were read, and the rows at
+        rest, each beyond `keep`, leave least recently used first. How many left memory."""
         busy = self.dirty | (self.snapshot.workflow_ids if self.snapshot is not None else set())
         stored, self.stored_rows = self.stored_rows, {}
         left = 0
         for workflow_id, ex in list(self.executions.items()):  # in order of use, so the rows are too
-            row = stored.get(workflow_id)
-            if row is None or ex.run_id != row.run_id or workflow_id in busy:
+            if workflow_id in busy:
                 continue
-            if row.status != RUNNING:  # its row keeps its events for a reset: memory need not
+            if ex.status != RUNNING:  # stored, or read back from its row
                 del self.executions[workflow_id]
                 left += 1
-            elif row.state is not None:
+                continue
+            row = stored.get(workflow_id)
+            if row is not None and ex.run_id == row.run_id and row.state is not None:
                 self.at_rest[workflow_id] = row.state
         for workflow_id in [w for w, ex in self.executions.items() if w in self.at_rest and w not in busy and not ex.pending_queries]:
             self._let_go(workflow_id)
