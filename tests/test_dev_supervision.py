@@ -1,6 +1,7 @@
 """`kadence dev` supervises its services as the kubelet does a pod's containers: a service that
 dies comes back by itself, after a backoff that grows while it keeps dying and resets once it ran
-a while, and each restart is logged."""
+a while, and each restart is logged. A service whose HTTP port another process took while it
+started is started again on another."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,3 +105,18 @@ def test_kadence_dev_restarts_a_service_killed_under_it() -> None:
     [restart] = [key_values(line.split("logger=kadence.dev ", 1)[1]) for line in ran.stderr.splitlines()
                  if "event=service_restarted " in line]
     assert restart == restart | {"service": "server", "exit_code": "137", "signal": "SIGKILL", "backoff_s": "1.0", "restarts": "1"}
+
+
+def test_a_service_whose_http_port_another_process_took_starts_again_on_another(stack: LocalStack) -> None:
+    """Ports are picked free and bound by the service a moment later: another process (a test on the
+    other worker) may bind one meanwhile. The stack then starts the service again on another port."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        stack.http_ports["timer-taken"] = taken.getsockname()[1]
+        stack.start_service("timer", instance="timer-taken")
+        try:
+            stack.wait_until_ready()
+            assert stack.http_ports["timer-taken"] != taken.getsockname()[1]
+        finally:
+            stack.kill_service("timer-taken")

@@ -195,6 +195,11 @@ class LocalStack:
 
     def _readiness(self, instance: str) -> str:
         exit_code = self.services[instance].poll()
+        if exit_code is not None and self._port_taken(instance):
+            with self._lock:  # another process bound the port between its pick and the service's bind: another port
+                self.http_ports[instance] = free_port()
+                self._spawn(instance)
+            return "started again on another port: its HTTP port was taken"
         if exit_code is not None:
             raise RuntimeError(f"service {instance} exited with {exit_code} while starting; see {self.data_dir / 'logs' / instance}.log")
         try:
@@ -346,6 +351,15 @@ class LocalStack:
         for handle in self._logs.values():
             handle.close()
         self._logs.clear()
+
+    def _port_taken(self, instance: str) -> bool:
+        """Whether the instance's last words were that its HTTP port was in use."""
+        self._log_file(instance).flush()
+        with open(self.data_dir / "logs" / f"{instance}.log", "rb") as log_file:
+            log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(0, log_file.tell() - 4096))
+            last_words = log_file.read().decode(errors="replace")
+        return f", {self.http_ports[instance]}): address already in use" in last_words
 
     def _log_file(self, name: str) -> IO[bytes]:
         if name not in self._logs:
