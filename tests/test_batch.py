@@ -65,6 +65,20 @@ async def until_statuses(handles: list[WorkflowHandle], expected: list[str]) -> 
             await asyncio.sleep(0.1)
 
 
+def cli_process(stack: LocalStack, *args: str) -> subprocess.Popen[str]:
+    """The CLI in a process of its own, left running: a batch job a test stops midway."""
+    return subprocess.Popen([sys.executable, "-m", "kadence.ops.cli", *args], env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+async def until_outcomes(stack: LocalStack, job_id: str, process: subprocess.Popen[str], count: int) -> None:
+    """Until the job has recorded `count` outcomes, its process running meanwhile."""
+    async with asyncio.timeout(60):
+        while await outcomes_recorded(stack, job_id) < count:
+            assert process.poll() is None, process.communicate()
+            await asyncio.sleep(0.05)
+
+
 async def outcomes_recorded(stack: LocalStack, job_id: str) -> int:
     async with await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as conn:
         row = await (await conn.execute(
@@ -111,16 +125,10 @@ async def test_a_batch_job_killed_midway_resumes_and_signals_each_execution_once
     prefix = f"batch-kill-{uuid.uuid4()}-"
     handles = await start_approvals(client, task_queue, prefix, 30)
     job_id = f"killed-{uuid.uuid4()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kadence.ops.cli", "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note",
-         "-i", f'"{NOTE}"', "--job-id", job_id, "--rps", "2", "--yes"],
-        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process = cli_process(stack, "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note", "-i", f'"{NOTE}"',
+                          "--job-id", job_id, "--rps", "2", "--yes")
     try:
-        async with asyncio.timeout(60):
-            while await outcomes_recorded(stack, job_id) < 5:
-                assert process.poll() is None, process.communicate()
-                await asyncio.sleep(0.05)
+        await until_outcomes(stack, job_id, process, 5)
         alongside = await kadence(stack, "workflow", "signal", "--job-id", job_id, "--yes")
         assert alongside.returncode == 1 and f"batch job {job_id} is being run by another process" in alongside.stderr, alongside.stderr
         process.send_signal(signal.SIGKILL)
@@ -145,15 +153,10 @@ async def test_a_resumed_job_finds_the_answer_to_a_command_its_killed_cli_sent(
     prefix = f"batch-sent-{uuid.uuid4()}-"
     handles = await start_approvals(client, task_queue, prefix, 8)
     job_id = f"sent-{uuid.uuid4()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kadence.ops.cli", "workflow", "terminate", "-q", f"WorkflowId STARTS_WITH '{prefix}'",
-         "--job-id", job_id, "--rps", "2", "--yes"],
-        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    process = cli_process(stack, "workflow", "terminate", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "--job-id", job_id, "--rps", "2",
+                          "--yes")
     try:
-        async with asyncio.timeout(60):
-            while await outcomes_recorded(stack, job_id) < 2:
-                await asyncio.sleep(0.05)
+        await until_outcomes(stack, job_id, process, 2)
     finally:
         process.kill()
         process.wait()
@@ -178,16 +181,10 @@ async def test_a_terminated_batch_job_stops_its_cli_and_is_never_resumed(
     prefix = f"batch-terminate-{uuid.uuid4()}-"
     await start_approvals(client, task_queue, prefix, 12)
     job_id = f"terminated-{uuid.uuid4()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kadence.ops.cli", "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note",
-         "-i", f'"{NOTE}"', "--job-id", job_id, "--rps", "2", "--yes"],
-        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process = cli_process(stack, "workflow", "signal", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "-n", "add_note", "-i", f'"{NOTE}"',
+                          "--job-id", job_id, "--rps", "2", "--yes")
     try:
-        async with asyncio.timeout(60):
-            while await outcomes_recorded(stack, job_id) < 2:
-                assert process.poll() is None, process.communicate()
-                await asyncio.sleep(0.05)
+        await until_outcomes(stack, job_id, process, 2)
         terminated = await kadence(stack, "batch", "terminate", "--job-id", job_id, "--reason", "wrong filter")
         assert terminated.returncode == 0, terminated.stderr
         _, stderr = await asyncio.to_thread(process.communicate, timeout=30)  # stops within a second or so
@@ -231,16 +228,10 @@ async def test_a_batch_reset_killed_midway_resumes_and_resets_each_run_once(
     await handles[0].result()
     await until_statuses(handles[:1], ["Completed"])
     job_id = f"reset-{uuid.uuid4()}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kadence.ops.cli", "workflow", "reset", "-q", f"WorkflowId STARTS_WITH '{prefix}'",
-         "--type", "LastWorkflowTask", "--reason", "redeployed", "--job-id", job_id, "--rps", "2", "--yes"],
-        env=stack.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    process = cli_process(stack, "workflow", "reset", "-q", f"WorkflowId STARTS_WITH '{prefix}'", "--type", "LastWorkflowTask",
+                          "--reason", "redeployed", "--job-id", job_id, "--rps", "2", "--yes")
     try:
-        async with asyncio.timeout(60):
-            while await outcomes_recorded(stack, job_id) < 4:
-                assert process.poll() is None, process.communicate()
-                await asyncio.sleep(0.05)
+        await until_outcomes(stack, job_id, process, 4)
         process.send_signal(signal.SIGKILL)
     finally:
         process.kill()
