@@ -503,10 +503,15 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
         effects = [_retry_timer(ex, activity, t.now_ms), *_schedule_to_start_timer(ex, activity)]
     else:
         effects = [*_dispatch(ex, activity, t.now_ms), *_schedule_to_start_timer(ex, activity)]
-    if activity.schedule_to_close_timeout_ms:
-        fire_at = t.now_ms + activity.schedule_to_close_timeout_ms
-        effects.append(timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, fire_at, activity.scheduled_event_id, 1))
-    return effects
+    return effects + schedule_to_close_timer(ex, activity)
+
+
+def schedule_to_close_timer(ex: Execution, activity: ActivityState) -> list[Effect]:
+    """The activity's schedule-to-close deadline, from its scheduling, if it has one."""
+    if not activity.schedule_to_close_timeout_ms:
+        return []
+    fire_at = activity.scheduled_time_ms + activity.schedule_to_close_timeout_ms
+    return [timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, fire_at, activity.scheduled_event_id, 1)]
 
 
 def _on_cancel_requested(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
@@ -515,7 +520,8 @@ def _on_cancel_requested(ex: Execution, t: Transition, event: HistoryEvent) -> l
 
 
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    """The attempt's re-dispatch and schedule-to-start deadline go; its start-to-close and heartbeat timers are set."""
+    """The attempt's re-dispatch and schedule-to-start deadline go; its start-to-close and heartbeat
+    timers are set, due from its start (the transition's time, or a reset's copied start)."""
     activity = ex.activities.get(attributes(event)["scheduled_event_id"])
     if activity is None:
         return []
@@ -525,10 +531,11 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
         effects.append(drop(ex, TimerKind.ACTIVITY_RETRY, sid, attempt))
         if activity.schedule_to_start_timeout_ms:
             effects.append(drop(ex, TimerKind.ACTIVITY_SCHEDULE_TO_START, sid, attempt))
+    started_ms = event["event_time_ms"]
     if activity.start_to_close_timeout_ms:
-        effects.append(timer(ex, TimerKind.ACTIVITY_START_TO_CLOSE, t.now_ms + activity.start_to_close_timeout_ms, sid, attempt))
+        effects.append(timer(ex, TimerKind.ACTIVITY_START_TO_CLOSE, started_ms + activity.start_to_close_timeout_ms, sid, attempt))
     if activity.heartbeat_timeout_ms:
-        effects.append(timer(ex, TimerKind.ACTIVITY_HEARTBEAT, t.now_ms + activity.heartbeat_timeout_ms, sid, attempt))
+        effects.append(timer(ex, TimerKind.ACTIVITY_HEARTBEAT, started_ms + activity.heartbeat_timeout_ms, sid, attempt))
     return effects
 
 

@@ -19,13 +19,13 @@ from typing import cast
 from kadence.protocol.cron import go_duration_ms
 from kadence.protocol.events import RESET_CAUSE
 from kadence.protocol.ids import run_id_for
-from kadence.protocol.names import EffectType, EventType, TimerKind
+from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
 from kadence.protocol.settings import SettingError
-from services.history.machine import activity, effects, lifecycle, timer
+from services.history.machine import activity, lifecycle, timer
 from services.history.machine.dispatch import execution_from_events
 from services.history.machine.execution import RUNNING, Execution
-from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
+from services.history.machine.records import Effect, HistoryEvent, attributes, event_type
 from services.history.machine.tables import EffectsOf
 from services.history.machine.transition import Rejected, Transition, engine_failure
 
@@ -153,8 +153,9 @@ def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
     """What the new run had pending at the point, set going again (its state `ex` applied): the
     run's start (its timeout, a schedule's report); each pending activity's attempt (a started one's
     timeouts, and its cancellation if one was asked; else its dispatch or its retry's timer, from its
-    last scheduling or retried failure); each user timer's start. Every deadline counts from the
-    event that set it, not from the reset (fired at once if past), as Temporal's are."""
+    last scheduling or retried failure), and its schedule-to-close deadline; each user timer's start.
+    Every deadline counts from the copied event that set it, not from the reset (fired at once if
+    past), as Temporal's are."""
     copied = {e["event_id"]: e for e in t.events[:t.copied_events]}
     live = [copied[1]]
     for sid, pending in sorted(ex.activities.items()):
@@ -168,31 +169,9 @@ def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
     resumed: list[Effect] = []
     for event in live:
         resumed.extend(_RESUMES[event_type(event)](ex, t, event))
-    resumed += [  # set by the scheduling, which is resumed only for an activity still waiting for its first attempt
-        effects.timer(ex, TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, 0, sid, 1) for sid, pending in sorted(ex.activities.items())
-        if pending.schedule_to_close_timeout_ms and (pending.started_event_id or pending.attempt > 1)
-    ]
-    for kind, effect in resumed:
-        if kind == EffectType.Timer and (deadline := _original_deadline(ex, copied, effect)) is not None:
-            effect["fire_at_ms"] = deadline
+    for pending in (a for _, a in sorted(ex.activities.items()) if a.started_event_id or a.attempt > 1):
+        resumed += activity.schedule_to_close_timer(ex, pending)  # else set with its scheduling, resumed above
     return resumed
-
-
-def _original_deadline(ex: Execution, copied: dict[int, HistoryEvent], effect: Record) -> int | None:
-    """When a timer the reset sets again was due in the run it copies; None for a timer that is not a deadline."""
-    sid = effect["scheduled_event_id"]
-    if effect["kind"] == TimerKind.USER_TIMER:
-        return copied[sid]["event_time_ms"] + attributes(copied[sid])["start_to_fire_timeout_ms"]
-    pending = ex.activities.get(sid)
-    if pending is None:
-        return None
-    if effect["kind"] == TimerKind.ACTIVITY_START_TO_CLOSE:
-        return copied[pending.started_event_id]["event_time_ms"] + pending.start_to_close_timeout_ms
-    if effect["kind"] == TimerKind.ACTIVITY_HEARTBEAT:
-        return pending.last_heartbeat_ms + pending.heartbeat_timeout_ms
-    if effect["kind"] == TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE:
-        return pending.scheduled_time_ms + pending.schedule_to_close_timeout_ms
-    return None
 
 
 def _last_dispatch_of(event: HistoryEvent, scheduled_event_id: int) -> bool:

@@ -73,7 +73,8 @@ TIMEOUTS: dict[str, Timeout] = {TimerKind.USER_TIMER: _fired}
 
 
 def _set(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    fire_at = t.now_ms + attributes(event)["start_to_fire_timeout_ms"]
+    """Due from the timer's start (the transition's time, or a reset's copied start)."""
+    fire_at = event["event_time_ms"] + attributes(event)["start_to_fire_timeout_ms"]
     return [timer(ex, TimerKind.USER_TIMER, fire_at, event["event_id"], 1)]
 
 
