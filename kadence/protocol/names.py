@@ -63,6 +63,8 @@ class EventType(StrEnum):
     ScheduledRunStarted = "ScheduledRunStarted"
     ScheduledRunClosed = "ScheduledRunClosed"
     ScheduleDeleted = "ScheduleDeleted"
+    WorkflowExecutionTimeSkippingUpdated = "WorkflowExecutionTimeSkippingUpdated"
+    WorkflowExecutionTimeSkipped = "WorkflowExecutionTimeSkipped"
 
 
 class CommandType(StrEnum):
@@ -95,6 +97,7 @@ class CommandType(StrEnum):
     RecordScheduledRunStarted = "RecordScheduledRunStarted"
     RecordScheduledRunClosed = "RecordScheduledRunClosed"
     ResetWorkflowExecution = "ResetWorkflowExecution"
+    UpdateWorkflowTimeSkipping = "UpdateWorkflowTimeSkipping"
 
 
 # What a client sends, or anyone producing to kadence.commands: answered under its request id, and
@@ -103,7 +106,7 @@ CLIENT_COMMANDS = frozenset({
     CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.SignalWorkflowExecution,
     CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.UpdateWorkflowExecution,
     CommandType.UpdateWithStartWorkflowExecution, CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule,
-    CommandType.DeleteSchedule, CommandType.ResetWorkflowExecution,
+    CommandType.DeleteSchedule, CommandType.ResetWorkflowExecution, CommandType.UpdateWorkflowTimeSkipping,
 })
 # A schedule is keyed on kadence.commands and kadence.history by this prefix and its id; workflow
 # ids with it are refused (docs/decisions/0004-schedules-in-the-history-service.md).
@@ -165,3 +168,4 @@ class TimerKind(StrEnum):
     ACTIVITY_HEARTBEAT = "ACTIVITY_HEARTBEAT"
     ACTIVITY_SCHEDULE_TO_START = "ACTIVITY_SCHEDULE_TO_START"
     SCHEDULE_ACTION = "SCHEDULE_ACTION"
+    TIME_SKIP = "TIME_SKIP"

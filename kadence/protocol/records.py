@@ -98,6 +98,12 @@ class StartWorkflowExecution(TypedDict):
     memo: NotRequired[dict[str, Payload]]
     # Set when a schedule's action starts this run: its start and close are told to the schedule.
     scheduled_by: NotRequired[ScheduledBy | None]
+    # Set: the run's clock may skip (test stacks only).
+    time_skipping: NotRequired[TimeSkipping | None]
+    # The run's clock offset when it starts: history decides its commands at the log-append time plus this
+    # (docs/decisions/0006-time-skipping.md). A child's or a continued run's is its parent's or predecessor's; 0 unless
+    # time skipping is used.
+    clock_offset_ms: NotRequired[int]
 
 
 class InitiatedBy(TypedDict):
@@ -540,6 +546,16 @@ class ResetWorkflowExecution(TypedDict):
     request_id: NotRequired[str]
 
 
+class UpdateWorkflowTimeSkipping(TypedDict):
+    """Change a running run's time skipping (a test environment's fast-forward, or V1's unlock and lock of time
+    skipping while a result is awaited); recorded as WorkflowExecutionTimeSkippingUpdated.
+    """
+
+    run_id: str
+    request_id: str
+    time_skipping: TimeSkipping
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -692,6 +708,12 @@ class WorkflowExecutionStarted(TypedDict):
     # The run that first wrote this event: a reset copies it into the new run (empty: this run). The SDK seeds
     # workflow.random() from it.
     original_execution_run_id: NotRequired[str]
+    # Set: the run's clock may skip (test stacks only).
+    time_skipping: NotRequired[TimeSkipping | None]
+    # The run's clock offset when it starts: history decides its commands at the log-append time plus this
+    # (docs/decisions/0006-time-skipping.md). A child's or a continued run's is its parent's or predecessor's; 0 unless
+    # time skipping is used.
+    clock_offset_ms: NotRequired[int]
 
 
 class WorkflowExecutionSignaled(TypedDict):
@@ -1107,6 +1129,28 @@ class ScheduleDeleted(TypedDict):
     info: ScheduleInfo
 
 
+class WorkflowExecutionTimeSkippingUpdated(TypedDict):
+    """The run's time skipping changed: its clock may skip (up to until_ms, 0 for no bound) or may not."""
+
+    time_skipping: TimeSkipping
+    # The virtual time the fast-forward stops at: this event's time plus fast_forward_ms; 0 for no bound.
+    until_ms: NotRequired[int]
+    request_id: NotRequired[str]
+    identity: NotRequired[str]
+
+
+class WorkflowExecutionTimeSkipped(TypedDict):
+    """The run's clock jumped by skipped_ms, to its next deadline or its fast-forward's bound, while nothing was in
+    flight; the events after it are that much later.
+    """
+
+    skipped_ms: int
+    # The jump reached the fast-forward's bound: skipping stops here.
+    bound_reached: NotRequired[bool]
+    # The request id of the update that set the bound reached (its sender waits for this event).
+    request_id: NotRequired[str]
+
+
 class OutboundCommand(TypedDict):
     """A command for another execution (a child start, a signal or cancel from a workflow, a child's answer to its
     parent), produced to kadence.commands by the matching service. Written in the batch that decides it, so it is
@@ -1409,6 +1453,20 @@ class Task(TypedDict):
     history_length: NotRequired[int]
 
 
+class TimeSkipping(TypedDict):
+    """A run's time skipping (docs/decisions/0006-time-skipping.md): whether its clock may jump to its next deadline
+    while nothing is in flight, up to a bound. Refused unless the history service runs with
+    KADENCE_TIME_SKIPPING=1 (test stacks only).
+    """
+
+    enabled: bool
+    # Skip at most this far ahead of the start (or of the update that sets it), then stop skipping; 0: no bound, skip
+    # until the run closes.
+    fast_forward_ms: NotRequired[int]
+    # Children and the runs a schedule starts do not inherit `enabled` (they inherit the clock regardless).
+    disable_propagation: NotRequired[bool]
+
+
 class Timer(TypedDict):
     """A timer the timer service fires as a TimeoutFired command at fire_at_ms. timer_id is unique per execution, so
     setting it twice is one timer.
@@ -1460,6 +1518,9 @@ class WorkflowTask(TypedDict):
     # be running the first copy, its start not yet recorded, so a worker runs this copy's local activities and eager
     # attempts only once history accepted its start.
     redispatched: NotRequired[bool]
+    # The run's clock offset: the worker adds it to the clock it reads when the task starts (workflow.now()). 0 unless
+    # the run skips time.
+    clock_offset_ms: NotRequired[int]
 
 
 # Command.command: a (record name, fields) tuple, as the codec reads a union of records.
@@ -1491,6 +1552,7 @@ CommandCommand = (
     | tuple[Literal["RecordScheduledRunStarted"], RecordScheduledRunStarted]
     | tuple[Literal["RecordScheduledRunClosed"], RecordScheduledRunClosed]
     | tuple[Literal["ResetWorkflowExecution"], ResetWorkflowExecution]
+    | tuple[Literal["UpdateWorkflowTimeSkipping"], UpdateWorkflowTimeSkipping]
 )
 
 # The record of any branch of CommandCommand.
@@ -1522,6 +1584,7 @@ CommandCommandRecord = (
     | RecordScheduledRunStarted
     | RecordScheduledRunClosed
     | ResetWorkflowExecution
+    | UpdateWorkflowTimeSkipping
 )
 
 
@@ -1645,6 +1708,8 @@ HistoryEventAttributes = (
     | tuple[Literal["ScheduledRunStarted"], ScheduledRunStarted]
     | tuple[Literal["ScheduledRunClosed"], ScheduledRunClosed]
     | tuple[Literal["ScheduleDeleted"], ScheduleDeleted]
+    | tuple[Literal["WorkflowExecutionTimeSkippingUpdated"], WorkflowExecutionTimeSkippingUpdated]
+    | tuple[Literal["WorkflowExecutionTimeSkipped"], WorkflowExecutionTimeSkipped]
 )
 
 # The record of any branch of HistoryEventAttributes.
@@ -1701,6 +1766,8 @@ HistoryEventAttributesRecord = (
     | ScheduledRunStarted
     | ScheduledRunClosed
     | ScheduleDeleted
+    | WorkflowExecutionTimeSkippingUpdated
+    | WorkflowExecutionTimeSkipped
 )
 
 

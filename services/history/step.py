@@ -25,7 +25,7 @@ from kadence.protocol.limits import (
 from kadence.protocol.names import WITH_START, CommandType, EffectType
 from services.history.machine.dispatch import decide, derive_effects
 from services.history.machine.effects import rejection_answer
-from services.history.machine.execution import Execution, Pending
+from services.history.machine.execution import RUNNING, Execution, Pending
 from services.history.machine.lifecycle import decide_signal_with_start, decide_start, decide_update_with_start
 from services.history.machine.limits import within_record_limit
 from services.history.machine.records import Effect, HistoryBatch, Record, Rejection, history_batch
@@ -63,18 +63,31 @@ _STARTS: dict[str, Callable[[Execution | None, str, Any, str, int, int, int], Tr
 }
 
 
+_STARTS_A_RUN = WITH_START | {CommandType.StartWorkflowExecution}
+
+
 def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
-    """What a command (not a query) does to its workflow's current run, within the record limit;
-    raises Rejected with the cause."""
+    """What a command (not a query) does to its workflow's current run, within the record limit,
+    decided at `now_ms` (the command's log-append time) on the run's clock; raises Rejected with the cause."""
     workflow_id, (kind, body) = command["workflow_id"], command["command"]
+    current = state.executions.get(workflow_id)
+    now_ms += _clock_offset_ms(current, kind, body)
     if kind in _STARTS:
-        transition = _STARTS[kind](state.executions.get(workflow_id), workflow_id, body, command["identity"], now_ms, partition, offset)
+        transition = _STARTS[kind](current, workflow_id, body, command["identity"], now_ms, partition, offset)
     else:
-        execution = state.executions.get(workflow_id)
-        if execution is None:
+        if current is None:
             raise Rejected("workflow execution not found", "WORKFLOW_NOT_FOUND")
-        transition = decide(execution, kind, body, command["identity"], now_ms)
+        transition = decide(current, kind, body, command["identity"], now_ms)
     return within_record_limit(transition, kind)
+
+
+def _clock_offset_ms(current: Execution | None, kind: str, body: Record) -> int:
+    """The clock the command is decided on (docs/decisions/0006-time-skipping.md): the one a start
+    gives the run it starts, else the workflow id's current run's; 0 unless time is skipped."""
+    if kind in _STARTS_A_RUN and (current is None or current.status != RUNNING):
+        start = body["start"] if kind in WITH_START else body
+        return int(start.get("clock_offset_ms", 0))
+    return current.clock_offset_ms if current is not None else 0
 
 
 def request_id_of(kind: str, body: Record) -> str:

@@ -463,7 +463,8 @@ def activity_task_effect(ex: Execution, activity: ActivityState, *, redispatched
         "scheduled_time_ms": activity.scheduled_time_ms,
         "heartbeat_timeout_ms": activity.heartbeat_timeout_ms,
         "heartbeat_details": activity.heartbeat["details"] if activity.heartbeat else [],
-        "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout if timeout else 0,
+        # In wall-clock time: the worker and matching compare it with their clocks.
+        "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout - ex.clock_offset_ms if timeout else 0,
         "header": activity.header, "redispatched": redispatched,
     }
 

@@ -19,6 +19,7 @@ from kadence.protocol.records import (
     StartChildWorkflowExecutionFailed,
     StartChildWorkflowExecutionInitiated,
 )
+from services.history.machine import clock
 from services.history.machine.effects import outbound
 from services.history.machine.execution import RUNNING, ChildState, Execution, ExternalRequest, Pending
 from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
@@ -201,7 +202,7 @@ def _start_child(ex: Execution, event: HistoryEvent) -> Record:
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
         "initiated_by": {**_initiator(ex, event), "root_workflow_id": root_workflow_id, "root_run_id": root_run_id},
-        "header": attrs.get("header", {}), "memo": attrs.get("memo", {}),
+        "header": attrs.get("header", {}), "memo": attrs.get("memo", {}), **clock.for_started_run(ex),
     }
 
 

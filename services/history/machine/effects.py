@@ -28,9 +28,11 @@ def timer_id(ex: Execution, kind: str, scheduled_event_id: int, attempt: int) ->
 
 
 def timer(ex: Execution, kind: str, fire_at_ms: int, scheduled_event_id: int, attempt: int) -> Effect:
+    """A timer due at `fire_at_ms` in the run's time, which the timer service is told in wall-clock
+    time: less the run's clock offset, zero unless the run skips time (machine/clock.py)."""
     return (EffectType.Timer, {
         "timer_id": timer_id(ex, kind, scheduled_event_id, attempt), "kind": kind,
-        "fire_at_ms": fire_at_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
+        "fire_at_ms": fire_at_ms - ex.clock_offset_ms, "scheduled_event_id": scheduled_event_id, "attempt": attempt,
     })
 
 

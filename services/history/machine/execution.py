@@ -90,6 +90,16 @@ class WorkflowTaskState:
 
 
 @dataclass
+class TimeSkipping:
+    """Whether the run's clock may jump while nothing is in flight (docs/decisions/0006-time-skipping.md)."""
+
+    enabled: bool
+    until_ms: int = 0  # the fast-forward's bound, in the run's virtual time; 0: none
+    request_id: str = ""  # the update that set the bound: its sender waits for the skip that reaches it
+    disable_propagation: bool = False
+
+
+@dataclass
 class Execution:
     workflow_id: str
     run_id: str
@@ -116,6 +126,9 @@ class Execution:
     # A schedule's definition and what it has done (machine/schedule.py); None for a run.
     schedule: Schedule | None = None
     schedule_info: ScheduleInfo | None = None
+    # The run's clock: its commands are decided at the log-append time plus this (machine/clock.py).
+    clock_offset_ms: int = 0
+    time_skipping: TimeSkipping | None = None
     # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
     pending_queries: list[Record] = field(default_factory=list, compare=False)
 
@@ -157,11 +170,19 @@ def execution_from_start(workflow_id: str, run_id: str, started: HistoryEvent) -
             "workflow_id": attrs["parent_workflow_id"], "run_id": attrs["parent_run_id"],
             "initiated_event_id": attrs["parent_initiated_event_id"],
         }
+    skipping = attrs.get("time_skipping")
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
         workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"], parent=parent,
-        scheduled_by=attrs.get("scheduled_by"),
+        scheduled_by=attrs.get("scheduled_by"), clock_offset_ms=attrs.get("clock_offset_ms", 0),
+        time_skipping=None if skipping is None else TimeSkipping(
+            skipping["enabled"], _bound(started, skipping["fast_forward_ms"]), disable_propagation=skipping["disable_propagation"],
+        ),
     )
+
+
+def _bound(started: HistoryEvent, fast_forward_ms: int) -> int:
+    return started["event_time_ms"] + fast_forward_ms if fast_forward_ms else 0
 
 
 def closed_execution(workflow_id: str, run_id: str, status: str, start_request_id: str) -> Execution:

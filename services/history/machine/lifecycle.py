@@ -25,7 +25,7 @@ from kadence.protocol.records import (
     WorkflowExecutionStarted,
     WorkflowTaskScheduled,
 )
-from services.history.machine import child, messages
+from services.history.machine import child, clock, messages
 from services.history.machine.effects import answer, drop, outbound, scheduled_run_report, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
 from services.history.machine.limits import within_history_limit
@@ -62,6 +62,7 @@ def decide_start(
     problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
     if problem:
         raise Rejected(problem)
+    clock.check_start(start)
     return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
 
 
@@ -128,7 +129,7 @@ def _new_run(
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}), "memo": start.get("memo", {}), "scheduled_by": start.get("scheduled_by"),
-        "original_execution_run_id": "",
+        "original_execution_run_id": "", "time_skipping": start.get("time_skipping"), "clock_offset_ms": start.get("clock_offset_ms", 0),
     }))
     if first is not None:
         t.add(*first)
@@ -233,7 +234,7 @@ def close_event(t: Transition, kind: str, attrs: Mapping[str, Any]) -> EventAttr
     t.next_run = Transition(following, t.now_ms)
     t.next_run.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
         **started, "request_id": "", "continued_execution_run_id": ex.run_id, "initiator": "CRON_SCHEDULE", "original_execution_run_id": "",
-        "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms,
+        "first_workflow_task_backoff_ms": parse_cron(cron_schedule).next_after_ms(t.now_ms) - t.now_ms, **clock.inherited(ex, t.now_ms),
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return cast(EventAttributes, {**attrs, "new_execution_run_id": following.run_id})
@@ -266,7 +267,7 @@ def _continued_as_new_event(
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo, "scheduled_by": ex.scheduled_by,
-        "original_execution_run_id": "",
+        "original_execution_run_id": "", **clock.inherited(ex, t.now_ms),
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {

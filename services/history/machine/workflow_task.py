@@ -323,7 +323,7 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState, *, redispatched: 
     return {
         "task_queue": ex.task_queue, "workflow_type": ex.workflow_type,
         "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt, "first_event_id": known + 1, "history": history,
-        "redispatched": redispatched,
+        "redispatched": redispatched, "clock_offset_ms": ex.clock_offset_ms,
     }
 
 

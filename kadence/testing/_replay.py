@@ -1,5 +1,5 @@
-"""Testing workflow code: `Replayer` (kadence.worker's, here too for the code written against it
-before) and `workflows_in`, the workflows a module defines."""
+"""Replaying recorded histories: `Replayer` (kadence.worker's, here too for the code written
+against it before) and `workflows_in`, the workflows a module defines."""
 
 from __future__ import annotations
 
