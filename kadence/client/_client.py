@@ -95,6 +95,14 @@ class Client:
             impl = interceptor.intercept_client(impl)
         self._impl = impl
 
+    def with_interceptors(self, *interceptors: Interceptor) -> Client:
+        """A client to the same stack, with `interceptors` after this one's (as temporalio's test
+        environments clone a client's config to add theirs)."""
+        return Client(
+            self.settings, data_converter=self.data_converter, identity=self.identity, postgres_dsn=self._postgres_dsn,
+            interceptors=[*self.interceptors, *interceptors], runtime=self.runtime,
+        )
+
     @classmethod
     async def connect(
         cls, bootstrap_servers: str | None = None, *, namespace: str = "default", postgres_dsn: str | None = None,

@@ -83,6 +83,8 @@ class _ClientImpl(OutboundInterceptor):
             "search_attributes": {name: payloads.to_payload(value) for name, value in (input.search_attributes or {}).items()},
             "header": dict(input.headers),
             "memo": {key: payloads.to_payload(value) for key, value in (input.memo or {}).items()},
+            "time_skipping": None if input.time_skipping is None else input.time_skipping.record(),
+            "clock_offset_ms": input.clock_offset_ms,
         }
 
     async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from kadence.api.common.v1 import Payload
-from kadence.client._types import AsyncActivityIDReference, WorkflowUpdateStage
+from kadence.client._types import AsyncActivityIDReference, TimeSkippingConfig, WorkflowUpdateStage
 from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 
@@ -44,6 +44,10 @@ class StartWorkflowInput:
     rpc_timeout: timedelta | None
     request_eager_start: bool = False
     request_id: str = ""  # Kadence's: the start's idempotency key ("" draws a uuid4)
+    # The run's time skipping (temporalio's TimeSkipper stamps it in an interceptor), and where its
+    # clock starts ahead of this host's (a time-skipping test environment's clock).
+    time_skipping: TimeSkippingConfig | None = None
+    clock_offset_ms: int = 0
 
 
 @dataclasses.dataclass
@@ -156,6 +160,8 @@ class UpdateWithStartStartWorkflowInput:
     start_delay: timedelta | None
     headers: Mapping[str, Payload]
     ret_type: type | None
+    time_skipping: TimeSkippingConfig | None = None  # as StartWorkflowInput's
+    clock_offset_ms: int = 0
 
 
 @dataclasses.dataclass

@@ -129,6 +129,12 @@ def update_request_id(workflow_id: str, update_id: str) -> str:
     return f"update/{workflow_id}/{update_id}"
 
 
+def fast_forward_request_id(request_id: str) -> str:
+    """The outcome row written when a run's clock reached the bound of the fast-forward sent under
+    `request_id` (UpdateWorkflowTimeSkipping): what WorkflowEnvironment.fast_forward waits for."""
+    return f"fast-forward/{request_id}"
+
+
 def update_accepted_request_id(workflow_id: str, update_id: str) -> str:
     """The outcome row written when the workflow accepted an update (its validator passed): what
     start_update(wait_for_stage=ACCEPTED) waits for."""

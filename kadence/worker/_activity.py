@@ -76,6 +76,10 @@ def run_by_ms(dispatched: float, task_timeout: timedelta | None = None) -> float
 
 AttemptKey = tuple[str, int, int]  # run_id, scheduled_event_id, attempt
 
+# Why an attempt whose start history refused is cancelled: for history, it does not run (Temporal's
+# NotFound, which temporalio's heartbeat hears for an attempt that is no longer current).
+REFUSED = activity_module.ActivityCancellationDetails(not_found=True)
+
 # An attempt's report to history: the command that records how it ended.
 ActivityReport = (
     tuple[Literal["RespondActivityTaskCompleted"], RespondActivityTaskCompleted]
@@ -94,10 +98,10 @@ class _Attempt:
     job: asyncio.Task[None] | None = None
     refused: bool = False
 
-    def cancel(self) -> None:
+    def cancel(self, details: activity_module.ActivityCancellationDetails) -> None:
         """An async activity is cancelled where it awaits, a sync one raises CancelledError at its
         next heartbeat (as temporalio)."""
-        self.heartbeater.request_cancel()
+        self.heartbeater.request_cancel(details)
         if self.is_async and self.job is not None:
             self.job.cancel()
 
@@ -148,6 +152,7 @@ class ActivityWorker:
         self._attempts: dict[AttemptKey, _Attempt] = {}
         self._asked: collections.OrderedDict[AttemptKey, None] = collections.OrderedDict()  # starts sent, the latest last
         self._rate = _QueueShareRate(max_task_queue_activities_per_second)
+        self._worker_shutdown = activity_module._Event()  # what activity.is_worker_shutdown() and the like read
 
     @property
     def types(self) -> list[str]:
@@ -170,6 +175,7 @@ class ActivityWorker:
                     if isinstance(outcome, Exception):
                         log.error("event=activity_start_not_sent task_queue=%s error=%r", self.task_queue, str(outcome))
                 store_offsets(consumer, messages)
+            self._worker_shutdown.set()  # before the grace period, as temporalio: activities may wind down in it
             await self._drain_activities(self._running)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
@@ -272,7 +278,7 @@ class ActivityWorker:
         del self._attempts[key]
         displaced.refused = True
         displaced.heartbeater.close()
-        displaced.cancel()
+        displaced.cancel(REFUSED)
 
     def _run_started(
         self, task: Task, request_id: str, answer: asyncio.Future[CommandOutcome], started: asyncio.Future[Message],
@@ -316,7 +322,7 @@ class ActivityWorker:
                  task["workflow_id"], task["run_id"], at["activity_type"], at["attempt"], running, outcome.cause, outcome.reason)
         attempt.refused = True
         if running:
-            attempt.cancel()
+            attempt.cancel(REFUSED)
 
     async def _drain_activities(self, running: set[asyncio.Future[Any]]) -> None:
         """On shutdown, give running activities the grace period, then cancel them (as temporalio does)."""
@@ -332,7 +338,7 @@ class ActivityWorker:
         cancellation = activity_cancellation(task)
         attempt = self._attempts.get((task["run_id"], cancellation["scheduled_event_id"], cancellation["attempt"]))
         if attempt is not None:  # else finished already, or running elsewhere
-            attempt.cancel()
+            attempt.cancel(activity_module.ActivityCancellationDetails(cancel_requested=True))
 
     async def _run_activity(
         self, task: Task, attempt: _Attempt, started: asyncio.Future[Message], answer: asyncio.Future[CommandOutcome],
@@ -441,11 +447,15 @@ class ActivityWorker:
         for interceptor in reversed(self._interceptors):
             inbound = interceptor.intercept_activity(inbound)
         inbound.init(_ActivityOutboundImpl(context[activity_module._current_info], heartbeat or ignore_heartbeat))
-        context.run(activity_module._current_info.set, root.outbound.info())
-        context.run(activity_module._current_heartbeat.set, root.outbound.heartbeat)
-        context.run(activity_module._current_payload_converter.set, self.client.data_converter.payload_converter)
-        context.run(activity_module._current_metric_meter.set, self.client.runtime.metric_meter.with_additional_attributes(
-            self._context.metric_attributes(activity_type=activity_type)))
+        activity_module._fill_context(
+            context, info=root.outbound.info(), heartbeat=root.outbound.heartbeat,
+            payload_converter=self.client.data_converter.payload_converter,
+            metric_meter=self.client.runtime.metric_meter.with_additional_attributes(self._context.metric_attributes(activity_type=activity_type)),
+            # A local activity's is never requested: it is stopped by cancelling its task.
+            cancellation=heartbeat.cancellation if heartbeat is not None else activity_module._Cancellation(),
+            worker_shutdown=self._worker_shutdown, client=self.client if definition.is_async else None,
+            thread_cancel_shield=None,  # a sync attempt sees its cancellation at its next heartbeat, not raised in its thread
+        )
         execution = ExecuteActivityInput(
             fn=definition.fn, args=args, executor=None if definition.is_async else self._executor,
             headers={name: Payload.of(payload) for name, payload in header.items()},

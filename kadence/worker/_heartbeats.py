@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
+from kadence import activity as activity_module
 from kadence.exceptions import CancelledError
 from kadence.protocol.names import CommandType
 from kadence.protocol.records import RecordActivityTaskHeartbeat, Task
@@ -39,11 +40,15 @@ class Heartbeater:
         self._pending: tuple[Any, ...] | None = None
         self._scheduled: asyncio.TimerHandle | None = None
         self._shared_cancel: threading.Event | None = None  # the attempt runs in another process
-        self.cancel_requested = False
+        self.cancellation = activity_module._Cancellation()  # what activity.is_cancelled() and the like read
 
-    def request_cancel(self) -> None:
-        """The workflow asked to cancel the attempt: its next heartbeat raises CancelledError."""
-        self.cancel_requested = True
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancellation.is_set()
+
+    def request_cancel(self, details: activity_module.ActivityCancellationDetails) -> None:
+        """The attempt is cancelled (`details` say why): its next heartbeat raises CancelledError."""
+        self.cancellation.request(details)
         if self._shared_cancel is not None:
             self._shared_cancel.set()
 

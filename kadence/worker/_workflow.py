@@ -65,6 +65,12 @@ HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 
 
+def run_clock_ms(task: Task) -> int:
+    """The time on the clock of the workflow task's run: this host's, plus the run's offset when it
+    skips time (docs/decisions/0006-time-skipping.md). It becomes workflow.now() and the task's start."""
+    return int(time.time() * 1000) + workflow_task(task).get("clock_offset_ms", 0)
+
+
 def _activity_task(task: Task, attrs: ScheduleActivityTask, scheduled_event_id: int, now_ms: int) -> Task:
     """An eager attempt's task, as history's dispatch would make it (its payloads copied: sending
     the completion runs the payload codec over the command's in place)."""
@@ -152,7 +158,7 @@ class WorkflowWorker:
             elif task["task"][0] == EffectType.QueryTask:
                 deliveries.append((task, asyncio.ensure_future(self._answer_query(task, problem))))
             else:  # failed with its start, so history records why (a task never started takes no failure)
-                deliveries.append((task, self._fail_workflow_task(task, problem, self._hold_start(task, int(time.time() * 1000)))))
+                deliveries.append((task, self._fail_workflow_task(task, problem, self._hold_start(task, run_clock_ms(task)))))
         earlier = await self._earlier_events([task for task, _ in tasks if self._lacks(task) is not None])
         for task, msg in tasks:
             with tracing.hop(f"worker {task['task'][0]}", msg.headers(), timestamp_ms=msg.timestamp()[1], attributes={
@@ -187,13 +193,13 @@ class WorkflowWorker:
         cached = self._cache.get(run_id)
         if cached is not None and cached.last_activated_task >= wt["scheduled_event_id"]:
             return []  # a duplicate dispatch of a task this worker already answered
-        started_time_ms = int(time.time() * 1000)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
+        started_time_ms = run_clock_ms(task)  # workflow.now() for this task, recorded as its WorkflowTaskStarted time
         attributes = self._context.metric_attributes(workflow_type=wt["workflow_type"])
         self._context.metrics.workflow_task_queue_poll_succeed.add(1, attributes)
         (self._context.metrics.sticky_cache_hit if cached is not None else self._context.metrics.sticky_cache_miss).add(1, attributes)
         # From when history dispatched it (the task record's time): a re-dispatched task counts from its re-dispatch.
         self._context.metrics.workflow_task_schedule_to_start_latency.record(
-            timedelta(milliseconds=max(0.0, started_time_ms - dispatched)), attributes)
+            timedelta(milliseconds=max(0.0, time.time() * 1000 - dispatched)), attributes)
         accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
         start = self._hold_start(task, started_time_ms, accepted)
         try:
@@ -381,7 +387,7 @@ class WorkflowWorker:
         """The task's execution latency, and how the run closed if it did, into the SDK's metrics."""
         metrics = self._context.metrics
         attributes = self._context.metric_attributes(workflow_type=workflow_task(task)["workflow_type"])
-        now_ms = time.time() * 1000
+        now_ms = run_clock_ms(task)  # task_started_ms is on the run's clock
         metrics.workflow_task_execution_latency.record(timedelta(milliseconds=max(0.0, now_ms - instance.task_started_ms)), attributes)
         closed = next((kind for kind, _ in commands if kind in CLOSE_COMMANDS), None)
         match closed:
@@ -410,7 +416,7 @@ class WorkflowWorker:
         wt = workflow_task(task)
         if any(kind in CLOSE_COMMANDS for kind, _ in commands) or instance.has_pending_activities() or wt["attempt"] > 1:
             return commands, []
-        now_ms = int(time.time() * 1000)
+        now_ms = run_clock_ms(task)  # the attempts' scheduled time, on the run's clock as history's is
         sent, attempts = list(commands), []
         scheduled_event_id = wt["scheduled_event_id"] + 3
         for index, command in enumerate(commands):

@@ -20,6 +20,7 @@ from kadence.protocol.read_model import (
     OUTCOME_CHANNEL,
     VISIBILITY_DDL,
     CommandOutcome,
+    fast_forward_request_id,
     memo_json,
     update_accepted_request_id,
     update_request_id,
@@ -197,6 +198,8 @@ class VisibilityProjector(Projection):
                     result = self.payloads.encode(payload) if (payload := completed.get("result")) else None
                     failure = self.failures.encode(reason) if (reason := completed.get("failure")) else None
                     rows.outcomes.append((update_request_id(key[0], completed["update_id"]), *key, True, None, None, result, failure))
+                case ("WorkflowExecutionTimeSkipped", skipped) if skipped.get("bound_reached") and skipped.get("request_id"):
+                    rows.outcomes.append((fast_forward_request_id(skipped["request_id"]), *key, True, None, None, None, None))
                 case ("WorkflowExecutionUpdateRejected", rejected):
                     rows.outcomes.append((update_request_id(key[0], rejected["update_id"]), *key, False, "UPDATE_REJECTED",
                                           rejected["failure"]["message"], None, self.failures.encode(rejected["failure"])))
