@@ -168,3 +168,20 @@ def test_a_start_with_time_skipping_is_refused_where_the_server_does_not_allow_i
     })}, NOW, 0, 0)
     assert written.rejected is not None and "time skipping is off on this server" in str(written.rejected)
     assert "order-1" not in state.executions
+
+
+def test_a_parent_s_skipping_reaches_its_children_and_its_clock_catches_up_with_theirs() -> None:
+    run = Run(time_skipping={**SKIPPING, "enabled": False})
+    run.complete_task(2, ("StartChildWorkflowExecution", {**CHILD}))
+    updated = run.send("UpdateWorkflowTimeSkipping", {"run_id": run.run_id, "request_id": "unlock", "time_skipping": SKIPPING})
+    (effect,) = [e for k, e in updated["effects"] if k == "OutboundCommand"]
+    target, kind, body = decode_outbound(effect)
+    assert (target, kind, body["time_skipping"]["enabled"]) == (CHILD["workflow_id"], "UpdateWorkflowTimeSkipping", True)
+    closed = run.send("RecordChildExecutionClosed", {
+        "run_id": run.run_id, "initiated_event_id": 5, "child_run_id": "child-run", "status": "Completed", "result": None,
+        "failure": None, "details": [], "retry_state": "RETRY_POLICY_NOT_SET", "clock_offset_ms": 10 * DAY_MS,
+    })
+    assert event_types(closed)[:2] == ["WorkflowExecutionTimeSkipped", "ChildWorkflowExecutionStarted"]
+    assert closed["events"][0]["attributes"][1]["skipped_ms"] == 10 * DAY_MS
+    assert closed["events"][-1]["event_time_ms"] == run.wall_ms + 10 * DAY_MS
+    assert run.execution.clock_offset_ms == 10 * DAY_MS

@@ -427,6 +427,9 @@ class RecordChildExecutionClosed(TypedDict):
     failure: NotRequired[Failure | None]
     details: NotRequired[list[Payload]]
     retry_state: NotRequired[str]
+    # The child run's clock offset when it closed: a parent that skips time and is behind it catches up
+    # (docs/decisions/0006-time-skipping.md).
+    clock_offset_ms: NotRequired[int]
 
 
 class RecordExternalRequestOutcome(TypedDict):

@@ -139,6 +139,7 @@ def _close_recorded(ex: Execution, cmd: RecordChildExecutionClosed, identity: st
     if status not in CHILD_RESULT_FOR_STATUS or (status == "Failed" and cmd.get("failure") is None):
         raise Rejected(f"child close status {status!r}: expected one of {sorted(CHILD_RESULT_FOR_STATUS)}, Failed with its failure")
     t = Transition(ex, now_ms)
+    clock.catch_up(t, cmd.get("clock_offset_ms", 0))
     if not child.run_id:  # the start's answer is missing: the close implies it
         _record_child_started(t, child, cmd["child_run_id"])
     # The ids every child result event has, and the fields of the status's own (_CLOSE_FIELDS).
@@ -243,6 +244,7 @@ def close_report(ex: Execution, kind: str, attrs: Record) -> Effect:
         "run_id": ex.parent["run_id"], "initiated_event_id": ex.parent["initiated_event_id"], "child_run_id": ex.run_id,
         "status": status, "result": attrs.get("result"), "failure": attrs.get("failure"),
         "details": attrs["details"] if status == "Canceled" else [], "retry_state": attrs.get("retry_state", "RETRY_POLICY_NOT_SET"),
+        "clock_offset_ms": ex.clock_offset_ms,
     })
 
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from kadence.protocol.names import CommandType, EventType, TimerKind
 from kadence.protocol.records import TimeoutFired, TimeSkipping, UpdateWorkflowTimeSkipping
 from kadence.protocol.settings import SettingError
-from services.history.machine.effects import timer
+from services.history.machine.effects import outbound, timer
 from services.history.machine.execution import RUNNING, Execution, Pending
 from services.history.machine.execution import TimeSkipping as SkippingState
 from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
@@ -222,15 +222,47 @@ def _event(ex: Execution, event_id: int) -> HistoryEvent:
     return event
 
 
+def catch_up(t: Transition, clock_offset_ms: int) -> None:
+    """A run that skips time hears of a run whose clock is ahead (its child's close): its own clock
+    jumps there first, so time never runs backwards from cause to effect."""
+    ex = t.execution
+    if ex.time_skipping is None or clock_offset_ms <= ex.clock_offset_ms:
+        return
+    skipped_ms = clock_offset_ms - ex.clock_offset_ms
+    t.add(EventType.WorkflowExecutionTimeSkipped, {"skipped_ms": skipped_ms, "bound_reached": False, "request_id": ""})
+    t.now_ms += skipped_ms  # the events after the jump are on the new clock
+
+
 # ---- effects
 
 
 def _on_skipped(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
-    """Every pending timer again, at its wall-clock time under the new offset: the due one fires at once."""
-    return [timer(ex, kind, fire_at, sid, attempt) for kind, fire_at, sid, attempt in pending_timers(ex)]
+    """Every pending timer again, at its wall-clock time under the new offset: the due one fires at
+    once. A fast-forward's end stops the children skipping too."""
+    effects = [timer(ex, kind, fire_at, sid, attempt) for kind, fire_at, sid, attempt in pending_timers(ex)]
+    return effects + _propagated(ex, event) if attributes(event)["bound_reached"] else effects
 
 
-EFFECTS: dict[str, EffectsOf] = {EventType.WorkflowExecutionTimeSkipped: _on_skipped}
+def _on_updated(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
+    """The run's children skip (or stop) as it does: a test awaiting a parent's result waits for its children too."""
+    return _propagated(ex, event)
+
+
+def _propagated(ex: Execution, event: HistoryEvent) -> list[Effect]:
+    """UpdateWorkflowTimeSkipping to each child the run has pending, with the run's skipping as the
+    event leaves it (no bound: the parent's own bound stops them), unless it disables propagation."""
+    ts = ex.time_skipping
+    if ts is None or ts.disable_propagation:
+        return []
+    setting: TimeSkipping = {"enabled": ts.enabled, "fast_forward_ms": 0, "disable_propagation": False}
+    return [outbound(child.workflow_id, CommandType.UpdateWorkflowTimeSkipping, {
+        "run_id": child.run_id, "request_id": f"{ex.run_id}/{event['event_id']}/{initiated}", "time_skipping": setting,
+    }) for initiated, child in sorted(ex.children.items())]
+
+
+EFFECTS: dict[str, EffectsOf] = {
+    EventType.WorkflowExecutionTimeSkipped: _on_skipped, EventType.WorkflowExecutionTimeSkippingUpdated: _on_updated,
+}
 
 
 def skip_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
