@@ -98,7 +98,7 @@ async def test_update_with_start_starts_a_run_or_updates_the_running_one(stack: 
 
 async def test_an_update_with_start_refused_outright_says_why(client: Client, task_queue: str) -> None:
     with pytest.raises(ValueError, match="WorkflowIDConflictPolicy is required"):
-        WithStartWorkflowOperation(TallyWorkflow.run, "tally", id="x", task_queue=task_queue, id_conflict_policy=None)  # type: ignore[arg-type]
+        WithStartWorkflowOperation(TallyWorkflow.run, "tally", id="x", task_queue=task_queue, id_conflict_policy=None)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="no cron_schedule nor start_delay"):
         WithStartWorkflowOperation(TallyWorkflow.run, "tally", id="x", task_queue=task_queue,
                                    id_conflict_policy=WorkflowIDConflictPolicy.FAIL, cron_schedule="@hourly")

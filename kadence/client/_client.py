@@ -12,7 +12,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Concatenate, cast, overload
 
 from confluent_kafka import Message
 
@@ -56,7 +56,9 @@ from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.runtime import Runtime
+from kadence.types import LocalReturnType, MethodAsyncNoParam, MethodAsyncSingleParam, MultiParamSpec, ParamType, ReturnType, SelfType
 from kadence.visibility import WorkflowExecution
+from kadence.workflow import UpdateMethodMultiParam
 
 log = logging.getLogger("kadence.client")
 ANSWERED_BEFORE_LOOKUP_S = 1.0  # a request's answer neither replied nor announced by then is looked up in the read model
@@ -133,6 +135,66 @@ class Client:
             postgres_dsn=postgres_dsn, interceptors=interceptors, runtime=runtime,
         )
 
+    @overload
+    async def start_workflow(
+        self, workflow: MethodAsyncNoParam[SelfType, ReturnType], *,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def start_workflow(
+        self, workflow: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, *,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def start_workflow(
+        self, workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def start_workflow(
+        self, workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, Any]: ...
+
+    @overload
+    async def start_workflow(
+        self, workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[Any, Any]: ...
+
     async def start_workflow(
         self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (),
         id: str, task_queue: str, result_type: type | None = None, request_id: str = "",
@@ -148,7 +210,7 @@ class Client:
         start_delay: timedelta | None = None,
         cron_schedule: str = "",
         request_eager_start: bool = False,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any, Any]:
         """Produce a StartWorkflowExecution command and wait for the history service's answer: the new
         run (or, for a retried `request_id`, the run it already started), or WorkflowAlreadyStartedError.
         With `start_signal`, this is signal-with-start: the running run gets the signal, or a new
@@ -160,7 +222,9 @@ class Client:
         values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's).
         `request_eager_start` is taken and passed to the interceptors, but the first workflow task
         still goes through the task queue (as Temporal starts a workflow it cannot start eagerly:
-        docs/temporal-differences.md, "The client")."""
+        docs/temporal-differences.md, "The client").
+        The handle is of the workflow's class and result type (WorkflowHandle[MyWorkflow, MyResult])
+        when `workflow` is its run method."""
         if cron_schedule:
             parse_cron(cron_schedule)  # a clear CronError here, not a rejection from history
         definition = workflow_module.definition(workflow)
@@ -176,20 +240,106 @@ class Client:
             ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_eager_start=request_eager_start, request_id=request_id,
         ))
 
+    @overload
+    async def signal_with_start(
+        self, workflow: MethodAsyncNoParam[SelfType, ReturnType], *,
+        signal: Callable[..., Any] | str, signal_args: Sequence[Any] = (),
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def signal_with_start(
+        self, workflow: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, *,
+        signal: Callable[..., Any] | str, signal_args: Sequence[Any] = (),
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def signal_with_start(
+        self, workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+        signal: Callable[..., Any] | str, signal_args: Sequence[Any] = (),
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, ReturnType]: ...
+
+    @overload
+    async def signal_with_start(
+        self, workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        signal: Callable[..., Any] | str, signal_args: Sequence[Any] = (),
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[SelfType, Any]: ...
+
+    @overload
+    async def signal_with_start(
+        self, workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        signal: Callable[..., Any] | str, signal_args: Sequence[Any] = (),
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> WorkflowHandle[Any, Any]: ...
+
     async def signal_with_start(
         self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, signal: Callable[..., Any] | str,
         signal_args: Sequence[Any] = (), **options: Any,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any, Any]:
         """Signal the running run of the workflow id, or start one (with start_workflow's options)
         that gets the signal first: start_workflow(..., start_signal=..., start_signal_args=...)."""
-        return await self.start_workflow(
+        # Its overloads checked the arguments: start_workflow's implementation takes them as they come.
+        return await cast(Callable[..., Any], self.start_workflow)(
             workflow, arg, start_signal=workflow_module.signal_name(signal), start_signal_args=signal_args, **options,
         )
 
+    @overload
     async def start_update_with_start_workflow(
-        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation,
+        self, update: UpdateMethodMultiParam[[SelfType], LocalReturnType], *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], wait_for_stage: WorkflowUpdateStage, id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update_with_start_workflow(
+        self, update: UpdateMethodMultiParam[[SelfType, ParamType], LocalReturnType], arg: ParamType, *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], wait_for_stage: WorkflowUpdateStage, id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update_with_start_workflow(
+        self, update: UpdateMethodMultiParam[Concatenate[SelfType, MultiParamSpec], LocalReturnType], *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], wait_for_stage: WorkflowUpdateStage,
+        args: Sequence[Any], id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update_with_start_workflow(
+        self, update: str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation[Any, Any],
         wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
-    ) -> WorkflowUpdateHandle:
+    ) -> WorkflowUpdateHandle[Any]: ...
+
+    async def start_update_with_start_workflow(
+        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation[Any, Any],
+        wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> WorkflowUpdateHandle[Any]:
         """Temporal's update-with-start: start the operation's workflow unless a run of its id is
         running (per its id_conflict_policy: USE_EXISTING takes that run, FAIL raises
         WorkflowAlreadyStartedError) and send it the update, in one command history applies in one
@@ -225,21 +375,108 @@ class Client:
             on_start_error(exc)
             raise
 
+    @overload
     async def execute_update_with_start_workflow(
-        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation,
+        self, update: UpdateMethodMultiParam[[SelfType], LocalReturnType], *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update_with_start_workflow(
+        self, update: UpdateMethodMultiParam[[SelfType, ParamType], LocalReturnType], arg: ParamType, *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update_with_start_workflow(
+        self, update: UpdateMethodMultiParam[Concatenate[SelfType, MultiParamSpec], LocalReturnType], *,
+        start_workflow_operation: WithStartWorkflowOperation[SelfType, Any], args: Sequence[Any], id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update_with_start_workflow(
+        self, update: str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation[Any, Any],
+        args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> Any: ...
+
+    async def execute_update_with_start_workflow(
+        self, update: Callable[..., Any] | str, arg: Any = UNSET, *, start_workflow_operation: WithStartWorkflowOperation[Any, Any],
         args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
     ) -> Any:
         """start_update_with_start_workflow, waiting for the update to complete: its result (or
-        WorkflowUpdateFailedError)."""
-        handle = await self.start_update_with_start_workflow(
+        WorkflowUpdateFailedError), of the update handler's return type."""
+        # Its overloads checked the arguments: start_update_with_start_workflow's implementation takes them as they come.
+        handle = await cast(Callable[..., Any], self.start_update_with_start_workflow)(
             update, arg, start_workflow_operation=start_workflow_operation, wait_for_stage=WorkflowUpdateStage.COMPLETED,
             args=args, id=id, result_type=result_type,
         )
         return await handle.result()
 
+    @overload
+    async def execute_workflow(
+        self, workflow: MethodAsyncNoParam[SelfType, ReturnType], *,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> ReturnType: ...
+
+    @overload
+    async def execute_workflow(
+        self, workflow: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, *,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> ReturnType: ...
+
+    @overload
+    async def execute_workflow(
+        self, workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> ReturnType: ...
+
+    @overload
+    async def execute_workflow(
+        self, workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> Any: ...
+
+    @overload
+    async def execute_workflow(
+        self, workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        id: str, task_queue: str, request_id: str = "", task_timeout: timedelta | None = None,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.FAIL,
+        start_signal: str | None = None, start_signal_args: Sequence[Any] = (),
+        memo: Mapping[str, Any] | None = None, search_attributes: dict[str, Any] | None = None, start_delay: timedelta | None = None,
+        cron_schedule: str = "", request_eager_start: bool = False,
+    ) -> Any: ...
+
     async def execute_workflow(self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, **options: Any) -> Any:
-        """start_workflow (with any of its options), then wait for the result."""
-        return await (await self.start_workflow(workflow, arg, **options)).result()
+        """start_workflow (with any of its options), then wait for the result: of the run method's
+        return type when `workflow` is the run method."""
+        # Its overloads checked the options: start_workflow's implementation takes them as they come.
+        return await (await cast(Callable[..., Any], self.start_workflow)(workflow, arg, **options)).result()
 
     def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> AsyncIterator[WorkflowExecution]:
         """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
@@ -255,12 +492,25 @@ class Client:
     def get_workflow_handle(
         self, workflow_id: str, *, run_id: str | None = None, first_execution_run_id: str | None = None,
         result_type: type | None = None,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any, Any]:
         """A handle on `run_id` (the current run without one); `first_execution_run_id` keeps
         cancel, terminate and updates to the runs of the chain that run started (as temporalio)."""
         return WorkflowHandle(
             self, workflow_id, run_id=run_id, result_run_id=run_id, first_execution_run_id=first_execution_run_id,
             result_type=result_type,
+        )
+
+    def get_workflow_handle_for(
+        self, workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], workflow_id: str, *,
+        run_id: str | None = None, first_execution_run_id: str | None = None,
+    ) -> WorkflowHandle[SelfType, ReturnType]:
+        """get_workflow_handle, typed by the workflow's run method (`MyWorkflow.run`), as temporalio's:
+        result() decodes to, and is typed as, its return type; signal, query and updates take the
+        class's handlers."""
+        found = workflow_module.definition(workflow)
+        return self.get_workflow_handle(
+            workflow_id, run_id=run_id, first_execution_run_id=first_execution_run_id,
+            result_type=None if isinstance(found, str) else found.result_type(),
         )
 
     async def create_schedule(

@@ -14,7 +14,7 @@ import functools
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Concatenate, Generic, Protocol, cast, overload
 
 import psycopg
 
@@ -52,7 +52,21 @@ from kadence.protocol.names import CommandType
 from kadence.protocol.postgres import until_answered
 from kadence.protocol.read_model import CommandOutcome, update_request_id
 from kadence.protocol.task_token import TaskToken
+from kadence.types import (
+    HandleLocalReturnType,
+    HandleReturnType,
+    HandleSelfType,
+    LocalReturnType,
+    MethodAsyncNoParam,
+    MethodAsyncSingleParam,
+    MethodSyncOrAsyncNoParam,
+    MethodSyncOrAsyncSingleParam,
+    MultiParamSpec,
+    ParamType,
+    SelfType,
+)
 from kadence.visibility import WorkflowExecution, WorkflowHistory, fetch_events, find_execution
+from kadence.workflow import UpdateMethodMultiParam
 
 # How long result() of a run this client started waits for its close on kadence.replies before it
 # asks the read model too: the reply comes within milliseconds unless it was lost (the history
@@ -106,11 +120,14 @@ class HandleClient(Protocol):
     async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None, str | None]: ...
 
 
-class WorkflowHandle:
+class WorkflowHandle(Generic[HandleSelfType, HandleReturnType]):
     """As temporalio.client.WorkflowHandle: `run_id` pins signals, queries, updates, describe,
     cancel and terminate to one run (None: the current run); `result_run_id` is the run result()
     starts from; `first_execution_run_id` keeps cancel, terminate and updates to the current run
-    of the chain (continue-as-new) that run started."""
+    of the chain (continue-as-new) that run started.
+    Of the workflow's class and its run method's return type (WorkflowHandle[MyWorkflow, MyResult],
+    from the run method start_workflow was given): result() is of that type, and signal, query and
+    updates take the class's handlers and their arguments."""
 
     def __init__(
         self, client: HandleClient, id: str, *, run_id: str | None = None, result_run_id: str | None = None,
@@ -204,6 +221,23 @@ class WorkflowHandle:
             return False
         return status == "ContinuedAsNew"
 
+    @overload
+    async def signal(self, signal: MethodSyncOrAsyncNoParam[HandleSelfType, None], *, request_id: str = "") -> None: ...
+
+    @overload
+    async def signal(
+        self, signal: MethodSyncOrAsyncSingleParam[HandleSelfType, ParamType, None], arg: ParamType, *, request_id: str = "",
+    ) -> None: ...
+
+    @overload
+    async def signal(
+        self, signal: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[None] | None], *, args: Sequence[Any],
+        request_id: str = "",
+    ) -> None: ...
+
+    @overload
+    async def signal(self, signal: str, arg: Any = UNSET, *, args: Sequence[Any] = (), request_id: str = "") -> None: ...
+
     async def signal(
         self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), request_id: str = "",
     ) -> None:
@@ -216,7 +250,7 @@ class WorkflowHandle:
             request_id=request_id,
         ))
 
-    async def result(self, *, follow_runs: bool = True) -> Any:
+    async def result(self, *, follow_runs: bool = True) -> HandleReturnType:
         """Wait for the run to close; its result, or WorkflowFailureError with the cause. With
         `follow_runs`, a run that continued as new, or a cron run followed by the next, is followed
         to the run that ends the chain.
@@ -265,6 +299,29 @@ class WorkflowHandle:
             run_id = next_run_id
         return status, codec("Payload").decode(result) if result else None, codec("Failure").decode(failure) if failure else None
 
+    @overload
+    async def query(
+        self, query: MethodSyncOrAsyncNoParam[HandleSelfType, LocalReturnType], *, timeout: timedelta = timedelta(seconds=30),
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def query(
+        self, query: MethodSyncOrAsyncSingleParam[HandleSelfType, ParamType, LocalReturnType], arg: ParamType, *,
+        timeout: timedelta = timedelta(seconds=30),
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def query(
+        self, query: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[LocalReturnType] | LocalReturnType], *,
+        args: Sequence[Any], timeout: timedelta = timedelta(seconds=30),
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def query(
+        self, query: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+        timeout: timedelta = timedelta(seconds=30),
+    ) -> Any: ...
+
     async def query(
         self, query: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
         timeout: timedelta = timedelta(seconds=30),
@@ -280,10 +337,34 @@ class WorkflowHandle:
             reject_condition=None, headers={}, ret_type=result_type, rpc_metadata={}, rpc_timeout=timeout,
         ))
 
+    @overload
+    async def start_update(
+        self, update: UpdateMethodMultiParam[[HandleSelfType], LocalReturnType], *, wait_for_stage: WorkflowUpdateStage,
+        id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update(
+        self, update: UpdateMethodMultiParam[[HandleSelfType, ParamType], LocalReturnType], arg: ParamType, *,
+        wait_for_stage: WorkflowUpdateStage, id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update(
+        self, update: UpdateMethodMultiParam[Concatenate[HandleSelfType, MultiParamSpec], LocalReturnType], *,
+        wait_for_stage: WorkflowUpdateStage, args: Sequence[Any], id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]: ...
+
+    @overload
+    async def start_update(
+        self, update: str, arg: Any = UNSET, *, wait_for_stage: WorkflowUpdateStage, args: Sequence[Any] = (),
+        id: str | None = None, result_type: type | None = None,
+    ) -> WorkflowUpdateHandle[Any]: ...
+
     async def start_update(
         self, update: Callable[..., Any] | str, arg: Any = UNSET, *, wait_for_stage: WorkflowUpdateStage,
         args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
-    ) -> WorkflowUpdateHandle:
+    ) -> WorkflowUpdateHandle[Any]:
         """Send an update and return its handle once it reached `wait_for_stage`: ACCEPTED (its
         validator passed, or it was rejected: result() then raises) or COMPLETED. ADMITTED is refused,
         as temporalio refuses it. Raises CommandRejectedError if the workflow is closed or unknown,
@@ -297,6 +378,27 @@ class WorkflowHandle:
             ret_type=result_type, rpc_metadata={}, rpc_timeout=None,
         ))
 
+    @overload
+    async def execute_update(
+        self, update: UpdateMethodMultiParam[[HandleSelfType], LocalReturnType], *, id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update(
+        self, update: UpdateMethodMultiParam[[HandleSelfType, ParamType], LocalReturnType], arg: ParamType, *, id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update(
+        self, update: UpdateMethodMultiParam[Concatenate[HandleSelfType, MultiParamSpec], LocalReturnType], *, args: Sequence[Any],
+        id: str | None = None,
+    ) -> LocalReturnType: ...
+
+    @overload
+    async def execute_update(
+        self, update: str, arg: Any = UNSET, *, args: Sequence[Any] = (), id: str | None = None, result_type: type | None = None,
+    ) -> Any: ...
+
     async def execute_update(
         self, update: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), id: str | None = None,
         result_type: type | None = None,
@@ -304,18 +406,21 @@ class WorkflowHandle:
         """Run an update handler in the workflow and wait for its result. Raises
         WorkflowUpdateFailedError if its validator rejected it or it failed, CommandRejectedError if
         the workflow is closed or unknown. An update sent again with the same `id` runs once."""
-        handle = await self.start_update(
+        # Its overloads checked the arguments: start_update's implementation takes them as they come.
+        handle = await cast(Callable[..., Any], self.start_update)(
             update, arg, args=args, id=id, result_type=result_type, wait_for_stage=WorkflowUpdateStage.COMPLETED,
         )
         return await handle.result()
 
-    def get_update_handle(self, id: str, *, workflow_run_id: str | None = None, result_type: type | None = None) -> WorkflowUpdateHandle:
+    def get_update_handle(
+        self, id: str, *, workflow_run_id: str | None = None, result_type: type | None = None,
+    ) -> WorkflowUpdateHandle[Any]:
         """A handle to an update sent earlier (by any client), to wait for its result."""
         return WorkflowUpdateHandle(self.client, id, self.id, workflow_run_id=workflow_run_id or self.run_id, result_type=result_type)
 
     def get_update_handle_for(
-        self, update: Callable[..., Any], id: str, *, workflow_run_id: str | None = None,
-    ) -> WorkflowUpdateHandle:
+        self, update: UpdateMethodMultiParam[Any, LocalReturnType], id: str, *, workflow_run_id: str | None = None,
+    ) -> WorkflowUpdateHandle[LocalReturnType]:
         """get_update_handle with the result type of the update handler `update`."""
         workflow_module.update_name(update)  # an update handler, or TypeError
         return self.get_update_handle(id, workflow_run_id=workflow_run_id, result_type=type_hints(update).get("return"))
@@ -376,7 +481,7 @@ class WorkflowHandle:
     async def reset(
         self, *, event_id: int = 0, reset_type: ResetType | str | None = None, reason: str = "",
         reapply_exclude_types: Sequence[ResetReapplyExcludeType] = (), request_id: str = "",
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[HandleSelfType, HandleReturnType]:
         """Reset the run (Kadence's; temporalio has only the raw ResetWorkflowExecution RPC, and
         Temporal's CLI `temporal workflow reset`): a new run of the workflow id goes on from the end
         of a workflow task of this run (`event_id`, a WorkflowTaskCompleted, Failed or TimedOut; or
@@ -462,12 +567,66 @@ def update_name_and_result_type(update: Callable[..., Any] | str, result_type: t
     return workflow_module.update_name(update), result_type
 
 
-class WithStartWorkflowOperation:
+class WithStartWorkflowOperation(Generic[HandleSelfType, HandleReturnType]):
     """How to start the workflow of an update-with-start, as temporalio's: start_workflow's options,
     with `id_conflict_policy` required (USE_EXISTING sends the update to a running run, FAIL
     refuses while one runs, TERMINATE_EXISTING ends it and starts another). A cron schedule or a
     start delay is refused, as Temporal refuses them. Used once; `workflow_handle()` waits for the
-    request's answer: the handle on the run it left running, or the error that refused it."""
+    request's answer: the handle on the run it left running, or the error that refused it.
+    Of the workflow's class and result type, as start_workflow's handle: the update sent with it
+    must be of that class."""
+
+    @overload
+    def __init__(
+        self, workflow: MethodAsyncNoParam[HandleSelfType, HandleReturnType], *,
+        id: str, task_queue: str, id_conflict_policy: WorkflowIDConflictPolicy,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, workflow: MethodAsyncSingleParam[HandleSelfType, ParamType, HandleReturnType], arg: ParamType, *,
+        id: str, task_queue: str, id_conflict_policy: WorkflowIDConflictPolicy,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self, workflow: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[HandleReturnType]], *, args: Sequence[Any],
+        id: str, task_queue: str, id_conflict_policy: WorkflowIDConflictPolicy,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WithStartWorkflowOperation[SelfType, Any], workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (),
+        result_type: type | None = None,
+        id: str, task_queue: str, id_conflict_policy: WorkflowIDConflictPolicy,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: WithStartWorkflowOperation[Any, Any], workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (),
+        result_type: type | None = None,
+        id: str, task_queue: str, id_conflict_policy: WorkflowIDConflictPolicy,
+        execution_timeout: timedelta | None = None, run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+        id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE, cron_schedule: str = "",
+        memo: Mapping[str, Any] | None = None, search_attributes: Mapping[str, Any] | None = None,
+        start_delay: timedelta | None = None,
+    ) -> None: ...
 
     def __init__(
         self, workflow: type | Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = (), id: str, task_queue: str,
@@ -493,17 +652,18 @@ class WithStartWorkflowOperation:
             search_attributes=search_attributes, static_summary=None, static_details=None, start_delay=start_delay, headers={},
             ret_type=result_type,
         )
-        self._workflow_handle: asyncio.Future[WorkflowHandle] = asyncio.get_running_loop().create_future()
+        self._workflow_handle: asyncio.Future[WorkflowHandle[HandleSelfType, HandleReturnType]] = asyncio.get_running_loop().create_future()
         self._used = False
 
-    async def workflow_handle(self) -> WorkflowHandle:
+    async def workflow_handle(self) -> WorkflowHandle[HandleSelfType, HandleReturnType]:
         """The handle on the run the update-with-start left running (as a signal-with-start's, it
         follows the workflow id's current run); raises what refused the start."""
         return await self._workflow_handle
 
 
-class WorkflowUpdateHandle:
-    """An update sent to a workflow: result() waits for it to complete (as temporalio.client.WorkflowUpdateHandle)."""
+class WorkflowUpdateHandle(Generic[HandleLocalReturnType]):
+    """An update sent to a workflow: result() waits for it to complete (as temporalio.client.WorkflowUpdateHandle).
+    Of the update handler's return type (WorkflowUpdateHandle[MyResult]), from the handler it was sent with."""
 
     def __init__(
         self, client: HandleClient, id: str, workflow_id: str, *, workflow_run_id: str | None = None, result_type: type | None = None,
@@ -526,7 +686,7 @@ class WorkflowUpdateHandle:
     def workflow_run_id(self) -> str | None:
         return self._workflow_run_id
 
-    async def result(self) -> Any:
+    async def result(self) -> HandleLocalReturnType:
         """The update's result once it completed; WorkflowUpdateFailedError if its validator rejected
         it, its handler failed, or the run closed before it completed."""
         read_model = await self._client._read_model()

@@ -16,19 +16,44 @@ import logging
 import random as _random
 import typing
 import uuid as _uuid
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Concatenate, Generic, NoReturn, TypeVar, Unpack, cast, overload
 
 from kadence import activity as activity_module
 from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.records import ContinueAsNewWorkflowExecution
+from kadence.types import (
+    CallableAsyncNoParam,
+    CallableAsyncSingleParam,
+    CallableSyncNoParam,
+    CallableSyncSingleParam,
+    FirstParamType,
+    HandleSelfType,
+    MethodAsyncNoParam,
+    MethodAsyncSingleParam,
+    MethodSyncNoParam,
+    MethodSyncOrAsyncNoParam,
+    MethodSyncOrAsyncSingleParam,
+    MethodSyncSingleParam,
+    MoreParamTypes,
+    MultiParamSpec,
+    ParamType,
+    ReturnType,
+    SecondParamType,
+    SelfType,
+)
 from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
 from kadence.workflow._runtime import ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
-ActivityHandle = asyncio.Task  # temporalio's name for what start_activity returns: await it for the result
+# temporalio's name for what start_activity returns: await it for the result. Generic as asyncio.Task
+# is: ActivityHandle[ReturnType], of the activity's return type.
+ActivityHandle = asyncio.Task
 
+# The functions below are typed by their overloads, as temporalio's. One that calls another (execute_activity
+# calling start_activity) calls it as cast(Callable[..., Any], start_activity): its own overloads checked the
+# arguments it passes on, which the other's implementation takes as they come.
 
 class ContinueAsNewError(BaseException):
     """Raised by workflow.continue_as_new(): ends this run and starts a new one with fresh history.
@@ -368,9 +393,110 @@ async def sleep(duration: timedelta | float) -> None:
     await asyncio.sleep(duration.total_seconds() if isinstance(duration, timedelta) else duration)
 
 
+@overload
+def start_activity(
+    activity: CallableAsyncNoParam[ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: CallableSyncNoParam[ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: CallableAsyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: CallableSyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: Callable[..., Awaitable[ReturnType]], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: Callable[..., ReturnType], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity(
+    activity: str, *positional: Any, args: Sequence[Any] = (), result_type: type | None = None,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[Any]: ...
+
+
 def start_activity(
     activity: Callable[..., Any] | str,
-    *positional: Any,
+    *positional: object,
     args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
@@ -382,7 +508,7 @@ def start_activity(
     activity_id: str | None = None,
     result_type: type | None = None,
     disable_eager_execution: bool = False,
-) -> asyncio.Task[Any]:
+) -> ActivityHandle[Any]:
     """Schedule an activity; the returned task resolves to its result or raises ActivityError.
 
     Arguments go positionally (`start_activity(fn, a, b)`) or, as in temporalio, as `args=[a, b]`.
@@ -409,16 +535,90 @@ def start_activity(
     )
 
 
+@overload
+def start_local_activity(
+    activity: CallableAsyncNoParam[ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: CallableSyncNoParam[ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: CallableAsyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: CallableSyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: Callable[..., Awaitable[ReturnType]], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: Callable[..., ReturnType], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity(
+    activity: str, *positional: Any, args: Sequence[Any] = (), result_type: type | None = None,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[Any]: ...
+
+
 def start_local_activity(
     activity: Callable[..., Any] | str,
-    *positional: Any,
+    *positional: object,
     args: Sequence[Any] = (),
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
     retry_policy: RetryPolicy | None = None,
     cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
     result_type: type | None = None,
-) -> asyncio.Task[Any]:
+) -> ActivityHandle[Any]:
     """Run a short activity in this worker, within the workflow task, with no task queue round
     trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
     workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short.
@@ -442,9 +642,83 @@ def start_local_activity(
     )
 
 
+@overload
+async def execute_local_activity(
+    activity: CallableAsyncNoParam[ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: CallableSyncNoParam[ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: CallableAsyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: CallableSyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: Callable[..., Awaitable[ReturnType]], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: Callable[..., ReturnType], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity(
+    activity: str, *positional: Any, args: Sequence[Any] = (), result_type: type | None = None,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> Any: ...
+
+
 async def execute_local_activity(
     activity: Callable[..., Any] | str,
-    *positional: Any,
+    *positional: object,
     args: Sequence[Any] = (),
     schedule_to_close_timeout: timedelta | None = None,
     start_to_close_timeout: timedelta | None = None,
@@ -453,33 +727,345 @@ async def execute_local_activity(
     result_type: type | None = None,
 ) -> Any:
     """Run a local activity and wait for its result (raises ActivityError when it fails for good)."""
-    return await start_local_activity(
+    return await cast(Callable[..., Any], start_local_activity)(
         activity, *positional, args=args, schedule_to_close_timeout=schedule_to_close_timeout,
         start_to_close_timeout=start_to_close_timeout, retry_policy=retry_policy, cancellation_type=cancellation_type,
         result_type=result_type,
     )
 
 
-def start_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> asyncio.Task[Any]:
+@overload
+def start_activity_method(
+    activity: MethodAsyncNoParam[SelfType, ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: MethodSyncNoParam[SelfType, ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: MethodSyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], ReturnType], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ActivityHandle[ReturnType]: ...
+
+
+def start_activity_method(activity: Callable[..., Any], *positional: object, **options: Any) -> ActivityHandle[Any]:
     """start_activity for an activity defined as a method (`MyActivities.fetch`, registered on the
     worker as `activities=[my_activities.fetch]`): its type name is the method's name or its
     @activity.defn name, as temporalio."""
-    return start_activity(activity, *positional, **options)
+    return cast(Callable[..., Any], start_activity)(activity, *positional, **options)
 
 
-async def execute_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> Any:
+@overload
+async def execute_activity_method(
+    activity: MethodAsyncNoParam[SelfType, ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: MethodSyncNoParam[SelfType, ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: MethodSyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], ReturnType], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+async def execute_activity_method(activity: Callable[..., Any], *positional: object, **options: Any) -> Any:
     """execute_activity for an activity defined as a method."""
-    return await start_activity(activity, *positional, **options)
+    return await cast(Callable[..., Any], start_activity)(activity, *positional, **options)
 
 
-def start_local_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> asyncio.Task[Any]:
+@overload
+def start_local_activity_method(
+    activity: MethodAsyncNoParam[SelfType, ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: MethodSyncNoParam[SelfType, ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: MethodSyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+@overload
+def start_local_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], ReturnType], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ActivityHandle[ReturnType]: ...
+
+
+def start_local_activity_method(activity: Callable[..., Any], *positional: object, **options: Any) -> ActivityHandle[Any]:
     """start_local_activity for an activity defined as a method."""
-    return start_local_activity(activity, *positional, **options)
+    return cast(Callable[..., Any], start_local_activity)(activity, *positional, **options)
 
 
-async def execute_local_activity_method(activity: Callable[..., Any], *positional: Any, **options: Any) -> Any:
+@overload
+async def execute_local_activity_method(
+    activity: MethodAsyncNoParam[SelfType, ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: MethodSyncNoParam[SelfType, ReturnType], *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: MethodSyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, /, *,
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: Callable[[SelfType, FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_local_activity_method(
+    activity: Callable[Concatenate[SelfType, MultiParamSpec], ReturnType], *, args: Sequence[Any],
+    schedule_to_close_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    retry_policy: RetryPolicy | None = None, cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+) -> ReturnType: ...
+
+
+async def execute_local_activity_method(activity: Callable[..., Any], *positional: object, **options: Any) -> Any:
     """execute_local_activity for an activity defined as a method."""
-    return await start_local_activity(activity, *positional, **options)
+    return await cast(Callable[..., Any], start_local_activity)(activity, *positional, **options)
 
 
 _ReturnWhen = typing.Literal["FIRST_COMPLETED", "FIRST_EXCEPTION", "ALL_COMPLETED"]
@@ -571,9 +1157,110 @@ def as_completed(fs: typing.Iterable[typing.Awaitable[Any]], *, timeout: float |
         yield next_result()
 
 
+@overload
+async def execute_activity(
+    activity: CallableAsyncNoParam[ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: CallableSyncNoParam[ReturnType], *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: CallableAsyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: CallableSyncSingleParam[ParamType, ReturnType], arg: ParamType, /, *,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], Awaitable[ReturnType]],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: Callable[[FirstParamType, SecondParamType, Unpack[MoreParamTypes]], ReturnType],
+    arg: FirstParamType, arg2: SecondParamType, /, *more: Unpack[MoreParamTypes],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: Callable[..., Awaitable[ReturnType]], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: Callable[..., ReturnType], *, args: Sequence[Any],
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_activity(
+    activity: str, *positional: Any, args: Sequence[Any] = (), result_type: type | None = None,
+    task_queue: str | None = None, schedule_to_close_timeout: timedelta | None = None,
+    schedule_to_start_timeout: timedelta | None = None, start_to_close_timeout: timedelta | None = None,
+    heartbeat_timeout: timedelta | None = None, retry_policy: RetryPolicy | None = None,
+    cancellation_type: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL, activity_id: str | None = None,
+    disable_eager_execution: bool = False,
+) -> Any: ...
+
+
 async def execute_activity(
     activity: Callable[..., Any] | str,
-    *positional: Any,
+    *positional: object,
     args: Sequence[Any] = (),
     task_queue: str | None = None,
     schedule_to_close_timeout: timedelta | None = None,
@@ -587,7 +1274,7 @@ async def execute_activity(
     disable_eager_execution: bool = False,
 ) -> Any:
     """Run an activity and wait for its result (raises ActivityError when it fails for good)."""
-    return await start_activity(
+    return await cast(Callable[..., Any], start_activity)(
         activity, *positional, args=args, task_queue=task_queue, schedule_to_close_timeout=schedule_to_close_timeout,
         schedule_to_start_timeout=schedule_to_start_timeout,
         start_to_close_timeout=start_to_close_timeout, heartbeat_timeout=heartbeat_timeout, retry_policy=retry_policy,
@@ -607,6 +1294,61 @@ def deprecate_patch(id: str) -> None:
     _Runtime.current().patched(id, deprecated=True)
 
 
+@overload
+async def start_child_workflow(
+    workflow: MethodAsyncNoParam[SelfType, ReturnType], *,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
+
+
+@overload
+async def start_child_workflow(
+    workflow: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, *,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
+
+
+@overload
+async def start_child_workflow(
+    workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
+
+
+@overload
+async def start_child_workflow(
+    workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ChildWorkflowHandle[SelfType, Any]: ...
+
+
+@overload
+async def start_child_workflow(
+    workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ChildWorkflowHandle[Any, Any]: ...
+
+
 async def start_child_workflow(
     workflow: type | Callable[..., Any] | str,
     arg: Any = UNSET,
@@ -622,10 +1364,11 @@ async def start_child_workflow(
     search_attributes: dict[str, Any] | None = None,
     memo: Mapping[str, Any] | None = None,
     result_type: type | None = None,
-) -> ChildWorkflowHandle:
+) -> ChildWorkflowHandle[Any, Any]:
     """Start a child workflow and wait until it started (raises WorkflowAlreadyStartedError if its
     id is taken). The child runs on `task_queue` (default: this workflow's); its id is `id`, else
-    workflow.uuid4() (the same on every replay), as temporalio."""
+    workflow.uuid4() (the same on every replay), as temporalio. The handle is of the child's class
+    and result type (ChildWorkflowHandle[MyChild, MyResult]) when `workflow` is its run method."""
     runtime = _Runtime.current()
     id = id or str(uuid4())
     found = definition(workflow)
@@ -637,6 +1380,61 @@ async def start_child_workflow(
         execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
         parent_close_policy=parent_close_policy, search_attributes=search_attributes, memo=memo, result_type=result_type,
     )
+
+
+@overload
+async def execute_child_workflow(
+    workflow: MethodAsyncNoParam[SelfType, ReturnType], *,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_child_workflow(
+    workflow: MethodAsyncSingleParam[SelfType, ParamType, ReturnType], arg: ParamType, *,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_child_workflow(
+    workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[ReturnType]], *, args: Sequence[Any],
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> ReturnType: ...
+
+
+@overload
+async def execute_child_workflow(
+    workflow: type[SelfType], arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> Any: ...
+
+
+@overload
+async def execute_child_workflow(
+    workflow: str, arg: Any = UNSET, *, args: Sequence[Any] = (), result_type: type | None = None,
+    id: str | None = None, task_queue: str | None = None, execution_timeout: timedelta | None = None,
+    run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
+    id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    memo: Mapping[str, Any] | None = None,
+) -> Any: ...
 
 
 async def execute_child_workflow(
@@ -656,7 +1454,7 @@ async def execute_child_workflow(
     result_type: type | None = None,
 ) -> Any:
     """Start a child workflow and wait for its result (raises ChildWorkflowError if it did not complete)."""
-    handle = await start_child_workflow(
+    handle = await cast(Callable[..., Any], start_child_workflow)(
         workflow, arg, args=args, id=id, task_queue=task_queue, execution_timeout=execution_timeout, run_timeout=run_timeout,
         task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, parent_close_policy=parent_close_policy,
         search_attributes=search_attributes, memo=memo, result_type=result_type,
@@ -664,12 +1462,28 @@ async def execute_child_workflow(
     return await handle
 
 
-class ExternalWorkflowHandle:
-    """Another workflow this one may signal or ask to cancel (as temporalio's)."""
+class ExternalWorkflowHandle(Generic[HandleSelfType]):
+    """Another workflow this one may signal or ask to cancel (as temporalio's). Of the workflow's
+    class (ExternalWorkflowHandle[MyWorkflow], from get_external_workflow_handle_for): its signals
+    are the class's."""
 
     def __init__(self, id: str, run_id: str | None = None) -> None:
         self.id = id
         self.run_id = run_id
+
+    @overload
+    async def signal(self, signal: MethodSyncOrAsyncNoParam[HandleSelfType, None]) -> None: ...
+
+    @overload
+    async def signal(self, signal: MethodSyncOrAsyncSingleParam[HandleSelfType, ParamType, None], arg: ParamType) -> None: ...
+
+    @overload
+    async def signal(
+        self, signal: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[None] | None], *, args: Sequence[Any],
+    ) -> None: ...
+
+    @overload
+    async def signal(self, signal: str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None: ...
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the workflow; raises ApplicationError if it is not found or closed."""
@@ -682,7 +1496,16 @@ class ExternalWorkflowHandle:
         await _Runtime.current().cancel_external_workflow(self.id, self.run_id)
 
 
-def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle:
+def get_external_workflow_handle(workflow_id: str, *, run_id: str | None = None) -> ExternalWorkflowHandle[Any]:
     """A handle to signal or cancel another workflow (its current run unless `run_id` is given)."""
     _Runtime.current()  # workflow code only, as the handle's calls
     return ExternalWorkflowHandle(workflow_id, run_id)
+
+
+def get_external_workflow_handle_for(
+    workflow: Callable[Concatenate[SelfType, MultiParamSpec], Awaitable[Any]], workflow_id: str, *, run_id: str | None = None,
+) -> ExternalWorkflowHandle[SelfType]:
+    """get_external_workflow_handle, typed by the workflow's run method (`MyWorkflow.run`): its
+    signal() takes the class's signal handlers and their arguments (as temporalio's). The method
+    is only read by type checkers: the workflow is not checked to be of that type."""
+    return get_external_workflow_handle(workflow_id, run_id=run_id)

@@ -6,14 +6,12 @@ from __future__ import annotations
 import enum
 import inspect
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, overload
 
 from kadence.converter import callable_arg_types, type_hints
-
-ClassType = TypeVar("ClassType", bound=type)
-RunFn = TypeVar("RunFn", bound=Callable[..., Any])
+from kadence.types import CallableType, ClassType, MultiParamSpec, ProtocolReturnType, ReturnType
 
 _DEFINITION_ATTR = "__kadence_workflow_definition"
 _RUN_ATTR = "__kadence_workflow_run"
@@ -119,13 +117,13 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
     return register(cls) if cls is not None else register
 
 
-def run(fn: RunFn) -> RunFn:
+def run(fn: CallableType) -> CallableType:
     """Mark the workflow's entry method."""
     setattr(fn, _RUN_ATTR, True)
     return fn
 
 
-def init(init_fn: RunFn) -> RunFn:
+def init(init_fn: CallableType) -> CallableType:
     """Mark a workflow's __init__ as taking the run's arguments (as temporalio): its parameters
     must match the @workflow.run method's by position (kind, default, annotation; names may
     differ). Without it, __init__ takes none."""
@@ -170,24 +168,24 @@ def check_dynamic(fn: Callable[..., Any], kind: str, is_method: bool = True) -> 
 
 
 @overload
-def signal(fn: RunFn) -> RunFn: ...
+def signal(fn: CallableType) -> CallableType: ...
 
 
 @overload
 def signal(
     *, name: str | None = None, dynamic: bool = False,
     unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
-) -> Callable[[RunFn], RunFn]: ...
+) -> Callable[[CallableType], CallableType]: ...
 
 
 def signal(
-    fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False,
+    fn: CallableType | None = None, *, name: str | None = None, dynamic: bool = False,
     unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
 ) -> Any:
     """Mark a method as the handler of the signal `name` (default: the method's name); with
     `dynamic=True`, of every signal no other handler takes: it gets (name, args: Sequence[RawValue])."""
 
-    def register(f: RunFn) -> RunFn:
+    def register(f: CallableType) -> CallableType:
         setattr(f, _SIGNAL_ATTR, _handler_key(f, "signal", name, dynamic))
         setattr(f, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy(unfinished_policy))
         return f
@@ -196,20 +194,20 @@ def signal(
 
 
 @overload
-def query(fn: RunFn) -> RunFn: ...
+def query(fn: CallableType) -> CallableType: ...
 
 
 @overload
 def query(
     *, name: str | None = None, dynamic: bool = False, description: str | None = None,
-) -> Callable[[RunFn], RunFn]: ...
+) -> Callable[[CallableType], CallableType]: ...
 
 
-def query(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
+def query(fn: CallableType | None = None, *, name: str | None = None, dynamic: bool = False, description: str | None = None) -> Any:
     """Mark a method as the handler of the query `name` (default: the method's name). A query reads
     the workflow's state and returns it: it must not change state or await (so not `async def`)."""
 
-    def register(f: RunFn) -> RunFn:
+    def register(f: CallableType) -> CallableType:
         if inspect.iscoroutinefunction(f):
             raise TypeError(f"query {f.__qualname__}: a query handler must be a plain `def`, not `async def`")
         setattr(f, _QUERY_ATTR, _handler_key(f, "query", name, dynamic))
@@ -218,26 +216,52 @@ def query(fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = F
     return register(fn) if fn is not None else register
 
 
+class UpdateMethodMultiParam(Protocol[MultiParamSpec, ProtocolReturnType]):
+    """What @workflow.update makes of a method, for type checkers (as temporalio's): the method as
+    it was, with `validator` to register the update's validator (`@my_update.validator`). The
+    client's update calls take it: `handle.execute_update(MyWorkflow.my_update, arg)` checks `arg`
+    and is of the handler's return type."""
+
+    def __call__(self, *args: MultiParamSpec.args, **kwargs: MultiParamSpec.kwargs) -> ProtocolReturnType | Awaitable[ProtocolReturnType]:
+        ...
+
+    def validator(self, vfunc: Callable[MultiParamSpec, None]) -> Callable[MultiParamSpec, None]: ...
+
+
+class _UpdateDecorator(Protocol):
+    """What `@workflow.update(name=...)` returns: @workflow.update, with the options given."""
+
+    @overload
+    def __call__(self, fn: Callable[MultiParamSpec, Awaitable[ReturnType]], /) -> UpdateMethodMultiParam[MultiParamSpec, ReturnType]: ...
+
+    @overload
+    def __call__(self, fn: Callable[MultiParamSpec, ReturnType], /) -> UpdateMethodMultiParam[MultiParamSpec, ReturnType]: ...
+
+
 @overload
-def update(fn: RunFn) -> RunFn: ...
+def update(fn: Callable[MultiParamSpec, Awaitable[ReturnType]]) -> UpdateMethodMultiParam[MultiParamSpec, ReturnType]: ...
+
+
+@overload
+def update(fn: Callable[MultiParamSpec, ReturnType]) -> UpdateMethodMultiParam[MultiParamSpec, ReturnType]: ...
 
 
 @overload
 def update(
     *, name: str | None = None, dynamic: bool = False,
     unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
-) -> Callable[[RunFn], RunFn]: ...
+) -> _UpdateDecorator: ...
 
 
 def update(
-    fn: RunFn | None = None, *, name: str | None = None, dynamic: bool = False,
+    fn: CallableType | None = None, *, name: str | None = None, dynamic: bool = False,
     unfinished_policy: HandlerUnfinishedPolicy = HandlerUnfinishedPolicy.WARN_AND_ABANDON, description: str | None = None,
 ) -> Any:
     """Mark a method as the handler of the update `name` (default: the method's name): it may change
     state and await (activities, timers); its return value is the caller's result. A validator,
     registered with `@handler.validator`, runs first and rejects the update by raising."""
 
-    def register(f: RunFn) -> RunFn:
+    def register(f: CallableType) -> CallableType:
         setattr(f, _UPDATE_ATTR, _handler_key(f, "update", name, dynamic))
         setattr(f, UNFINISHED_POLICY_ATTR, HandlerUnfinishedPolicy(unfinished_policy))
 

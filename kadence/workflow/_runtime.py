@@ -14,14 +14,22 @@ import abc
 import asyncio
 import contextvars
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, Concatenate, Generic, NoReturn, overload
 
 from kadence.api.common.v1 import Payload
 from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
 from kadence.converter import DataConverter
+from kadence.types import (
+    HandleReturnType,
+    HandleSelfType,
+    MethodSyncOrAsyncNoParam,
+    MethodSyncOrAsyncSingleParam,
+    MultiParamSpec,
+    ParamType,
+)
 from kadence.workflow._definition import Handler, signal_name
 
 
@@ -117,12 +125,28 @@ class WorkflowInfo:
 Info = WorkflowInfo
 
 
-class ChildWorkflowHandle(asyncio.Task[Any]):
+class ChildWorkflowHandle(asyncio.Task[HandleReturnType], Generic[HandleSelfType, HandleReturnType]):
     """A started child workflow (as temporalio's): await it for the result, which raises
-    ChildWorkflowError if the child did not complete; cancel() asks the child to cancel."""
+    ChildWorkflowError if the child did not complete; cancel() asks the child to cancel.
+    Of the child's workflow class and its run method's return type (ChildWorkflowHandle[MyChild,
+    MyResult]), from start_child_workflow's `workflow`: its signals are the class's."""
 
     id: str
     first_execution_run_id: str
+
+    @overload
+    async def signal(self, signal: MethodSyncOrAsyncNoParam[HandleSelfType, None]) -> None: ...
+
+    @overload
+    async def signal(self, signal: MethodSyncOrAsyncSingleParam[HandleSelfType, ParamType, None], arg: ParamType) -> None: ...
+
+    @overload
+    async def signal(
+        self, signal: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[None] | None], *, args: Sequence[Any],
+    ) -> None: ...
+
+    @overload
+    async def signal(self, signal: str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None: ...
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
         """Signal the child; raises ApplicationError if it cannot be signalled (it closed)."""
