@@ -7,9 +7,12 @@ run where time skips (docs/testing.md)."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,7 @@ from kadence import activity, workflow
 from kadence.client import Client, WorkflowFailureError, WorkflowHandle
 from kadence.common import RetryPolicy
 from kadence.exceptions import ActivityError, ApplicationError, CancelledError
+from kadence.ops.audit import audit_history
 from kadence.testing import WorkflowEnvironment
 from kadence.worker import Worker
 
@@ -170,6 +174,9 @@ ACTIVITIES = [flaky, slow]
 async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
     async with await WorkflowEnvironment.start_time_skipping() as env:
         yield env
+        # Runs that skipped time keep every invariant of the log, as the session stack's are checked.
+        report = audit_history(env._stack.settings)  # type: ignore[attr-defined]  # the environment's own stack
+        assert report.violations == [], "\n".join(report.violations[:20])
 
 
 @pytest.fixture(params=["time_skipping", "from_client"])
@@ -332,3 +339,12 @@ async def test_start_local_runs_workflows_on_a_stack_of_its_own(task_queue: str)
         assert not env.supports_time_skipping
         async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS):
             assert await env.client.execute_workflow(AssertingWorkflow.run, 3, id=new_id(), task_queue=task_queue) == 3
+
+
+def test_the_expense_example_s_test_runs_as_the_readme_runs_it() -> None:
+    """examples/test_expense.py, a user's test suite of its own: `pytest examples/test_expense.py`."""
+    repo = Path(__file__).resolve().parents[1]
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "examples/test_expense.py"],
+                         cwd=repo, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "1 passed" in ran.stdout
