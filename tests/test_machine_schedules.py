@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from kadence.protocol.names import SCHEDULE_KEY_PREFIX
+from kadence.protocol.settings import TIME_SKIPPING
+from services.history.machine import clock
 from services.history.machine import limits as machine_limits
 from services.history.machine.schedule import action_workflow_id
 from services.history.partition import PartitionState
@@ -426,3 +428,33 @@ def test_unpause_starts_what_a_close_heard_while_paused_left_buffered() -> None:
     world.send(KEY, "PatchSchedule", {"run_id": "", "request_id": "u", "patch": patch(unpause=True)}, at(2) + 3)
     world.relay(at(2) + 3)
     assert world.started() == [action_workflow_id("report", at(1)), action_workflow_id("report", at(2))]
+
+
+def test_a_schedule_skipping_time_takes_a_week_of_daily_actions_one_after_another_then_stops_at_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/decisions/0006-time-skipping.md: with its runs closed as they come, a schedule skipping
+    a week takes its seven daily actions now, each run started on the schedule's clock."""
+    monkeypatch.setenv(TIME_SKIPPING, "1")
+    clock.time_skipping_allowed.cache_clear()
+    day, week = 24 * 60 * MINUTE, 7 * 24 * 60 * MINUTE
+    world = World()
+    world.create(schedule(every_ms=day), request_id="ff-week", time_skipping={"enabled": True, "fast_forward_ms": week,
+                                                                           "disable_propagation": False})
+    for _ in range(100):  # the timer service and the relay, by hand, at one wall-clock instant
+        due = [t for t in world.timers.values() if t["fire_at_ms"] <= T0 and t["timer_id"].startswith(world.info_run_id)]
+        if not due:
+            break
+        timer = due[0]
+        world.send(KEY, "TimeoutFired", {"run_id": world.info_run_id, "timer_id": timer["timer_id"], "kind": timer["kind"],
+                                         "scheduled_event_id": timer["scheduled_event_id"], "attempt": timer["attempt"]}, T0)
+        world.relay(T0)
+        for workflow_id in [run["workflow_id"] for run in world.info["running"]]:
+            world.close(workflow_id, T0)
+    clock.time_skipping_allowed.cache_clear()
+    assert world.started() == [action_workflow_id("report", T0 + n * day) for n in range(1, 8)]
+    assert world.info["clock_offset_ms"] == week and world.info["time_skipping"]["enabled"] is False
+    last_skip = [b for b in world.log if b["events"] and b["events"][-1]["attributes"][0] == "ScheduleTimeSkipped"][-1]
+    assert last_skip["events"][-1]["attributes"][1]["bound_reached"] and last_skip["events"][-1]["attributes"][1]["request_id"] == "ff-week"
+    sixth = world.runs.executions[action_workflow_id("report", T0 + 6 * day)]
+    assert sixth.history[0]["event_time_ms"] == T0 + 6 * day  # started on the schedule's clock

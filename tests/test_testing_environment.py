@@ -17,11 +17,19 @@ from pathlib import Path
 import pytest
 
 from kadence import activity, workflow
-from kadence.client import Client, WorkflowFailureError, WorkflowHandle
+from kadence.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from kadence.common import RetryPolicy
 from kadence.exceptions import ActivityError, ApplicationError, CancelledError
 from kadence.ops.audit import audit_history
-from kadence.testing import WorkflowEnvironment
+from kadence.testing import TimeSkipper, WorkflowEnvironment
 from kadence.worker import Worker
 
 DAY = timedelta(days=1)
@@ -306,30 +314,57 @@ async def until_slept(handle: WorkflowHandle) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_each_workflow_has_its_own_clock_under_time_skipping_v2(task_queue: str) -> None:
+@pytest.fixture(scope="module")
+async def v2_env() -> AsyncIterator[WorkflowEnvironment]:
     async with await WorkflowEnvironment.start_time_skipping_v2() as env:
-        assert env.supports_time_skipping_v2 and not env.supports_time_skipping
-        async with Worker(env.client, task_queue=task_queue, workflows=WORKFLOWS):
-            one_day = await env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
-            five_days = await env.client.start_workflow(SleepThenWaitWorkflow.run, 5, id=new_id(), task_queue=task_queue)
-            with env.with_time_skipping_disabled():
-                real_time = await env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
-            await asyncio.wait_for(asyncio.gather(until_slept(one_day), until_slept(five_days)), 30)
-            apart = await env.get_current_time(five_days) - await env.get_current_time(one_day)
-            assert 4 * DAY - timedelta(minutes=1) < apart < 4 * DAY + timedelta(minutes=1)
+        yield env
 
-            before = await env.get_current_time(one_day)
-            await env.fast_forward(one_day, 2 * DAY)
-            assert await env.get_current_time(one_day) - before >= 2 * DAY
-            assert await env.get_current_time(real_time) - datetime.now(UTC) < timedelta(minutes=1)
-            assert not await real_time.query(SleepThenWaitWorkflow.has_slept)
 
-            for handle in (one_day, five_days):
-                await handle.signal(SleepThenWaitWorkflow.proceed)
-                assert await handle.result() == "went"
-            await real_time.cancel()
-        with pytest.raises(NotImplementedError, match="fast_forward"):
-            await env.sleep(DAY)
+async def test_each_workflow_has_its_own_clock_under_time_skipping_v2(v2_env: WorkflowEnvironment, task_queue: str) -> None:
+    assert v2_env.supports_time_skipping_v2 and not v2_env.supports_time_skipping
+    async with Worker(v2_env.client, task_queue=task_queue, workflows=WORKFLOWS):
+        one_day = await v2_env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
+        five_days = await v2_env.client.start_workflow(SleepThenWaitWorkflow.run, 5, id=new_id(), task_queue=task_queue)
+        with v2_env.with_time_skipping_disabled():
+            real_time = await v2_env.client.start_workflow(SleepThenWaitWorkflow.run, 1, id=new_id(), task_queue=task_queue)
+        await asyncio.wait_for(asyncio.gather(until_slept(one_day), until_slept(five_days)), 30)
+        apart = await v2_env.get_current_time(five_days) - await v2_env.get_current_time(one_day)
+        assert 4 * DAY - timedelta(minutes=1) < apart < 4 * DAY + timedelta(minutes=1)
+
+        before = await v2_env.get_current_time(one_day)
+        await v2_env.fast_forward(one_day, 2 * DAY)
+        assert await v2_env.get_current_time(one_day) - before >= 2 * DAY
+        assert await v2_env.get_current_time(real_time) - datetime.now(UTC) < timedelta(minutes=1)
+        assert not await real_time.query(SleepThenWaitWorkflow.has_slept)
+
+        for handle in (one_day, five_days):
+            await handle.signal(SleepThenWaitWorkflow.proceed)
+            assert await handle.result() == "went"
+        await real_time.cancel()
+    with pytest.raises(NotImplementedError, match="fast_forward"):
+        await v2_env.sleep(DAY)
+
+
+async def test_a_schedule_over_a_skipped_week_takes_its_seven_daily_actions(v2_env: WorkflowEnvironment, task_queue: str) -> None:
+    skipper = TimeSkipper(v2_env.client)
+    schedule_id = f"daily-{uuid.uuid4()}"
+    async with Worker(v2_env.client, task_queue=task_queue, workflows=WORKFLOWS):
+        handle = await v2_env.client.create_schedule(schedule_id, Schedule(
+            action=ScheduleActionStartWorkflow(SleeperWorkflow.run, 2, id=f"{schedule_id}-run", task_queue=task_queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=DAY)]),
+        ))
+        before = await skipper.get_schedule_current_time(handle)
+        await skipper.fast_forward_schedule(handle, 7 * DAY)
+        assert await skipper.get_schedule_current_time(handle) - before >= 7 * DAY
+
+        async def seven_closed() -> None:  # the seventh action is taken as the week ends, and its run skips its two days
+            while len([a for a in (await handle.describe()).info.recent_actions if a.status == "Completed"]) < 7:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(seven_closed(), 30)
+        described = await handle.describe()
+        await handle.delete()
+    assert described.info.num_actions == 7 and described.info.num_actions_skipped_overlap == 0
 
 
 async def test_start_local_runs_workflows_on_a_stack_of_its_own(task_queue: str) -> None:

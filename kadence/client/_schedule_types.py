@@ -266,12 +266,14 @@ def schedule_record(schedule: Schedule, payloads: PayloadConverter) -> dict[str,
 def patch_record(
     *, trigger_immediately: bool = False, trigger_overlap: ScheduleOverlapPolicy | None = None,
     backfills: Sequence[ScheduleBackfill] = (), pause: bool = False, unpause: bool = False, note: str = "",
+    time_skipping: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """`time_skipping`: the TimeSkipping record a test's fast-forward of the schedule sets (kadence.testing.TimeSkipper)."""
     return {
         "trigger_immediately": trigger_immediately, "trigger_overlap": overlap_name(trigger_overlap),
         "backfills": [{"start_ms": _epoch_ms(b.start_at), "end_ms": _epoch_ms(b.end_at), "overlap": overlap_name(b.overlap)}
                       for b in backfills],
-        "pause": pause, "unpause": unpause, "note": note,
+        "pause": pause, "unpause": unpause, "note": note, "time_skipping": time_skipping,
     }
 
 

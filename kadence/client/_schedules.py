@@ -193,3 +193,14 @@ class ScheduleHandle:
 
     async def _patch(self, **patch: Any) -> None:
         await schedule_request(self._client, self.id, CommandType.PatchSchedule, {"run_id": "", "patch": patch_record(**patch)})
+
+
+async def schedule_clock_offset_ms(client: ScheduleClient, schedule_id: str) -> int:
+    """How far ahead of the wall clock the schedule's clock is, as its last event left it (0 unless
+    it skips time: kadence.testing.TimeSkipper)."""
+    await client._read_model_caught_up(schedule_key(schedule_id))
+    rows = await _schedule_rows(client, schedule_id)
+    if not rows:
+        raise ScheduleNotFoundError(f"schedule {schedule_id!r} not found")
+    _, info = await _decoded(client, rows[0][1])
+    return int(info.get("clock_offset_ms", 0))

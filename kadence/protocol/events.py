@@ -188,5 +188,5 @@ RESET_CAUSE = "RESET_WORKFLOW"
 # schedule and its info as its transition leaves them.
 SCHEDULE_EVENTS = frozenset({
     EventType.ScheduleCreated, EventType.ScheduleUpdated, EventType.SchedulePatched, EventType.ScheduleActionsTaken,
-    EventType.ScheduledRunStarted, EventType.ScheduledRunClosed, EventType.ScheduleDeleted,
+    EventType.ScheduledRunStarted, EventType.ScheduledRunClosed, EventType.ScheduleDeleted, EventType.ScheduleTimeSkipped,
 })

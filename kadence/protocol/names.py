@@ -65,6 +65,7 @@ class EventType(StrEnum):
     ScheduleDeleted = "ScheduleDeleted"
     WorkflowExecutionTimeSkippingUpdated = "WorkflowExecutionTimeSkippingUpdated"
     WorkflowExecutionTimeSkipped = "WorkflowExecutionTimeSkipped"
+    ScheduleTimeSkipped = "ScheduleTimeSkipped"
 
 
 class CommandType(StrEnum):

@@ -1154,6 +1154,18 @@ class WorkflowExecutionTimeSkipped(TypedDict):
     request_id: NotRequired[str]
 
 
+class ScheduleTimeSkipped(TypedDict):
+    """A schedule's clock jumped by skipped_ms (to its next action, or its fast-forward's bound) while none of its
+    runs ran; it carries the schedule's whole state, as every schedule event.
+    """
+
+    schedule: Schedule
+    info: ScheduleInfo
+    skipped_ms: int
+    bound_reached: NotRequired[bool]
+    request_id: NotRequired[str]
+
+
 class OutboundCommand(TypedDict):
     """A command for another execution (a child start, a signal or cancel from a workflow, a child's answer to its
     parent), produced to kadence.commands by the matching service. Written in the batch that decides it, so it is
@@ -1395,6 +1407,16 @@ class ScheduleInfo(TypedDict):
     updated_ms: NotRequired[int]
     # The request ids of the last commands that changed the schedule: one sent again is answered, not applied again.
     recent_request_ids: NotRequired[list[str]]
+    # The schedule's clock offset (docs/decisions/0006-time-skipping.md): it decides at the log-append time plus this,
+    # and starts its runs on it; 0 unless it skips time.
+    clock_offset_ms: NotRequired[int]
+    # The schedule's time skipping as the last patch that set it left it (its fast_forward_ms unused: skip_until_ms
+    # holds the bound).
+    time_skipping: NotRequired[TimeSkipping | None]
+    # The virtual time the schedule's fast-forward stops at; 0: none.
+    skip_until_ms: NotRequired[int]
+    # The request id of the patch that set the fast-forward: its sender waits for the skip that reaches the bound.
+    skip_request_id: NotRequired[str]
 
 
 class ScheduledRun(TypedDict):
@@ -1424,6 +1446,9 @@ class SchedulePatch(TypedDict):
     pause: NotRequired[bool]
     unpause: NotRequired[bool]
     note: NotRequired[str]
+    # Set the schedule's time skipping (test stacks only): enabled, with the fast-forward bound a schedule always needs,
+    # it skips to its next action while none of its runs runs.
+    time_skipping: NotRequired[TimeSkipping | None]
 
 
 class ScheduleBackfill(TypedDict):
@@ -1713,6 +1738,7 @@ HistoryEventAttributes = (
     | tuple[Literal["ScheduleDeleted"], ScheduleDeleted]
     | tuple[Literal["WorkflowExecutionTimeSkippingUpdated"], WorkflowExecutionTimeSkippingUpdated]
     | tuple[Literal["WorkflowExecutionTimeSkipped"], WorkflowExecutionTimeSkipped]
+    | tuple[Literal["ScheduleTimeSkipped"], ScheduleTimeSkipped]
 )
 
 # The record of any branch of HistoryEventAttributes.
@@ -1771,6 +1797,7 @@ HistoryEventAttributesRecord = (
     | ScheduleDeleted
     | WorkflowExecutionTimeSkippingUpdated
     | WorkflowExecutionTimeSkipped
+    | ScheduleTimeSkipped
 )
 
 

@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kadence.client import Client, Interceptor, OutboundInterceptor, StartWorkflowInput, WorkflowHandle
+from kadence.client import Client, Interceptor, OutboundInterceptor, ScheduleHandle, StartWorkflowInput, WorkflowHandle
 from kadence.client._inputs import StartWorkflowUpdateWithStartInput
+from kadence.client._schedule_types import patch_record
+from kadence.client._schedules import schedule_clock_offset_ms, schedule_key
 from kadence.client._types import FastForwardConfig, TimeSkippingConfig
 from kadence.exceptions import CommandRejectedError
 from kadence.protocol.names import CommandType, EventType
@@ -58,7 +60,32 @@ class TimeSkipper:
 
     async def get_current_time(self, handle: WorkflowHandle) -> datetime:
         """The run's time: this host's clock plus how far the run skipped."""
-        return datetime.fromtimestamp((time.time() * 1000 + await clock_offset_ms(handle)) / 1000, UTC)
+        return _at(await clock_offset_ms(handle))
+
+    async def fast_forward_schedule(self, handle: ScheduleHandle, duration: timedelta) -> None:
+        """Move the schedule's clock `duration` ahead and wait until it got there: its actions due
+        on the way are taken, one after another (it moves on once the runs it started closed), and
+        the runs start on its clock, skipping theirs unless the config disables propagation."""
+        if duration <= timedelta(0):
+            raise ValueError(f"fast_forward_schedule: duration {duration} must be positive")
+        setting = {"enabled": True, "fast_forward_ms": int(duration.total_seconds() * 1000),
+                   "disable_propagation": self.config.disable_propagation}
+        request_id = str(uuid.uuid4())
+        client = handle._client  # the client that made the handle: it knows what the read model has yet to record
+        read_model = await client._read_model()
+        reached = read_model.expect_outcome(fast_forward_request_id(request_id))
+        try:
+            await client._request(schedule_key(handle.id), CommandType.PatchSchedule, {
+                "run_id": "", "patch": patch_record(time_skipping=setting), "request_id": request_id,
+            }, request_id)
+        except BaseException:
+            read_model.forget_outcome(fast_forward_request_id(request_id), reached)
+            raise
+        await reached
+
+    async def get_schedule_current_time(self, handle: ScheduleHandle) -> datetime:
+        """The schedule's time: this host's clock plus how far it skipped."""
+        return _at(await schedule_clock_offset_ms(handle._client, handle.id))
 
 
 class _StampingInterceptor(Interceptor):
@@ -114,6 +141,10 @@ async def _until_reached_or_closed(client: Client, handle: WorkflowHandle, reach
     finally:
         closed.cancel()
         reached.cancel()
+
+
+def _at(clock_offset_ms: int) -> datetime:
+    return datetime.fromtimestamp((time.time() * 1000 + clock_offset_ms) / 1000, UTC)
 
 
 async def clock_offset_ms(handle: WorkflowHandle) -> int:

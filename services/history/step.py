@@ -23,6 +23,7 @@ from kadence.protocol.limits import (
     text_problem,
 )
 from kadence.protocol.names import WITH_START, CommandType, EffectType
+from services.history.machine.clock import check_command as check_time_skipping
 from services.history.machine.dispatch import decide, derive_effects
 from services.history.machine.effects import rejection_answer
 from services.history.machine.execution import RUNNING, Execution, Pending
@@ -70,6 +71,7 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
     """What a command (not a query) does to its workflow's current run, within the record limit,
     decided at `now_ms` (the command's log-append time) on the run's clock; raises Rejected with the cause."""
     workflow_id, (kind, body) = command["workflow_id"], command["command"]
+    check_time_skipping(kind, body)
     current = state.executions.get(workflow_id)
     now_ms += _clock_offset_ms(current, kind, body)
     if kind in _STARTS:

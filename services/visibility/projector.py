@@ -216,6 +216,11 @@ class VisibilityProjector(Projection):
         last = cast(HistoryEvent, section.events[-1])
         attrs: Mapping[str, Any] = last["attributes"][1]
         schedule, info = attrs["schedule"], attrs["info"]
+        for event in cast(list[HistoryEvent], section.events):  # a fast-forward's sender waits for the jump that reached its bound
+            match event["attributes"]:
+                case ("ScheduleTimeSkipped", skipped) if skipped.get("bound_reached") and skipped.get("request_id"):
+                    reached = fast_forward_request_id(skipped["request_id"])
+                    rows.outcomes.append((reached, key, section.run_id, True, None, None, None, None))
         status = "Deleted" if last["attributes"][0] == EventType.ScheduleDeleted else "Running"
         next_action = _time(info["timer_fire_ms"]) if info["timer_fire_ms"] else None
         rows.schedules[key] = (

@@ -203,7 +203,7 @@ def _start_child(ex: Execution, event: HistoryEvent) -> Record:
         "workflow_task_timeout_ms": attrs["workflow_task_timeout_ms"], "id_reuse_policy": attrs["id_reuse_policy"],
         "id_conflict_policy": "FAIL", "search_attributes": attrs["search_attributes"],
         "initiated_by": {**_initiator(ex, event), "root_workflow_id": root_workflow_id, "root_run_id": root_run_id},
-        "header": attrs.get("header", {}), "memo": attrs.get("memo", {}), **clock.for_started_run(ex),
+        "header": attrs.get("header", {}), "memo": attrs.get("memo", {}), **ex.clock_for_started_run(),
     }
 
 

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from kadence.protocol.names import CommandType, EventType, TimerKind
 from kadence.protocol.records import TimeoutFired, TimeSkipping, UpdateWorkflowTimeSkipping
 from kadence.protocol.settings import TIME_SKIPPING, SettingError
+from services.history.machine import schedule
 from services.history.machine.effects import outbound, timer
 from services.history.machine.execution import RUNNING, Execution, Pending
 from services.history.machine.execution import TimeSkipping as SkippingState
@@ -43,11 +44,26 @@ def check_allowed(what: str) -> None:
                        "kadence.testing.WorkflowEnvironment.start_time_skipping() starts one (KADENCE_TIME_SKIPPING=1)")
 
 
-def check_start(start: Record) -> None:
-    """A start that asks for time skipping, or starts its run's clock ahead, needs a server that allows it."""
-    if start.get("time_skipping") is not None or start.get("clock_offset_ms"):
-        check_allowed("a start with time skipping")
-        _check_setting(start.get("time_skipping"))
+_STARTS = (CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution)
+
+
+def check_command(kind: str, body: Record) -> None:
+    """Every command that asks for time skipping passes here before it is decided: a start with it
+    (or with its run's clock ahead), an update of a run's, a schedule's patch; refused unless the
+    server allows it, or when the setting cannot apply."""
+    if kind in _STARTS:
+        start = body.get("start", body)
+        if start.get("time_skipping") is not None or start.get("clock_offset_ms"):
+            check_allowed("a start with time skipping")
+            _check_setting(start.get("time_skipping"))
+    elif kind == CommandType.UpdateWorkflowTimeSkipping:
+        check_allowed(kind)
+        _check_setting(body["time_skipping"])
+    elif kind in (CommandType.CreateSchedule, CommandType.PatchSchedule) and (setting := body["patch"].get("time_skipping")):
+        check_allowed("a schedule's time skipping")
+        _check_setting(setting)
+        if setting["enabled"] and not setting["fast_forward_ms"]:
+            raise Rejected("a schedule's time skipping needs a fast_forward_ms bound: a schedule never ends, so it would skip for ever")
 
 
 def _check_setting(setting: TimeSkipping | None) -> None:
@@ -70,15 +86,6 @@ def inherited(ex: Execution, now_ms: int) -> Record:
         "enabled": ts.enabled, "fast_forward_ms": max(1, ts.until_ms - now_ms) if ts.until_ms else 0,
         "disable_propagation": ts.disable_propagation,
     }
-    return {"time_skipping": setting, "clock_offset_ms": ex.clock_offset_ms}
-
-
-def for_started_run(ex: Execution) -> Record:
-    """The clock and the skipping of a run `ex` starts (a child, a schedule's action): its clock
-    always, its skipping unless it disabled propagation (as Temporal's TimeSkippingConfig)."""
-    ts = ex.time_skipping
-    passes_on = ts is not None and ts.enabled and not ts.disable_propagation
-    setting: TimeSkipping | None = {"enabled": True, "fast_forward_ms": 0, "disable_propagation": False} if passes_on else None
     return {"time_skipping": setting, "clock_offset_ms": ex.clock_offset_ms}
 
 
@@ -106,11 +113,7 @@ APPLY: dict[str, Apply] = {
 
 
 def _update(ex: Execution, cmd: UpdateWorkflowTimeSkipping, identity: str, now_ms: int) -> Transition:
-    check_allowed("UpdateWorkflowTimeSkipping")
-    if ex.schedule is not None:
-        raise Rejected("UpdateWorkflowTimeSkipping applies to a workflow run, not a schedule")
     setting = cmd["time_skipping"]
-    _check_setting(setting)
     if cmd["request_id"] and ex.time_skipping is not None and ex.time_skipping.request_id == cmd["request_id"]:
         return Transition(ex, now_ms, repeat=True)
     t = Transition(ex, now_ms)
@@ -131,6 +134,8 @@ def _skip_due(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     target = skip_target(ex, now_ms) if cmd["scheduled_event_id"] == ex.next_event_id else None
     if target is None:
         raise Rejected("stale time skip: the run moved on")
+    if ex.schedule is not None:  # its events carry its whole state: it records its own
+        return schedule.skipped(ex, now_ms, target.to_ms, target.bound_reached)
     t = Transition(ex, now_ms)
     request_id = ex.time_skipping.request_id if target.bound_reached and ex.time_skipping is not None else ""
     t.add(EventType.WorkflowExecutionTimeSkipped, {
@@ -165,7 +170,10 @@ def skip_target(ex: Execution, now_ms: int) -> Target | None:
 def _in_flight(ex: Execution, now_ms: int) -> bool:
     """Work a worker or another workflow is doing, or is about to: a workflow task (but a first one
     waiting out its start delay), an activity attempt (but one waiting out its retry backoff), a
-    child, a request to another workflow, an update, a buffered event."""
+    child, a request to another workflow, an update, a buffered event; a schedule's runs running or
+    buffered (so its actions of a skipped week run one after another, as they would have)."""
+    if ex.schedule_info is not None:
+        return bool(ex.schedule_info["running"] or ex.schedule_info["buffered"])
     if ex.buffered or ex.children or ex.external_requests or ex.updates:
         return True
     if ex.workflow_task is not None and _delayed_first_task(ex) is None:
@@ -193,6 +201,9 @@ def pending_timers(ex: Execution) -> list[PendingTimer]:
     """The timers an idle run has pending, each at its virtual time, as the families set them: its
     user timers, its activities' retry backoffs and schedule-to-close deadlines, its run timeout,
     a delayed first workflow task."""
+    if ex.schedule_info is not None:  # a schedule's one timer: its next action's
+        info = ex.schedule_info
+        return [(TimerKind.SCHEDULE_ACTION, info["timer_fire_ms"], info["timer_event_id"], 1)] if info["timer_event_id"] else []
     pending: list[PendingTimer] = []
     for started_event_id in ex.timers.values():
         started = _event(ex, started_event_id)
@@ -258,8 +269,9 @@ def _propagated(ex: Execution, event: HistoryEvent) -> list[Effect]:
     }) for initiated, child in sorted(ex.children.items())]
 
 
+_SKIPPED = (EventType.WorkflowExecutionTimeSkipped, EventType.ScheduleTimeSkipped)
 EFFECTS: dict[str, EffectsOf] = {
-    EventType.WorkflowExecutionTimeSkipped: _on_skipped, EventType.WorkflowExecutionTimeSkippingUpdated: _on_updated,
+    **dict.fromkeys(_SKIPPED, _on_skipped), EventType.WorkflowExecutionTimeSkippingUpdated: _on_updated,
 }
 
 
@@ -268,7 +280,7 @@ def skip_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
     deadline ahead (the run's virtual now moved by the transition's own skip, if it made one)."""
     if ex.time_skipping is None:
         return []
-    now_ms = t.now_ms + sum(attributes(e)["skipped_ms"] for e in t.events if event_type(e) == EventType.WorkflowExecutionTimeSkipped)
+    now_ms = t.now_ms + sum(attributes(e)["skipped_ms"] for e in t.events if event_type(e) in _SKIPPED)
     if skip_target(ex, now_ms) is None:
         return []
     return [timer(ex, TimerKind.TIME_SKIP, now_ms, ex.next_event_id, 1)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kadence.protocol.records import Failure, Schedule, ScheduleInfo
+from kadence.protocol.records import TimeSkipping as TimeSkippingRecord
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes
 
 RUNNING = "Running"
@@ -98,6 +99,13 @@ class TimeSkipping:
     request_id: str = ""  # the update that set the bound: its sender waits for the skip that reaches it
     disable_propagation: bool = False
 
+    def passed_on(self) -> TimeSkippingRecord | None:
+        """The skipping a run this one starts gets (a child, a schedule's action): on, unbounded, if
+        this one's is on and propagates (as Temporal's TimeSkippingConfig); else none."""
+        if not self.enabled or self.disable_propagation:
+            return None
+        return {"enabled": True, "fast_forward_ms": 0, "disable_propagation": False}
+
 
 @dataclass
 class Execution:
@@ -131,6 +139,12 @@ class Execution:
     time_skipping: TimeSkipping | None = None
     # Queries waiting for the workflow task in flight: memory only (a restart loses them; callers time out).
     pending_queries: list[Record] = field(default_factory=list, compare=False)
+
+    def clock_for_started_run(self) -> Record:
+        """The clock and skipping of a run this one starts (a child, a schedule's action): its clock
+        always (the run's virtual start time is this one's), its skipping as it passes it on."""
+        skipping = self.time_skipping.passed_on() if self.time_skipping is not None else None
+        return {"time_skipping": skipping, "clock_offset_ms": self.clock_offset_ms}
 
     @property
     def quiescent(self) -> bool:

@@ -62,7 +62,6 @@ def decide_start(
     problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
     if problem:
         raise Rejected(problem)
-    clock.check_start(start)
     return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
 
 

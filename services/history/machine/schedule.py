@@ -41,7 +41,7 @@ from kadence.protocol.records import (
 )
 from kadence.protocol.schedule_spec import jitter_ms, next_time_ms, schedule_problem, times_between_ms
 from services.history.machine.effects import START_FAILED, drop, outbound, timer
-from services.history.machine.execution import RUNNING, Execution
+from services.history.machine.execution import RUNNING, Execution, TimeSkipping
 from services.history.machine.records import EventAttributes, HistoryEvent, attributes
 from services.history.machine.tables import Apply, Decide, Timeout
 from services.history.machine.transition import Rejected, Transition
@@ -87,8 +87,18 @@ def execution_from_schedule_event(workflow_id: str, run_id: str, event: HistoryE
 def _held(ex: Execution, event: HistoryEvent) -> None:
     attrs = attributes(event)
     ex.schedule, ex.schedule_info = attrs["schedule"], attrs["info"]
+    ex.clock_offset_ms, ex.time_skipping = _clock(attrs["info"])
     if event["attributes"][0] == EventType.ScheduleDeleted:
         ex.status = DELETED
+
+
+def _clock(info: ScheduleInfo) -> tuple[int, TimeSkipping | None]:
+    """A schedule's clock and its skipping, which its info keeps (docs/decisions/0006-time-skipping.md)."""
+    setting = info.get("time_skipping")
+    if setting is None:
+        return info.get("clock_offset_ms", 0), None
+    until_ms, request_id = info.get("skip_until_ms", 0), info.get("skip_request_id", "")
+    return info.get("clock_offset_ms", 0), TimeSkipping(setting["enabled"], until_ms, request_id, setting["disable_propagation"])
 
 
 APPLY: dict[str, Apply] = {kind: _held for kind in SCHEDULE_EVENTS}
@@ -174,6 +184,7 @@ class _Deciding:
             "search_attributes": {**action["search_attributes"], **_scheduled_attributes(self.key, nominal_ms)},
             "initiated_by": None, "start_delay_ms": 0, "cron_schedule": "", "header": action["header"], "memo": action["memo"],
             "scheduled_by": {"schedule_workflow_id": self.key, "schedule_run_id": self.t.execution.run_id, "nominal_ms": nominal_ms},
+            **self.t.execution.clock_for_started_run(),
         }))
 
     def _skipped(self, nominal_ms: int) -> None:
@@ -287,8 +298,12 @@ def _scheduled_attributes(key: str, nominal_ms: int) -> dict[str, Payload]:
     }
 
 
-def _patched(d: _Deciding, patch: SchedulePatch) -> None:
-    """A patch's pause or unpause, trigger and backfills."""
+def _patched(d: _Deciding, patch: SchedulePatch, request_id: str) -> None:
+    """A patch's pause or unpause, trigger, backfills and time skipping."""
+    if (skipping := patch.get("time_skipping")) is not None:
+        d.info["time_skipping"] = {**skipping, "fast_forward_ms": 0}
+        d.info["skip_until_ms"] = d.now_ms + skipping["fast_forward_ms"] if skipping["enabled"] else 0
+        d.info["skip_request_id"] = request_id if skipping["enabled"] else ""
     state = d.schedule["state"]
     if patch["pause"] or patch["unpause"]:
         state["paused"] = patch["pause"]
@@ -323,7 +338,7 @@ def decide_create(
     ex.schedule, ex.schedule_info = cmd["schedule"], _new_info(now_ms)
     remember(ex.schedule_info, cmd["request_id"])
     d = _Deciding(ex, now_ms)
-    _patched(d, cmd["patch"])
+    _patched(d, cmd["patch"], cmd["request_id"])
     return d.finish(EventType.ScheduleCreated, request_id=cmd["request_id"])
 
 
@@ -332,6 +347,7 @@ def _new_info(now_ms: int) -> ScheduleInfo:
         "running": [], "buffered": [], "recent_actions": [], "processed_until_ms": now_ms, "next_nominal_ms": 0,
         "timer_event_id": 0, "timer_fire_ms": 0, "action_count": 0, "overlap_skipped": 0, "missed_catchup_window": 0,
         "conflict_token": 0, "created_ms": now_ms, "updated_ms": now_ms, "recent_request_ids": [],
+        "clock_offset_ms": 0, "time_skipping": None, "skip_until_ms": 0, "skip_request_id": "",
     }
 
 
@@ -366,7 +382,7 @@ def _updated(ex: Execution, cmd: UpdateSchedule, identity: str, now_ms: int) -> 
 
 def _patch(ex: Execution, cmd: PatchSchedule, identity: str, now_ms: int) -> Transition:
     d = _Deciding(ex, now_ms)
-    _patched(d, cmd["patch"])
+    _patched(d, cmd["patch"], cmd["request_id"])
     d.info["updated_ms"] = now_ms
     remember(d.info, cmd["request_id"])
     pausing = cmd["patch"]["pause"] or cmd["patch"]["unpause"]
@@ -430,6 +446,20 @@ def _fired(ex: Execution, cmd: TimeoutFired, now_ms: int) -> Transition:
     d.take_due()  # none may be due, by a clock behind the timer service's: the timer is set again
     d.retime(d.t.next_event_id)
     d.record(EventType.ScheduleActionsTaken, actions=d.actions)
+    return d.t
+
+
+def skipped(ex: Execution, now_ms: int, to_ms: int, bound_reached: bool) -> Transition:
+    """The schedule's clock jumps to `to_ms` (its next action, or its fast-forward's bound, which
+    ends its skipping): recorded as every schedule event is, with its whole state. Its pending
+    timer is set again by the jump's effects (clock.py)."""
+    d = _Deciding(ex, now_ms)
+    d.info["clock_offset_ms"] = d.info.get("clock_offset_ms", 0) + to_ms - now_ms
+    request_id = d.info.get("skip_request_id", "") if bound_reached else ""
+    if bound_reached and (setting := d.info.get("time_skipping")) is not None:
+        d.info["time_skipping"] = {**setting, "enabled": False}
+        d.info["skip_until_ms"], d.info["skip_request_id"] = 0, ""
+    d.record(EventType.ScheduleTimeSkipped, skipped_ms=to_ms - now_ms, bound_reached=bound_reached, request_id=request_id)
     return d.t
 
 

@@ -49,7 +49,7 @@ public final class StartOrder {
      */
     static final List<String> COMMAND_DEPENDENCIES =
             List.of("Payload", "RetryPolicy", "RetryState", "TimeoutType", "Failure", "TimerKind", "QueryTask", "ScheduledBy",
-                    "ScheduleOverlapPolicy", "Schedule", "SchedulePatch", "TimeSkipping");
+                    "ScheduleOverlapPolicy", "Schedule", "TimeSkipping", "SchedulePatch");
 
     private StartOrder() {
     }
