@@ -34,8 +34,8 @@ class Run:
         self.state = PartitionState(0)
         self.offset = 0
         self.wall_ms = NOW
-        batch = self.send("StartWorkflowExecution", {**START, **start})
-        self.run_id = batch["run_id"]
+        self.started = self.send("StartWorkflowExecution", {**START, **start})
+        self.run_id = self.started["run_id"]
 
     def send(self, kind: str, body: dict[str, Any], *, after_ms: int = 0) -> dict[str, Any]:
         self.wall_ms += after_ms
@@ -186,3 +186,28 @@ def test_a_parent_s_skipping_reaches_its_children_and_its_clock_catches_up_with_
     assert closed["events"][0]["attributes"][1]["skipped_ms"] == 10 * DAY_MS
     assert closed["events"][-1]["event_time_ms"] == run.wall_ms + 10 * DAY_MS
     assert run.execution.clock_offset_ms == 10 * DAY_MS
+
+
+def test_a_run_timeout_is_skipped_to_and_times_the_run_out_on_its_clock() -> None:
+    run = Run(time_skipping=SKIPPING, run_timeout_ms=10 * DAY_MS)
+    idle = run.complete_task(2)  # waits for a signal that never comes
+    skipped = run.fire(timers(idle, "TIME_SKIP")[0])
+    assert skipped["events"][0]["attributes"][1]["skipped_ms"] == 10 * DAY_MS
+    timed_out = run.fire(timers(skipped, "WORKFLOW_RUN_TIMEOUT")[0])
+    assert event_types(timed_out) == ["WorkflowExecutionTimedOut"]
+    assert timed_out["events"][0]["event_time_ms"] == run.wall_ms + 10 * DAY_MS
+
+
+def test_a_cron_run_waits_for_its_time_on_its_clock_and_the_next_run_keeps_it() -> None:
+    run = Run(time_skipping=SKIPPING, cron_schedule="0 0 * * *", request_id="cron")  # NOW is 00:16:40 on 1 Jan 1970
+    first_task_at = DAY_MS  # the next midnight
+    started = run.state.executions["order-1"].history[0]
+    assert started["event_time_ms"] + started["attributes"][1]["first_workflow_task_backoff_ms"] == first_task_at
+    skipped = run.fire(timers(run.started, "TIME_SKIP")[0])  # a first task held back is a deadline, not work in flight
+    assert skipped["events"][0]["attributes"][1]["skipped_ms"] == first_task_at - NOW
+    dispatched = run.fire(timers(skipped, "WORKFLOW_TASK_RETRY")[0])
+    (task,) = [e for k, e in dispatched["effects"] if k == "WorkflowTask"]
+    completed = run.complete_task(task["scheduled_event_id"], ("CompleteWorkflowExecution", {"result": None}))
+    following = completed["next_run"]
+    assert following is not None and following["events"][0]["attributes"][1]["clock_offset_ms"] == first_task_at - NOW
+    assert [e["kind"] for k, e in following["effects"] if k == "Timer"].count("TIME_SKIP") == 1  # and it skips to the next midnight
