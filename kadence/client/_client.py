@@ -68,28 +68,36 @@ def default_identity() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
+@dataclasses.dataclass
+class _Connection:
+    """What a client holds open (its producer, read model and reply listener), which the clients
+    `with_interceptors` makes share."""
+
+    producer: AsyncProducer
+    results: ReadModel | None = None
+    reply_listener: asyncio.Future[ReplyListener] | None = None
+    # workflow id -> what to await before reading the read model about it (see Client._read_model_behind)
+    unrecorded: dict[str, Callable[[], Awaitable[Any]]] = dataclasses.field(default_factory=dict)
+    encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
+    encoder: asyncio.Task[None] | None = None
+    closed: bool = False
+
+
 class Client:
     """Talks to Kadence through Kafka (commands out; answers, results and query answers back on
     kadence.replies) and the Postgres read model (lists, describe, and every answer and result again)."""
 
     def __init__(
         self, settings: KafkaSettings, *, data_converter: DataConverter, identity: str, postgres_dsn: str | None,
-        interceptors: Sequence[Interceptor] = (), runtime: Runtime | None = None,
+        interceptors: Sequence[Interceptor] = (), runtime: Runtime | None = None, _connection: _Connection | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime or Runtime.default()  # where the client's and its workers' metrics go
         self.data_converter = data_converter
         self.identity = identity
         self._postgres_dsn = postgres_dsn
-        self._producer = AsyncProducer(settings)
+        self._conn = _connection or _Connection(AsyncProducer(settings))
         self._commands = command_codec()
-        self._results: ReadModel | None = None
-        self._reply_listener: asyncio.Future[ReplyListener] | None = None
-        # workflow id -> what to await before reading the read model about it (see _read_model_behind)
-        self._unrecorded: dict[str, Callable[[], Awaitable[Any]]] = {}
-        self._encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
-        self._encoder: asyncio.Task[None] | None = None
-        self._closed = False
         # As temporalio: the first interceptor is the outermost, called first.
         self.interceptors = tuple(interceptors)
         impl: OutboundInterceptor = _ClientImpl(self)
@@ -98,11 +106,12 @@ class Client:
         self._impl = impl
 
     def with_interceptors(self, *interceptors: Interceptor) -> Client:
-        """A client to the same stack, with `interceptors` after this one's (as temporalio's test
-        environments clone a client's config to add theirs)."""
+        """A client with `interceptors` after this one's, on this one's connections (its producer, read
+        model and reply listener), as temporalio's test environments clone a client to add theirs:
+        there is nothing more to close, and closing either closes both."""
         return Client(
             self.settings, data_converter=self.data_converter, identity=self.identity, postgres_dsn=self._postgres_dsn,
-            interceptors=[*self.interceptors, *interceptors], runtime=self.runtime,
+            interceptors=[*self.interceptors, *interceptors], runtime=self.runtime, _connection=self._conn,
         )
 
     @classmethod
@@ -579,7 +588,7 @@ class Client:
         with it: they may depend on it (an answer on the start before it). With `loop`, called
         from another thread on that loop's behalf: produced at once, so only for commands without
         payloads (the payload codec's encoding runs on the loop)."""
-        if self._closed:
+        if self._conn.closed:
             raise ClientClosedError(f"{', '.join(kind for kind, _ in commands)} for {workflow_id}")
         records = [{
             "workflow_id": workflow_id, "identity": identity or self.identity, "command": (kind, body),
@@ -588,12 +597,12 @@ class Client:
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
         if loop is not None or self.data_converter.payload_codec is None:
             return self._produce_commands(records, until_delivered, traced, loop or asyncio.get_running_loop())
-        if self._encoding is None:
-            self._encoding = asyncio.Queue()
-            self._encoder = asyncio.create_task(self._encode_commands(self._encoding))
+        if self._conn.encoding is None:
+            self._conn.encoding = asyncio.Queue()
+            self._conn.encoder = asyncio.create_task(self._encode_commands(self._conn.encoding))
         running = asyncio.get_running_loop()
         delivered: list[asyncio.Future[Message]] = [running.create_future() for _ in records]
-        self._encoding.put_nowait((records, until_delivered, traced, delivered))
+        self._conn.encoding.put_nowait((records, until_delivered, traced, delivered))
         return delivered
 
     def _produce_commands(
@@ -618,7 +627,7 @@ class Client:
                 break
         headers = self._commands.headers() + traced
         sent = [
-            self._producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers,
+            self._conn.producer.produce(topics.COMMANDS, value, record["workflow_id"].encode(), headers=headers,
                                    until_delivered=until_delivered, loop=loop)
             for record, value in zip(records, values, strict=False)
         ]
@@ -648,7 +657,7 @@ class Client:
         self, topic: str, value: bytes, key: bytes, headers: HeaderList, *, partition: int | None = None,
     ) -> asyncio.Future[Message]:
         """Produce a record of Kadence's own (a worker's heartbeat on kadence.pollers, a query's answer)."""
-        return self._producer.produce(topic, value, key, partition=partition, headers=headers)
+        return self._conn.producer.produce(topic, value, key, partition=partition, headers=headers)
 
     async def _request(self, workflow_id: str, kind: str, body: dict[str, Any], request_id: str) -> str:
         """Send a client command and wait for its outcome; the run id it applied to. A command the
@@ -715,11 +724,11 @@ class Client:
         read model about that workflow first await `recorded()`, so a describe() right after
         start_workflow or result() sees what the reply said. A factory: nothing is asked of
         Postgres unless such a read comes."""
-        self._unrecorded[workflow_id] = recorded
+        self._conn.unrecorded[workflow_id] = recorded
 
         def expire() -> None:
-            if self._unrecorded.get(workflow_id) is recorded:
-                del self._unrecorded[workflow_id]
+            if self._conn.unrecorded.get(workflow_id) is recorded:
+                del self._conn.unrecorded[workflow_id]
 
         asyncio.get_running_loop().call_later(NOT_FOUND_AFTER_S, expire)
 
@@ -727,9 +736,9 @@ class Client:
         """Until the read model recorded what this client heard on kadence.replies (about
         `workflow_id`, or about any workflow), for at most NOT_FOUND_AFTER_S."""
         if workflow_id is None:
-            behind = dict(self._unrecorded)
+            behind = dict(self._conn.unrecorded)
         else:
-            behind = {workflow_id: self._unrecorded[workflow_id]} if workflow_id in self._unrecorded else {}
+            behind = {workflow_id: self._conn.unrecorded[workflow_id]} if workflow_id in self._conn.unrecorded else {}
         if not behind:
             return
         pending = {asyncio.ensure_future(recorded()): (behind_id, recorded) for behind_id, recorded in behind.items()}
@@ -738,8 +747,8 @@ class Client:
             future.cancel()
         for future in done:
             behind_id, recorded = pending[future]
-            if not future.cancelled() and future.exception() is None and self._unrecorded.get(behind_id) is recorded:
-                del self._unrecorded[behind_id]  # caught up: later reads need not wait
+            if not future.cancelled() and future.exception() is None and self._conn.unrecorded.get(behind_id) is recorded:
+                del self._conn.unrecorded[behind_id]  # caught up: later reads need not wait
 
     async def expect_outcome(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """The answer to a command carrying `request_id`; ask before sending it, so it cannot be missed."""
@@ -748,47 +757,47 @@ class Client:
     @property
     def read_model_started(self) -> bool:
         """Whether `expect_outcome_now` may be asked."""
-        return self._results is not None and self._results.is_started
+        return self._conn.results is not None and self._conn.results.is_started
 
     def forget_outcome(self, request_id: str, future: asyncio.Future[CommandOutcome]) -> None:
         """Stop waiting for the answer to a command that was not sent."""
-        if self._results is not None:
-            self._results.forget_outcome(request_id, future)
+        if self._conn.results is not None:
+            self._conn.results.forget_outcome(request_id, future)
 
     def expect_outcome_now(self, request_id: str) -> asyncio.Future[CommandOutcome]:
         """`expect_outcome` without waiting, once the read model is started (`read_model_started`)."""
-        if self._results is None or not self._results.is_started:
+        if self._conn.results is None or not self._conn.results.is_started:
             raise RuntimeError("the read model is not started yet: await expect_outcome instead, or check read_model_started")
-        return self._results.expect_outcome(request_id)
+        return self._conn.results.expect_outcome(request_id)
 
     def readiness_problems(self) -> list[str]:
         """Why answers from Postgres cannot reach this client now (its LISTEN connection is lost and
         being opened again): part of a worker's /readyz."""
-        problem = self._results.reachability.problem if self._results is not None else None
+        problem = self._conn.results.reachability.problem if self._conn.results is not None else None
         return [problem] if problem is not None else []
 
     async def _read_model(self) -> ReadModel:
-        if self._closed:
+        if self._conn.closed:
             raise ClientClosedError("reading the read model")
-        if self._results is None:
-            self._results = ReadModel(self._postgres_dsn or postgres_dsn())
-        await self._results.started()
-        return self._results
+        if self._conn.results is None:
+            self._conn.results = ReadModel(self._postgres_dsn or postgres_dsn())
+        await self._conn.results.started()
+        return self._conn.results
 
     async def _closed_execution(self, workflow_id: str, run_id: str | None) -> tuple[str, bytes | None, bytes | None, str | None]:
         return await (await self._read_model()).wait_closed(workflow_id, run_id)
 
     async def _replies(self) -> ReplyListener:
-        if self._closed:
+        if self._conn.closed:
             raise ClientClosedError("waiting for a reply")
-        if self._reply_listener is None:
-            self._reply_listener = asyncio.ensure_future(self._start_replies())
-        starting = self._reply_listener
+        if self._conn.reply_listener is None:
+            self._conn.reply_listener = asyncio.ensure_future(self._start_replies())
+        starting = self._conn.reply_listener
         try:
             return await asyncio.shield(starting)
         except Exception:
-            if self._reply_listener is starting and starting.done():
-                self._reply_listener = None  # the next call tries again
+            if self._conn.reply_listener is starting and starting.done():
+                self._conn.reply_listener = None  # the next call tries again
             raise
 
     async def _replies_if_listening(self) -> ReplyListener | None:
@@ -813,15 +822,18 @@ class Client:
         return listener
 
     async def close(self) -> None:
-        """Stop sending and listening; any later call raises ClientClosedError instead of waiting."""
-        self._closed = True
-        if self._encoder is not None:
-            self._encoder.cancel()
-        if self._reply_listener is not None:
-            await (await self._reply_listener).close()
-        if self._results is not None:
-            await self._results.close()
-        await asyncio.get_running_loop().run_in_executor(None, self._producer.close)
+        """Stop sending and listening (this client and those made from it or it from: they share its
+        connections); any later call raises ClientClosedError instead of waiting."""
+        if self._conn.closed:
+            return
+        self._conn.closed = True
+        if self._conn.encoder is not None:
+            self._conn.encoder.cancel()
+        if self._conn.reply_listener is not None:
+            await (await self._conn.reply_listener).close()
+        if self._conn.results is not None:
+            await self._conn.results.close()
+        await asyncio.get_running_loop().run_in_executor(None, self._conn.producer.close)
 
 
 def _refusals(loop: asyncio.AbstractEventLoop, records: list[dict[str, Any]], reason: Exception | None) -> list[asyncio.Future[Message]]:

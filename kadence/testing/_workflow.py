@@ -45,15 +45,12 @@ class WorkflowEnvironment:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._owned: list[Client] = []  # the clients it made, closed at shutdown
 
     @classmethod
     def from_client(cls, client: Client) -> WorkflowEnvironment:
         """An environment on a stack already running (`kadence dev`, a CI service): no time skipping,
         `sleep` sleeps, `get_current_time` is this host's clock."""
-        env = cls(client.with_interceptors(_AssertionErrorInterceptor()))
-        env._owned.append(env.client)
-        return env
+        return cls(client.with_interceptors(_AssertionErrorInterceptor()))
 
     @classmethod
     async def start_local(
@@ -131,9 +128,8 @@ class WorkflowEnvironment:
         return self._client
 
     async def shutdown(self) -> None:
-        """Close the clients it made (not the one it was given); a stack it started stops."""
-        for client in self._owned:
-            await client.close()
+        """Nothing for an environment on a client's stack (the client stays the caller's); a stack
+        it started stops, its client closed first."""
 
     async def sleep(self, duration: timedelta | float) -> None:
         """Sleep (a time-skipping environment moves its clock instead)."""
@@ -170,11 +166,10 @@ class _StackEnvironment(WorkflowEnvironment):
 
     def __init__(self, client: Client, stack: LocalStack) -> None:
         super().__init__(client)
-        self._owned.append(client)
         self._stack = stack
 
     async def shutdown(self) -> None:
-        await super().shutdown()
+        await self._client.close()  # and every client made from it: they share its connections
         await asyncio.get_running_loop().run_in_executor(None, _stop_stack, self._stack)
 
 
@@ -262,7 +257,6 @@ class _V2Environment(_StackEnvironment):
     def __init__(self, client: Client, stack: LocalStack, config: TimeSkippingConfig) -> None:
         self._skipper = TimeSkipper(client, config)
         super().__init__(self._skipper.client, stack)
-        self._owned.append(client)
 
     @property
     def supports_time_skipping_v2(self) -> bool:
