@@ -262,10 +262,6 @@ class _V2Environment(_StackEnvironment):
     def supports_time_skipping_v2(self) -> bool:
         return True
 
-    @property
-    def time_skipper(self) -> TimeSkipper:
-        return self._skipper
-
     async def fast_forward(self, handle: WorkflowHandle, duration: timedelta) -> None:
         """Move the run's clock `duration` ahead (through its timers, in order) and wait until it got there."""
         await self._skipper.fast_forward(handle, duration)

@@ -18,7 +18,7 @@ import typing
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, Generic, NoReturn, TypeVar, Unpack, cast, overload
+from typing import Any, Concatenate, NoReturn, TypeVar, Unpack, cast, overload
 
 from kadence import activity as activity_module
 from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
@@ -34,8 +34,6 @@ from kadence.types import (
     MethodAsyncNoParam,
     MethodAsyncSingleParam,
     MethodSyncNoParam,
-    MethodSyncOrAsyncNoParam,
-    MethodSyncOrAsyncSingleParam,
     MethodSyncSingleParam,
     MoreParamTypes,
     MultiParamSpec,
@@ -44,8 +42,8 @@ from kadence.types import (
     SecondParamType,
     SelfType,
 )
-from kadence.workflow._definition import Handler, check_dynamic, definition, signal_name
-from kadence.workflow._runtime import ChildWorkflowHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
+from kadence.workflow._definition import Handler, check_dynamic, definition
+from kadence.workflow._runtime import ChildWorkflowHandle, SignallingHandle, UpdateInfo, WorkflowInfo, _Runtime, current_update
 
 # temporalio's name for what start_activity returns: await it for the result. Generic as asyncio.Task
 # is: ActivityHandle[ReturnType], of the activity's return type.
@@ -1462,7 +1460,7 @@ async def execute_child_workflow(
     return await handle
 
 
-class ExternalWorkflowHandle(Generic[HandleSelfType]):
+class ExternalWorkflowHandle(SignallingHandle[HandleSelfType]):
     """Another workflow this one may signal or ask to cancel (as temporalio's). Of the workflow's
     class (ExternalWorkflowHandle[MyWorkflow], from get_external_workflow_handle_for): its signals
     are the class's."""
@@ -1471,25 +1469,8 @@ class ExternalWorkflowHandle(Generic[HandleSelfType]):
         self.id = id
         self.run_id = run_id
 
-    @overload
-    async def signal(self, signal: MethodSyncOrAsyncNoParam[HandleSelfType, None]) -> None: ...
-
-    @overload
-    async def signal(self, signal: MethodSyncOrAsyncSingleParam[HandleSelfType, ParamType, None], arg: ParamType) -> None: ...
-
-    @overload
-    async def signal(
-        self, signal: Callable[Concatenate[HandleSelfType, MultiParamSpec], Awaitable[None] | None], *, args: Sequence[Any],
-    ) -> None: ...
-
-    @overload
-    async def signal(self, signal: str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None: ...
-
-    async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
-        """Signal the workflow; raises ApplicationError if it is not found or closed."""
-        await _Runtime.current().signal_external_workflow(
-            self.id, self.run_id, signal_name(signal), ([arg] if arg is not UNSET else []) + list(args),
-        )
+    async def _signal(self, name: str, args: list[Any]) -> None:
+        await _Runtime.current().signal_external_workflow(self.id, self.run_id, name, args)
 
     async def cancel(self) -> None:
         """Ask the workflow to cancel; raises ApplicationError if it is not found or closed."""

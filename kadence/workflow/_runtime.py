@@ -125,14 +125,9 @@ class WorkflowInfo:
 Info = WorkflowInfo
 
 
-class ChildWorkflowHandle(asyncio.Task[HandleReturnType], Generic[HandleSelfType, HandleReturnType]):
-    """A started child workflow (as temporalio's): await it for the result, which raises
-    ChildWorkflowError if the child did not complete; cancel() asks the child to cancel.
-    Of the child's workflow class and its run method's return type (ChildWorkflowHandle[MyChild,
-    MyResult]), from start_child_workflow's `workflow`: its signals are the class's."""
-
-    id: str
-    first_execution_run_id: str
+class SignallingHandle(Generic[HandleSelfType]):
+    """A handle to another workflow that this one signals (a child's, an external one's): its
+    signals are typed from the workflow's class (HandleSelfType), as temporalio's."""
 
     @overload
     async def signal(self, signal: MethodSyncOrAsyncNoParam[HandleSelfType, None]) -> None: ...
@@ -149,8 +144,24 @@ class ChildWorkflowHandle(asyncio.Task[HandleReturnType], Generic[HandleSelfType
     async def signal(self, signal: str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None: ...
 
     async def signal(self, signal: Callable[..., Any] | str, arg: Any = UNSET, *, args: Sequence[Any] = ()) -> None:
-        """Signal the child; raises ApplicationError if it cannot be signalled (it closed)."""
-        await _Runtime.current().signal_child_workflow(self.id, signal_name(signal), ([arg] if arg is not UNSET else []) + list(args))
+        """Signal the workflow; raises ApplicationError if it cannot be signalled (closed, or not found)."""
+        await self._signal(signal_name(signal), ([arg] if arg is not UNSET else []) + list(args))
+
+    async def _signal(self, name: str, args: list[Any]) -> None:
+        raise NotImplementedError
+
+
+class ChildWorkflowHandle(asyncio.Task[HandleReturnType], SignallingHandle[HandleSelfType], Generic[HandleSelfType, HandleReturnType]):
+    """A started child workflow (as temporalio's): await it for the result, which raises
+    ChildWorkflowError if the child did not complete; cancel() asks the child to cancel.
+    Of the child's workflow class and its run method's return type (ChildWorkflowHandle[MyChild,
+    MyResult]), from start_child_workflow's `workflow`: its signals are the class's."""
+
+    id: str
+    first_execution_run_id: str
+
+    async def _signal(self, name: str, args: list[Any]) -> None:
+        await _Runtime.current().signal_child_workflow(self.id, name, args)
 
 
 class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
