@@ -10,16 +10,17 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
-from kadence.common import MetricMeter
+from kadence.common import MetricMeter, RetryPolicy
 from kadence.converter import PayloadConverter, default
 
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
 _T = TypeVar("_T")
 
 _DEFINITION_ATTR = "__kadence_activity_definition"
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,17 @@ class Info:
     namespace: str = "default"
     task_token: bytes = b""
     """Names this attempt to client.get_async_activity_handle(task_token=...) (kadence/protocol/task_token.py)."""
+    current_attempt_scheduled_time: datetime = _EPOCH
+    """When this attempt was due to a worker: the activity's scheduling, or the end of the retry backoff before it."""
+    started_time: datetime = _EPOCH
+    """When this attempt started (on the run's clock, which time skipping may move)."""
+    heartbeat_timeout: timedelta | None = None
+    schedule_to_close_timeout: timedelta | None = None
+    start_to_close_timeout: timedelta | None = None
+    retry_policy: RetryPolicy | None = None
+    workflow_namespace: str = "default"
+    activity_run_id: str | None = None
+    """A standalone activity's run id (temporalio's): None, an activity here runs in a workflow."""
 
     def _logger_details(self) -> dict[str, Any]:
         """What activity.logger adds to each record (temporalio's keys)."""

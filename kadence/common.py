@@ -77,6 +77,14 @@ class RetryPolicy:
             "non_retryable_error_types": list(self.non_retryable_error_types or ()),
         }
 
+    @classmethod
+    def from_record(cls, record: RetryPolicyRecord) -> RetryPolicy:
+        return cls(
+            initial_interval=timedelta(milliseconds=record["initial_interval_ms"]), backoff_coefficient=record["backoff_coefficient"],
+            maximum_interval=timedelta(milliseconds=record["maximum_interval_ms"]) if record["maximum_interval_ms"] else None,
+            maximum_attempts=record["maximum_attempts"], non_retryable_error_types=list(record["non_retryable_error_types"]) or None,
+        )
+
 
 def to_ms(duration: timedelta | None) -> int:
     return 0 if duration is None else int(duration.total_seconds() * 1000)

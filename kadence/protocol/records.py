@@ -54,6 +54,16 @@ class ActivityTask(TypedDict):
     # have the first copy running, its start not yet recorded, so a worker runs this copy only once history accepted its
     # start.
     redispatched: NotRequired[bool]
+    # The activity's schedule-to-close timeout (0: none): activity.info().schedule_to_close_timeout.
+    schedule_to_close_timeout_ms: NotRequired[int]
+    # The activity's retry policy as scheduled: activity.info().retry_policy.
+    retry_policy: NotRequired[RetryPolicy | None]
+    # When this attempt was due to a worker (its scheduling, or its retry backoff's end), on the run's clock; 0 in
+    # records written before the field.
+    current_attempt_scheduled_time_ms: NotRequired[int]
+    # The run's clock offset (docs/decisions/0006-time-skipping.md): the worker adds it to its clock for
+    # activity.info().started_time.
+    clock_offset_ms: NotRequired[int]
 
 
 class Command(TypedDict):

@@ -11,7 +11,7 @@ import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar, cast
 
 from kadence import activity
@@ -47,9 +47,11 @@ class ActivityEnvironment:
     @staticmethod
     def default_info() -> activity.Info:
         """A new copy of the info a run gets unless `info` is set."""
+        epoch = datetime.fromtimestamp(0, UTC)
         return activity.Info(
-            activity_id="test", activity_type="unknown", attempt=1, scheduled_time=datetime.fromtimestamp(0, UTC),
-            task_queue="test", workflow_id="test", workflow_run_id="test-run", workflow_type="test", task_token=b"test",
+            activity_id="test", activity_type="unknown", attempt=1, scheduled_time=epoch, task_queue="test", workflow_id="test",
+            workflow_run_id="test-run", workflow_type="test", task_token=b"test", current_attempt_scheduled_time=epoch,
+            started_time=epoch, schedule_to_close_timeout=timedelta(seconds=1), start_to_close_timeout=timedelta(seconds=1),
         )
 
     def cancel(self, cancellation_details: activity.ActivityCancellationDetails = _CANCEL_REQUESTED) -> None:

@@ -22,6 +22,7 @@ from kadence.worker._interceptor import (
     WorkflowOutboundInterceptor,
 )
 from kadence.worker._replayer import Replayer, WorkflowReplayResult, WorkflowReplayResults
+from kadence.worker._runner import UnsandboxedWorkflowRunner, WorkflowRunner
 from kadence.worker._shared_state import SharedHeartbeatSender, SharedStateManager
 from kadence.worker._worker import Worker
 
@@ -31,4 +32,5 @@ __all__ = [
     "WorkflowInterceptorClassInput", "WorkflowInboundInterceptor", "WorkflowOutboundInterceptor", "ExecuteWorkflowInput",
     "HandleSignalInput", "HandleQueryInput", "HandleUpdateInput", "ContinueAsNewInput", "SignalChildWorkflowInput",
     "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput",
+    "UnsandboxedWorkflowRunner", "WorkflowRunner",
 ]

@@ -25,6 +25,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from kadence import activity as activity_module
 from kadence.api.common.v1 import Payload
+from kadence.common import RetryPolicy
 from kadence.converter import callable_arg_types
 from kadence.exceptions import ApplicationError, ApplicationErrorCategory, CancelledError
 from kadence.protocol import topics, tracing
@@ -412,12 +413,18 @@ class ActivityWorker:
 
     async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
         at = activity_task(task)
+        retry_policy = at.get("retry_policy")
         info = activity_module.Info(
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
-            scheduled_time=datetime.fromtimestamp(at["scheduled_time_ms"] / 1000, UTC), task_queue=at["task_queue"],
+            scheduled_time=_time(at["scheduled_time_ms"]), task_queue=at["task_queue"],
             workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
             heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
             task_token=TaskToken(task["workflow_id"], task["run_id"], at["scheduled_event_id"], at["attempt"], at["activity_id"]).encode(),
+            current_attempt_scheduled_time=_time(at.get("current_attempt_scheduled_time_ms") or at["scheduled_time_ms"]),
+            started_time=_time(int(time.time() * 1000) + at.get("clock_offset_ms", 0)),  # on the run's clock
+            heartbeat_timeout=_timeout(at["heartbeat_timeout_ms"]), start_to_close_timeout=_timeout(at["start_to_close_timeout_ms"]),
+            schedule_to_close_timeout=_timeout(at.get("schedule_to_close_timeout_ms", 0)),
+            retry_policy=RetryPolicy.from_record(retry_policy) if retry_policy is not None else None,
         )
         context = contextvars.copy_context()
         context.run(activity_module._current_info.set, info)
@@ -714,3 +721,12 @@ def failure_log_level(exc: BaseException) -> int:
     """An ApplicationError of category BENIGN is expected by the application: logged at DEBUG (as temporalio)."""
     benign = isinstance(exc, ApplicationError) and exc.category == ApplicationErrorCategory.BENIGN
     return logging.DEBUG if benign else logging.INFO
+
+
+def _time(unix_ms: int) -> datetime:
+    return datetime.fromtimestamp(unix_ms / 1000, UTC)
+
+
+def _timeout(ms: int) -> timedelta | None:
+    """A timeout of the activity as activity.info() gives it: None when it has none."""
+    return timedelta(milliseconds=ms) if ms else None

@@ -29,6 +29,7 @@ from kadence.worker._activity import ActivityWorker
 from kadence.worker._assignment import PartitionAssignment
 from kadence.worker._context import WorkerContext
 from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
+from kadence.worker._runner import WorkflowRunner
 from kadence.worker._shared_state import SharedStateManager
 from kadence.worker._workflow import WorkflowWorker
 from kadence.workflow._definition import WorkflowDefinition
@@ -56,7 +57,11 @@ class Worker:
         shared_state_manager: SharedStateManager | None = None,
         interceptors: Sequence[Interceptor] = (),
         disable_eager_activity_execution: bool = False,
+        workflow_runner: WorkflowRunner | None = None,
+        unsandboxed_workflow_runner: WorkflowRunner | None = None,
     ) -> None:
+        """`workflow_runner` and `unsandboxed_workflow_runner` are taken as temporalio's: Kadence runs
+        every workflow unsandboxed whatever they say (kadence/worker/workflow_sandbox/)."""
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
         self.client = client

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
 from kadence.api.common.v1 import Payload
-from kadence.common import attempt_timeout_ms, next_attempt_backoff_ms, retry_state
+from kadence.common import RetryPolicy, attempt_timeout_ms, next_attempt_backoff_ms, retry_state
 from kadence.exceptions import ApplicationError, CommandTooLargeError, NondeterminismError, RetryState
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import codec, command_codec, writes_field
@@ -82,6 +82,8 @@ def _activity_task(task: Task, attrs: ScheduleActivityTask, scheduled_event_id: 
         "start_to_close_timeout_ms": attempt_timeout_ms(attrs),
         "scheduled_time_ms": now_ms, "heartbeat_timeout_ms": attrs["heartbeat_timeout_ms"], "heartbeat_details": [],
         "schedule_to_start_deadline_ms": 0, "header": {name: _copy(payload) for name, payload in (attrs.get("header") or {}).items()},
+        "schedule_to_close_timeout_ms": attrs["schedule_to_close_timeout_ms"], "retry_policy": attrs["retry_policy"],
+        "current_attempt_scheduled_time_ms": now_ms, "clock_offset_ms": wt.get("clock_offset_ms", 0),
     }
     return {"workflow_id": task["workflow_id"], "run_id": task["run_id"], "history_length": 0, "task": ("ActivityTask", activity)}
 
@@ -511,10 +513,14 @@ class WorkflowWorker:
             metrics.local_activity_total.add(1, attributes)
             attempt_began = time.monotonic()
             context = contextvars.copy_context()
+            now = datetime.fromtimestamp(run_clock_ms(task) / 1000, UTC)
             context.run(activity_module._current_info.set, activity_module.Info(
-                activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=datetime.now(UTC),
+                activity_id=str(local.seq), activity_type=attrs["activity_type"], attempt=attempt, scheduled_time=now,
                 task_queue=self.task_queue, workflow_id=task["workflow_id"], workflow_run_id=task["run_id"],
-                workflow_type=workflow_task(task)["workflow_type"], is_local=True,
+                workflow_type=workflow_task(task)["workflow_type"], is_local=True, current_attempt_scheduled_time=now, started_time=now,
+                start_to_close_timeout=timedelta(milliseconds=attempt_timeout_ms(attrs)),
+                schedule_to_close_timeout=timedelta(milliseconds=budget_ms),  # what bounds its attempts
+                retry_policy=RetryPolicy.from_record(attrs["retry_policy"]) if attrs.get("retry_policy") else None,
             ))
             try:
                 result = await asyncio.wait_for(

@@ -466,6 +466,8 @@ def activity_task_effect(ex: Execution, activity: ActivityState, *, redispatched
         # In wall-clock time: the worker and matching compare it with their clocks.
         "schedule_to_start_deadline_ms": activity.dispatch_due_ms + timeout - ex.clock_offset_ms if timeout else 0,
         "header": activity.header, "redispatched": redispatched,
+        "schedule_to_close_timeout_ms": activity.schedule_to_close_timeout_ms, "retry_policy": activity.retry_policy,
+        "current_attempt_scheduled_time_ms": activity.dispatch_due_ms, "clock_offset_ms": ex.clock_offset_ms,
     }
 
 
