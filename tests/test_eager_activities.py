@@ -187,7 +187,7 @@ def activity_task(client: Client, workflow_task: Record, activity_type: str, val
     """An activity task of `workflow_task`'s run, as history would dispatch it, with `value` as its input."""
     attrs = {"activity_id": value, "activity_type": activity_type, "task_queue": "",
              "input": client.data_converter.payload_converter.to_payloads([value]), "heartbeat_timeout_ms": 0,
-             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0}
+             "start_to_close_timeout_ms": 30_000, "schedule_to_close_timeout_ms": 0, "retry_policy": None}
     return _activity_task(workflow_task, attrs, scheduled_event_id, 0)
 
 
