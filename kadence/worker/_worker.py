@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -59,9 +60,12 @@ class Worker:
         disable_eager_activity_execution: bool = False,
         workflow_runner: WorkflowRunner | None = None,
         unsandboxed_workflow_runner: WorkflowRunner | None = None,
+        workflow_failure_exception_types: Sequence[type[BaseException]] = (),
     ) -> None:
         """`workflow_runner` and `unsandboxed_workflow_runner` are taken as temporalio's: Kadence runs
-        every workflow unsandboxed whatever they say (kadence/worker/workflow_sandbox/)."""
+        every workflow unsandboxed whatever they say (kadence/worker/workflow_sandbox/).
+        `workflow_failure_exception_types`: exceptions that fail any of its workflows rather than
+        their workflow task, as each workflow's own `@workflow.defn(failure_exception_types=...)`."""
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
         self.client = client
@@ -77,6 +81,9 @@ class Worker:
         for cls in workflows:
             definition = workflow_module.definition(cls)
             assert isinstance(definition, WorkflowDefinition)
+            if workflow_failure_exception_types:
+                failing = definition.failure_exception_types + tuple(workflow_failure_exception_types)
+                definition = dataclasses.replace(definition, failure_exception_types=failing)
             definitions[definition.name] = definition
         self._running: asyncio.Task[None] | None = None
         self._kinds: list[topics.TaskKind] = []  # the task kinds this worker polls

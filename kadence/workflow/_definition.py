@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import inspect
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, overload
 
@@ -76,6 +76,9 @@ class WorkflowDefinition:
     queries: dict[str | None, Callable[..., Any]] = field(default_factory=dict)
     updates: dict[str | None, tuple[Callable[..., Any], Callable[..., Any] | None]] = field(default_factory=dict)  # handler, validator
     init_takes_args: bool = False  # @workflow.init: the constructor gets the run's arguments
+    # Exceptions that fail the workflow rather than its workflow task, besides FailureError (temporalio's
+    # failure_exception_types, and the worker's workflow_failure_exception_types joined to them).
+    failure_exception_types: tuple[type[BaseException], ...] = ()
 
     def arg_types(self) -> list[Any]:
         return method_arg_types(self.run_fn)
@@ -89,11 +92,15 @@ def defn(cls: ClassType) -> ClassType: ...
 
 
 @overload
-def defn(*, name: str | None = None) -> Callable[[ClassType], ClassType]: ...
+def defn(
+    *, name: str | None = None, failure_exception_types: Sequence[type[BaseException]] = (),
+) -> Callable[[ClassType], ClassType]: ...
 
 
-def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
-    """Mark a class as a workflow; its type name is `name` or the class name. One method must be @workflow.run."""
+def defn(cls: ClassType | None = None, *, name: str | None = None, failure_exception_types: Sequence[type[BaseException]] = ()) -> Any:
+    """Mark a class as a workflow; its type name is `name` or the class name. One method must be
+    @workflow.run. An exception of `failure_exception_types` raised by the workflow's code fails the
+    workflow, as a FailureError does, rather than its workflow task (which is retried), as temporalio's."""
 
     def register(c: ClassType) -> ClassType:
         runs = [m for m in vars(c).values() if getattr(m, _RUN_ATTR, False)]
@@ -111,6 +118,7 @@ def defn(cls: ClassType | None = None, *, name: str | None = None) -> Any:
             _check_init_matches_run(c, runs[0])
         setattr(c, _DEFINITION_ATTR, WorkflowDefinition(
             name or c.__name__, c, runs[0], signals, queries, updates, init_takes_args=init_takes_args,
+            failure_exception_types=tuple(failure_exception_types),
         ))
         return c
 

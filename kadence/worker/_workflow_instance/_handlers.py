@@ -113,13 +113,15 @@ class WorkflowHandlers(WorkflowRun):
 
     async def _run_signal(self, running: RunningHandler, signal: HandleSignalInput) -> None:
         """Run a signal handler (through the interceptors) as a task of the workflow (as temporalio):
-        a FailureError it raises fails the workflow, any other exception fails the workflow task."""
+        a FailureError it raises (or an exception of the definition's failure_exception_types) fails
+        the workflow, any other exception fails the workflow task."""
         try:
             await self.inbound.handle_signal(signal)
-        except FailureError as exc:
-            if self._handler_failure is None:
-                self._handler_failure = exc
         except Exception as exc:
+            if isinstance(exc, (FailureError, *self.definition.failure_exception_types)):
+                if self._handler_failure is None:
+                    self._handler_failure = exc
+                return
             if self._task_error is None:
                 self._task_error = WorkflowTaskError(f"signal handler {running.name!r} failed: {type(exc).__name__}: {exc}")
                 self._task_error.__cause__ = exc

@@ -158,7 +158,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
         self.task_started_ms = 0  # when the workflow task being run started
         self._close_issued = False  # the command that ends the run is issued: no second one
-        self._handler_failure: FailureError | None = None  # raised by a signal handler: fails the run
+        self._handler_failure: BaseException | None = None  # raised by a signal handler: fails the run
         self._task_error: WorkflowTaskError | None = None  # raised by a signal handler: fails the workflow task
 
     # ---- activations -------------------------------------------------------------------------
@@ -302,7 +302,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if exc is None:
             complete: CompleteWorkflowExecution = {"result": payload_record(self.converter.payload_converter.to_payload(main.result()))}
             return ("CompleteWorkflowExecution", complete)
-        if isinstance(exc, FailureError):
+        if isinstance(exc, (FailureError, *self.definition.failure_exception_types)):
             fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(exc))}
             return ("FailWorkflowExecution", fail)
         raise WorkflowTaskError(f"{type(exc).__name__}: {exc}") from exc
