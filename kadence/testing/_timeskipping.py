@@ -66,10 +66,9 @@ class TimeSkipper:
         """Move the schedule's clock `duration` ahead and wait until it got there: its actions due
         on the way are taken, one after another (it moves on once the runs it started closed), and
         the runs start on its clock, skipping theirs unless the config disables propagation."""
-        if duration <= timedelta(0):
-            raise ValueError(f"fast_forward_schedule: duration {duration} must be positive")
-        setting = {"enabled": True, "fast_forward_ms": int(duration.total_seconds() * 1000),
-                   "disable_propagation": self.config.disable_propagation}
+        setting = TimeSkippingConfig(
+            enabled=True, fast_forward_config=FastForwardConfig(duration), disable_propagation=self.config.disable_propagation,
+        ).record()
         request_id = str(uuid.uuid4())
         client = handle._client  # the client that made the handle: it knows what the read model has yet to record
         read_model = await client._read_model()

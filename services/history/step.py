@@ -24,6 +24,7 @@ from kadence.protocol.limits import (
 )
 from kadence.protocol.names import WITH_START, CommandType, EffectType
 from services.history.machine.clock import check_command as check_time_skipping
+from services.history.machine.clock import start_of
 from services.history.machine.dispatch import decide, derive_effects
 from services.history.machine.effects import rejection_answer
 from services.history.machine.execution import RUNNING, Execution, Pending
@@ -64,9 +65,6 @@ _STARTS: dict[str, Callable[[Execution | None, str, Any, str, int, int, int], Tr
 }
 
 
-_STARTS_A_RUN = WITH_START | {CommandType.StartWorkflowExecution}
-
-
 def decide_command(state: PartitionState, command: Record, now_ms: int, partition: int, offset: int) -> Transition:
     """What a command (not a query) does to its workflow's current run, within the record limit,
     decided at `now_ms` (the command's log-append time) on the run's clock; raises Rejected with the cause."""
@@ -86,8 +84,8 @@ def decide_command(state: PartitionState, command: Record, now_ms: int, partitio
 def _clock_offset_ms(current: Execution | None, kind: str, body: Record) -> int:
     """The clock the command is decided on (docs/decisions/0006-time-skipping.md): the one a start
     gives the run it starts, else the workflow id's current run's; 0 unless time is skipped."""
-    if kind in _STARTS_A_RUN and (current is None or current.status != RUNNING):
-        start = body["start"] if kind in WITH_START else body
+    start = start_of(kind, body)
+    if start is not None and (current is None or current.status != RUNNING):
         return int(start.get("clock_offset_ms", 0))
     return current.clock_offset_ms if current is not None else 0
 

@@ -16,12 +16,12 @@ import os
 from dataclasses import replace
 from typing import NamedTuple
 
-from kadence.protocol.names import CommandType, EventType, TimerKind
+from kadence.protocol.names import WITH_START, CommandType, EventType, TimerKind
 from kadence.protocol.records import TimeoutFired, TimeSkipping, UpdateWorkflowTimeSkipping
 from kadence.protocol.settings import TIME_SKIPPING, SettingError
 from services.history.machine import schedule
 from services.history.machine.effects import outbound, timer
-from services.history.machine.execution import RUNNING, Execution, Pending
+from services.history.machine.execution import RUNNING, Execution, Pending, run_timeout_ms
 from services.history.machine.execution import TimeSkipping as SkippingState
 from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
@@ -44,15 +44,19 @@ def check_allowed(what: str) -> None:
                        "kadence.testing.WorkflowEnvironment.start_time_skipping() starts one (KADENCE_TIME_SKIPPING=1)")
 
 
-_STARTS = (CommandType.StartWorkflowExecution, CommandType.SignalWithStartWorkflowExecution, CommandType.UpdateWithStartWorkflowExecution)
+def start_of(kind: str, body: Record) -> Record | None:
+    """The StartWorkflowExecution a command carries (a start, or the start of a with-start), which
+    gives the run it starts its clock; None for any other command."""
+    if kind == CommandType.StartWorkflowExecution:
+        return body
+    return body["start"] if kind in WITH_START else None
 
 
 def check_command(kind: str, body: Record) -> None:
     """Every command that asks for time skipping passes here before it is decided: a start with it
     (or with its run's clock ahead), an update of a run's, a schedule's patch; refused unless the
     server allows it, or when the setting cannot apply."""
-    if kind in _STARTS:
-        start = body.get("start", body)
+    if (start := start_of(kind, body)) is not None:
         if start.get("time_skipping") is not None or start.get("clock_offset_ms"):
             check_allowed("a start with time skipping")
             _check_setting(start.get("time_skipping"))
@@ -184,13 +188,9 @@ def _in_flight(ex: Execution, now_ms: int) -> bool:
 def _delayed_first_task(ex: Execution) -> int | None:
     """When the run's first workflow task goes to a worker, if a start delay or a cron schedule holds it back."""
     wt = ex.workflow_task
-    if wt is None or wt.scheduled_event_id != 2 or wt.attempt != 1 or wt.started_event_id or not ex.history:
+    if wt is None or wt.scheduled_event_id != 2 or wt.attempt != 1 or wt.started_event_id or not ex.first_task_backoff_ms:
         return None
-    started = ex.history[0]
-    if event_type(started) != EventType.WorkflowExecutionStarted:
-        return None
-    backoff = attributes(started).get("first_workflow_task_backoff_ms") or 0
-    return started["event_time_ms"] + backoff if backoff else None
+    return ex.history[0]["event_time_ms"] + ex.first_task_backoff_ms
 
 
 # (kind, virtual fire time, scheduled event id, attempt): a timer as machine/effects.timer sets it.
@@ -215,10 +215,8 @@ def pending_timers(ex: Execution) -> list[PendingTimer]:
         if activity.schedule_to_close_timeout_ms:
             closes_at = activity.scheduled_time_ms + activity.schedule_to_close_timeout_ms
             pending.append((TimerKind.ACTIVITY_SCHEDULE_TO_CLOSE, closes_at, sid, 1))
-    start: Record = attributes(ex.history[0]) if ex.history else {}
-    limits: list[int] = [ms for ms in (start.get("workflow_run_timeout_ms", 0), start.get("workflow_execution_timeout_ms", 0)) if ms > 0]
-    if limits:
-        pending.append((TimerKind.WORKFLOW_RUN_TIMEOUT, ex.history[0]["event_time_ms"] + min(limits), 1, 1))
+    if timeout_ms := run_timeout_ms(ex.started):
+        pending.append((TimerKind.WORKFLOW_RUN_TIMEOUT, ex.history[0]["event_time_ms"] + timeout_ms, 1, 1))
     if (first_task_due := _delayed_first_task(ex)) is not None and ex.workflow_task is not None:
         pending.append((TimerKind.WORKFLOW_TASK_RETRY, first_task_due, ex.workflow_task.scheduled_event_id, 1))
     return pending

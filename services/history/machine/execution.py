@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kadence.protocol.names import EventType
 from kadence.protocol.records import Failure, Schedule, ScheduleInfo
 from kadence.protocol.records import TimeSkipping as TimeSkippingRecord
-from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes
+from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes, event_type
 
 RUNNING = "Running"
 HISTORY_IDENTITY = "kadence-history"
@@ -157,6 +158,14 @@ class Execution:
         return attributes(self.history[0]) if self.history else {}
 
     @property
+    def first_task_backoff_ms(self) -> int:
+        """How long the run's first workflow task waits before it goes to a worker: its start delay,
+        or its cron schedule's wait for the next time (0: none)."""
+        if not self.history or event_type(self.history[0]) != EventType.WorkflowExecutionStarted:
+            return 0
+        return self.started.get("first_workflow_task_backoff_ms") or 0
+
+    @property
     def root(self) -> tuple[str, str]:
         """The root of the run's chain of parents (the run itself in histories written before roots were)."""
         started = self.started
@@ -204,3 +213,10 @@ def closed_execution(workflow_id: str, run_id: str, status: str, start_request_i
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type="", task_queue="", status=status, start_request_id=start_request_id,
     )
+
+
+def run_timeout_ms(started: Record) -> int:
+    """A run's timeout from its WorkflowExecutionStarted attributes: the sooner of its run timeout and
+    what is left of its execution timeout (0: none)."""
+    limits = [ms for ms in (started.get("workflow_run_timeout_ms", 0), started.get("workflow_execution_timeout_ms", 0)) if ms > 0]
+    return min(limits) if limits else 0

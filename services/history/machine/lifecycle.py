@@ -27,7 +27,7 @@ from kadence.protocol.records import (
 )
 from services.history.machine import child, clock, messages
 from services.history.machine.effects import answer, drop, outbound, scheduled_run_report, timer
-from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution
+from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution, run_timeout_ms
 from services.history.machine.limits import within_history_limit
 from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
 from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, Timeout, recorded_as_given
@@ -399,9 +399,8 @@ APPLY: dict[str, Apply] = {EventType.WorkflowExecutionCancelRequested: _cancel_r
 def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     """The run's timeout: the sooner of its run timeout and what is left of its execution timeout;
     a run a schedule started (or continues one) tells the schedule its run id."""
-    attrs = attributes(event)
-    limits = [ms for ms in (attrs["workflow_run_timeout_ms"], attrs["workflow_execution_timeout_ms"]) if ms > 0]
-    effects = [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + min(limits), event["event_id"], 1)] if limits else []
+    timeout_ms = run_timeout_ms(attributes(event))
+    effects = [timer(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, t.now_ms + timeout_ms, event["event_id"], 1)] if timeout_ms else []
     if ex.scheduled_by is not None:
         effects.append(scheduled_run_report(ex.scheduled_by, ex.workflow_id, ex.run_id, RUNNING))
     return effects

@@ -349,9 +349,7 @@ def _first_dispatch_delay_ms(ex: Execution, wt: WorkflowTaskState) -> int:
     re-dispatch (a backoff timer fired that late counts as one too)."""
     if wt.attempt > 1:
         return workflow_task_backoff_ms(wt.attempt)
-    if wt.scheduled_event_id == 2 and ex.history and event_type(ex.history[0]) == EventType.WorkflowExecutionStarted:
-        return attributes(ex.history[0]).get("first_workflow_task_backoff_ms") or 0
-    return 0
+    return ex.first_task_backoff_ms if wt.scheduled_event_id == 2 else 0
 
 
 def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
