@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, Protocol, TypeVar, overload
 
-from kadence.common import MetricMeter, RetryPolicy
+from kadence.common import MetricMeter, Priority, RetryPolicy
 from kadence.converter import PayloadConverter, default
 
 CallableType = TypeVar("CallableType", bound=Callable[..., Any])
@@ -60,6 +60,8 @@ class Info:
     workflow_namespace: str = "default"
     activity_run_id: str | None = None
     """A standalone activity's run id (temporalio's): None, an activity here runs in a workflow."""
+    priority: Priority = Priority.default
+    """Activities take no priority yet."""
 
     def _logger_details(self) -> dict[str, Any]:
         """What activity.logger adds to each record (temporalio's keys)."""

@@ -59,6 +59,23 @@ class ActivityCancellationType(IntEnum):
 
 
 @dataclass(frozen=True)
+class Priority:
+    """How a workflow's or activity's tasks rank under a backlog (as temporalio.common.Priority):
+    `priority_key` 1 (first) to 5, `fairness_key` and `fairness_weight` to share a queue between
+    tenants. Kadence does not take a priority yet (issue 52), so every run and attempt has
+    `Priority.default`, which is what workflow.info() and activity.info() report."""
+
+    priority_key: int | None = None
+    fairness_key: str | None = None
+    fairness_weight: float | None = None
+
+    default: ClassVar[Priority]
+
+
+Priority.default = Priority()
+
+
+@dataclass(frozen=True)
 class RetryPolicy:
     """How an activity is retried. Defaults are Temporal's: 1 s, x2.0, capped at 100 x initial, unlimited attempts."""
 

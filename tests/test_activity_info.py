@@ -9,7 +9,7 @@ from typing import Any
 
 from kadence import activity, workflow
 from kadence.client import Client
-from kadence.common import RetryPolicy
+from kadence.common import Priority, RetryPolicy
 from kadence.exceptions import ApplicationError
 from kadence.worker import Worker
 
@@ -34,7 +34,7 @@ async def describe_itself(fail_first: bool) -> dict[str, Any]:
         },
         "due_after_scheduling_ms": (info.current_attempt_scheduled_time - info.scheduled_time) / timedelta(milliseconds=1),
         "started_after_due_ms": (info.started_time - info.current_attempt_scheduled_time) / timedelta(milliseconds=1),
-        "run_id": info.activity_run_id,
+        "run_id": info.activity_run_id, "default_priority": info.priority == Priority.default,
     }
 
 
@@ -58,4 +58,5 @@ async def test_an_activity_s_info_has_its_timeouts_retry_policy_and_attempt_time
     assert remote["retry_policy"]["maximum_attempts"] == 3 and remote["retry_policy"]["initial_interval"] == 0.2
     assert remote["due_after_scheduling_ms"] >= 200  # the second attempt was due after the first failed and backed off
     assert remote["started_after_due_ms"] >= 0
+    assert remote["default_priority"] and local["default_priority"]  # no priority can be set yet (issue 52)
     assert local["is_local"] and local["start_to_close_timeout"] == 7.0

@@ -45,7 +45,10 @@ class ResettableWorkflow:
         await workflow.wait_condition(lambda: len(self.approvals) >= 2)
         if BUG["on"]:
             raise RuntimeError("a bug: this workflow task fails until the worker is fixed")
-        return {"first": first, "second": second, "third": str(workflow.uuid4()), "approvals": self.approvals}
+        return {
+            "first": first, "second": second, "third": str(workflow.uuid4()), "approvals": self.approvals,
+            "original_execution_run_id": workflow.info().original_execution_run_id,
+        }
 
 
 async def test_a_run_stuck_on_a_bug_is_reset_to_its_last_workflow_task_and_completes(
@@ -72,6 +75,7 @@ async def test_a_run_stuck_on_a_bug_is_reset_to_its_last_workflow_task_and_compl
     finally:
         BUG["on"] = False
     assert result["approvals"] == ["ada", "bob"]  # "bob" came after the point: reapplied
+    assert result["original_execution_run_id"] == handle.result_run_id  # the run whose Started event the reset copied
     assert (result["first"], result["second"]) == (drawn["first"], drawn["second"])  # the past drew what it drew
     with pytest.raises(WorkflowFailureError) as raised:
         await client.get_workflow_handle(workflow_id, run_id=handle.result_run_id).result()

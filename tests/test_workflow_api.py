@@ -14,7 +14,7 @@ import pytest
 
 from kadence import activity, workflow
 from kadence.client import Client, WorkflowUpdateStage
-from kadence.common import RawValue, RetryPolicy
+from kadence.common import Priority, RawValue, RetryPolicy
 from kadence.exceptions import WorkflowQueryFailedError
 from kadence.worker import Worker
 from tests.workflows import GreetingActivities
@@ -311,6 +311,9 @@ class InfoWorkflow:
             "search_attributes": info.search_attributes,
             "times_in_order": info.workflow_start_time <= info.start_time <= workflow.now(),
             "history": [info.get_current_history_length() > 3, info.get_current_history_size() > 0, info.is_continue_as_new_suggested()],
+            "original_execution_run_id": info.original_execution_run_id == info.run_id, "priority": info.priority == Priority.default,
+            "versioning": [info.get_current_build_id(), info.get_current_deployment_version(),
+                           info.is_target_worker_deployment_version_changed()],
             "child": child,
         }
 
@@ -332,6 +335,7 @@ async def test_workflow_info_has_temporalios_fields(client: Client, task_queue: 
         "first_execution_run_id": handle.result_run_id, "parent": None, "root": root,
         "retry_policy": None, "task_timeout": 20.0, "search_attributes": {"Stage": ["checked"]}, "times_in_order": True,
         "history": [True, True, False],
+        "original_execution_run_id": True, "priority": True, "versioning": ["", None, False],
     }
     assert child == {
         "parent": ["default", workflow_id, current.run_id], "timeouts": [540.0, 300.0, 7.0], "first_execution_run_id": True,

@@ -21,6 +21,7 @@ from kadence.worker._interceptor import (
     WorkflowInterceptorClassInput,
     WorkflowOutboundInterceptor,
 )
+from kadence.worker._polling import PollerBehavior, PollerBehaviorAutoscaling, PollerBehaviorSimpleMaximum
 from kadence.worker._replayer import Replayer, WorkflowReplayResult, WorkflowReplayResults
 from kadence.worker._runner import UnsandboxedWorkflowRunner, WorkflowRunner
 from kadence.worker._shared_state import SharedHeartbeatSender, SharedStateManager
@@ -32,5 +33,5 @@ __all__ = [
     "WorkflowInterceptorClassInput", "WorkflowInboundInterceptor", "WorkflowOutboundInterceptor", "ExecuteWorkflowInput",
     "HandleSignalInput", "HandleQueryInput", "HandleUpdateInput", "ContinueAsNewInput", "SignalChildWorkflowInput",
     "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput",
-    "UnsandboxedWorkflowRunner", "WorkflowRunner",
+    "UnsandboxedWorkflowRunner", "WorkflowRunner", "PollerBehavior", "PollerBehaviorAutoscaling", "PollerBehaviorSimpleMaximum",
 ]

@@ -30,6 +30,7 @@ from kadence.worker._activity import ActivityWorker
 from kadence.worker._assignment import PartitionAssignment
 from kadence.worker._context import WorkerContext
 from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
+from kadence.worker._polling import PollerBehavior, check_at_least_one
 from kadence.worker._runner import WorkflowRunner
 from kadence.worker._shared_state import SharedStateManager
 from kadence.worker._workflow import WorkflowWorker
@@ -61,13 +62,27 @@ class Worker:
         workflow_runner: WorkflowRunner | None = None,
         unsandboxed_workflow_runner: WorkflowRunner | None = None,
         workflow_failure_exception_types: Sequence[type[BaseException]] = (),
+        workflow_task_executor: concurrent.futures.ThreadPoolExecutor | None = None,
+        max_concurrent_workflow_tasks: int | None = None,
+        max_concurrent_workflow_task_polls: int | None = None,
+        max_concurrent_activity_task_polls: int | None = None,
+        workflow_task_poller_behavior: PollerBehavior | None = None,
+        activity_task_poller_behavior: PollerBehavior | None = None,
     ) -> None:
         """`workflow_runner` and `unsandboxed_workflow_runner` are taken as temporalio's: Kadence runs
         every workflow unsandboxed whatever they say (kadence/worker/workflow_sandbox/).
         `workflow_failure_exception_types`: exceptions that fail any of its workflows rather than
-        their workflow task, as each workflow's own `@workflow.defn(failure_exception_types=...)`."""
+        their workflow task, as each workflow's own `@workflow.defn(failure_exception_types=...)`.
+        `workflow_task_executor`: workflow activations run on its threads (as temporalio's, which
+        needs one; without it they run on the worker's event loop, one at a time either way).
+        The poll limits and behaviours are checked and bound nothing (kadence/worker/_polling.py)."""
         if not workflows and not activities:
             raise ValueError("a Worker needs at least one workflow or activity")
+        check_at_least_one(
+            max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
+            max_concurrent_workflow_task_polls=max_concurrent_workflow_task_polls,
+            max_concurrent_activity_task_polls=max_concurrent_activity_task_polls,
+        )
         self.client = client
         # As temporalio: the client's interceptors that are also worker interceptors come first.
         self.interceptors = [i for i in client.interceptors if isinstance(i, Interceptor)] + list(interceptors)
@@ -98,6 +113,7 @@ class Worker:
         )
         self._workflow_worker = WorkflowWorker(
             self._context, definitions, self.workflow_interceptor_classes, self._activity_worker, max_cached_workflows,
+            workflow_task_executor,
         )
         self._context.metrics.worker_start.add(1, self._context.metric_attributes())
         self.ready = self._context.assignment.complete

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import logging
 import time
 import uuid
@@ -111,6 +113,7 @@ class WorkflowWorker:
     def __init__(
         self, context: WorkerContext, workflows: dict[str, WorkflowDefinition],
         interceptor_classes: Sequence[type[WorkflowInboundInterceptor]], activities: ActivityWorker, max_cached: int,
+        executor: concurrent.futures.ThreadPoolExecutor | None = None,
     ) -> None:
         self._context = context
         self.client = context.client
@@ -119,6 +122,7 @@ class WorkflowWorker:
         self._interceptor_classes = interceptor_classes
         self._activities = activities  # a local activity runs as the worker's activities do
         self._max_cached = max_cached
+        self._executor = executor  # where activations run: this loop when None
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._starts = HeldStarts(context.send_all)
         self._answers_carry_starts = writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "started_time_ms")
@@ -207,11 +211,11 @@ class WorkflowWorker:
         try:
             history = await self._task_history(task, earlier)
             try:
-                instance, commands = self._activate(task, cached, history, started_time_ms)
+                instance, commands = await self._activation(task, cached, history, started_time_ms)
             except CacheInvalid as reason:
                 log.info("event=workflow_cache_evicted workflow_id=%s run_id=%s reason=%r", workflow_id, run_id, str(reason))
                 self._cache.pop(run_id, None)
-                instance, commands = self._activate(task, None, await self._task_history(task, {}), started_time_ms)
+                instance, commands = await self._activation(task, None, await self._task_history(task, {}), started_time_ms)
         except Exception as exc:  # the workflow task fails with the reason, visible in the history; the run goes on
             self._forget_start_answer(accepted)
             return [self._fail_workflow_task(task, exc, start)]
@@ -601,6 +605,16 @@ class WorkflowWorker:
             raise ApplicationError(f"workflow {run[0]} has no recorded history yet", type="NotFoundError")
         await self.client.data_converter.decode_payloads(history.events)
         return cast(list[HistoryEvent], history.events)  # read from JSON
+
+    async def _activation(
+        self, task: Task, cached: WorkflowInstance | None, history: list[HistoryEvent], started_time_ms: int,
+    ) -> tuple[WorkflowInstance, list[Command]]:
+        """`_activate`, on the workflow task executor when the worker has one. Awaited before the
+        next task is taken, so a run never has two activations at once."""
+        if self._executor is None:
+            return self._activate(task, cached, history, started_time_ms)
+        activate = functools.partial(contextvars.copy_context().run, self._activate, task, cached, history, started_time_ms)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, activate)
 
     def _activate(
         self, task: Task, cached: WorkflowInstance | None, history: list[HistoryEvent], started_time_ms: int,

@@ -20,7 +20,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Concatenate, Generic, NoReturn, overload
 
 from kadence.api.common.v1 import Payload
-from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import (
+    UNSET,
+    ActivityCancellationType,
+    MetricMeter,
+    ParentClosePolicy,
+    Priority,
+    RetryPolicy,
+    WorkflowIDReusePolicy,
+)
 from kadence.converter import DataConverter
 from kadence.types import (
     HandleReturnType,
@@ -85,8 +93,10 @@ class WorkflowInfo:
     execution_timeout: timedelta | None = None
     first_execution_run_id: str = ""
     headers: Mapping[str, Payload] = field(default_factory=dict)  # the start's, as the caller's interceptors set them
+    original_execution_run_id: str = ""  # the run that wrote the Started event: this one, or the run a reset started from
     parent: ParentInfo | None = None
     root: RootInfo | None = None
+    priority: Priority = Priority.default  # runs take no priority yet
     raw_memo: dict[str, Payload] = field(default_factory=dict)  # the memo's payloads, decoded by the payload codec
     retry_policy: Any = None  # runs are not retried
     run_timeout: timedelta | None = None
@@ -101,6 +111,20 @@ class WorkflowInfo:
             "Kadence has no typed search attributes (TypedSearchAttributes) yet: read workflow.info().search_attributes, "
             "a dict of name to list of values"
         )
+
+    def get_current_build_id(self) -> str:
+        """The build id of the worker that ran the current workflow task: "" (temporalio's value for a
+        worker without one), as Kadence's workers have no build ids before worker versioning."""
+        return ""
+
+    def get_current_deployment_version(self) -> None:
+        """The worker deployment version that ran the current workflow task: None (temporalio's value
+        for a worker without one), as Kadence has no worker deployments yet."""
+        return None
+
+    def is_target_worker_deployment_version_changed(self) -> bool:
+        """Whether the run's target deployment version changed: never, without worker deployments."""
+        return False
 
     def get_current_history_length(self) -> int:
         """Events in this run's history as of the current workflow task."""

@@ -327,6 +327,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             execution_timeout=_duration(attrs["workflow_execution_timeout_ms"]),
             # Histories written before the chain's first run was recorded know it only for a first run.
             first_execution_run_id=attrs["first_execution_run_id"] or ("" if attrs["continued_execution_run_id"] else self.info.run_id),
+            original_execution_run_id=attrs.get("original_execution_run_id") or self.info.run_id,
             parent=parent,
             root=RootInfo(attrs["root_run_id"], attrs["root_workflow_id"]) if attrs["root_workflow_id"] else None,
             run_timeout=_duration(attrs["workflow_run_timeout_ms"]),
