@@ -22,6 +22,7 @@ from kadence.client._inputs import (
     UpdateWithStartUpdateWorkflowInput,
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
+from kadence.client._listing import WorkflowExecutionAsyncIterator
 from kadence.client._schedule_types import (
     Schedule,
     ScheduleActionExecutionStartWorkflow,
@@ -58,7 +59,7 @@ from kadence.visibility import PendingWorkflowTask, WorkflowExecution, WorkflowE
 __all__ = [
     "Client", "WorkflowHandle", "WorkflowUpdateHandle", "WithStartWorkflowOperation", "AsyncActivityHandle", "AsyncActivityIDReference",
     "WorkflowUpdateStage", "WorkflowExecution", "WorkflowExecutionStatus", "PendingWorkflowTask",
-    "WorkflowExecutionCount", "WorkflowHistory",
+    "WorkflowExecutionCount", "WorkflowHistory", "WorkflowExecutionAsyncIterator",
     "Interceptor", "OutboundInterceptor", "StartWorkflowInput", "CancelWorkflowInput", "DescribeWorkflowInput",
     "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",
     "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",

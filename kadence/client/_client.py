@@ -34,6 +34,7 @@ from kadence.client._inputs import (
     UpdateWithStartUpdateWorkflowInput,
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
+from kadence.client._listing import WorkflowExecutionAsyncIterator
 from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
 from kadence.client._replies import ReplyListener, RunWatch
 from kadence.client._schedule_types import Schedule, ScheduleBackfill, ScheduleListDescription
@@ -57,7 +58,6 @@ from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
 from kadence.runtime import Runtime
 from kadence.types import LocalReturnType, MethodAsyncNoParam, MethodAsyncSingleParam, MultiParamSpec, ParamType, ReturnType, SelfType
-from kadence.visibility import WorkflowExecution
 from kadence.workflow import UpdateMethodMultiParam
 
 log = logging.getLogger("kadence.client")
@@ -487,12 +487,13 @@ class Client:
         # Its overloads checked the options: start_workflow's implementation takes them as they come.
         return await (await cast(Callable[..., Any], self.start_workflow)(workflow, arg, **options)).result()
 
-    def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> AsyncIterator[WorkflowExecution]:
+    def list_workflows(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> WorkflowExecutionAsyncIterator:
         """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
-        newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse."""
-        return self._impl.list_workflows(ListWorkflowsInput(
+        newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse.
+        `.map_histories()` gives their histories, for the Replayer."""
+        return WorkflowExecutionAsyncIterator(self, self._impl.list_workflows(ListWorkflowsInput(
             query=query, page_size=page_size, next_page_token=None, rpc_metadata={}, rpc_timeout=None, limit=limit,
-        ))
+        )))
 
     async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
         """How many executions match a list filter."""

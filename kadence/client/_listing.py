@@ -1,0 +1,32 @@
+"""What `Client.list_workflows` returns (as temporalio.client.WorkflowExecutionAsyncIterator): the
+matching executions, and `map_histories()`, their histories one by one, which is what the
+Replayer takes to check a change against the runs recorded."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from kadence.visibility import WorkflowExecution, WorkflowHistory
+
+if TYPE_CHECKING:
+    from kadence.client._client import Client
+
+
+class WorkflowExecutionAsyncIterator(AsyncIterator[WorkflowExecution]):
+    """The executions a list filter matches, read from the read model page by page as iterated."""
+
+    def __init__(self, client: Client, executions: AsyncIterator[WorkflowExecution]) -> None:
+        self._client = client
+        self._executions = executions
+
+    def __aiter__(self) -> WorkflowExecutionAsyncIterator:
+        return self
+
+    async def __anext__(self) -> WorkflowExecution:
+        return await self._executions.__anext__()
+
+    async def map_histories(self) -> AsyncIterator[WorkflowHistory]:
+        """Each remaining execution's history, in the listing's order (`Replayer.replay_workflows` takes them)."""
+        async for execution in self:
+            yield await self._client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
