@@ -35,6 +35,7 @@ async def test_a_start_requesting_eager_execution_runs_through_the_task_queue(st
     try:
         async with Worker(client, task_queue=task_queue, workflows=[EchoWorkflow], activities=[echo], identity="the-worker"):
             handle = await client.start_workflow(EchoWorkflow.run, "hi", id=workflow_id, task_queue=task_queue, request_eager_start=True)
+            assert getattr(handle, "__temporal_eagerly_started") is False  # noqa: B009 (as temporalio's sample reads it)
             assert await handle.result() == "hi"
         events = (await handle.fetch_history()).events
     finally:

@@ -109,6 +109,9 @@ class _ClientImpl(OutboundInterceptor):
         )
         handle._recorded = True  # the start is in the log: result() need not look for the run first
         handle._close_watch = watch
+        # temporalio's mark of a start the server took eagerly, which its eager start sample prints:
+        # never here, as Temporal's server answers when it cannot start one eagerly.
+        setattr(handle, "__temporal_eagerly_started", False)  # noqa: B010 (a name no attribute syntax can set)
         return handle
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
