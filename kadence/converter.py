@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType
+from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType, replace_payloads
 from kadence.api.failure import v1 as failure_v1
 from kadence.common import to_ms
 from kadence.exceptions import (
@@ -514,7 +514,7 @@ class FailureConverter:
             cause = self.from_failure(attrs["failure"], payloads)
         elif event_type == EventType.ChildWorkflowExecutionCanceled:
             cause = CancelledError("Workflow cancelled")
-            details = Payloads([Payload.of(p) for p in attrs["details"]])
+            details = Payloads(payloads=attrs["details"])
             cause.failure = failure_v1.Failure(message=cause.message, canceled_failure_info=failure_v1.CanceledFailureInfo(details))
         elif event_type == EventType.ChildWorkflowExecutionTerminated:
             cause = TerminatedError("Workflow terminated")
@@ -539,7 +539,7 @@ class FailureConverter:
 def _failure_message(failure: Failure) -> failure_v1.Failure:
     """A recorded failure (schemas/Failure.avsc) and its causes as temporalio's Failure message
     reads: its one failure info is the activity's, the timeout's or else the application's."""
-    details = Payloads([Payload.of(p) for p in failure.get("details", [])])
+    details = Payloads(payloads=failure.get("details", []))
     cause = failure.get("cause")
     message = failure_v1.Failure(
         message=failure["message"], source=failure.get("source", ""), stack_trace=failure.get("stack_trace", ""),
@@ -575,11 +575,11 @@ class PayloadCodec(abc.ABC):
 
     async def encode_wrapper(self, payloads: Payloads) -> None:
         """`encode` over the payloads of a `Payloads` message, replacing them."""
-        payloads.payloads[:] = [Payload.of(p) for p in await self.encode(payloads.payloads)]
+        replace_payloads(payloads, await self.encode([Payload.of(p) for p in payloads.payloads]))
 
     async def decode_wrapper(self, payloads: Payloads) -> None:
         """`decode` over the payloads of a `Payloads` message, replacing them."""
-        payloads.payloads[:] = [Payload.of(p) for p in await self.decode(payloads.payloads)]
+        replace_payloads(payloads, await self.decode([Payload.of(p) for p in payloads.payloads]))
 
 
 # Payloads no codec encodes: search attributes (the read model indexes them), headers (temporalio's default).
@@ -616,7 +616,7 @@ class DataConverter:
 
     async def encode_wrapper(self, values: Sequence[Any]) -> Payloads:
         """`encode`, wrapped in a `Payloads` message."""
-        return Payloads(await self.encode(values))
+        return Payloads(payloads=await self.encode(values))
 
     async def decode_wrapper(self, payloads: Payloads | None, type_hints: Sequence[Any] | None = None) -> list[Any]:
         """`decode` of a `Payloads` message's payloads (none for None)."""

@@ -1,15 +1,17 @@
 """`kadence.api.common.v1.Payloads`, Temporal's wrapper of a list of payloads: the bytes protobuf
-writes for temporal.api.common.v1.Payloads (checked against protobuf itself, with the message
-declared as Temporal's .proto declares it), and the converter's and codec's `encode_wrapper` /
-`decode_wrapper`, as temporalio's."""
+is that protobuf message (checked against one declared apart, as Temporal's .proto declares it),
+which json_format reads and writes as a codec server does, and the converter's and codec's
+`encode_wrapper` / `decode_wrapper`, as temporalio's."""
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.message import Message
 
 from kadence.api.common.v1 import Payload, Payloads
 from kadence.converter import DataConverter, PayloadCodec
@@ -36,19 +38,20 @@ def temporal_payloads() -> Any:
 
 def test_payloads_are_the_protobuf_message_temporal_writes() -> None:
     TemporalPayloads = temporal_payloads()  # noqa: N806 (a message class)
-    payloads = Payloads([Payload({"encoding": b"json/plain"}, b'"a"'), Payload({"encoding": b"binary/null"}), Payload()])
+    payloads = Payloads(payloads=[Payload({"encoding": b"json/plain"}, b'"a"'), Payload({"encoding": b"binary/null"}), Payload()])
+    assert isinstance(payloads, Message) and payloads.DESCRIPTOR.full_name == "temporal.api.common.v1.Payloads"
     theirs = TemporalPayloads()
     theirs.ParseFromString(payloads.SerializeToString())
     assert [(dict(p.metadata), p.data) for p in theirs.payloads] == [
         ({"encoding": b"json/plain"}, b'"a"'), ({"encoding": b"binary/null"}, b""), ({}, b"")]
-    assert payloads.SerializeToString(deterministic=True) == theirs.SerializeToString(deterministic=True)
-    assert Payloads.FromString(theirs.SerializeToString()) == payloads
-    assert payloads.ByteSize() == theirs.ByteSize()
-    copied = Payloads()
-    copied.CopyFrom(payloads)
-    assert copied == payloads and copied.payloads[0] is not payloads.payloads[0]
-    copied.Clear()
-    assert copied == Payloads() and payloads.payloads
+    # A record's Payload (a dict) writes the bytes of the message's Payload.
+    assert [Payload.of(p).SerializeToString(deterministic=True) for p in payloads.payloads] == [
+        p.SerializeToString(deterministic=True) for p in theirs.payloads]
+    assert Payload.FromString(theirs.payloads[0].SerializeToString()) == Payload({"encoding": b"json/plain"}, b'"a"')
+    # What a codec server reads and writes (temporalio's samples use json_format so).
+    text = json_format.MessageToJson(payloads)
+    assert json.loads(text)["payloads"][0] == {"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": "ImEi"}
+    assert json_format.Parse(text, Payloads()) == payloads
 
 
 class ZlibCodec(PayloadCodec):
@@ -67,9 +70,8 @@ async def test_the_converter_and_the_codec_take_payloads_wrappers_as_temporalio_
     assert await converter.decode_wrapper(None) == [] and await converter.decode_wrapper(Payloads()) == []
 
     codec = ZlibCodec()
-    plain = Payloads(DataConverter().payload_converter.to_payloads(["pear"]))
-    in_place = plain.payloads
-    await codec.encode_wrapper(plain)
-    assert plain.payloads is in_place and plain.payloads[0].metadata == {"encoding": b"binary/zlib"}
+    plain = Payloads(payloads=DataConverter().payload_converter.to_payloads(["pear"]))
+    await codec.encode_wrapper(plain)  # in place, as temporalio's
+    assert dict(plain.payloads[0].metadata) == {"encoding": b"binary/zlib"}
     await codec.decode_wrapper(plain)
-    assert DataConverter().payload_converter.from_payloads(plain.payloads) == ["pear"]
+    assert DataConverter().payload_converter.from_payloads([Payload.of(p) for p in plain.payloads]) == ["pear"]

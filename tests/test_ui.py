@@ -26,7 +26,6 @@ from typing import Any
 import aiohttp
 import psutil
 import pytest
-from aiohttp import web
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from playwright import async_api as playwright_api
 from yarl import URL
@@ -50,7 +49,6 @@ from kadence.client import (
 from kadence.converter import DataConverter
 from kadence.dev.local_stack import LocalStack, free_port
 from kadence.exceptions import RetryState, WorkflowFailureError
-from kadence.ops.ui.codec_server import from_json, to_json
 from kadence.ops.ui.execution import timeline
 from kadence.ops.ui.server import make_app
 from kadence.ops.ui.state import Ui, UiSettings
@@ -58,6 +56,7 @@ from kadence.protocol import topics
 from kadence.protocol.dead_letters import DeadLetter, dead_letters
 from kadence.protocol.kafka import make_producer
 from kadence.worker import Worker
+from tests.codec_server import build_codec_server, serving
 from tests.conftest import wait_for_event
 from tests.test_payload_codecs import SECRET, AesGcmCodec
 from tests.workflows import (
@@ -492,13 +491,7 @@ async def test_encrypted_payloads_show_as_encoded_unless_the_ui_has_a_codec_serv
     finally:
         await sealing.close()
 
-    async def decode(request: web.Request) -> web.Response:  # a codec server, in Temporal's protocol
-        payloads = [from_json(p) for p in (await request.json())["payloads"]]
-        return web.json_response({"payloads": [to_json(p) for p in await codec.decode(payloads)]})
-
-    codec_app = web.Application()
-    codec_app.router.add_post("/decode", decode)
-    async with serving(codec_app) as codec_url, serving(make_app(Ui(UiSettings(codec_endpoint=codec_url), stack.settings,
+    async with serving(build_codec_server(codec)) as codec_url, serving(make_app(Ui(UiSettings(codec_endpoint=codec_url), stack.settings,
                                                                      stack.postgres_dsn))) as decoding_url:
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{ui_url}/workflow", params={"workflow_id": workflow_id}) as plain:
@@ -528,19 +521,6 @@ def test_the_timeline_of_a_run_closed_with_work_open_ends_at_its_close() -> None
     assert drawn.end_ms == closed_at
     backoff = drawn.bars[0].segments[-1]
     assert (backoff.end_ms, backoff.state, backoff.label) == (closed_at, "canceled", "dropped: the run terminated")
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
-
 
 async def test_an_execution_links_its_parent_children_and_continue_as_new_chain_and_shows_a_failure_chain(
     page: Any, client: Client, worker: None,

@@ -491,9 +491,10 @@ class Client:
         """Executions matching a Temporal list filter (`WorkflowType = 'Order' AND ExecutionStatus = 'Running'`),
         newest first unless the filter says ORDER BY; raises ListFilterError for a filter that does not parse.
         `.map_histories()` gives their histories, for the Replayer."""
-        return WorkflowExecutionAsyncIterator(self, self._impl.list_workflows(ListWorkflowsInput(
+        executions = self._impl.list_workflows(ListWorkflowsInput(
             query=query, page_size=page_size, next_page_token=None, rpc_metadata={}, rpc_timeout=None, limit=limit,
-        )))
+        ))
+        return WorkflowExecutionAsyncIterator(executions, lambda id, run_id: self.get_workflow_handle(id, run_id=run_id).fetch_history())
 
     async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
         """How many executions match a list filter."""

@@ -4,21 +4,20 @@ Replayer takes to check a change against the runs recorded."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from kadence.visibility import WorkflowExecution, WorkflowHistory
 
-if TYPE_CHECKING:
-    from kadence.client._client import Client
+# A run's history by workflow id and run id (the client's handle reads it).
+HistoryReader = Callable[[str, str], Awaitable[WorkflowHistory]]
 
 
 class WorkflowExecutionAsyncIterator(AsyncIterator[WorkflowExecution]):
     """The executions a list filter matches, read from the read model page by page as iterated."""
 
-    def __init__(self, client: Client, executions: AsyncIterator[WorkflowExecution]) -> None:
-        self._client = client
+    def __init__(self, executions: AsyncIterator[WorkflowExecution], history: HistoryReader) -> None:
         self._executions = executions
+        self._history = history
 
     def __aiter__(self) -> WorkflowExecutionAsyncIterator:
         return self
@@ -29,4 +28,4 @@ class WorkflowExecutionAsyncIterator(AsyncIterator[WorkflowExecution]):
     async def map_histories(self) -> AsyncIterator[WorkflowHistory]:
         """Each remaining execution's history, in the listing's order (`Replayer.replay_workflows` takes them)."""
         async for execution in self:
-            yield await self._client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+            yield await self._history(execution.id, execution.run_id)

@@ -1,17 +1,17 @@
 """A payload codec that asks a codec server, as Temporal's Web UI does: the UI holds no key, and
 payloads a codec encrypted show as encoded unless it is given the endpoint of a server that holds
-it. The protocol is Temporal's: POST {endpoint}/decode (or /encode) with
-`{"payloads": [{"metadata": {name: base64}, "data": base64}]}`, answered in the same shape."""
+it. The protocol is Temporal's: POST {endpoint}/decode (or /encode) with a `Payloads` message as
+protobuf's JSON writes it (`{"payloads": [{"metadata": {name: base64}, "data": base64}]}`),
+answered in the same shape."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
-from typing import Any
 
 import aiohttp
+from google.protobuf import json_format
 
-from kadence.api.common.v1 import Payload
+from kadence.api.common.v1 import Payload, Payloads
 from kadence.converter import PayloadCodec
 
 TIMEOUT_S = 10.0
@@ -33,7 +33,7 @@ class RemotePayloadCodec(PayloadCodec):
         return await self._call("decode", payloads)
 
     async def _call(self, operation: str, payloads: Sequence[Payload]) -> list[Payload]:
-        body = {"payloads": [to_json(p) for p in payloads]}
+        body = json_format.MessageToDict(Payloads(payloads=payloads))
         url = f"{self.endpoint}/{operation}"
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
@@ -43,16 +43,10 @@ class RemotePayloadCodec(PayloadCodec):
                     answer = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise CodecServerError(f"the codec server at {url} does not answer: {exc!r}") from exc
-        found = answer.get("payloads") if isinstance(answer, dict) else None
-        if not isinstance(found, list) or len(found) != len(payloads):
+        try:
+            found = json_format.ParseDict(answer, Payloads(), ignore_unknown_fields=True).payloads
+        except (json_format.ParseError, AttributeError) as exc:
+            raise CodecServerError(f"the codec server at {url} did not answer with payloads: {exc}") from exc
+        if len(found) != len(payloads):
             raise CodecServerError(f"the codec server at {url} did not answer with {len(payloads)} payloads")
-        return [from_json(p) for p in found]
-
-
-def to_json(payload: Payload) -> dict[str, Any]:
-    return {"metadata": {k: base64.b64encode(v).decode() for k, v in payload.metadata.items()},
-            "data": base64.b64encode(payload.data).decode()}
-
-
-def from_json(value: dict[str, Any]) -> Payload:
-    return Payload({k: base64.b64decode(v) for k, v in (value.get("metadata") or {}).items()}, base64.b64decode(value.get("data") or ""))
+        return [Payload.of(p) for p in found]

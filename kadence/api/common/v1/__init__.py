@@ -6,15 +6,21 @@ A Payload is also the record field itself: a dict `{"metadata": {str: bytes}, "d
 that the Avro records carry as is. `SerializeToString` / `FromString` write and read the protobuf
 wire format of Temporal's Payload message (metadata = 1, a map of string to bytes; data = 2), so
 bytes a codec sealed are the same in both systems. `Payloads` is Temporal's wrapper of a list of
-them (payloads = 1, repeated), which the records never hold (they carry the list itself): the
-converter's and codec's `encode_wrapper` / `decode_wrapper` take and return it, as temporalio's.
+them (payloads = 1, repeated), a real protobuf message (so `google.protobuf.json_format` reads and
+writes it, as a codec server does), which the records never hold (they carry the list itself):
+the converter's and codec's `encode_wrapper` / `decode_wrapper` take and return it, as temporalio's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+_TYPE = descriptor_pb2.FieldDescriptorProto
 
 _METADATA = 1
 _DATA = 2
@@ -27,9 +33,14 @@ class Payload(dict[str, Any]):
         super().__init__(metadata=dict(metadata or {}), data=bytes(data))
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> Payload:
-        """A payload field as read from a record (a plain dict)."""
-        return record if isinstance(record, Payload) else cls(record.get("metadata"), record.get("data", b""))
+    def of(cls, record: Mapping[str, Any] | Any) -> Payload:
+        """A payload field as read from a record (a plain dict), or a protobuf Payload message
+        (what a `Payloads` message holds, temporalio's)."""
+        if isinstance(record, Payload):
+            return record
+        if isinstance(record, Mapping):
+            return cls(record.get("metadata"), record.get("data", b""))
+        return cls(dict(record.metadata), record.data)
 
     @property
     def metadata(self) -> dict[str, bytes]:
@@ -85,34 +96,49 @@ class Payload(dict[str, Any]):
         return f"Payload(metadata={self.metadata!r}, data={self.data!r})"
 
 
-@dataclass(init=False)
-class Payloads:
-    payloads: list[Payload]
+def _payloads_message() -> type[Message]:
+    """temporal.api.common.v1.Payloads (and the Payload it repeats) as protobuf builds it from a
+    descriptor, declared as Temporal's message.proto declares them, in a pool of its own (so
+    temporalio's in the same process, in the default pool, does not clash)."""
+    package = "temporal.api.common.v1"
+    proto = descriptor_pb2.FileDescriptorProto(name="temporal/api/common/v1/message.proto", package=package, syntax="proto3")
+    payload = proto.message_type.add(name="Payload")
+    entry = payload.nested_type.add(name="MetadataEntry", options=descriptor_pb2.MessageOptions(map_entry=True))
+    entry.field.add(name="key", number=1, type=_TYPE.TYPE_STRING, label=_TYPE.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=_TYPE.TYPE_BYTES, label=_TYPE.LABEL_OPTIONAL)
+    payload.field.add(name="metadata", number=_METADATA, type=_TYPE.TYPE_MESSAGE, label=_TYPE.LABEL_REPEATED,
+                      type_name=f".{package}.Payload.MetadataEntry")
+    payload.field.add(name="data", number=_DATA, type=_TYPE.TYPE_BYTES, label=_TYPE.LABEL_OPTIONAL)
+    payloads = proto.message_type.add(name="Payloads")
+    payloads.field.add(name="payloads", number=_PAYLOADS, type=_TYPE.TYPE_MESSAGE, label=_TYPE.LABEL_REPEATED,
+                       type_name=f".{package}.Payload")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Payloads"))
 
-    def __init__(self, payloads: Iterable[Mapping[str, Any]] = ()) -> None:
-        self.payloads = [Payload.of(p) for p in payloads]
 
-    def SerializeToString(self, *, deterministic: bool = False) -> bytes:  # noqa: N802 (protobuf's name)
-        return b"".join(_field(_PAYLOADS, p.SerializeToString(deterministic=deterministic)) for p in self.payloads)
+if TYPE_CHECKING:
+    class Payloads(Message):
+        """What the protobuf class below has, for type checkers."""
 
-    @classmethod
-    def FromString(cls, data: bytes) -> Payloads:  # noqa: N802 (protobuf's name)
-        payloads = cls()
-        payloads.ParseFromString(data)
-        return payloads
+        payloads: Any  # a repeated field of temporal.api.common.v1.Payload messages
 
-    def ParseFromString(self, data: bytes) -> int:  # noqa: N802 (protobuf's name)
-        self.payloads[:] = [Payload.FromString(value) for number, value in _fields(data) if number == _PAYLOADS]
-        return len(data)
+        def __init__(self, *, payloads: Iterable[Mapping[str, Any] | Any] = ...) -> None: ...
+else:
+    # Temporal's wrapper of a list of payloads, as the real protobuf message: json_format reads and
+    # writes it as a codec server does, and the `payloads` it holds are protobuf Payload messages
+    # (Payload.of reads one). The records never hold it: they carry the list itself.
+    Payloads = _payloads_message()
 
-    def CopyFrom(self, other: Payloads) -> None:  # noqa: N802 (protobuf's name)
-        self.payloads[:] = [Payload(p.metadata, p.data) for p in other.payloads]
 
-    def Clear(self) -> None:  # noqa: N802 (protobuf's name)
-        self.payloads.clear()
+def replace_payloads(payloads: Payloads, values: Iterable[Mapping[str, Any] | Any]) -> None:
+    """Put `values` (Payloads or Payload messages) in place of what `payloads` holds."""
+    found = [Payload.of(value) for value in values]
+    del payloads.payloads[:]
+    for value in found:
+        payloads.payloads.add(metadata=value.metadata, data=value.data)
 
-    def ByteSize(self) -> int:  # noqa: N802 (protobuf's name)
-        return len(self.SerializeToString())
+
 @dataclass(frozen=True)
 class ActivityType:
     name: str = ""
