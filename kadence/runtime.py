@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import Enum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kadence.common import (
     MetricAttributes,
@@ -30,6 +30,9 @@ from kadence.common import (
     MetricMeter,
     MetricSink,
 )
+
+if TYPE_CHECKING:  # the opentelemetry extra, imported where an exporter is made
+    from opentelemetry.sdk.metrics.export import MetricExporter
 
 _default_runtime: Runtime | None = None
 
@@ -104,9 +107,10 @@ class OpenTelemetryMetricTemporality(Enum):
 
 @dataclass(frozen=True)
 class OpenTelemetryConfig:
-    """Export to an OpenTelemetry collector over OTLP/HTTP (the `opentelemetry` extra), every
-    `metric_periodicity` (1 s by default). `url` is the collector's metrics endpoint, such as
-    http://localhost:4318/v1/metrics. Kadence exports over HTTP only: `http` must be True."""
+    """Export to an OpenTelemetry collector (the `opentelemetry` extra) every `metric_periodicity`
+    (1 s by default), as temporalio's: over OTLP/gRPC to `url` such as http://localhost:4317 (an
+    https:// url is TLS), or with `http` over OTLP/HTTP to the metrics endpoint, such as
+    http://localhost:4318/v1/metrics."""
 
     url: str
     headers: Mapping[str, str] | None = None
@@ -333,6 +337,24 @@ class _PrometheusEndpoint:
         return "\n".join(lines) + "\n"
 
 
+def _otlp_exporter(config: OpenTelemetryConfig, temporality: dict[type, Any]) -> MetricExporter:
+    """The OTLP exporter temporalio's `http` chooses: gRPC by default, as temporalio's Core."""
+    transport = "http" if config.http else "grpc"
+    try:
+        if config.http:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+            return HttpExporter(endpoint=config.url, headers=dict(config.headers or {}), preferred_temporality=temporality)
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(
+            f"OpenTelemetryConfig(http={config.http}) needs opentelemetry-exporter-otlp-proto-{transport}, "
+            "of the opentelemetry extra: pip install 'kadence[opentelemetry]'"
+        ) from err
+    # The gRPC exporter takes the url's scheme for TLS or not (https, http) and gRPC metadata keys lowercase.
+    return GrpcExporter(endpoint=config.url, headers={key.lower(): value for key, value in (config.headers or {}).items()},
+                        preferred_temporality=temporality)
+
+
 def _labels(labels: tuple[tuple[str, str], ...]) -> str:
     if not labels:
         return ""
@@ -351,16 +373,11 @@ def _number(value: float) -> str:
 
 
 class _OpenTelemetryExporter:
-    """The OpenTelemetry SDK's meter, exporting over OTLP/HTTP every `metric_periodicity`."""
+    """The OpenTelemetry SDK's meter, exporting over OTLP/gRPC (or OTLP/HTTP with `http`) every
+    `metric_periodicity`."""
 
     def __init__(self, config: OpenTelemetryConfig) -> None:
-        if not config.http:
-            raise ValueError(
-                f"OpenTelemetryConfig(url={config.url!r}): Kadence exports metrics over OTLP/HTTP only, not gRPC: "
-                "set http=True and give the collector's HTTP endpoint (such as http://localhost:4318/v1/metrics)"
-            )
         try:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
             from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
             from opentelemetry.sdk.metrics.export import AggregationTemporality, PeriodicExportingMetricReader
         except ModuleNotFoundError as err:
@@ -373,8 +390,7 @@ class _OpenTelemetryExporter:
             temporality = {Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA}
         periodicity = config.metric_periodicity or timedelta(seconds=1)
         reader = PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=config.url, headers=dict(config.headers or {}), preferred_temporality=temporality),
-            export_interval_millis=periodicity / timedelta(milliseconds=1),
+            _otlp_exporter(config, temporality), export_interval_millis=periodicity / timedelta(milliseconds=1),
         )
         self.provider = MeterProvider(metric_readers=[reader])
         self._meter = self.provider.get_meter("kadence")

@@ -1,6 +1,7 @@
 """kadence.runtime as temporalio.runtime: a Runtime's metrics served for Prometheus or exported to
-an OpenTelemetry collector, the SDK's own under temporalio's names, and a workflow with an
-activity run under a Runtime whose endpoint the test scrapes."""
+an OpenTelemetry collector (over OTLP/gRPC by default, OTLP/HTTP with http=True), the SDK's own
+under temporalio's names, and a workflow with an activity run under a Runtime whose endpoint the
+test scrapes, or whose collector receives them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import MetricMeter, RetryPolicy
 from kadence.dev.local_stack import LocalStack, free_port
-from kadence.dev.otlp import otlp_receiver
+from kadence.dev.otlp import MetricPoint, OtlpGrpcReceiver, otlp_grpc_receiver, otlp_receiver
 from kadence.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 from kadence.worker import Worker
 
@@ -99,8 +100,6 @@ def test_runtime_refuses_what_it_cannot_export_with_the_reason() -> None:
     _, port = prometheus_runtime()
     with pytest.raises(OSError, match="cannot listen there"):
         Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}")))
-    with pytest.raises(ValueError, match="OTLP/HTTP only.*http=True"):
-        Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(url="http://localhost:4317")))
     # Without metrics, the meter records nothing and costs nothing.
     assert Runtime(telemetry=TelemetryConfig()).metric_meter is MetricMeter.noop
     MetricMeter.noop.create_counter("ignored").add(1)
@@ -126,6 +125,33 @@ async def test_opentelemetry_config_exports_to_a_collector() -> None:
         assert points["orders"].attributes == {"kind": "a", "deployment": "test", "service_name": "kadence"}
         assert points["checkout_latency"].value == 1  # a histogram's count
         assert points["temporal_workflow_completed"].attributes["workflow_type"] == "Order"
+
+
+async def received(receiver: OtlpGrpcReceiver, names: set[str]) -> dict[str, MetricPoint]:
+    """The latest point of each metric received, once every one of `names` arrived."""
+    for _ in range(200):
+        points = {point.name: point for point in receiver.metric_points()}
+        if names <= points.keys():
+            return points
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"after 10 s, of {sorted(names)} the collector has {sorted(points)}")
+
+
+async def test_opentelemetry_config_exports_over_grpc_by_default() -> None:
+    # temporalio's default: OTLP/gRPC to the collector's url, with no path (http=False).
+    with otlp_grpc_receiver() as receiver:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(
+            url=receiver.endpoint, headers={"X-Team": "payments"}, metric_periodicity=timedelta(milliseconds=100),
+        )))
+        try:
+            runtime.metric_meter.create_gauge("queue_depth").set(7, {"queue": "orders"})
+            runtime.sdk_metrics.workflow_completed.add(1, {"workflow_type": "Order"})
+            points = await received(receiver, {"queue_depth", "temporal_workflow_completed"})
+        finally:
+            runtime.shutdown()
+        assert points["queue_depth"].value == 7
+        assert points["queue_depth"].attributes == {"queue": "orders", "service_name": "kadence"}
+        assert receiver.metadata["x-team"] == "payments"  # the headers, as gRPC metadata
 
 
 # ---- on the stack
@@ -203,3 +229,40 @@ async def test_a_workflow_under_a_prometheus_runtime_moves_temporalios_metrics(s
     # The code's own metrics, with the attributes temporalio gives them; the workflow's once, though its code ran on two tasks.
     assert value(samples, "charges_attempted", **of_activity) == 2
     assert value(samples, "orders_started", **of_workflow) == 1
+
+
+@activity.defn
+async def compose_greeting(name: str) -> str:
+    return f"Hello, {name}!"
+
+
+@workflow.defn
+class GreetingWorkflow:
+    @workflow.run
+    async def run(self, name: str) -> str:
+        return await workflow.execute_activity(compose_greeting, name, start_to_close_timeout=timedelta(seconds=10))
+
+
+async def test_a_worker_exports_temporalios_metrics_to_a_grpc_collector(stack: LocalStack, task_queue: str) -> None:
+    # As temporalio's open_telemetry sample: a worker whose Runtime exports to a collector on its gRPC port.
+    with otlp_grpc_receiver() as collector:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=OpenTelemetryConfig(
+            url=collector.endpoint, metric_periodicity=timedelta(milliseconds=100),
+        )))
+        client = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn, runtime=runtime)
+        greeting = f"greeting-{uuid.uuid4()}"
+        try:
+            async with Worker(client, task_queue=task_queue, workflows=[GreetingWorkflow], activities=[compose_greeting]):
+                assert await client.execute_workflow(GreetingWorkflow.run, "Kafka", id=greeting, task_queue=task_queue) == "Hello, Kafka!"
+            points = await received(collector, {
+                "temporal_workflow_completed", "temporal_activity_execution_latency", "temporal_request",
+            })
+        finally:
+            await client.close()
+            runtime.shutdown()
+    assert points["temporal_workflow_completed"].value == 1
+    assert points["temporal_workflow_completed"].attributes == {
+        "namespace": "default", "task_queue": task_queue, "workflow_type": "GreetingWorkflow", "service_name": "kadence",
+    }
+    assert points["temporal_activity_execution_latency"].value == 1  # a histogram's count
+    assert points["temporal_activity_execution_latency"].attributes["activity_type"] == "compose_greeting"

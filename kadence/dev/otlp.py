@@ -1,20 +1,27 @@
 """A small OTLP/HTTP receiver of traces and metrics: what the services (spans) and a
 kadence.runtime.OpenTelemetryConfig (metrics, on /v1/metrics) export, decoded from the real
 protobuf. The tests' session stack exports to one (conftest's `otlp` fixture), and so does the
-stack of `python -m bench.trace_workflow`. Needs the opentelemetry extra."""
+stack of `python -m bench.trace_workflow`. And an OTLP/gRPC receiver of metrics, where
+OpenTelemetryConfig exports by default (otlp_grpc_receiver). Needs the opentelemetry extra."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 try:
+    import grpc
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest, ExportMetricsServiceResponse
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
+        MetricsServiceServicer,
+        add_MetricsServiceServicer_to_server,
+    )
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
     from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
     from opentelemetry.sdk.trace import ReadableSpan
@@ -119,13 +126,7 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         self._answer(ExportTraceServiceResponse().SerializeToString())
 
     def _metrics(self, request: ExportMetricsServiceRequest) -> None:
-        found = []
-        for resource in request.resource_metrics:
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    found += [MetricPoint(metric.name, {a.key: a.value.string_value or a.value.int_value for a in point.attributes}, value)
-                              for point, value in _points(metric)]
-        self.server.received_metrics(found)
+        self.server.received_metrics(_metric_points(request))
 
     def _answer(self, body: bytes) -> None:
         self.send_response(200)
@@ -136,6 +137,14 @@ class _OtlpHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+def _metric_points(request: ExportMetricsServiceRequest) -> list[MetricPoint]:
+    return [
+        MetricPoint(metric.name, {a.key: a.value.string_value or a.value.int_value for a in point.attributes}, value)
+        for resource in request.resource_metrics for scope in resource.scope_metrics for metric in scope.metrics
+        for point, value in _points(metric)
+    ]
 
 
 def _points(metric: Metric) -> list[tuple[Any, float]]:
@@ -161,3 +170,43 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 def exporting_to(receiver: OtlpReceiver) -> dict[str, str]:
     """The settings that make a service export its spans to `receiver`."""
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": str(EXPORT_DELAY_MS)}
+
+
+class OtlpGrpcReceiver(MetricsServiceServicer):
+    """Receives the metrics exported over OTLP/gRPC to `endpoint`: the collector's MetricsService,
+    served by grpcio from opentelemetry-proto's generated stubs."""
+
+    def __init__(self) -> None:
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        add_MetricsServiceServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]  # generated, unannotated
+        self._port: int = self._server.add_insecure_port("127.0.0.1:0")
+        self._metric_points: list[MetricPoint] = []
+        self.metadata: dict[str, str] = {}  # the last export's gRPC metadata (OpenTelemetryConfig's headers)
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        """OpenTelemetryConfig's url: its http scheme makes the exporter's channel insecure."""
+        return f"http://127.0.0.1:{self._port}"
+
+    def Export(self, request: ExportMetricsServiceRequest, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:  # noqa: N802 (the service's method)
+        found = _metric_points(request)
+        with self._lock:
+            self._metric_points += found
+            self.metadata = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
+        return ExportMetricsServiceResponse()
+
+    def metric_points(self) -> list[MetricPoint]:
+        """Every data point received, the latest export last."""
+        with self._lock:
+            return list(self._metric_points)
+
+
+@contextmanager
+def otlp_grpc_receiver() -> Iterator[OtlpGrpcReceiver]:
+    receiver = OtlpGrpcReceiver()
+    receiver._server.start()
+    try:
+        yield receiver
+    finally:
+        receiver._server.stop(grace=None)
