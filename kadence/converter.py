@@ -21,6 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from kadence._extstore import ExternalStorage, StorageDriverWorkflowInfo
+
+# temporalio.converter's names for external storage, which kadence/_extstore.py defines.
+from kadence._extstore import StorageDriver as StorageDriver
+from kadence._extstore import StorageDriverActivityInfo as StorageDriverActivityInfo
+from kadence._extstore import StorageDriverClaim as StorageDriverClaim
+from kadence._extstore import StorageDriverRetrieveContext as StorageDriverRetrieveContext
+from kadence._extstore import StorageDriverSelectContext as StorageDriverSelectContext
+from kadence._extstore import StorageDriverStoreContext as StorageDriverStoreContext
 from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType, replace_payloads
 from kadence.api.failure import v1 as failure_v1
 from kadence.common import to_ms
@@ -594,6 +603,7 @@ class DataConverter:
     payload_converter_class: type[PayloadConverter] = DefaultPayloadConverter
     payload_codec: PayloadCodec | None = None
     failure_converter_class: type[FailureConverter] = FailureConverter
+    external_storage: ExternalStorage | None = None  # large payloads kept outside the log (kadence/_extstore.py)
     payload_converter: PayloadConverter = field(init=False)
     failure_converter: FailureConverter = field(init=False)
 
@@ -603,16 +613,30 @@ class DataConverter:
         object.__setattr__(self, "payload_converter", self.payload_converter_class())
         object.__setattr__(self, "failure_converter", self.failure_converter_class())
 
+    @property
+    def transforms_payloads(self) -> bool:
+        """Whether payloads change on their way out and back (a codec, external storage)."""
+        return self.payload_codec is not None or self.external_storage is not None
+
     async def encode(self, values: Sequence[Any]) -> list[Payload]:
-        """The values as payloads, through the codec."""
-        payloads = self.payload_converter.to_payloads(values)
-        return await self.payload_codec.encode(payloads) if self.payload_codec is not None else payloads
+        """The values as payloads, through the codec and the external storage."""
+        return await self._encoded(self.payload_converter.to_payloads(values))
 
     async def decode(self, payloads: Sequence[Any], type_hints: Sequence[Any] | None = None) -> list[Any]:
-        """Payloads as values, through the codec."""
-        found = [Payload.of(p) for p in payloads]
-        decoded = await self.payload_codec.decode(found) if self.payload_codec is not None else found
-        return self.payload_converter.from_payloads(decoded, type_hints)
+        """Payloads as values, through the external storage and the codec."""
+        return self.payload_converter.from_payloads(await self._decoded([Payload.of(p) for p in payloads]), type_hints)
+
+    async def _encoded(self, payloads: list[Payload], target: StorageDriverWorkflowInfo | None = None) -> list[Payload]:
+        if self.payload_codec is not None:
+            payloads = [Payload.of(p) for p in await self.payload_codec.encode(payloads)]
+        if self.external_storage is not None:
+            payloads = await self.external_storage.store(payloads, target)
+        return payloads
+
+    async def _decoded(self, payloads: list[Payload]) -> list[Payload]:
+        if self.external_storage is not None:
+            payloads = await self.external_storage.retrieve(payloads)
+        return await self.payload_codec.decode(payloads) if self.payload_codec is not None else payloads
 
     async def encode_wrapper(self, values: Sequence[Any]) -> Payloads:
         """`encode`, wrapped in a `Payloads` message."""
@@ -629,16 +653,21 @@ class DataConverter:
         return self.failure_converter.from_failure(failure, self.payload_converter)
 
     async def encode_payloads(self, record: Any) -> None:
-        """Run the codec's encode over every payload in `record` (a command, an answer), in place."""
-        if self.payload_codec is not None:
+        """Run the codec's encode, then the external storage, over every payload in `record` (a
+        command, an answer), in place. A command's payloads are stored for its workflow."""
+        if self.transforms_payloads:
             found = list(iter_payloads(record, NOT_ENCODED))
-            _replace_all(found, await self.payload_codec.encode([Payload.of(p) for p in found]))
+            target = None
+            if isinstance(record, Mapping) and isinstance(record.get("workflow_id"), str):
+                target = StorageDriverWorkflowInfo(namespace="default", id=record["workflow_id"], run_id=record.get("run_id") or None)
+            _replace_all(found, await self._encoded([Payload.of(p) for p in found], target))
 
     async def decode_payloads(self, record: Any) -> None:
-        """Run the codec's decode over every payload in `record` (a task, a history, a result), in place."""
-        if self.payload_codec is not None:
+        """Run the external storage's retrieval, then the codec's decode, over every payload in
+        `record` (a task, a history, a result), in place."""
+        if self.transforms_payloads:
             found = list(iter_payloads(record, NOT_ENCODED))
-            _replace_all(found, await self.payload_codec.decode([Payload.of(p) for p in found]))
+            _replace_all(found, await self._decoded([Payload.of(p) for p in found]))
 
 
 DataConverter.default = DataConverter()
