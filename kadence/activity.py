@@ -39,9 +39,10 @@ class Info:
     attempt: int
     scheduled_time: datetime
     task_queue: str
-    workflow_id: str
-    workflow_run_id: str
-    workflow_type: str
+    workflow_id: str | None
+    """None for a standalone activity (started by a client, outside any workflow), as the next two."""
+    workflow_run_id: str | None
+    workflow_type: str | None
     heartbeat_details: Sequence[Any] = field(default_factory=tuple)
     """What the last heartbeat of an earlier attempt carried, to resume from."""
     is_local: bool = False
@@ -57,9 +58,9 @@ class Info:
     schedule_to_close_timeout: timedelta | None = None
     start_to_close_timeout: timedelta | None = None
     retry_policy: RetryPolicy | None = None
-    workflow_namespace: str = "default"
+    workflow_namespace: str | None = "default"
     activity_run_id: str | None = None
-    """A standalone activity's run id (temporalio's): None, an activity here runs in a workflow."""
+    """A standalone activity's run id (temporalio's); None for an activity a workflow scheduled."""
     priority: Priority = Priority.default
     """Activities take no priority yet."""
 

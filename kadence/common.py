@@ -38,6 +38,21 @@ class WorkflowIDConflictPolicy(str, Enum):
     TERMINATE_EXISTING = "TERMINATE_EXISTING"
 
 
+class ActivityIDReusePolicy(str, Enum):
+    """Whether a standalone activity may start under the id of a closed one (as temporalio's)."""
+
+    ALLOW_DUPLICATE = "ALLOW_DUPLICATE"
+    ALLOW_DUPLICATE_FAILED_ONLY = "ALLOW_DUPLICATE_FAILED_ONLY"
+    REJECT_DUPLICATE = "REJECT_DUPLICATE"
+
+
+class ActivityIDConflictPolicy(str, Enum):
+    """What a standalone activity's start does while one of its id runs (as temporalio's)."""
+
+    FAIL = "FAIL"
+    USE_EXISTING = "USE_EXISTING"
+
+
 class ParentClosePolicy(str, Enum):
     """What happens to a child workflow still running when its parent closes (as temporalio.workflow)."""
 

@@ -147,6 +147,20 @@ class WorkflowFailureError(KadenceError):
         return self.__cause__
 
 
+class ActivityFailureError(KadenceError):
+    """Raised by a standalone activity's handle when the activity did not complete (as
+    temporalio.client's): failed for good, timed out, canceled or terminated; the reason is `cause`."""
+
+    def __init__(self, *, cause: BaseException) -> None:
+        super().__init__("Activity execution failed")
+        self.__cause__ = cause
+
+    @property
+    def cause(self) -> BaseException:
+        assert self.__cause__ is not None
+        return self.__cause__
+
+
 class CommandRejectedError(KadenceError):
     """The history service turned the command down; `cause` says why in one word:
     WORKFLOW_ALREADY_STARTED, WORKFLOW_NOT_FOUND, WORKFLOW_CLOSED or INVALID_ARGUMENT."""

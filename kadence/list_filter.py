@@ -13,7 +13,8 @@ Grammar (keywords in any case):
                 | STARTS_WITH value
                 | IS [NOT] NULL
     field      := WorkflowId | WorkflowType | RunId | ExecutionStatus | TaskQueue | StartTime
-                | CloseTime | HistoryLength | any other name (a custom search attribute) | `quoted name`
+                | CloseTime | HistoryLength | ActivityId | ActivityType (standalone activities only)
+                | any other name (a custom search attribute) | `quoted name`
     value      := 'text' | "text" | number | true | false
 """
 
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX
+
 # Built-in search attributes: their column and how a value is bound to it.
 _COLUMNS: dict[str, tuple[str, str]] = {
     "WorkflowId": ("workflow_id", "text"),
@@ -35,7 +38,11 @@ _COLUMNS: dict[str, tuple[str, str]] = {
     "StartTime": ("start_time", "time"),
     "CloseTime": ("close_time", "time"),
     "HistoryLength": ("history_length", "number"),
+    # A standalone activity's (decision 0007): its key without the prefix, and its type.
+    "ActivityId": (f"substr(workflow_id, {len(ACTIVITY_KEY_PREFIX) + 1})", "text"),
+    "ActivityType": ("workflow_type", "text"),
 }
+_ACTIVITY_FIELDS = {"ActivityId", "ActivityType"}
 MAX_NESTING = 64  # parentheses within parentheses: far past any hand-written filter, well within Python's stack
 _OPERATORS = {"=": "=", "!=": "<>", "<>": "<>", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _TOKEN = re.compile(r"""
@@ -73,18 +80,22 @@ class SqlFilter:
     order_by: str = "start_time DESC"
 
 
-def parse(text: str) -> SqlFilter:
-    """The SQL for a list filter (an empty filter matches every execution)."""
+def parse(text: str, *, activities: bool = False) -> SqlFilter:
+    """The SQL for a list filter over workflow executions, or with `activities` over standalone
+    activities (an empty filter matches every one). `ActivityId` and `ActivityType` filter activities only."""
     parser = _Parser(_tokens(text), text)
-    if not parser.tokens:
-        return SqlFilter()
     result = SqlFilter()
-    if parser.peek_keyword() != "ORDER":
+    if parser.tokens and parser.peek_keyword() != "ORDER":
         result.where = parser.or_expr(result.params)
-    if parser.peek_keyword() == "ORDER":
+    if parser.tokens and parser.peek_keyword() == "ORDER":
         result.order_by = parser.order_by()
     if parser.index < len(parser.tokens):
         parser.fail("end of filter")
+    if not activities and parser.names & _ACTIVITY_FIELDS:
+        raise ListFilterError(f"{', '.join(sorted(parser.names & _ACTIVITY_FIELDS))} filter standalone activities: use list_activities")
+    # The scope first, its parameter with it.
+    result.where = f"{'' if activities else 'NOT '}starts_with(workflow_id, %s) AND ({result.where})"
+    result.params.insert(0, ACTIVITY_KEY_PREFIX)
     return result
 
 
@@ -108,6 +119,7 @@ class _Parser:
         self.text = text
         self.index = 0
         self.depth = 0
+        self.names: set[str] = set()  # the fields named
 
     def fail(self, expected: str) -> None:
         found = self.tokens[self.index] if self.index < len(self.tokens) else None
@@ -163,6 +175,7 @@ class _Parser:
         if token.kind != "word" or token.keyword in ("AND", "OR", "NOT", "ORDER"):
             self.index -= 1
             self.fail("a search attribute name")
+        self.names.add(token.text)
         return token.text
 
     def predicate(self, name: str, params: list[Any]) -> str:
@@ -222,7 +235,8 @@ class _Parser:
         if name not in _COLUMNS:
             raise ListFilterError(f"ORDER BY takes a built-in search attribute ({', '.join(_COLUMNS)}), not {name}")
         direction = "DESC" if self.accept("DESC") else ("ASC" if self.accept("ASC") else "ASC")
-        return f"{_COLUMNS[name][0]} {direction}"
+        column = "workflow_id" if name == "ActivityId" else _COLUMNS[name][0]  # the key orders as its activity id does
+        return f"{column} {direction}"
 
 
 def _column_or_attribute(name: str, params: list[Any]) -> str:

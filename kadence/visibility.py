@@ -204,13 +204,16 @@ class ExecutionsPage:
     next_cursor: str | None  # None on the last page
 
 
-async def executions_page(pool: AsyncConnectionPool, query: str, cursor: str | None, size: int) -> ExecutionsPage:
+async def executions_page(
+    pool: AsyncConnectionPool, query: str, cursor: str | None, size: int, *, activities: bool = False,
+) -> ExecutionsPage:
     """One page of the executions matching the list filter, in its ORDER BY (newest first by
     default), after `cursor` (the `next_cursor` of the page before). Ties are broken by workflow id
     and run id in the same direction, so (key, workflow_id, run_id) orders every row and the next
     page is `WHERE (key, workflow_id, run_id) < the last row's`: an index range however deep, never
-    an OFFSET that scans every row before the page."""
-    sql = parse(query)
+    an OFFSET that scans every row before the page. With `activities`, the standalone activities'
+    runs instead of workflows' (decision 0007)."""
+    sql = parse(query, activities=activities)
     column, direction = sql.order_by.split()
     key = _SORT_KEYS.get(column, column)
     where, params = sql.where, list(sql.params)
@@ -247,12 +250,15 @@ def _decode_cursor(cursor: str) -> list[str]:
     return values
 
 
-async def list_executions(pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int) -> AsyncIterator[WorkflowExecution]:
+async def list_executions(
+    pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int, *, activities: bool = False,
+) -> AsyncIterator[WorkflowExecution]:
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None (every execution) or at least 0, not {limit}")
     cursor, returned = None, 0
     while limit is None or returned < limit:
-        page = await executions_page(pool, query, cursor, page_size if limit is None else min(page_size, limit - returned))
+        page = await executions_page(pool, query, cursor, page_size if limit is None else min(page_size, limit - returned),
+                                     activities=activities)
         for execution in page.executions:
             yield execution
         returned += len(page.executions)
@@ -261,8 +267,8 @@ async def list_executions(pool: AsyncConnectionPool, query: str, limit: int | No
         cursor = page.next_cursor
 
 
-async def count_executions(pool: AsyncConnectionPool, query: str) -> int:
-    sql = parse(query)
+async def count_executions(pool: AsyncConnectionPool, query: str, *, activities: bool = False) -> int:
+    sql = parse(query, activities=activities)
     async with pool.connection() as conn:
         row = await (await conn.execute(f"SELECT count(*) FROM kadence_executions WHERE {sql.where}", sql.params)).fetchone()
     return row[0] if row else 0

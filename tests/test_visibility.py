@@ -76,6 +76,7 @@ async def test_list_and_count_with_temporal_filters(client: Client, task_queue: 
     ("(WorkflowType = 'x'", "expected )"),
     ("WorkflowType = 'x' ORDER BY Amount", "ORDER BY takes a built-in search attribute"),
     ("(" * 5000 + "WorkflowId = 'a'" + ")" * 5000, "nests parentheses more than 64 deep"),
+    ("ActivityType = 'charge'", "ActivityType filter standalone activities: use list_activities"),
 ])
 def test_filters_that_do_not_parse_say_where_and_why(query: str, error: str) -> None:
     with pytest.raises(ListFilterError, match=error.replace("(", r"\(").replace(")", r"\)")):
@@ -84,8 +85,14 @@ def test_filters_that_do_not_parse_say_where_and_why(query: str, error: str) -> 
 
 def test_values_are_parameters_and_names_are_whitelisted_or_json_keys() -> None:
     parsed = parse("WorkflowId = 'a''b' AND `Order Status` = \"x\" AND Amount >= 2.5")
-    assert parsed.where == "(workflow_id = %s AND search_attributes -> %s = %s::jsonb AND search_attributes -> %s >= %s::jsonb)"
-    assert parsed.params == ["a'b", "Order Status", '"x"', "Amount", "2.5"]
+    assert parsed.where == (
+        "NOT starts_with(workflow_id, %s) AND "  # workflows only: standalone activities are listed apart
+        "((workflow_id = %s AND search_attributes -> %s = %s::jsonb AND search_attributes -> %s >= %s::jsonb))"
+    )
+    assert parsed.params == ["kadence-activity:", "a'b", "Order Status", '"x"', "Amount", "2.5"]
+    activities = parse("ActivityType = 'charge' ORDER BY ActivityId", activities=True)
+    assert activities.where == "starts_with(workflow_id, %s) AND (workflow_type = %s)"
+    assert (activities.params, activities.order_by) == (["kadence-activity:", "charge"], "workflow_id ASC")
 
 
 async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stack: LocalStack, client: Client) -> None:

@@ -1,19 +1,30 @@
 """The client (as temporalio.client): `Client` starts workflows and reaches them through handles;
 `Interceptor` and `OutboundInterceptor` wrap its calls."""
 
+from kadence.client._activities import (
+    ActivityExecution,
+    ActivityExecutionAsyncIterator,
+    ActivityExecutionCount,
+    ActivityExecutionCountAggregationGroup,
+    ActivityExecutionStatus,
+    ActivityHandle,
+)
 from kadence.client._client import Client
 from kadence.client._handles import AsyncActivityHandle, WithStartWorkflowOperation, WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
+    CountActivitiesInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
+    ListActivitiesInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
+    StartActivityInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
@@ -49,6 +60,7 @@ from kadence.client._schedule_types import (
 from kadence.client._schedules import ScheduleAlreadyRunningError, ScheduleHandle, ScheduleNotFoundError
 from kadence.client._types import AsyncActivityIDReference, ResetReapplyExcludeType, ResetType, WorkflowExecutionCount, WorkflowUpdateStage
 from kadence.exceptions import (
+    ActivityFailureError,
     AsyncActivityCancelledError,
     WorkflowFailureError,
     WorkflowQueryFailedError,
@@ -64,7 +76,9 @@ __all__ = [
     "ListWorkflowsInput", "CountWorkflowsInput", "QueryWorkflowInput", "SignalWorkflowInput", "TerminateWorkflowInput",
     "StartWorkflowUpdateInput", "HeartbeatAsyncActivityInput", "CompleteAsyncActivityInput", "FailAsyncActivityInput",
     "ReportCancellationAsyncActivityInput", "StartWorkflowUpdateWithStartInput", "UpdateWithStartStartWorkflowInput",
-    "UpdateWithStartUpdateWorkflowInput",
+    "UpdateWithStartUpdateWorkflowInput", "StartActivityInput", "ListActivitiesInput", "CountActivitiesInput",
+    "ActivityHandle", "ActivityExecution", "ActivityExecutionAsyncIterator", "ActivityExecutionCount",
+    "ActivityExecutionCountAggregationGroup", "ActivityExecutionStatus", "ActivityFailureError",
     "Schedule", "ScheduleActionExecutionStartWorkflow", "ScheduleActionResult", "ScheduleActionStartWorkflow", "ScheduleBackfill",
     "ScheduleCalendarSpec", "ScheduleDescription", "ScheduleInfo", "ScheduleIntervalSpec", "ScheduleListActionStartWorkflow",
     "ScheduleListDescription", "ScheduleListInfo", "ScheduleListSchedule", "ScheduleListState", "ScheduleOverlapPolicy",

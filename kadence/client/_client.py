@@ -16,7 +16,9 @@ from typing import Any, Concatenate, cast, overload
 
 from confluent_kafka import Message
 
+from kadence import activity as activity_module
 from kadence import workflow as workflow_module
+from kadence.client._activities import ActivityExecutionAsyncIterator, ActivityExecutionCount, ActivityHandle
 from kadence.client._handles import (
     AsyncActivityHandle,
     WithStartWorkflowOperation,
@@ -27,8 +29,11 @@ from kadence.client._handles import (
 )
 from kadence.client._impl import _ClientImpl
 from kadence.client._inputs import (
+    CountActivitiesInput,
     CountWorkflowsInput,
+    ListActivitiesInput,
     ListWorkflowsInput,
+    StartActivityInput,
     StartWorkflowInput,
     StartWorkflowUpdateWithStartInput,
     UpdateWithStartUpdateWorkflowInput,
@@ -40,8 +45,15 @@ from kadence.client._replies import ReplyListener, RunWatch
 from kadence.client._schedule_types import Schedule, ScheduleBackfill, ScheduleListDescription
 from kadence.client._schedules import ScheduleHandle, create_schedule, list_schedules
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
-from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from kadence.converter import DataConverter
+from kadence.common import (
+    UNSET,
+    ActivityIDConflictPolicy,
+    ActivityIDReusePolicy,
+    RetryPolicy,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from kadence.converter import DataConverter, type_hints
 from kadence.exceptions import (
     ClientClosedError,
     CommandRejectedError,
@@ -496,6 +508,55 @@ class Client:
         ))
         return WorkflowExecutionAsyncIterator(executions, lambda id, run_id: self.get_workflow_handle(id, run_id=run_id).fetch_history())
 
+    async def start_activity(
+        self, activity: str | Callable[..., Awaitable[ReturnType]] | Callable[..., ReturnType], arg: Any = UNSET, *,
+        args: Sequence[Any] = (), id: str, task_queue: str, result_type: type | None = None,
+        schedule_to_close_timeout: timedelta | None = None, schedule_to_start_timeout: timedelta | None = None,
+        start_to_close_timeout: timedelta | None = None, heartbeat_timeout: timedelta | None = None,
+        id_reuse_policy: ActivityIDReusePolicy = ActivityIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy: ActivityIDConflictPolicy = ActivityIDConflictPolicy.FAIL,
+        retry_policy: RetryPolicy | None = None, search_attributes: dict[str, Any] | None = None, summary: str | None = None,
+        request_id: str = "",
+    ) -> ActivityHandle[ReturnType]:
+        """Start a standalone activity (Temporal's, server 1.31): an activity run by the workers of
+        `task_queue` outside any workflow, with its own id, retries and timeouts (start-to-close or
+        schedule-to-close is required, as for any activity). Its id is of its own space: an activity
+        and a workflow may share one (docs/decisions/0007-standalone-activities.md)."""
+        if isinstance(activity, str):
+            activity_type = activity
+        else:
+            activity_type = activity_module.definition(activity).name
+            result_type = result_type or type_hints(activity).get("return")
+        return await self._impl.start_activity(StartActivityInput(
+            activity_type=activity_type, args=([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
+            result_type=result_type, schedule_to_close_timeout=schedule_to_close_timeout,
+            schedule_to_start_timeout=schedule_to_start_timeout, start_to_close_timeout=start_to_close_timeout,
+            heartbeat_timeout=heartbeat_timeout, id_reuse_policy=id_reuse_policy, id_conflict_policy=id_conflict_policy,
+            retry_policy=retry_policy, search_attributes=search_attributes, summary=summary, headers={}, rpc_metadata={},
+            rpc_timeout=None, request_id=request_id,
+        ))
+
+    async def execute_activity(
+        self, activity: str | Callable[..., Awaitable[ReturnType]] | Callable[..., ReturnType], arg: Any = UNSET, **options: Any,
+    ) -> ReturnType:
+        """`start_activity`, then its result: raises ActivityFailureError when it did not complete."""
+        return await (await self.start_activity(activity, arg, **options)).result()
+
+    def get_activity_handle(self, activity_id: str, *, run_id: str | None = None, result_type: type | None = None) -> ActivityHandle[Any]:
+        """A handle on the standalone activity `activity_id` (its latest run without `run_id`)."""
+        return ActivityHandle(self, activity_id, run_id=run_id, result_type=result_type)
+
+    def list_activities(self, query: str = "", *, limit: int | None = None, page_size: int = 1000) -> ActivityExecutionAsyncIterator:
+        """Standalone activities matching a list filter (`TaskQueue = 'q' AND ActivityType = 'charge'`;
+        `ActivityId`, `ActivityType`, `ExecutionStatus`, `TaskQueue`, `StartTime`, `CloseTime` ...)."""
+        return ActivityExecutionAsyncIterator(self._impl.list_activities(ListActivitiesInput(
+            query=query, page_size=page_size, limit=limit, rpc_metadata={}, rpc_timeout=None,
+        )))
+
+    async def count_activities(self, query: str = "") -> ActivityExecutionCount:
+        """How many standalone activities match a list filter."""
+        return await self._impl.count_activities(CountActivitiesInput(query=query, rpc_metadata={}, rpc_timeout=None))
+
     async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
         """How many executions match a list filter."""
         return await self._impl.count_workflows(CountWorkflowsInput(query=query, rpc_metadata={}, rpc_timeout=None))
@@ -597,7 +658,7 @@ class Client:
             "reply_partition": reply_partition,
         } for kind, body in commands]
         traced = tracing.current_headers()  # the span it is sent in: the next hop's parent
-        if loop is not None or self.data_converter.payload_codec is None:
+        if loop is not None or not self.data_converter.transforms_payloads:
             return self._produce_commands(records, until_delivered, traced, loop or asyncio.get_running_loop())
         if self._conn.encoding is None:
             self._conn.encoding = asyncio.Queue()

@@ -14,18 +14,22 @@ from typing import Any, Protocol
 import psycopg
 from confluent_kafka import Message
 
+from kadence.client._activities import ActivityExecution, ActivityExecutionCount, ActivityHandle, activity_key
 from kadence.client._handles import AsyncActivityHandle, HandleClient, WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
+    CountActivitiesInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
+    ListActivitiesInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
+    StartActivityInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
@@ -36,7 +40,7 @@ from kadence.client._interceptor import OutboundInterceptor
 from kadence.client._read_model import TABLES_MISSING, until_created
 from kadence.client._replies import ReplyListener, RunWatch
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
-from kadence.common import UNSET, to_ms
+from kadence.common import UNSET, WorkflowIDConflictPolicy, WorkflowIDReusePolicy, to_ms
 from kadence.exceptions import (
     AsyncActivityCancelledError,
     CommandRejectedError,
@@ -113,6 +117,48 @@ class _ClientImpl(OutboundInterceptor):
         # never here, as Temporal's server answers when it cannot start one eagerly.
         setattr(handle, "__temporal_eagerly_started", False)  # noqa: B010 (a name no attribute syntax can set)
         return handle
+
+    async def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+        """A standalone activity: a start under its key carrying the activity (decision 0007)."""
+        request_id = input.request_id or str(uuid.uuid4())
+        key = activity_key(input.id)
+        start = StartWorkflowInput(
+            workflow=input.activity_type, args=input.args, id=key, task_queue=input.task_queue, execution_timeout=None,
+            run_timeout=None, task_timeout=None, id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
+            id_conflict_policy=WorkflowIDConflictPolicy[input.id_conflict_policy.name], retry_policy=None, cron_schedule="",
+            memo=None, search_attributes=input.search_attributes, start_delay=None, headers=input.headers, start_signal=None,
+            start_signal_args=(), static_summary=input.summary, static_details=None, ret_type=input.result_type,
+            rpc_metadata=input.rpc_metadata, rpc_timeout=input.rpc_timeout, request_id=request_id,
+        )
+        record = {**self._start_record(start, request_id), "activity": {
+            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout), "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+            "retry_policy": input.retry_policy.to_record() if input.retry_policy is not None else None,
+        }}
+        run_id = await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
+        log.info("event=activity_started activity_id=%s run_id=%s activity_type=%s", input.id, run_id, input.activity_type)
+        return ActivityHandle(self._client, input.id, run_id=run_id, result_type=input.result_type)
+
+    def list_activities(self, input: ListActivitiesInput) -> AsyncIterator[ActivityExecution]:
+        async def activities() -> AsyncIterator[ActivityExecution]:
+            await self._client._read_model_caught_up()
+            pool = (await self._client._read_model()).pool
+            try:
+                async for run in list_executions(pool, input.query or "", input.limit, input.page_size, activities=True):
+                    yield ActivityExecution.of(run)
+            except psycopg.errors.UndefinedTable as exc:
+                raise KadenceError(f"listing activities: {TABLES_MISSING}") from exc
+
+        return activities()
+
+    async def count_activities(self, input: CountActivitiesInput) -> ActivityExecutionCount:
+        await self._client._read_model_caught_up()
+        try:
+            pool = (await self._client._read_model()).pool
+            return ActivityExecutionCount(await count_executions(pool, input.query or "", activities=True))
+        except psycopg.errors.UndefinedTable as exc:
+            raise KadenceError(f"counting activities: {TABLES_MISSING}") from exc
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)

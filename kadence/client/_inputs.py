@@ -13,7 +13,13 @@ from typing import Any
 
 from kadence.api.common.v1 import Payload
 from kadence.client._types import AsyncActivityIDReference, TimeSkippingConfig, WorkflowUpdateStage
-from kadence.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from kadence.common import (
+    ActivityIDConflictPolicy,
+    ActivityIDReusePolicy,
+    RetryPolicy,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 
 
 @dataclasses.dataclass
@@ -219,5 +225,45 @@ class FailAsyncActivityInput:
 class ReportCancellationAsyncActivityInput:
     id_or_token: AsyncActivityIDReference | bytes
     details: Sequence[Any]
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+
+
+@dataclasses.dataclass
+class StartActivityInput:
+    """Input for OutboundInterceptor.start_activity: a standalone activity (as temporalio's)."""
+
+    activity_type: str
+    args: Sequence[Any]
+    id: str
+    task_queue: str
+    result_type: type | None
+    schedule_to_close_timeout: timedelta | None
+    schedule_to_start_timeout: timedelta | None
+    start_to_close_timeout: timedelta | None
+    heartbeat_timeout: timedelta | None
+    id_reuse_policy: ActivityIDReusePolicy
+    id_conflict_policy: ActivityIDConflictPolicy
+    retry_policy: RetryPolicy | None
+    search_attributes: Mapping[str, Any] | None
+    summary: str | None
+    headers: Mapping[str, Payload]
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+    request_id: str = ""  # Kadence's: the start's idempotency key ("" draws a uuid4)
+
+
+@dataclasses.dataclass
+class ListActivitiesInput:
+    query: str
+    page_size: int
+    limit: int | None
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+
+
+@dataclasses.dataclass
+class CountActivitiesInput:
+    query: str
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None

@@ -8,18 +8,22 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from kadence.client._activities import ActivityExecution, ActivityExecutionCount, ActivityHandle
 from kadence.client._handles import WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
+    CountActivitiesInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
+    ListActivitiesInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
+    StartActivityInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
@@ -45,6 +49,15 @@ class OutboundInterceptor:
 
     async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:
         return await self.next.start_workflow(input)
+
+    async def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
+        return await self.next.start_activity(input)
+
+    def list_activities(self, input: ListActivitiesInput) -> AsyncIterator[ActivityExecution]:
+        return self.next.list_activities(input)
+
+    async def count_activities(self, input: CountActivitiesInput) -> ActivityExecutionCount:
+        return await self.next.count_activities(input)
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         await self.next.cancel_workflow(input)

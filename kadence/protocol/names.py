@@ -112,6 +112,9 @@ CLIENT_COMMANDS = frozenset({
 # A schedule is keyed on kadence.commands and kadence.history by this prefix and its id; workflow
 # ids with it are refused (docs/decisions/0004-schedules-in-the-history-service.md).
 SCHEDULE_KEY_PREFIX = "kadence-schedule:"
+# A standalone activity (one a client starts, outside any workflow) is a run keyed by this prefix and
+# its activity id; workflow ids with it are refused (docs/decisions/0007-standalone-activities.md).
+ACTIVITY_KEY_PREFIX = "kadence-activity:"
 # The commands for a schedule (a TimeoutFired goes to either kind).
 SCHEDULE_COMMANDS = frozenset({
     CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,

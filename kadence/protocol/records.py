@@ -114,6 +114,9 @@ class StartWorkflowExecution(TypedDict):
     # (docs/decisions/0006-time-skipping.md). A child's or a continued run's is its parent's or predecessor's; 0 unless
     # time skipping is used.
     clock_offset_ms: NotRequired[int]
+    # Set for a standalone activity, whose key is kadence-activity:<activity id>: the run's only work is this activity
+    # of type workflow_type on task_queue, with input and header (docs/decisions/0007-standalone-activities.md).
+    activity: NotRequired[StandaloneActivity | None]
 
 
 class InitiatedBy(TypedDict):
@@ -125,6 +128,14 @@ class InitiatedBy(TypedDict):
     # A parent's root (see WorkflowExecutionStarted.root_workflow_id): the child's root too.
     root_workflow_id: NotRequired[str]
     root_run_id: NotRequired[str]
+
+
+class StandaloneActivity(TypedDict):
+    schedule_to_close_timeout_ms: NotRequired[int]
+    schedule_to_start_timeout_ms: NotRequired[int]
+    start_to_close_timeout_ms: NotRequired[int]
+    heartbeat_timeout_ms: NotRequired[int]
+    retry_policy: NotRequired[RetryPolicy | None]
 
 
 class SignalWorkflowExecution(TypedDict):

@@ -31,7 +31,7 @@ from kadence.exceptions import ApplicationError, ApplicationErrorCategory, Cance
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import command_codec, writes_field
 from kadence.protocol.kafka import consume_batches, make_consumer, store_offsets
-from kadence.protocol.names import CommandType, EffectType
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, CommandType, EffectType
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.records import Failure as FailureRecord
 from kadence.protocol.records import Payload as PayloadRecord
@@ -414,10 +414,13 @@ class ActivityWorker:
     async def _execute_activity(self, task: Task, heartbeater: Heartbeater) -> Any:
         at = activity_task(task)
         retry_policy = at.get("retry_policy")
+        standalone = task["workflow_id"].startswith(ACTIVITY_KEY_PREFIX)  # no workflow: its own run (decision 0007)
         info = activity_module.Info(
             activity_id=at["activity_id"], activity_type=at["activity_type"], attempt=at["attempt"],
             scheduled_time=_time(at["scheduled_time_ms"]), task_queue=at["task_queue"],
-            workflow_id=task["workflow_id"], workflow_run_id=task["run_id"], workflow_type=at["workflow_type"],
+            workflow_id=None if standalone else task["workflow_id"], workflow_run_id=None if standalone else task["run_id"],
+            workflow_type=None if standalone else at["workflow_type"], workflow_namespace=None if standalone else "default",
+            activity_run_id=task["run_id"] if standalone else None,
             heartbeat_details=tuple(self.client.data_converter.payload_converter.from_payloads(at["heartbeat_details"])),
             task_token=TaskToken(task["workflow_id"], task["run_id"], at["scheduled_event_id"], at["attempt"], at["activity_id"]).encode(),
             current_attempt_scheduled_time=_time(at.get("current_attempt_scheduled_time_ms") or at["scheduled_time_ms"]),

@@ -216,6 +216,27 @@ def _canceled_if_not_started(t: Transition, attrs: RequestCancelActivityTask, re
         ))
 
 
+def schedule_standalone(t: Transition, attrs: ScheduleActivityTask) -> None:
+    """Schedule a standalone activity's activity, its run's first work, as a workflow task's command would."""
+    problem = _check_schedule(t.execution, attrs, Planned.of(t.execution))
+    if problem:
+        raise Rejected(problem)
+    t.add(EventType.ActivityTaskScheduled, _scheduled_event(t, attrs, 0, ""))
+
+
+def cancel_standalone(t: Transition) -> None:
+    """A cancel request to a standalone activity's run asks its activity to cancel: at once when
+    no attempt runs, which closes the run; else its worker hears of it."""
+    for scheduled_event_id in list(t.execution.activities):
+        requested = RequestCancelActivityTask(scheduled_event_id=scheduled_event_id)
+        requested_id = t.add(EventType.ActivityTaskCancelRequested, _cancel_requested_event(t, requested, 0, ""))
+        if not t.execution.activities[scheduled_event_id].started_event_id:
+            t.add_workflow_visible(EventType.ActivityTaskCanceled, ActivityTaskCanceled(
+                scheduled_event_id=scheduled_event_id, started_event_id=0,
+                latest_cancel_requested_event_id=requested_id, details=[], identity="",
+            ))
+
+
 TASK_COMMANDS: dict[str, TaskCommand] = {
     TaskCommandType.ScheduleActivityTask: TaskCommand(
         "BAD_SCHEDULE_ACTIVITY_ATTRIBUTES", _scheduled_event, _check_schedule, then=_eager_if_foreseen,

@@ -50,6 +50,12 @@ RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] =
 )
 
 # Commands that may leave the run id empty: they are for the workflow id's current run.
+# What a standalone activity's run takes (decision 0007): its attempts' reports, a cancel request,
+# a termination and its timers.
+_STANDALONE_ACTIVITY_COMMANDS = activity.REPORTS | {
+    CommandType.RecordActivityTaskStarted, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
+    CommandType.TimeoutFired,
+}
 _CURRENT_RUN_COMMANDS = {
     CommandType.SignalWorkflowExecution, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
     CommandType.UpdateWorkflowExecution, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,
@@ -80,6 +86,8 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
     if kind != CommandType.TimeoutFired and is_schedule != (kind in SCHEDULE_COMMANDS):
         entity = "schedule" if is_schedule else "workflow execution"
         raise Rejected(f"{kind} does not apply to a {entity}", "WORKFLOW_NOT_FOUND")
+    if ex.standalone_activity and kind not in _STANDALONE_ACTIVITY_COMMANDS:
+        raise Rejected(f"{kind} does not apply to a standalone activity", "WORKFLOW_NOT_FOUND")
     if is_schedule and schedule.repeated(ex, cmd):
         return Transition(ex, now_ms, repeat=True)  # a change sent again: answered as it was
     if is_schedule and ex.status != RUNNING:

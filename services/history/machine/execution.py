@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kadence.protocol.names import EventType
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, EventType
 from kadence.protocol.records import Failure, Schedule, ScheduleInfo
 from kadence.protocol.records import TimeSkipping as TimeSkippingRecord
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes, event_type
@@ -146,6 +146,11 @@ class Execution:
         always (the run's virtual start time is this one's), its skipping as it passes it on."""
         skipping = self.time_skipping.passed_on() if self.time_skipping is not None else None
         return {"time_skipping": skipping, "clock_offset_ms": self.clock_offset_ms}
+
+    @property
+    def standalone_activity(self) -> bool:
+        """A standalone activity's run: its only work is its activity (decision 0007)."""
+        return self.workflow_id.startswith(ACTIVITY_KEY_PREFIX)
 
     @property
     def quiescent(self) -> bool:

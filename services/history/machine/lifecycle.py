@@ -12,11 +12,12 @@ from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS, memo_upserted
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
-from kadence.protocol.names import CommandType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, CommandType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
     ContinueAsNewWorkflowExecution,
     Payload,
     RequestCancelWorkflowExecution,
+    ScheduleActivityTask,
     SignalWorkflowExecution,
     TerminateWorkflowExecution,
     TimeoutFired,
@@ -25,7 +26,7 @@ from kadence.protocol.records import (
     WorkflowExecutionStarted,
     WorkflowTaskScheduled,
 )
-from services.history.machine import child, clock, messages
+from services.history.machine import activity, child, clock, messages
 from services.history.machine.effects import answer, drop, outbound, scheduled_run_report, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution, run_timeout_ms
 from services.history.machine.limits import within_history_limit
@@ -59,7 +60,8 @@ def decide_start(
             )
     if not start["workflow_type"] or not start["task_queue"]:
         raise Rejected("StartWorkflowExecution needs a workflow_type and a task_queue")
-    problem = name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
+    problem = (name_problem(workflow_id, start) or payload_problem(start["input"], "workflow input") or _cron_problem(start)
+               or _standalone_problem(workflow_id, start, first))
     if problem:
         raise Rejected(problem)
     return _new_run(workflow_id, run_id_for(workflow_id, source_partition, source_offset), start, identity, now_ms, first)
@@ -132,12 +134,42 @@ def _new_run(
     }))
     if first is not None:
         t.add(*first)
-    t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
+    if ex.standalone_activity:
+        activity.schedule_standalone(t, _standalone_activity(workflow_id, start))
+    else:
+        t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
     if parent is not None:
         t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
             "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
         }))
     return t
+
+
+def _standalone_problem(workflow_id: str, start: Record, first: FirstEvent | None) -> str | None:
+    """Why a start does not fit its key: a standalone activity's key needs its activity and a plain
+    start, and only that key takes one (decision 0007)."""
+    if not workflow_id.startswith(ACTIVITY_KEY_PREFIX):
+        if start.get("activity") is not None:
+            return f"a standalone activity starts under the key {ACTIVITY_KEY_PREFIX}<activity id>, not a workflow id"
+        return None
+    if start.get("activity") is None:
+        return f"workflow ids beginning with {ACTIVITY_KEY_PREFIX!r} are reserved for standalone activities"
+    if first is not None or start.get("cron_schedule") or start.get("start_delay_ms") or start.get("initiated_by"):
+        return "a standalone activity is started alone: no signal or update with it, no cron schedule, start delay or parent"
+    return None
+
+
+def _standalone_activity(workflow_id: str, start: Record) -> ScheduleActivityTask:
+    """The activity a standalone activity's start carries, as a workflow task would schedule it."""
+    options = start["activity"]
+    return cast(ScheduleActivityTask, {
+        "activity_id": workflow_id.removeprefix(ACTIVITY_KEY_PREFIX), "activity_type": start["workflow_type"],
+        "task_queue": start["task_queue"], "input": start["input"], "header": start.get("header", {}),
+        **{name: options.get(name, 0) for name in (
+            "schedule_to_close_timeout_ms", "schedule_to_start_timeout_ms", "start_to_close_timeout_ms", "heartbeat_timeout_ms",
+        )},
+        "retry_policy": options.get("retry_policy"),
+    })
 
 
 def _root_attributes(parent: Record | None, workflow_id: str, run_id: str) -> Record:
@@ -335,7 +367,11 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 def _cancel_requested(ex: Execution, cmd: RequestCancelWorkflowExecution, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     requester = cmd.get("initiated_by")
-    if not ex.cancel_requested:  # asking twice is answered, not recorded twice
+    if not ex.cancel_requested and ex.standalone_activity:  # no workflow to tell: its activity cancels
+        t.add(EventType.WorkflowExecutionCancelRequested, {"cause": cmd["reason"], "identity": identity, "external_workflow_id": "",
+                                                           "external_run_id": "", "external_initiated_event_id": 0})
+        activity.cancel_standalone(t)
+    elif not ex.cancel_requested:  # asking twice is answered, not recorded twice
         t.add_workflow_visible(EventType.WorkflowExecutionCancelRequested, {
             "cause": cmd["reason"], "identity": identity, "external_workflow_id": requester["workflow_id"] if requester else "",
             "external_run_id": requester["run_id"] if requester else "",

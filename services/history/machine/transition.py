@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
@@ -95,7 +97,12 @@ class Transition:
 
     def add_workflow_visible(self, event_type: str, attributes: EventAttributes) -> None:
         """Buffer the event while a workflow task is in flight, else write it and schedule a task
-        (one per transition, after its last workflow-visible event)."""
+        (one per transition, after its last workflow-visible event). A standalone activity's run
+        has no workflow to tell: the event closes it (decision 0007)."""
+        if self.execution.standalone_activity:
+            self.add(event_type, attributes)
+            self.add(*_standalone_close(event_type, attributes))
+            return
         if self.execution.workflow_task is not None:
             self.buffered.append(history_event(0, self.now_ms, event_type, attributes))
             return
@@ -127,6 +134,25 @@ class Transition:
             request_ids=request_ids or [], refusals=[self.refused] if self.refused else [],
             workflow_task=self.workflow_task.as_transient() if self.workflow_task is not None else None,
         )
+
+
+def _standalone_close(event_type: str, attributes: EventAttributes) -> tuple[str, EventAttributes]:
+    """The event that closes a standalone activity's run after its activity's end: the result, the
+    last failure (a timeout's too), or the cancellation."""
+    attrs = cast(Mapping[str, Any], attributes)
+    if event_type == EventType.ActivityTaskCompleted:
+        return EventType.WorkflowExecutionCompleted, cast(EventAttributes, {
+            "result": attrs.get("result"), "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
+        })
+    if event_type in (EventType.ActivityTaskFailed, EventType.ActivityTaskTimedOut):
+        return EventType.WorkflowExecutionFailed, cast(EventAttributes, {
+            "failure": attrs["failure"], "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
+        })
+    if event_type == EventType.ActivityTaskCanceled:
+        return EventType.WorkflowExecutionCanceled, cast(EventAttributes, {
+            "details": attrs.get("details", []), "workflow_task_completed_event_id": 0,
+        })
+    raise Rejected(f"a standalone activity has no workflow to tell of {event_type}", "WORKFLOW_NOT_FOUND")
 
 
 def engine_failure(message: str, failure_type: str) -> Failure:
