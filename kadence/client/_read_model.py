@@ -91,11 +91,17 @@ class ReadModel:
 
     async def _start(self) -> None:
         await self.pool.open()
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         try:
-            await self._subscribe(conn)  # needs no table: the client may start before the services created them
-        except BaseException:
-            await conn.close()
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            try:
+                await self._subscribe(conn)  # needs no table: the client may start before the services created them
+            except BaseException:
+                await conn.close()
+                raise
+        except asyncio.CancelledError:
+            # Only the end of the program cancels a start (its callers shield it): as the
+            # listener's end below, for a pool the listener never came to own.
+            await self._release()
             raise
         self._conn = conn
         self._listener = asyncio.create_task(self._listen())
@@ -107,19 +113,27 @@ class ReadModel:
 
     async def _listen(self) -> None:
         backoff = Backoff("client_listen")
-        while True:
-            try:
-                if self._conn is None:
-                    self._conn = await self._listen_again()
-                    backoff.succeeded()
-                await self._serve(self._conn)
-            except (psycopg.OperationalError, psycopg.errors.UndefinedTable) as exc:  # an outage, or the tables not created yet
-                await self._lost(exc)
-                await asyncio.sleep(backoff.failed(exc))
-            except Exception as exc:  # a bug: listen again all the same
-                log.exception("event=client_listen_failed error=%r", str(exc))
-                await self._lost(exc)
-                await asyncio.sleep(RETRY_MAX_S)
+        try:
+            while True:
+                try:
+                    if self._conn is None:
+                        self._conn = await self._listen_again()
+                        backoff.succeeded()
+                    await self._serve(self._conn)
+                except (psycopg.OperationalError, psycopg.errors.UndefinedTable) as exc:  # an outage, or the tables not created yet
+                    await self._lost(exc)
+                    await asyncio.sleep(backoff.failed(exc))
+                except Exception as exc:  # a bug: listen again all the same
+                    log.exception("event=client_listen_failed error=%r", str(exc))
+                    await self._lost(exc)
+                    await asyncio.sleep(RETRY_MAX_S)
+        finally:
+            # The listener lives as long as the read model. It ends by close(), or, for a client
+            # never closed (temporalio's samples leave theirs open: temporalio needs no close), by
+            # asyncio.run cancelling every task as it ends; the pool must be closed then, as its
+            # workers swallow a cancellation that finds them connecting (psycopg_pool keeps itself
+            # whole so) and would wait on their queue for ever, and asyncio.run with them.
+            await self._release()
 
     async def _lost(self, exc: Exception) -> None:
         self.reachability.lost(exc)
@@ -294,12 +308,18 @@ class ReadModel:
         _forget(self.outcome_waiters, request_id, future)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
         if self._checking is not None:
             self._checking.cancel()
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.wait({self._listener})  # its end releases the connections
+        await self._release()  # the listener never started (Postgres did not answer the first time)
+
+    async def _release(self) -> None:
+        """Close the LISTEN connection and the pool (again: a no-op)."""
         if self._conn is not None:
-            await self._conn.close()
+            conn, self._conn = self._conn, None
+            await conn.close()
         await self.pool.close()
 
 

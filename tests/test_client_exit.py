@@ -1,0 +1,111 @@
+"""A program's end with its clients in it, as temporalio's samples end theirs: a starter that never
+closes its clients exits when its asyncio.run returns."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+from kadence import activity, workflow
+from kadence.client import Client
+from kadence.dev.local_stack import LocalStack
+from kadence.exceptions import ApplicationError
+from kadence.worker import Worker
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@activity.defn
+async def stamp_receipt() -> None:
+    await asyncio.sleep(0.2)
+
+
+@workflow.defn
+class ParcelWorkflow:
+    """Delivers, loses or holds a parcel (by its input) once a signature is under way, and in each
+    case lets the signature's update finish first, as message_passing/waiting_for_handlers does."""
+
+    def __init__(self) -> None:
+        self.signing = False
+
+    @workflow.update
+    async def sign_for(self) -> str:
+        self.signing = True
+        await workflow.execute_activity(stamp_receipt, start_to_close_timeout=timedelta(seconds=10))
+        return "signed"
+
+    @workflow.run
+    async def run(self, outcome: str) -> str:
+        try:
+            await workflow.wait_condition(lambda: self.signing)
+            if outcome == "lost":
+                raise ApplicationError("parcel lost in transit")
+            if outcome == "held":
+                await asyncio.Future()  # until cancelled
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            return "delivered"
+        except (asyncio.CancelledError, ApplicationError):
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+
+
+# A client per run, never closed (temporalio's starters leave theirs: temporalio needs no close),
+# and lookups of the read model left under way as the program ends, so its connection pool is
+# still connecting when asyncio.run cancels what is left (the sample's starter got there by chance).
+STARTER = textwrap.dedent("""
+    import asyncio
+    import sys
+
+    from kadence.client import Client, WorkflowUpdateStage
+
+
+    async def deliver(outcome: str, workflow_id: str, task_queue: str) -> None:
+        client = await Client.connect()
+        handle = await client.start_workflow("ParcelWorkflow", outcome, id=workflow_id, task_queue=task_queue)
+        signature = await handle.start_update("sign_for", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+        if outcome == "held":
+            await handle.cancel()
+        print(outcome, "update:", await signature.result())
+        try:
+            print(outcome, "workflow:", await handle.result())
+        except Exception as exc:
+            print(outcome, "workflow failed:", f"{exc}: {exc.__cause__}")
+        for _ in range(4):
+            asyncio.ensure_future(handle.describe())
+        await asyncio.sleep(0.002)
+
+
+    async def main() -> None:
+        for outcome in ("delivered", "lost", "held"):
+            await deliver(outcome, f"{sys.argv[1]}-{outcome}", sys.argv[2])
+
+
+    asyncio.run(main())
+""")
+
+
+async def test_a_starter_that_never_closes_its_clients_exits(stack: LocalStack, client: Client, task_queue: str, tmp_path: Path) -> None:
+    starter = tmp_path / "starter.py"
+    starter.write_text(STARTER)
+    async with Worker(client, task_queue=task_queue, workflows=[ParcelWorkflow], activities=[stamp_receipt]):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(starter), f"parcel-{uuid.uuid4()}", task_queue, env=stack.env, cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+        except TimeoutError:
+            process.kill()
+            stdout, stderr = await process.communicate()
+            raise AssertionError(f"the starter did not exit: {stdout.decode()} {stderr.decode()[-3000:]}") from None
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    assert stdout.decode().splitlines() == [
+        "delivered update: signed", "delivered workflow: delivered",
+        "lost update: signed", "lost workflow failed: Workflow execution failed: parcel lost in transit",
+        "held update: signed", "held workflow failed: Workflow execution failed: Workflow cancelled",
+    ]
