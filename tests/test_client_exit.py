@@ -1,5 +1,6 @@
 """A program's end with its clients in it, as temporalio's samples end theirs: a starter that never
-closes its clients exits when its asyncio.run returns."""
+closes its clients exits when its asyncio.run returns, and a client closed mid-lookup says nothing
+on the way out."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import textwrap
 import uuid
 from datetime import timedelta
 from pathlib import Path
+
+import psycopg
 
 from kadence import activity, workflow
 from kadence.client import Client
@@ -109,3 +112,39 @@ async def test_a_starter_that_never_closes_its_clients_exits(stack: LocalStack, 
         "lost update: signed", "lost workflow failed: Workflow execution failed: parcel lost in transit",
         "held update: signed", "held workflow failed: Workflow execution failed: Workflow cancelled",
     ]
+
+
+# A result awaited, then given up on while its lookup waits on Postgres; the client is closed, and
+# asyncio.run's end cancels whatever the close left running.
+CLOSER = textwrap.dedent("""
+    import asyncio
+    import sys
+
+    from kadence.client import Client
+
+
+    async def main() -> None:
+        client = await Client.connect()
+        waiting = asyncio.ensure_future(client.get_workflow_handle(sys.argv[1]).result())
+        await asyncio.sleep(1.0)
+        waiting.cancel()
+        await client.close()
+        print("closed")
+
+
+    asyncio.run(main())
+""")
+
+
+async def test_a_client_closed_during_a_lookup_says_nothing_on_the_way_out(stack: LocalStack, tmp_path: Path) -> None:
+    closer = tmp_path / "closer.py"
+    closer.write_text(CLOSER)
+    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
+        # The lookup blocks on this lock in the server, so the close finds it under way.
+        await conn.execute("LOCK TABLE kadence_executions IN ACCESS EXCLUSIVE MODE")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, str(closer), f"never-started-{uuid.uuid4()}", env=stack.env, cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert (process.returncode, stdout.decode(), stderr.decode()) == (0, "closed\n", "")

@@ -308,11 +308,14 @@ class ReadModel:
         _forget(self.outcome_waiters, request_id, future)
 
     async def close(self) -> None:
-        if self._checking is not None:
-            self._checking.cancel()
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.wait({self._listener})  # its end releases the connections
+        # Each task is awaited to its end: a query cancelled is cancelled in the server too, a
+        # round trip that a second cancellation (asyncio.run's end cancelling what is left) would
+        # interrupt, and psycopg would say so ("query cancellation interrupted").
+        tasks = {task for task in (self._checking, self._listener) if task is not None}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # the listener's end releases the connections
         await self._release()  # the listener never started (Postgres did not answer the first time)
 
     async def _release(self) -> None:
