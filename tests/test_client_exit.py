@@ -5,6 +5,8 @@ on the way out."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -114,37 +116,69 @@ async def test_a_starter_that_never_closes_its_clients_exits(stack: LocalStack, 
     ]
 
 
-# A result awaited, then given up on while its lookup waits on Postgres; the client is closed, and
-# asyncio.run's end cancels whatever the close left running.
+# A result awaited twice: the second time, the read model's lookup of the run waits on Postgres (the
+# test holds its table, then stops the server process that runs it, so its cancellation waits too)
+# when the client is closed; then the end of uvloop.run (the CLI's) cancels what is left.
 CLOSER = textwrap.dedent("""
     import asyncio
     import sys
+
+    import uvloop
 
     from kadence.client import Client
 
 
     async def main() -> None:
         client = await Client.connect()
-        waiting = asyncio.ensure_future(client.get_workflow_handle(sys.argv[1]).result())
-        await asyncio.sleep(1.0)
-        waiting.cancel()
+        handle = client.get_workflow_handle(sys.argv[1])
+        first = asyncio.ensure_future(handle.result())
+        await asyncio.sleep(1.0)  # found in the read model, still running
+        print("waiting", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        second = asyncio.ensure_future(handle.result())
+        print("looking up", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         await client.close()
-        print("closed")
+        left = asyncio.all_tasks() - {asyncio.current_task(), first, second}
+        print("closed, tasks left running:", sorted(task.get_coro().__qualname__ for task in left))
 
 
-    asyncio.run(main())
+    uvloop.run(main())
 """)
 
 
-async def test_a_client_closed_during_a_lookup_says_nothing_on_the_way_out(stack: LocalStack, tmp_path: Path) -> None:
+async def test_a_client_closed_during_a_lookup_says_nothing_on_the_way_out(
+    stack: LocalStack, client: Client, task_queue: str, tmp_path: Path,
+) -> None:
     closer = tmp_path / "closer.py"
     closer.write_text(CLOSER)
-    async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
-        # The lookup blocks on this lock in the server, so the close finds it under way.
-        await conn.execute("LOCK TABLE kadence_executions IN ACCESS EXCLUSIVE MODE")
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, str(closer), f"never-started-{uuid.uuid4()}", env=stack.env, cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
+    handle = await client.start_workflow("NobodyRunsThis", id=f"unserved-{uuid.uuid4()}", task_queue=task_queue)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(closer), handle.id, env=stack.env, cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        assert await asyncio.wait_for(process.stdout.readline(), 60) == b"waiting\n"
+        async with await psycopg.AsyncConnection.connect(stack.postgres_dsn) as conn:
+            await conn.execute("LOCK TABLE kadence_executions IN ACCESS EXCLUSIVE MODE")
+            process.stdin.write(b"locked\n")
+            assert await asyncio.wait_for(process.stdout.readline(), 60) == b"looking up\n"
+            async with asyncio.timeout(30), await psycopg.AsyncConnection.connect(stack.postgres_dsn, autocommit=True) as watcher:
+                while not (blocked := await (await watcher.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s", ("%FROM kadence_executions%",),
+                )).fetchone()):
+                    await asyncio.sleep(0.05)
+            os.kill(blocked[0], signal.SIGSTOP)
+            try:
+                process.stdin.write(b"close\n")
+                await asyncio.sleep(2.0)  # the close under way meanwhile
+            finally:
+                os.kill(blocked[0], signal.SIGCONT)
         stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
-    assert (process.returncode, stdout.decode(), stderr.decode()) == (0, "closed\n", "")
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    await handle.terminate()
+    assert (process.returncode, stdout.decode(), stderr.decode()) == (0, "closed, tasks left running: []\n", "")
