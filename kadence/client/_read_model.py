@@ -106,8 +106,9 @@ class ReadModel:
         self._conn = conn
         self._listener = asyncio.create_task(self._listen())
 
-    @staticmethod
-    async def _subscribe(conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _subscribe(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # What arrives while a query runs on it (this LISTEN, the lookups after a reconnect) psycopg reads itself.
+        conn.add_notify_handler(lambda notify: self._notified(notify.channel, notify.payload))
         await conn.execute(f"LISTEN {CLOSED_CHANNEL}")
         await conn.execute(f"LISTEN {OUTCOME_CHANNEL}")
 
@@ -157,15 +158,33 @@ class ReadModel:
         return conn
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        async for notify in conn.notifies():
-            if notify.channel == OUTCOME_CHANNEL:
-                outcome = CommandOutcome.from_notification(notify.payload)
-                _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
-                continue
-            closed = json.loads(notify.payload)
-            for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
-                if key in self.closed_waiters:
-                    self._check_soon(key)
+        """Settle what each notification says as it comes, read off the connection's socket as
+        psycopg's notifies() reads it, but not through that async generator: loop.shutdown_asyncgens()
+        (at asyncio.run's end, or a worker program's on Ctrl-C) acloses every async generator alive,
+        and one waiting here fails so ("aclose(): asynchronous generator is already running", an ERROR)."""
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        fd = conn.fileno()
+        loop.add_reader(fd, readable.set)
+        try:
+            while True:
+                conn.pgconn.consume_input()  # an OperationalError once the connection is lost
+                while (received := conn.pgconn.notifies()) is not None:
+                    self._notified(received.relname.decode(conn.info.encoding), received.extra.decode(conn.info.encoding))
+                await readable.wait()
+                readable.clear()
+        finally:
+            loop.remove_reader(fd)
+
+    def _notified(self, channel: str, payload: str) -> None:
+        if channel == OUTCOME_CHANNEL:
+            outcome = CommandOutcome.from_notification(payload)
+            _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
+            return
+        closed = json.loads(payload)
+        for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
+            if key in self.closed_waiters:
+                self._check_soon(key)
 
     async def recorded(self, outcome: asyncio.Future[CommandOutcome]) -> CommandOutcome:
         """An awaited outcome once the read model holds it: looked up first, for a request answered

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -599,31 +599,57 @@ def store_offsets(consumer: Consumer, messages: list[Message]) -> None:
                      msg.topic(), msg.partition(), msg.offset())
 
 
-async def consume_batches(
+def consume_batches(
     consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float | Callable[[], float] = 0.05,
     on_end: Callable[[int], None] | None = None,
-) -> AsyncIterator[list[Message]]:
+) -> ConsumedBatches:
     """Batches of data messages from `consumer`, polled on a worker thread, until `stop` is set.
     `timeout`, or what it returns before each poll, bounds the wait for the first message.
 
     Yields empty batches too, so callers can do periodic work between polls. Rebalance callbacks
     run inside `consume` on that thread while the caller is suspended here, never concurrently.
+
+    An async iterator, not an async generator: asyncio's loop.shutdown_asyncgens() (asyncio.run
+    calls it, and programs ending on Ctrl-C as temporalio's samples do) acloses every async
+    generator still alive, and one suspended in a poll of a worker's task that is still running
+    fails so ("aclose(): asynchronous generator is already running", logged as an ERROR). It holds
+    nothing to release: the task that iterates it ends it.
     """
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        wait = timeout() if callable(timeout) else timeout
-        messages = await loop.run_in_executor(None, poll_batch, consumer, max_messages, wait)
+    return ConsumedBatches(consumer, stop, max_messages=max_messages, timeout=timeout, on_end=on_end)
+
+
+class ConsumedBatches:
+    """consume_batches' iterator."""
+
+    def __init__(
+        self, consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float | Callable[[], float] = 0.05,
+        on_end: Callable[[int], None] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self._stop = stop
+        self._max_messages = max_messages
+        self._timeout = timeout
+        self._on_end = on_end
+
+    def __aiter__(self) -> ConsumedBatches:
+        return self
+
+    async def __anext__(self) -> list[Message]:
+        if self._stop.is_set():
+            raise StopAsyncIteration
+        wait = self._timeout() if callable(self._timeout) else self._timeout
+        messages = await asyncio.get_running_loop().run_in_executor(None, poll_batch, self._consumer, self._max_messages, wait)
         batch = []
         for msg in messages:
             error = msg.error()
             if error is None:
                 batch.append(msg)
             elif error.code() == KafkaError._PARTITION_EOF:
-                if on_end is not None:  # read to the end of the partition: caught up
-                    on_end(position(msg)[0])
+                if self._on_end is not None:  # read to the end of the partition: caught up
+                    self._on_end(position(msg)[0])
             else:
                 log.warning("event=consume_error topic=%s error=%s", msg.topic(), error)
-        yield batch
+        return batch
 
 
 def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Generator[Message]:
