@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable
@@ -189,7 +190,33 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
 
+class GreenThreadsError(RuntimeError):
+    """gevent's monkey patching reached the threads (or their queues) Kadence's Kafka clients run on."""
+
+
+def refuse_green_threads() -> None:
+    """Fail loudly where gevent's monkey patching (its gevent_async sample: `monkey.patch_all()`)
+    reached threads or their queues, where Kadence would otherwise hang for ever with no output.
+    Kadence's Kafka clients (confluent-kafka, on librdkafka) wait in C calls (a producer's poll for
+    delivery reports, a consumer's poll) on threads of their own. Patched threads are greenlets
+    that share one OS thread with the event loop and never yield to gevent's hub while they wait,
+    so the first holds the loop for good; a patched queue hands work between OS threads (the
+    loop's executor) through a gevent hub, which is per thread, and blocks for ever (LoopExit).
+    Patching the rest (sockets, select, time ...) is fine: the sample runs so."""
+    monkey = sys.modules.get("gevent.monkey")
+    patched = [name for name in ("threading", "queue") if monkey is not None and monkey.is_module_patched(name)]
+    if patched:
+        raise GreenThreadsError(
+            f"gevent's monkey patching reached {' and '.join(patched)}, and Kadence's Kafka clients cannot run so: "
+            "confluent-kafka (librdkafka) waits in C calls on threads of Kadence's own (delivery reports, polls), which "
+            "as greenlets never yield to gevent's hub and would hold the event loop's thread for ever, and work handed "
+            "between threads through a patched queue blocks for ever; the worker or client would hang with no output. "
+            "Patch the rest only: monkey.patch_all(thread=False, queue=False)"
+        )
+
+
 def make_consumer(settings: KafkaSettings, group_id: str, *, static_member: bool = False, **overrides: Any) -> Consumer:
+    refuse_green_threads()
     return Consumer(consumer_config(
         settings, group_id, static_member=static_member,
         **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(settings, group_id), **overrides},
@@ -428,6 +455,7 @@ class AsyncProducer:
     """
 
     def __init__(self, settings: KafkaSettings, **overrides: Any) -> None:
+        refuse_green_threads()
         self._config = producer_config(settings, **{"error_cb": self._on_error, **overrides})
         self._producer = Producer(self._config)
         self._lock = threading.Lock()  # guards the swap of _producer
