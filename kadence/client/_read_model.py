@@ -91,35 +91,50 @@ class ReadModel:
 
     async def _start(self) -> None:
         await self.pool.open()
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         try:
-            await self._subscribe(conn)  # needs no table: the client may start before the services created them
-        except BaseException:
-            await conn.close()
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            try:
+                await self._subscribe(conn)  # needs no table: the client may start before the services created them
+            except BaseException:
+                await conn.close()
+                raise
+        except asyncio.CancelledError:
+            # Only the end of the program cancels a start (its callers shield it): as the
+            # listener's end below, for a pool the listener never came to own.
+            await self._release()
             raise
         self._conn = conn
         self._listener = asyncio.create_task(self._listen())
 
-    @staticmethod
-    async def _subscribe(conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _subscribe(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # What arrives while a query runs on it (this LISTEN, the lookups after a reconnect) psycopg reads itself.
+        conn.add_notify_handler(lambda notify: self._notified(notify.channel, notify.payload))
         await conn.execute(f"LISTEN {CLOSED_CHANNEL}")
         await conn.execute(f"LISTEN {OUTCOME_CHANNEL}")
 
     async def _listen(self) -> None:
         backoff = Backoff("client_listen")
-        while True:
-            try:
-                if self._conn is None:
-                    self._conn = await self._listen_again()
-                    backoff.succeeded()
-                await self._serve(self._conn)
-            except (psycopg.OperationalError, psycopg.errors.UndefinedTable) as exc:  # an outage, or the tables not created yet
-                await self._lost(exc)
-                await asyncio.sleep(backoff.failed(exc))
-            except Exception as exc:  # a bug: listen again all the same
-                log.exception("event=client_listen_failed error=%r", str(exc))
-                await self._lost(exc)
-                await asyncio.sleep(RETRY_MAX_S)
+        try:
+            while True:
+                try:
+                    if self._conn is None:
+                        self._conn = await self._listen_again()
+                        backoff.succeeded()
+                    await self._serve(self._conn)
+                except (psycopg.OperationalError, psycopg.errors.UndefinedTable) as exc:  # an outage, or the tables not created yet
+                    await self._lost(exc)
+                    await asyncio.sleep(backoff.failed(exc))
+                except Exception as exc:  # a bug: listen again all the same
+                    log.exception("event=client_listen_failed error=%r", str(exc))
+                    await self._lost(exc)
+                    await asyncio.sleep(RETRY_MAX_S)
+        finally:
+            # The listener lives as long as the read model. It ends by close(), or, for a client
+            # never closed (temporalio's samples leave theirs open: temporalio needs no close), by
+            # asyncio.run cancelling every task as it ends; the pool must be closed then, as its
+            # workers swallow a cancellation that finds them connecting (psycopg_pool keeps itself
+            # whole so) and would wait on their queue for ever, and asyncio.run with them.
+            await self._release()
 
     async def _lost(self, exc: Exception) -> None:
         self.reachability.lost(exc)
@@ -143,15 +158,33 @@ class ReadModel:
         return conn
 
     async def _serve(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        async for notify in conn.notifies():
-            if notify.channel == OUTCOME_CHANNEL:
-                outcome = CommandOutcome.from_notification(notify.payload)
-                _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
-                continue
-            closed = json.loads(notify.payload)
-            for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
-                if key in self.closed_waiters:
-                    self._check_soon(key)
+        """Settle what each notification says as it comes, read off the connection's socket as
+        psycopg's notifies() reads it, but not through that async generator: loop.shutdown_asyncgens()
+        (at asyncio.run's end, or a worker program's on Ctrl-C) acloses every async generator alive,
+        and one waiting here fails so ("aclose(): asynchronous generator is already running", an ERROR)."""
+        loop = asyncio.get_running_loop()
+        readable = asyncio.Event()
+        fd = conn.fileno()
+        loop.add_reader(fd, readable.set)
+        try:
+            while True:
+                conn.pgconn.consume_input()  # an OperationalError once the connection is lost
+                while (received := conn.pgconn.notifies()) is not None:
+                    self._notified(received.relname.decode(conn.info.encoding), received.extra.decode(conn.info.encoding))
+                await readable.wait()
+                readable.clear()
+        finally:
+            loop.remove_reader(fd)
+
+    def _notified(self, channel: str, payload: str) -> None:
+        if channel == OUTCOME_CHANNEL:
+            outcome = CommandOutcome.from_notification(payload)
+            _settle(self.outcome_waiters.pop(outcome.request_id, []), outcome)
+            return
+        closed = json.loads(payload)
+        for key in ((closed["workflow_id"], closed["run_id"]), (closed["workflow_id"], None)):
+            if key in self.closed_waiters:
+                self._check_soon(key)
 
     async def recorded(self, outcome: asyncio.Future[CommandOutcome]) -> CommandOutcome:
         """An awaited outcome once the read model holds it: looked up first, for a request answered
@@ -294,12 +327,21 @@ class ReadModel:
         _forget(self.outcome_waiters, request_id, future)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-        if self._checking is not None:
-            self._checking.cancel()
+        # Each task is awaited to its end: a query cancelled is cancelled in the server too, a
+        # round trip that a second cancellation (asyncio.run's end cancelling what is left) would
+        # interrupt, and psycopg would say so ("query cancellation interrupted").
+        tasks = {task for task in (self._checking, self._listener) if task is not None}
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # the listener's end releases the connections
+        await self._release()  # the listener never started (Postgres did not answer the first time)
+
+    async def _release(self) -> None:
+        """Close the LISTEN connection and the pool (again: a no-op)."""
         if self._conn is not None:
-            await self._conn.close()
+            conn, self._conn = self._conn, None
+            await conn.close()
         await self.pool.close()
 
 

@@ -11,9 +11,10 @@ import contextlib
 import functools
 import json
 import logging
+import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -189,7 +190,33 @@ def make_producer(settings: KafkaSettings, **overrides: Any) -> Producer:
     return Producer(producer_config(settings, **overrides))
 
 
+class GreenThreadsError(RuntimeError):
+    """gevent's monkey patching reached the threads (or their queues) Kadence's Kafka clients run on."""
+
+
+def refuse_green_threads() -> None:
+    """Fail loudly where gevent's monkey patching (its gevent_async sample: `monkey.patch_all()`)
+    reached threads or their queues, where Kadence would otherwise hang for ever with no output.
+    Kadence's Kafka clients (confluent-kafka, on librdkafka) wait in C calls (a producer's poll for
+    delivery reports, a consumer's poll) on threads of their own. Patched threads are greenlets
+    that share one OS thread with the event loop and never yield to gevent's hub while they wait,
+    so the first holds the loop for good; a patched queue hands work between OS threads (the
+    loop's executor) through a gevent hub, which is per thread, and blocks for ever (LoopExit).
+    Patching the rest (sockets, select, time ...) is fine: the sample runs so."""
+    monkey = sys.modules.get("gevent.monkey")
+    patched = [name for name in ("threading", "queue") if monkey is not None and monkey.is_module_patched(name)]
+    if patched:
+        raise GreenThreadsError(
+            f"gevent's monkey patching reached {' and '.join(patched)}, and Kadence's Kafka clients cannot run so: "
+            "confluent-kafka (librdkafka) waits in C calls on threads of Kadence's own (delivery reports, polls), which "
+            "as greenlets never yield to gevent's hub and would hold the event loop's thread for ever, and work handed "
+            "between threads through a patched queue blocks for ever; the worker or client would hang with no output. "
+            "Patch the rest only: monkey.patch_all(thread=False, queue=False)"
+        )
+
+
 def make_consumer(settings: KafkaSettings, group_id: str, *, static_member: bool = False, **overrides: Any) -> Consumer:
+    refuse_green_threads()
     return Consumer(consumer_config(
         settings, group_id, static_member=static_member,
         **{"statistics.interval.ms": 5000, "stats_cb": _lag_recorder(settings, group_id), **overrides},
@@ -428,6 +455,7 @@ class AsyncProducer:
     """
 
     def __init__(self, settings: KafkaSettings, **overrides: Any) -> None:
+        refuse_green_threads()
         self._config = producer_config(settings, **{"error_cb": self._on_error, **overrides})
         self._producer = Producer(self._config)
         self._lock = threading.Lock()  # guards the swap of _producer
@@ -599,31 +627,57 @@ def store_offsets(consumer: Consumer, messages: list[Message]) -> None:
                      msg.topic(), msg.partition(), msg.offset())
 
 
-async def consume_batches(
+def consume_batches(
     consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float | Callable[[], float] = 0.05,
     on_end: Callable[[int], None] | None = None,
-) -> AsyncIterator[list[Message]]:
+) -> ConsumedBatches:
     """Batches of data messages from `consumer`, polled on a worker thread, until `stop` is set.
     `timeout`, or what it returns before each poll, bounds the wait for the first message.
 
     Yields empty batches too, so callers can do periodic work between polls. Rebalance callbacks
     run inside `consume` on that thread while the caller is suspended here, never concurrently.
+
+    An async iterator, not an async generator: asyncio's loop.shutdown_asyncgens() (asyncio.run
+    calls it, and programs ending on Ctrl-C as temporalio's samples do) acloses every async
+    generator still alive, and one suspended in a poll of a worker's task that is still running
+    fails so ("aclose(): asynchronous generator is already running", logged as an ERROR). It holds
+    nothing to release: the task that iterates it ends it.
     """
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        wait = timeout() if callable(timeout) else timeout
-        messages = await loop.run_in_executor(None, poll_batch, consumer, max_messages, wait)
+    return ConsumedBatches(consumer, stop, max_messages=max_messages, timeout=timeout, on_end=on_end)
+
+
+class ConsumedBatches:
+    """consume_batches' iterator."""
+
+    def __init__(
+        self, consumer: Consumer, stop: asyncio.Event, *, max_messages: int = 500, timeout: float | Callable[[], float] = 0.05,
+        on_end: Callable[[int], None] | None = None,
+    ) -> None:
+        self._consumer = consumer
+        self._stop = stop
+        self._max_messages = max_messages
+        self._timeout = timeout
+        self._on_end = on_end
+
+    def __aiter__(self) -> ConsumedBatches:
+        return self
+
+    async def __anext__(self) -> list[Message]:
+        if self._stop.is_set():
+            raise StopAsyncIteration
+        wait = self._timeout() if callable(self._timeout) else self._timeout
+        messages = await asyncio.get_running_loop().run_in_executor(None, poll_batch, self._consumer, self._max_messages, wait)
         batch = []
         for msg in messages:
             error = msg.error()
             if error is None:
                 batch.append(msg)
             elif error.code() == KafkaError._PARTITION_EOF:
-                if on_end is not None:  # read to the end of the partition: caught up
-                    on_end(position(msg)[0])
+                if self._on_end is not None:  # read to the end of the partition: caught up
+                    self._on_end(position(msg)[0])
             else:
                 log.warning("event=consume_error topic=%s error=%s", msg.topic(), error)
-        yield batch
+        return batch
 
 
 def read_to_end(settings: KafkaSettings, topic: str, start_offsets: dict[int, int]) -> Generator[Message]:

@@ -406,7 +406,8 @@ class ActivityWorker:
         except Exception as exc:  # an activity's failure is data: it goes back to history
             metrics.ended(failed=True)
             log.log(failure_log_level(exc), "event=activity_failed workflow_id=%s run_id=%s activity_type=%s attempt=%d error=%r",
-                    workflow_id, run_id, at["activity_type"], at["attempt"], str(exc))
+                    workflow_id, run_id, at["activity_type"], at["attempt"], str(exc),
+                    extra={"__temporal_error_identifier": "ActivityFailure"})  # temporalio's mark, which log filters match
             return _failed(task, failure_record(converter.to_failure(exc)))
         metrics.ended()
         return _completed(task, result)

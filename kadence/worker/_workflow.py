@@ -326,7 +326,8 @@ class WorkflowWorker:
     def _failure(self, task: Task, cause: str, exc: Exception) -> RespondWorkflowTaskFailed:
         """The task's RespondWorkflowTaskFailed (without its start), logged as it is decided."""
         log.error("event=workflow_task_failed workflow_id=%s run_id=%s cause=%s error=%r",
-                  task["workflow_id"], task["run_id"], cause, str(exc))
+                  task["workflow_id"], task["run_id"], cause, str(exc),
+                  extra={"__temporal_error_identifier": "WorkflowTaskFailure"})  # temporalio's mark, which log filters match
         wt = workflow_task(task)
         return {
             "run_id": task["run_id"], "scheduled_event_id": wt["scheduled_event_id"], "attempt": wt["attempt"],
