@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the opentelemetry extra, imported where an exporter is made
     from opentelemetry.sdk.metrics.export import MetricExporter
 
 _default_runtime: Runtime | None = None
+_default_prevented = False  # Runtime.prevent_default(): default() makes none, set_default() must
 
 SERVICE_NAME = "kadence"  # the `service_name` attribute of every metric (temporalio's Core writes temporal-core)
 
@@ -66,8 +67,23 @@ class Runtime:
         `set_default` set another before."""
         global _default_runtime
         if _default_runtime is None:
+            if _default_prevented:
+                raise RuntimeError(
+                    "no default Runtime: Runtime.prevent_default() was called, so give this process one with "
+                    "Runtime.set_default(Runtime(telemetry=...)) before it makes a client"
+                )
             _default_runtime = Runtime(telemetry=TelemetryConfig())
         return _default_runtime
+
+    @staticmethod
+    def prevent_default() -> None:
+        """Keep `default()` from making a runtime (as temporalio's): each process, say each one a
+        process pool forks, then sets its own with `set_default`. Raises RuntimeError when a
+        default was made already."""
+        global _default_prevented
+        if _default_runtime is not None:
+            raise RuntimeError("Runtime default already set: call Runtime.prevent_default() before any client is made")
+        _default_prevented = True
 
     @staticmethod
     def set_default(runtime: Runtime, *, error_if_already_set: bool = True) -> None:

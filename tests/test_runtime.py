@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import urllib.request
 import uuid
 from datetime import timedelta
@@ -266,3 +268,24 @@ async def test_a_worker_exports_temporalios_metrics_to_a_grpc_collector(stack: L
     }
     assert points["temporal_activity_execution_latency"].value == 1  # a histogram's count
     assert points["temporal_activity_execution_latency"].attributes["activity_type"] == "compose_greeting"
+
+
+def test_prevent_default_leaves_each_process_to_set_its_own_runtime() -> None:
+    """As temporalio's worker_multiprocessing sample: the parent prevents the default, each worker
+    process sets its own; a default asked for before one is set is refused with the fix. (A fresh
+    interpreter: the default is the process's.)"""
+    program = (
+        "from kadence.runtime import Runtime, TelemetryConfig\n"
+        "Runtime.prevent_default()\n"
+        "try:\n"
+        "    Runtime.default()\n"
+        "except RuntimeError as refused:\n"
+        "    print(refused)\n"
+        "mine = Runtime(telemetry=TelemetryConfig())\n"
+        "Runtime.set_default(mine)\n"
+        "print(Runtime.default() is mine)\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True)
+    refusal, same = ran.stdout.strip().splitlines()
+    assert "Runtime.prevent_default() was called" in refusal and "Runtime.set_default" in refusal
+    assert same == "True"

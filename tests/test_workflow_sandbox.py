@@ -29,6 +29,11 @@ def test_restrictions_are_built_as_temporalio_builds_them() -> None:
     assert isinstance(runner, WorkflowRunner) and runner.restrictions is restrictions
     assert runner.runner_class is UnsandboxedWorkflowRunner
     assert issubclass(RestrictedWorkflowAccessError, NondeterminismError)
+    # As the worker_multiprocessing sample lets its workflows read the process id:
+    members = SandboxRestrictions.invalid_module_members_default
+    assert members.child_matcher("os") == SandboxMatcher.all_uses
+    assert members.with_child_unrestricted("os").child_matcher("os") == SandboxMatcher.none
+    assert members.with_child_unrestricted("os").child_matcher("time") == SandboxMatcher.all_uses
 
 
 async def test_a_worker_given_a_sandboxed_runner_runs_its_workflows(client: Client, task_queue: str) -> None:

@@ -39,6 +39,24 @@ class SandboxMatcher:
     all_uses: ClassVar[SandboxMatcher]
     none: ClassVar[SandboxMatcher]
 
+    def child_matcher(self, *child_path: str) -> SandboxMatcher | None:
+        """The matcher of the children at `child_path`, or None where none is."""
+        found: SandboxMatcher | None = self
+        for name in child_path:
+            found = None if found is None else found.children.get(name)
+        return found
+
+    def with_child_unrestricted(self, *child_path: str) -> SandboxMatcher:
+        """This matcher with nothing restricted at `child_path` (as temporalio's, say `"os"` for a
+        workflow that reads its process id)."""
+        if not child_path:
+            return SandboxMatcher.none
+        name, *rest = child_path
+        child = self.children.get(name)
+        if child is None:
+            return self
+        return dataclasses.replace(self, children={**self.children, name: child.with_child_unrestricted(*rest)})
+
     def __or__(self, other: SandboxMatcher) -> SandboxMatcher:
         children = {**self.children}
         for name, child in other.children.items():
@@ -66,6 +84,7 @@ class SandboxRestrictions:
     passthrough_modules_with_temporal: ClassVar[frozenset[str]] = passthrough_modules_minimum | frozenset({"google.protobuf"})
     passthrough_modules_maximum: ClassVar[frozenset[str]]
     passthrough_modules_default: ClassVar[frozenset[str]]
+    invalid_module_members_default: ClassVar[SandboxMatcher]
     default: ClassVar[SandboxRestrictions]
 
     def with_passthrough_modules(self, *modules: str) -> SandboxRestrictions:
@@ -82,4 +101,16 @@ SandboxRestrictions.passthrough_modules_maximum = SandboxRestrictions.passthroug
     "asyncio", "abc", "collections", "dataclasses", "datetime", "enum", "functools", "json", "logging", "typing", "uuid",
 })
 SandboxRestrictions.passthrough_modules_default = SandboxRestrictions.passthrough_modules_maximum
-SandboxRestrictions.default = SandboxRestrictions(passthrough_modules=SandboxRestrictions.passthrough_modules_default)
+# The modules whose calls temporalio's sandbox refuses by default (at a module's grain: its matchers
+# name members): what reaches outside the workflow or differs between replays.
+SandboxRestrictions.invalid_module_members_default = SandboxMatcher(children={
+    module: SandboxMatcher.all_uses for module in (
+        "asyncio", "concurrent", "datetime", "glob", "http", "multiprocessing", "os", "pathlib", "platform", "random",
+        "secrets", "select", "selectors", "shutil", "signal", "socket", "subprocess", "tempfile", "threading", "time",
+        "urllib", "uuid", "zoneinfo",
+    )
+})
+SandboxRestrictions.default = SandboxRestrictions(
+    passthrough_modules=SandboxRestrictions.passthrough_modules_default,
+    invalid_module_members=SandboxRestrictions.invalid_module_members_default,
+)
