@@ -42,6 +42,14 @@ POLLER_HEARTBEAT_S = 5.0
 
 
 
+def _heartbeat_unsent(sent: asyncio.Future[Any]) -> None:
+    """A poller heartbeat the broker did not take in time (it is away: kafka_brokers_down says so
+    already); the next, a few seconds on, says the same. Read here, so asyncio does not log the
+    failure as an ERROR ("Future exception was never retrieved") when the future is collected."""
+    if not sent.cancelled() and sent.exception() is not None:
+        log.debug("event=poller_heartbeat_not_sent error=%r", str(sent.exception()))
+
+
 class Worker:
     def __init__(
         self,
@@ -144,7 +152,8 @@ class Worker:
             for kind, partitions in assignment.partitions.items():
                 heartbeat = {"task_queue": self.task_queue, "kind": kind, "identity": self.identity,
                              "partitions": partitions, "sent_at_ms": int(time.time() * 1000)}
-                self.client.produce(topics.POLLERS, heartbeats.encode(heartbeat), self.task_queue.encode(), heartbeats.headers())
+                sent = self.client.produce(topics.POLLERS, heartbeats.encode(heartbeat), self.task_queue.encode(), heartbeats.headers())
+                sent.add_done_callback(_heartbeat_unsent)
             with contextlib.suppress(TimeoutError):  # every few seconds, and at once when the assignment changes
                 await asyncio.wait_for(assignment.changed.wait(), POLLER_HEARTBEAT_S)
 
