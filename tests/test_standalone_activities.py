@@ -19,7 +19,7 @@ from kadence import activity
 from kadence.client import ActivityExecutionStatus, ActivityFailureError, Client
 from kadence.common import RetryPolicy
 from kadence.dev.local_stack import LocalStack
-from kadence.exceptions import ApplicationError, CancelledError, CommandRejectedError, TerminatedError
+from kadence.exceptions import ApplicationError, CancelledError, CommandRejectedError, TerminatedError, TimeoutError, TimeoutType
 from kadence.worker import Worker
 from tests.conftest import wait_for_event
 from tests.workflows import EchoWorkflow, echo
@@ -58,13 +58,18 @@ async def declined() -> None:
 
 
 @activity.defn
+async def oversleep() -> None:
+    await asyncio.sleep(30)
+
+
+@activity.defn
 async def wait_to_be_cancelled() -> str:
     while True:
         activity.heartbeat()
         await asyncio.sleep(0.1)
 
 
-ACTIVITIES = [compose_greeting, describe_itself, flaky, declined, wait_to_be_cancelled, echo]
+ACTIVITIES = [compose_greeting, describe_itself, flaky, declined, oversleep, wait_to_be_cancelled, echo]
 
 
 async def test_a_client_executes_and_starts_activities_without_a_workflow_and_lists_them(client: Client, task_queue: str) -> None:
@@ -109,6 +114,9 @@ async def test_a_standalone_activity_that_fails_is_cancelled_or_terminated_raise
         with pytest.raises(ActivityFailureError) as failed:
             await client.execute_activity(declined, id=f"{prefix}-declined", task_queue=task_queue,
                                           start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST)
+        with pytest.raises(ActivityFailureError) as timed_out:
+            await client.execute_activity(oversleep, id=f"{prefix}-overslept", task_queue=task_queue,
+                                          start_to_close_timeout=timedelta(seconds=1), retry_policy=RetryPolicy(maximum_attempts=1))
         waiting = await client.start_activity(wait_to_be_cancelled, id=f"{prefix}-cancel", task_queue=task_queue,
                                               start_to_close_timeout=timedelta(seconds=60), heartbeat_timeout=timedelta(seconds=5))
         await wait_for_event(stack, f"kadence-activity:{waiting.id}", "ActivityTaskStarted", 30)
@@ -122,11 +130,12 @@ async def test_a_standalone_activity_that_fails_is_cancelled_or_terminated_raise
         await unpolled.result()
 
     assert isinstance(failed.value.cause, ApplicationError) and failed.value.cause.message == "card declined"
+    assert isinstance(timed_out.value.cause, TimeoutError) and timed_out.value.cause.type == TimeoutType.START_TO_CLOSE
     assert isinstance(cancelled.value.cause, CancelledError)
     assert isinstance(terminated.value.cause, TerminatedError)
     statuses = {a.activity_id: a.status async for a in client.list_activities(f"ActivityId STARTS_WITH '{prefix}'")}
     assert statuses == {f"{prefix}-declined": ActivityExecutionStatus.FAILED, f"{prefix}-cancel": ActivityExecutionStatus.CANCELED,
-                        f"{prefix}-stuck": ActivityExecutionStatus.TERMINATED}
+                        f"{prefix}-stuck": ActivityExecutionStatus.TERMINATED, f"{prefix}-overslept": ActivityExecutionStatus.TIMED_OUT}
 
 
 async def test_what_a_standalone_activity_cannot_take_is_refused_with_the_reason(client: Client, task_queue: str) -> None:

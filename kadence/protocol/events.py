@@ -169,6 +169,9 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
     if kind == EventType.WorkflowExecutionContinuedAsNew:
         return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
     if kind == EventType.WorkflowExecutionTimedOut:
+        recorded: Failure | None = attrs.get("failure")  # a standalone activity's: the timeout that ended it
+        if recorded is not None:
+            return recorded
         return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
     if kind == EventType.WorkflowExecutionTerminated:
         return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])

@@ -910,6 +910,9 @@ class WorkflowExecutionTimedOut(TypedDict):
     retry_state: str
     # The next run of a cron schedule, started in the same record.
     new_execution_run_id: NotRequired[str]
+    # A standalone activity's: the timeout that ended its activity (docs/decisions/0007-standalone-activities.md); null
+    # for a workflow's run timeout.
+    failure: NotRequired[Failure | None]
 
 
 class WorkflowExecutionContinuedAsNew(TypedDict):

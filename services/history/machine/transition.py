@@ -138,13 +138,18 @@ class Transition:
 
 def _standalone_close(event_type: str, attributes: EventAttributes) -> tuple[str, EventAttributes]:
     """The event that closes a standalone activity's run after its activity's end: the result, the
-    last failure (a timeout's too), or the cancellation."""
+    last failure, the timeout (TimedOut, as Temporal's status says, with the timeout's failure), or
+    the cancellation."""
     attrs = cast(Mapping[str, Any], attributes)
     if event_type == EventType.ActivityTaskCompleted:
         return EventType.WorkflowExecutionCompleted, cast(EventAttributes, {
             "result": attrs.get("result"), "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
         })
-    if event_type in (EventType.ActivityTaskFailed, EventType.ActivityTaskTimedOut):
+    if event_type == EventType.ActivityTaskTimedOut:
+        return EventType.WorkflowExecutionTimedOut, cast(EventAttributes, {
+            "retry_state": attrs["retry_state"], "new_execution_run_id": "", "failure": attrs["failure"],
+        })
+    if event_type == EventType.ActivityTaskFailed:
         return EventType.WorkflowExecutionFailed, cast(EventAttributes, {
             "failure": attrs["failure"], "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
         })
