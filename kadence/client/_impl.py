@@ -142,23 +142,32 @@ class _ClientImpl(OutboundInterceptor):
 
     def list_activities(self, input: ListActivitiesInput) -> AsyncIterator[ActivityExecution]:
         async def activities() -> AsyncIterator[ActivityExecution]:
-            await self._client._read_model_caught_up()
-            pool = (await self._client._read_model()).pool
-            try:
-                async for run in list_executions(pool, input.query or "", input.limit, input.page_size, activities=True):
-                    yield ActivityExecution.of(run)
-            except psycopg.errors.UndefinedTable as exc:
-                raise KadenceError(f"listing activities: {TABLES_MISSING}") from exc
+            async for run in self._runs(input.query, input.limit, input.page_size, activities=True):
+                yield ActivityExecution.of(run)
 
         return activities()
 
     async def count_activities(self, input: CountActivitiesInput) -> ActivityExecutionCount:
+        return ActivityExecutionCount(await self._count(input.query, activities=True))
+
+    async def _runs(self, query: str | None, limit: int | None, page_size: int, *, activities: bool) -> AsyncIterator[WorkflowExecution]:
+        """The runs the read model holds that a list filter matches: workflows', or with
+        `activities` standalone activities'."""
+        await self._client._read_model_caught_up()
+        pool = (await self._client._read_model()).pool
+        try:
+            async for run in list_executions(pool, query or "", limit, page_size, activities=activities):
+                yield run
+        except psycopg.errors.UndefinedTable as exc:
+            raise KadenceError(f"listing {'activities' if activities else 'workflows'}: {TABLES_MISSING}") from exc
+
+    async def _count(self, query: str | None, *, activities: bool) -> int:
+        """How many runs `_runs` would give."""
         await self._client._read_model_caught_up()
         try:
-            pool = (await self._client._read_model()).pool
-            return ActivityExecutionCount(await count_executions(pool, input.query or "", activities=True))
+            return await count_executions((await self._client._read_model()).pool, query or "", activities=activities)
         except psycopg.errors.UndefinedTable as exc:
-            raise KadenceError(f"counting activities: {TABLES_MISSING}") from exc
+            raise KadenceError(f"counting {'activities' if activities else 'workflows'}: {TABLES_MISSING}") from exc
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
@@ -170,22 +179,13 @@ class _ClientImpl(OutboundInterceptor):
 
     def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
         async def executions() -> AsyncIterator[WorkflowExecution]:
-            await self._client._read_model_caught_up()
-            pool = (await self._client._read_model()).pool
-            try:
-                async for execution in list_executions(pool, input.query or "", input.limit, input.page_size):
-                    yield dataclasses.replace(execution, data_converter=self._client.data_converter)  # memo() decodes as the client
-            except psycopg.errors.UndefinedTable as exc:
-                raise KadenceError(f"listing workflows: {TABLES_MISSING}") from exc
+            async for execution in self._runs(input.query, input.limit, input.page_size, activities=False):
+                yield dataclasses.replace(execution, data_converter=self._client.data_converter)  # memo() decodes as the client
 
         return executions()
 
     async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
-        await self._client._read_model_caught_up()
-        try:
-            return WorkflowExecutionCount(await count_executions((await self._client._read_model()).pool, input.query or ""))
-        except psycopg.errors.UndefinedTable as exc:
-            raise KadenceError(f"counting workflows: {TABLES_MISSING}") from exc
+        return WorkflowExecutionCount(await self._count(input.query, activities=False))
 
     async def query_workflow(self, input: QueryWorkflowInput) -> Any:
         client, name = self._client, input.query
