@@ -40,6 +40,7 @@ from kadence.exceptions import (
     CancelledError,
     ChildWorkflowError,
     FailureError,
+    NexusOperationError,
     RetryState,
     TerminatedError,
     TimeoutError,
@@ -509,6 +510,28 @@ class FailureConverter:
             scheduled_event_id=error.scheduled_event_id, started_event_id=error.started_event_id, identity=error.identity,
             activity_type=ActivityType(error.activity_type), activity_id=error.activity_id, retry_state=attrs["retry_state"],
         ))
+        return error
+
+    def nexus_operation_error(
+        self, event_type: str, scheduled: Mapping[str, Any], attrs: Mapping[str, Any], operation_token: str, payloads: PayloadConverter,
+    ) -> NexusOperationError:
+        """The NexusOperationError a caller sees when its operation fails, is canceled or times
+        out, caused by why (the recorded failure: the handler's error, the cancellation, the timeout)."""
+        error = NexusOperationError(
+            "nexus operation completed unsuccessfully", scheduled_event_id=attrs["scheduled_event_id"],
+            endpoint=scheduled["endpoint"], service=scheduled["service"], operation=scheduled["operation"],
+            operation_token=operation_token,
+        )
+        failure = attrs.get("failure")
+        cause: FailureError
+        if event_type == EventType.NexusOperationCanceled and (failure is None or failure["type"] == "CancelledError"):
+            cause = CancelledError(failure["message"] if failure else "Nexus operation canceled")
+            cause.failure = failure_v1.Failure(message=cause.message, canceled_failure_info=failure_v1.CanceledFailureInfo(Payloads()))
+        else:
+            assert failure is not None, f"{event_type} records its failure"
+            cause = self.from_failure(failure, payloads)
+        error.__cause__ = cause
+        error.failure = failure_v1.Failure(message=error.message, cause=cause.failure)
         return error
 
     def child_workflow_error(self, event_type: str, attrs: Mapping[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:

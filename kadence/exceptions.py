@@ -134,6 +134,21 @@ class ChildWorkflowError(FailureError):
         self.retry_state = retry_state
 
 
+class NexusOperationError(FailureError):
+    """A Nexus operation ended other than completed (failed, canceled, timed out); the reason is
+    `__cause__` (ApplicationError, CancelledError, TimeoutError), as temporalio's."""
+
+    def __init__(
+        self, message: str, *, scheduled_event_id: int, endpoint: str, service: str, operation: str, operation_token: str,
+    ) -> None:
+        super().__init__(message)
+        self.scheduled_event_id = scheduled_event_id
+        self.endpoint = endpoint
+        self.service = service
+        self.operation = operation
+        self.operation_token = operation_token
+
+
 class WorkflowFailureError(KadenceError):
     """Raised by the client when the workflow it waits on failed; the reason is `cause`."""
 

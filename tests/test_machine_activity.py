@@ -374,6 +374,7 @@ def test_each_command_records_the_events_the_shared_table_names() -> None:
         ("SignalExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "signal_name": "s", "input": [],
                                              "child_workflow_only": False, "header": {}}),
         ("RequestCancelExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "child_workflow_only": False, "reason": ""}),
+        ("ScheduleNexusOperation", {"endpoint": "e", "service": "s", "operation": "o", "input": payload, "task_queue": "handlers"}),
     ]
     assert completed(*first) == [EVENT_FOR_COMMAND[kind] for kind, _ in first]
     update("u1")
@@ -387,14 +388,16 @@ def test_each_command_records_the_events_the_shared_table_names() -> None:
     third = [
         ("RejectWorkflowUpdate", {"update_id": "u2", "failure": failure}),
         ("RequestCancelActivityTask", {"scheduled_event_id": 7}),  # not started: canceled at once
+        ("RequestCancelNexusOperation", {"scheduled_event_id": 13}),  # not started: canceled at once
         ("CompleteWorkflowExecution", {"result": None}),
     ]
     assert completed(*third) == [
         EVENT_FOR_COMMAND["RejectWorkflowUpdate"], EVENT_FOR_COMMAND["RequestCancelActivityTask"],
-        FOLLOWING_EVENT["RequestCancelActivityTask"], EVENT_FOR_COMMAND["CompleteWorkflowExecution"],
+        FOLLOWING_EVENT["RequestCancelActivityTask"], EVENT_FOR_COMMAND["RequestCancelNexusOperation"],
+        FOLLOWING_EVENT["RequestCancelNexusOperation"], EVENT_FOR_COMMAND["CompleteWorkflowExecution"],
     ]
     recorded = {kind for kind, _ in [*first, *second, *third]}
-    assert ONE_EVENT_COMMANDS == recorded - {"RequestCancelActivityTask", "CompleteWorkflowExecution"}
+    assert ONE_EVENT_COMMANDS == recorded - {"RequestCancelActivityTask", "RequestCancelNexusOperation", "CompleteWorkflowExecution"}
     assert recorded | set(CLOSE_COMMANDS) == set(TaskCommandType)
 
 

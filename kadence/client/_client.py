@@ -29,6 +29,7 @@ from kadence.client._handles import (
 )
 from kadence.client._impl import _ClientImpl
 from kadence.client._inputs import (
+    NEXUS_BACKING_START,
     CountActivitiesInput,
     CountWorkflowsInput,
     ListActivitiesInput,
@@ -259,6 +260,7 @@ class Client:
             cron_schedule=cron_schedule, memo=memo, search_attributes=search_attributes, start_delay=start_delay, headers={},
             start_signal=start_signal, start_signal_args=start_signal_args, static_summary=None, static_details=None,
             ret_type=result_type, rpc_metadata={}, rpc_timeout=None, request_eager_start=request_eager_start, request_id=request_id,
+            nexus_caller=NEXUS_BACKING_START.get(),
         ))
 
     @overload

@@ -89,6 +89,7 @@ class _ClientImpl(OutboundInterceptor):
             "memo": {key: payloads.to_payload(value) for key, value in (input.memo or {}).items()},
             "time_skipping": None if input.time_skipping is None else input.time_skipping.record(),
             "clock_offset_ms": input.clock_offset_ms,
+            "nexus_caller": input.nexus_caller if isinstance(input, StartWorkflowInput) else None,
         }
 
     async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle:

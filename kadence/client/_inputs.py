@@ -6,6 +6,7 @@ and are recorded in the history where Temporal records them."""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -20,6 +21,7 @@ from kadence.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from kadence.protocol.records import NexusCaller
 
 
 @dataclasses.dataclass
@@ -54,6 +56,13 @@ class StartWorkflowInput:
     # clock starts ahead of this host's (a time-skipping test environment's clock).
     time_skipping: TimeSkippingConfig | None = None
     clock_offset_ms: int = 0
+    # Set when a workflow-run Nexus operation's handler starts the run: its close is reported to the caller.
+    nexus_caller: NexusCaller | None = None
+
+
+# The Nexus operation whose handler workflow a start begins (kadence.nexus sets it around
+# WorkflowRunOperationContext.start_workflow): Client.start_workflow names it in its input.
+NEXUS_BACKING_START: contextvars.ContextVar[NexusCaller | None] = contextvars.ContextVar("kadence_nexus_backing_start", default=None)
 
 
 @dataclasses.dataclass

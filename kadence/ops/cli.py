@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from kadence.dev.brokers import CHOICES, BrokerUnavailable
 from kadence.dev.local_stack import ENV_FILE, PROCESS_LAYOUTS, SERVICES
 from kadence.ops.cli_batch import batch_group
+from kadence.ops.cli_nexus import nexus_group
 from kadence.ops.cli_schedule import schedule_group
 from kadence.ops.cli_workflow import workflow_group
 from kadence.protocol import topics
@@ -596,6 +597,7 @@ def history_replay(files: tuple[Path, ...], worker_module: str, as_json: bool) -
 main.add_command(workflow_group)
 main.add_command(batch_group)
 main.add_command(schedule_group)
+main.add_command(nexus_group)
 
 if __name__ == "__main__":
     main()

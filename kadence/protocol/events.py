@@ -52,6 +52,16 @@ ACTIVITY_RESULTS = {
     EventType.ActivityTaskCompleted, EventType.ActivityTaskFailed, EventType.ActivityTaskTimedOut, EventType.ActivityTaskCanceled,
 }
 
+# The events that end a Nexus operation, and the one each close status of its handler workflow records.
+NEXUS_RESULT_FOR_STATUS: dict[str, str] = {
+    "Completed": EventType.NexusOperationCompleted,
+    "Failed": EventType.NexusOperationFailed,
+    "Canceled": EventType.NexusOperationCanceled,
+    "TimedOut": EventType.NexusOperationFailed,
+    "Terminated": EventType.NexusOperationFailed,
+}
+NEXUS_RESULTS = {*NEXUS_RESULT_FOR_STATUS.values(), EventType.NexusOperationTimedOut}
+
 # The commands of a completed workflow task that close the run, and the event each one records.
 CLOSE_COMMANDS: dict[str, str] = {
     TaskCommandType.CompleteWorkflowExecution: EventType.WorkflowExecutionCompleted,
@@ -76,12 +86,18 @@ EVENT_FOR_COMMAND: dict[str, str] = {
     TaskCommandType.CompleteWorkflowUpdate: EventType.WorkflowExecutionUpdateCompleted,
     TaskCommandType.SignalExternalWorkflowExecution: EventType.SignalExternalWorkflowExecutionInitiated,
     TaskCommandType.RequestCancelExternalWorkflowExecution: EventType.RequestCancelExternalWorkflowExecutionInitiated,
+    TaskCommandType.ScheduleNexusOperation: EventType.NexusOperationScheduled,
+    TaskCommandType.RequestCancelNexusOperation: EventType.NexusOperationCancelRequested,
     **CLOSE_COMMANDS,
 }
 
 # The event a command may record right after its own: a cancel request for an activity no worker
-# started cancels it at once. Every other command records its one event and nothing more in its run.
-FOLLOWING_EVENT: dict[str, str] = {TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCanceled}
+# started, or a Nexus operation not started asynchronously, cancels it at once. Every other command
+# records its one event and nothing more in its run.
+FOLLOWING_EVENT: dict[str, str] = {
+    TaskCommandType.RequestCancelActivityTask: EventType.ActivityTaskCanceled,
+    TaskCommandType.RequestCancelNexusOperation: EventType.NexusOperationCanceled,
+}
 
 # The commands that each record exactly one event and leave the run open: a worker foresees the ids
 # of the events after them (an eager activity's ActivityTaskScheduled).

@@ -430,7 +430,7 @@ def core_topics(settings: KafkaSettings) -> dict[str, int]:
 
     return {
         topics.COMMANDS: settings.partitions, topics.HISTORY: settings.partitions, topics.DLQ: 1, topics.POLLERS: 1,
-        topics.REPLIES: settings.partitions,
+        topics.REPLIES: settings.partitions, topics.NEXUS_ENDPOINTS: 1,
     }
 
 

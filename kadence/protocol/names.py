@@ -66,6 +66,14 @@ class EventType(StrEnum):
     WorkflowExecutionTimeSkippingUpdated = "WorkflowExecutionTimeSkippingUpdated"
     WorkflowExecutionTimeSkipped = "WorkflowExecutionTimeSkipped"
     ScheduleTimeSkipped = "ScheduleTimeSkipped"
+    NexusOperationScheduled = "NexusOperationScheduled"
+    NexusOperationStarted = "NexusOperationStarted"
+    NexusOperationCompleted = "NexusOperationCompleted"
+    NexusOperationFailed = "NexusOperationFailed"
+    NexusOperationCanceled = "NexusOperationCanceled"
+    NexusOperationTimedOut = "NexusOperationTimedOut"
+    NexusOperationCancelRequested = "NexusOperationCancelRequested"
+    NexusOperationAttemptFailed = "NexusOperationAttemptFailed"
 
 
 class CommandType(StrEnum):
@@ -99,6 +107,9 @@ class CommandType(StrEnum):
     RecordScheduledRunClosed = "RecordScheduledRunClosed"
     ResetWorkflowExecution = "ResetWorkflowExecution"
     UpdateWorkflowTimeSkipping = "UpdateWorkflowTimeSkipping"
+    RespondNexusTaskCompleted = "RespondNexusTaskCompleted"
+    RespondNexusTaskFailed = "RespondNexusTaskFailed"
+    RecordNexusOperationClosed = "RecordNexusOperationClosed"
 
 
 # What a client sends, or anyone producing to kadence.commands: answered under its request id, and
@@ -145,6 +156,8 @@ class TaskCommandType(StrEnum):
     RejectWorkflowUpdate = "RejectWorkflowUpdate"
     CompleteWorkflowUpdate = "CompleteWorkflowUpdate"
     ModifyWorkflowProperties = "ModifyWorkflowProperties"
+    ScheduleNexusOperation = "ScheduleNexusOperation"
+    RequestCancelNexusOperation = "RequestCancelNexusOperation"
 
 
 class EffectType(StrEnum):
@@ -157,6 +170,7 @@ class EffectType(StrEnum):
     ActivityCancellation = "ActivityCancellation"
     OutboundCommand = "OutboundCommand"
     QueryTask = "QueryTask"
+    NexusTask = "NexusTask"
 
 
 class TimerKind(StrEnum):
@@ -173,3 +187,6 @@ class TimerKind(StrEnum):
     ACTIVITY_SCHEDULE_TO_START = "ACTIVITY_SCHEDULE_TO_START"
     SCHEDULE_ACTION = "SCHEDULE_ACTION"
     TIME_SKIP = "TIME_SKIP"
+    NEXUS_RETRY = "NEXUS_RETRY"
+    NEXUS_ATTEMPT = "NEXUS_ATTEMPT"
+    NEXUS_SCHEDULE_TO_CLOSE = "NEXUS_SCHEDULE_TO_CLOSE"

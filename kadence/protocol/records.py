@@ -117,6 +117,8 @@ class StartWorkflowExecution(TypedDict):
     # Set for a standalone activity, whose key is kadence-activity:<activity id>: the run's only work is this activity
     # of type workflow_type on task_queue, with input and header (docs/decisions/0007-standalone-activities.md).
     activity: NotRequired[StandaloneActivity | None]
+    # Set when a workflow-run Nexus operation's handler starts the run: its close is reported to the caller.
+    nexus_caller: NotRequired[NexusCaller | None]
 
 
 class InitiatedBy(TypedDict):
@@ -333,6 +335,22 @@ class ModifyWorkflowProperties(TypedDict):
     """
 
     upserted_memo: dict[str, Payload]
+
+
+class ScheduleNexusOperation(TypedDict):
+    endpoint: str
+    service: str
+    operation: str
+    input: NotRequired[Payload | None]
+    schedule_to_close_timeout_ms: NotRequired[int]
+    nexus_header: NotRequired[dict[str, str]]
+    # The endpoint's task queue, set by the history service from kadence.nexus-endpoints before it decides the
+    # completion; a worker leaves it empty.
+    task_queue: NotRequired[str]
+
+
+class RequestCancelNexusOperation(TypedDict):
+    scheduled_event_id: int
 
 
 class RespondWorkflowTaskFailed(TypedDict):
@@ -580,6 +598,46 @@ class UpdateWorkflowTimeSkipping(TypedDict):
     time_skipping: TimeSkipping
 
 
+class RespondNexusTaskCompleted(TypedDict):
+    """A Nexus handler's answer to an attempt: the result of a sync operation, or the token of an asynchronous one it
+    started.
+    """
+
+    run_id: str
+    scheduled_event_id: int
+    attempt: int
+    result: NotRequired[Payload | None]
+    # Set when the operation was started asynchronously (a workflow-run operation): it completes later.
+    operation_token: NotRequired[str]
+
+
+class RespondNexusTaskFailed(TypedDict):
+    """A Nexus handler's failure of an attempt."""
+
+    run_id: str
+    scheduled_event_id: int
+    attempt: int
+    failure: Failure
+    # A retryable handler error: another attempt follows after a backoff, within the schedule-to-close timeout.
+    retryable: NotRequired[bool]
+    # The handler raised OperationError in the canceled state: the operation is canceled.
+    canceled: NotRequired[bool]
+
+
+class RecordNexusOperationClosed(TypedDict):
+    """A workflow-run Nexus operation's handler workflow closed: told to the caller by the handler's history, through
+    an OutboundCommand.
+    """
+
+    run_id: str
+    scheduled_event_id: int
+    operation_token: str
+    # The handler run's close status: Completed, Failed, Canceled, Terminated or TimedOut.
+    status: str
+    result: NotRequired[Payload | None]
+    failure: NotRequired[Failure | None]
+
+
 class DropTimer(TypedDict):
     """Removes a timer set earlier by the same execution (it was cancelled, or its reason is gone)."""
 
@@ -675,7 +733,7 @@ class NextRun(TypedDict):
 
     run_id: str
     events: list[HistoryEvent]
-    effects: NotRequired[list[HistoryBatchEffects]]
+    effects: NotRequired[list[NextRunEffects]]
 
 
 class CommandRejection(TypedDict):
@@ -738,6 +796,8 @@ class WorkflowExecutionStarted(TypedDict):
     # (docs/decisions/0006-time-skipping.md). A child's or a continued run's is its parent's or predecessor's; 0 unless
     # time skipping is used.
     clock_offset_ms: NotRequired[int]
+    # The Nexus operation this run is the handler workflow of: its close is reported there.
+    nexus_caller: NotRequired[NexusCaller | None]
 
 
 class WorkflowExecutionSignaled(TypedDict):
@@ -1190,6 +1250,112 @@ class ScheduleTimeSkipped(TypedDict):
     request_id: NotRequired[str]
 
 
+class NexusOperationScheduled(TypedDict):
+    endpoint: str
+    service: str
+    operation: str
+    input: NotRequired[Payload | None]
+    schedule_to_close_timeout_ms: NotRequired[int]
+    nexus_header: NotRequired[dict[str, str]]
+    workflow_task_completed_event_id: int
+    request_id: str
+    # Kadence: the endpoint's task queue when the operation was scheduled.
+    task_queue: str
+
+
+class NexusOperationStarted(TypedDict):
+    scheduled_event_id: int
+    operation_token: str
+    request_id: NotRequired[str]
+
+
+class NexusOperationCompleted(TypedDict):
+    scheduled_event_id: int
+    result: NotRequired[Payload | None]
+    request_id: NotRequired[str]
+
+
+class NexusOperationFailed(TypedDict):
+    scheduled_event_id: int
+    failure: Failure
+    request_id: NotRequired[str]
+
+
+class NexusOperationCanceled(TypedDict):
+    scheduled_event_id: int
+    failure: NotRequired[Failure | None]
+    request_id: NotRequired[str]
+
+
+class NexusOperationTimedOut(TypedDict):
+    scheduled_event_id: int
+    failure: Failure
+    request_id: NotRequired[str]
+
+
+class NexusOperationCancelRequested(TypedDict):
+    scheduled_event_id: int
+    workflow_task_completed_event_id: NotRequired[int]
+
+
+class NexusOperationAttemptFailed(TypedDict):
+    """Kadence: an attempt of a Nexus operation's start ended without an answer that ends the operation (a retryable
+    handler error, or no answer by its request deadline); the next attempt follows after its backoff. As each
+    failed activity attempt, it is recorded so recovery and audits see every attempt.
+    """
+
+    scheduled_event_id: int
+    attempt: int
+    failure: Failure
+
+
+class NexusCaller(TypedDict):
+    """The caller of a workflow-run Nexus operation: where the handler workflow's close is reported (as
+    RecordNexusOperationClosed).
+    """
+
+    workflow_id: str
+    run_id: str
+    # The caller's NexusOperationScheduled event.
+    scheduled_event_id: int
+    # The token the caller knows the operation by.
+    operation_token: NotRequired[str]
+
+
+class NexusEndpoint(TypedDict):
+    """A Nexus endpoint on the compacted topic kadence.nexus-endpoints, keyed by its name (a null value deletes it):
+    where the operations called through it go.
+    """
+
+    name: str
+    # The task queue whose workers' nexus_service_handlers handle its operations.
+    task_queue: str
+    description: NotRequired[str]
+
+
+class NexusTask(TypedDict):
+    """A Nexus operation's start request for a worker with nexus_service_handlers (docs/decisions/0008-nexus.md), on
+    kadence.tq.<queue>.nexus keyed <workflow_id>/<scheduled_event_id>; the Task's workflow_id and run_id are the
+    caller's.
+    """
+
+    task_queue: str
+    scheduled_event_id: int
+    attempt: int
+    endpoint: str
+    service: str
+    operation: str
+    input: NotRequired[Payload | None]
+    nexus_header: NotRequired[dict[str, str]]
+    # The operation's request id: the same on every attempt, so a handler can deduplicate its start.
+    request_id: str
+    scheduled_time_ms: NotRequired[int]
+    # Wall clock, ms: when the operation times out (0: never).
+    schedule_to_close_deadline_ms: NotRequired[int]
+    # Wall clock, ms: when this attempt's answer stops counting (history dispatches the next attempt then).
+    request_deadline_ms: NotRequired[int]
+
+
 class OutboundCommand(TypedDict):
     """A command for another execution (a child start, a signal or cancel from a workflow, a child's answer to its
     parent), produced to kadence.commands by the matching service. Written in the batch that decides it, so it is
@@ -1495,7 +1661,7 @@ class ScheduledBy(TypedDict):
 
 
 class Task(TypedDict):
-    """A record on kadence.tq.<queue>.workflow or .activity, read by workers."""
+    """A record on kadence.tq.<queue>.workflow, .activity or .nexus, read by workers."""
 
     workflow_id: str
     run_id: str
@@ -1605,6 +1771,9 @@ CommandCommand = (
     | tuple[Literal["RecordScheduledRunClosed"], RecordScheduledRunClosed]
     | tuple[Literal["ResetWorkflowExecution"], ResetWorkflowExecution]
     | tuple[Literal["UpdateWorkflowTimeSkipping"], UpdateWorkflowTimeSkipping]
+    | tuple[Literal["RespondNexusTaskCompleted"], RespondNexusTaskCompleted]
+    | tuple[Literal["RespondNexusTaskFailed"], RespondNexusTaskFailed]
+    | tuple[Literal["RecordNexusOperationClosed"], RecordNexusOperationClosed]
 )
 
 # The record of any branch of CommandCommand.
@@ -1637,6 +1806,9 @@ CommandCommandRecord = (
     | RecordScheduledRunClosed
     | ResetWorkflowExecution
     | UpdateWorkflowTimeSkipping
+    | RespondNexusTaskCompleted
+    | RespondNexusTaskFailed
+    | RecordNexusOperationClosed
 )
 
 
@@ -1659,6 +1831,8 @@ RespondWorkflowTaskCompletedCommands = (
     | tuple[Literal["RejectWorkflowUpdate"], RejectWorkflowUpdate]
     | tuple[Literal["CompleteWorkflowUpdate"], CompleteWorkflowUpdate]
     | tuple[Literal["ModifyWorkflowProperties"], ModifyWorkflowProperties]
+    | tuple[Literal["ScheduleNexusOperation"], ScheduleNexusOperation]
+    | tuple[Literal["RequestCancelNexusOperation"], RequestCancelNexusOperation]
 )
 
 # The record of any branch of RespondWorkflowTaskCompletedCommands.
@@ -1680,6 +1854,8 @@ RespondWorkflowTaskCompletedCommandsRecord = (
     | RejectWorkflowUpdate
     | CompleteWorkflowUpdate
     | ModifyWorkflowProperties
+    | ScheduleNexusOperation
+    | RequestCancelNexusOperation
 )
 
 
@@ -1692,10 +1868,35 @@ HistoryBatchEffects = (
     | tuple[Literal["ActivityCancellation"], ActivityCancellation]
     | tuple[Literal["OutboundCommand"], OutboundCommand]
     | tuple[Literal["QueryTask"], QueryTask]
+    | tuple[Literal["NexusTask"], NexusTask]
 )
 
 # The record of any branch of HistoryBatchEffects.
 HistoryBatchEffectsRecord = (
+    WorkflowTask
+    | ActivityTask
+    | Timer
+    | DropTimer
+    | ActivityCancellation
+    | OutboundCommand
+    | QueryTask
+    | NexusTask
+)
+
+
+# NextRun.effects: a (record name, fields) tuple, as the codec reads a union of records.
+NextRunEffects = (
+    tuple[Literal["WorkflowTask"], WorkflowTask]
+    | tuple[Literal["ActivityTask"], ActivityTask]
+    | tuple[Literal["Timer"], Timer]
+    | tuple[Literal["DropTimer"], DropTimer]
+    | tuple[Literal["ActivityCancellation"], ActivityCancellation]
+    | tuple[Literal["OutboundCommand"], OutboundCommand]
+    | tuple[Literal["QueryTask"], QueryTask]
+)
+
+# The record of any branch of NextRunEffects.
+NextRunEffectsRecord = (
     WorkflowTask
     | ActivityTask
     | Timer
@@ -1763,6 +1964,14 @@ HistoryEventAttributes = (
     | tuple[Literal["WorkflowExecutionTimeSkippingUpdated"], WorkflowExecutionTimeSkippingUpdated]
     | tuple[Literal["WorkflowExecutionTimeSkipped"], WorkflowExecutionTimeSkipped]
     | tuple[Literal["ScheduleTimeSkipped"], ScheduleTimeSkipped]
+    | tuple[Literal["NexusOperationScheduled"], NexusOperationScheduled]
+    | tuple[Literal["NexusOperationStarted"], NexusOperationStarted]
+    | tuple[Literal["NexusOperationCompleted"], NexusOperationCompleted]
+    | tuple[Literal["NexusOperationFailed"], NexusOperationFailed]
+    | tuple[Literal["NexusOperationCanceled"], NexusOperationCanceled]
+    | tuple[Literal["NexusOperationTimedOut"], NexusOperationTimedOut]
+    | tuple[Literal["NexusOperationCancelRequested"], NexusOperationCancelRequested]
+    | tuple[Literal["NexusOperationAttemptFailed"], NexusOperationAttemptFailed]
 )
 
 # The record of any branch of HistoryEventAttributes.
@@ -1822,6 +2031,14 @@ HistoryEventAttributesRecord = (
     | WorkflowExecutionTimeSkippingUpdated
     | WorkflowExecutionTimeSkipped
     | ScheduleTimeSkipped
+    | NexusOperationScheduled
+    | NexusOperationStarted
+    | NexusOperationCompleted
+    | NexusOperationFailed
+    | NexusOperationCanceled
+    | NexusOperationTimedOut
+    | NexusOperationCancelRequested
+    | NexusOperationAttemptFailed
 )
 
 
@@ -1844,6 +2061,7 @@ TaskTask = (
     | tuple[Literal["ActivityTask"], ActivityTask]
     | tuple[Literal["ActivityCancellation"], ActivityCancellation]
     | tuple[Literal["QueryTask"], QueryTask]
+    | tuple[Literal["NexusTask"], NexusTask]
 )
 
 # The record of any branch of TaskTask.
@@ -1852,4 +2070,5 @@ TaskTaskRecord = (
     | ActivityTask
     | ActivityCancellation
     | QueryTask
+    | NexusTask
 )

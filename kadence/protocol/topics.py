@@ -11,8 +11,9 @@ HISTORY = "kadence.history"
 DLQ = "kadence.dlq"
 POLLERS = "kadence.pollers"  # workers' heartbeats, for task queue stats
 REPLIES = "kadence.replies"  # answers to queries, read by the client that asked
+NEXUS_ENDPOINTS = "kadence.nexus-endpoints"  # compacted: a Nexus endpoint's name -> its task queue
 
-TaskKind = Literal["workflow", "activity"]
+TaskKind = Literal["workflow", "activity", "nexus"]
 
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS
@@ -24,6 +25,7 @@ RETENTION_MS = {
     DLQ: 30 * _DAY_MS,
     POLLERS: _HOUR_MS,
     REPLIES: _HOUR_MS,
+    NEXUS_ENDPOINTS: -1,
 }
 TASK_QUEUE_RETENTION_MS = 7 * _DAY_MS
 
@@ -42,6 +44,8 @@ def topic_config(topic: str, replication_factor: int = 1) -> dict[str, str]:
         "retention.ms": str(retention_ms), "max.message.bytes": str(MAX_RECORD_BYTES),
         "min.insync.replicas": str(min_insync_replicas(replication_factor)),
     }
+    if topic == NEXUS_ENDPOINTS:  # the registry: each name's latest record, kept until deleted
+        config["cleanup.policy"] = "compact"
     if topic == COMMANDS:  # the broker's clock stamps each command: history decides it at that time, on every instance
         config["message.timestamp.type"] = "LogAppendTime"
     return config
@@ -57,6 +61,11 @@ def activity_task_key(workflow_id: str, scheduled_event_id: int) -> bytes:
     worker runs an activity eagerly only when it owns that partition. (Workflow tasks are keyed by
     workflow_id: the same worker keeps the same executions, its sticky cache.)"""
     return f"{workflow_id}/{scheduled_event_id}".encode()
+
+
+def nexus_task_key(workflow_id: str, scheduled_event_id: int) -> bytes:
+    """A Nexus task record's key: the operation, so operations spread over the queue's workers."""
+    return activity_task_key(workflow_id, scheduled_event_id)
 
 
 def worker_group(task_queue: str, kind: TaskKind) -> str:

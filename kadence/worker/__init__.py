@@ -17,6 +17,7 @@ from kadence.worker._interceptor import (
     StartActivityInput,
     StartChildWorkflowInput,
     StartLocalActivityInput,
+    StartNexusOperationInput,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
     WorkflowOutboundInterceptor,
@@ -32,6 +33,6 @@ __all__ = [
     "Interceptor", "ActivityInboundInterceptor", "ActivityOutboundInterceptor", "ExecuteActivityInput",
     "WorkflowInterceptorClassInput", "WorkflowInboundInterceptor", "WorkflowOutboundInterceptor", "ExecuteWorkflowInput",
     "HandleSignalInput", "HandleQueryInput", "HandleUpdateInput", "ContinueAsNewInput", "SignalChildWorkflowInput",
-    "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput",
+    "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput", "StartNexusOperationInput",
     "UnsandboxedWorkflowRunner", "WorkflowRunner", "PollerBehavior", "PollerBehaviorAutoscaling", "PollerBehaviorSimpleMaximum",
 ]

@@ -27,6 +27,7 @@ from kadence.workflow._interceptor import (
     StartActivityInput,
     StartChildWorkflowInput,
     StartLocalActivityInput,
+    StartNexusOperationInput,
     WorkflowInboundInterceptor,
     WorkflowOutboundInterceptor,
 )
@@ -35,7 +36,7 @@ __all__ = [
     "Interceptor", "WorkflowInterceptorClassInput", "ActivityInboundInterceptor", "ActivityOutboundInterceptor",
     "ExecuteActivityInput", "WorkflowInboundInterceptor", "WorkflowOutboundInterceptor", "ExecuteWorkflowInput",
     "HandleSignalInput", "HandleQueryInput", "HandleUpdateInput", "ContinueAsNewInput", "SignalChildWorkflowInput",
-    "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput",
+    "SignalExternalWorkflowInput", "StartActivityInput", "StartChildWorkflowInput", "StartLocalActivityInput", "StartNexusOperationInput",
 ]
 
 

@@ -30,6 +30,7 @@ from kadence.worker._activity import ActivityWorker
 from kadence.worker._assignment import PartitionAssignment
 from kadence.worker._context import WorkerContext
 from kadence.worker._interceptor import Interceptor, WorkflowInterceptorClassInput
+from kadence.worker._nexus import NexusWorker
 from kadence.worker._polling import PollerBehavior, check_at_least_one
 from kadence.worker._runner import WorkflowRunner
 from kadence.worker._shared_state import SharedStateManager
@@ -76,6 +77,8 @@ class Worker:
         max_concurrent_activity_task_polls: int | None = None,
         workflow_task_poller_behavior: PollerBehavior | None = None,
         activity_task_poller_behavior: PollerBehavior | None = None,
+        nexus_service_handlers: Sequence[Any] = (),
+        max_concurrent_nexus_tasks: int = 100,
     ) -> None:
         """`workflow_runner` and `unsandboxed_workflow_runner` are taken as temporalio's: Kadence runs
         every workflow unsandboxed whatever they say (kadence/worker/workflow_sandbox/).
@@ -83,9 +86,11 @@ class Worker:
         their workflow task, as each workflow's own `@workflow.defn(failure_exception_types=...)`.
         `workflow_task_executor`: workflow activations run on its threads (as temporalio's, which
         needs one; without it they run on the worker's event loop, one at a time either way).
-        The poll limits and behaviours are checked and bound nothing (kadence/worker/_polling.py)."""
-        if not workflows and not activities:
-            raise ValueError("a Worker needs at least one workflow or activity")
+        The poll limits and behaviours are checked and bound nothing (kadence/worker/_polling.py).
+        `nexus_service_handlers`: instances of @nexusrpc.handler.service_handler classes, whose
+        operations this worker runs for the Nexus endpoints that target its task queue."""
+        if not workflows and not activities and not nexus_service_handlers:
+            raise ValueError("a Worker needs at least one workflow, activity or Nexus service handler")
         check_at_least_one(
             max_concurrent_workflow_tasks=max_concurrent_workflow_tasks,
             max_concurrent_workflow_task_polls=max_concurrent_workflow_task_polls,
@@ -114,6 +119,8 @@ class Worker:
             self._kinds.append("workflow")
         if activities:
             self._kinds.append("activity")
+        if nexus_service_handlers:
+            self._kinds.append("nexus")
         self._context = WorkerContext(client, task_queue, self.identity, PartitionAssignment(task_queue, self.identity, self._kinds))
         self._activity_worker = ActivityWorker(
             self._context, activities, self.interceptors, activity_executor, shared_state_manager, max_concurrent_activities,
@@ -123,6 +130,7 @@ class Worker:
             self._context, definitions, self.workflow_interceptor_classes, self._activity_worker, max_cached_workflows,
             workflow_task_executor,
         )
+        self._nexus_worker = NexusWorker(self._context, nexus_service_handlers, max_concurrent_nexus_tasks)
         self._context.metrics.worker_start.add(1, self._context.metric_attributes())
         self.ready = self._context.assignment.complete
         """Set once every poller of this worker has partitions assigned (useful for tests and probes)."""
@@ -134,9 +142,9 @@ class Worker:
         await asyncio.get_running_loop().run_in_executor(None, ensure_topics, settings, {
             topics.task_queue_topic(self.task_queue, kind): settings.task_queue_partitions for kind in kinds
         })
-        log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s",
-                 self.task_queue, self.identity, self._workflow_worker.types, self._activity_worker.types)
-        pollers = {"workflow": self._workflow_worker.poll, "activity": self._activity_worker.poll}
+        log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s nexus_services=%s",
+                 self.task_queue, self.identity, self._workflow_worker.types, self._activity_worker.types, self._nexus_worker.services)
+        pollers = {"workflow": self._workflow_worker.poll, "activity": self._activity_worker.poll, "nexus": self._nexus_worker.poll}
         announcing = asyncio.create_task(self._announce())
         try:
             await asyncio.gather(*(pollers[kind]() for kind in kinds))

@@ -81,9 +81,12 @@ from kadence.workflow._definition import definition as definition
 from kadence.workflow._definition import query_name as query_name
 from kadence.workflow._definition import signal_name as signal_name
 from kadence.workflow._definition import update_name as update_name
+from kadence.workflow._nexus import NexusClient, create_nexus_client
 from kadence.workflow._runtime import (
     ChildWorkflowHandle,
     Info,
+    NexusOperationCancellationType,
+    NexusOperationHandle,
     ParentInfo,
     RootInfo,
     UpdateInfo,
@@ -108,4 +111,5 @@ __all__ = [
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
     "ActivityHandle", "ActivityCancellationType", "UpdateMethodMultiParam",
+    "create_nexus_client", "NexusClient", "NexusOperationHandle", "NexusOperationCancellationType",
 ]

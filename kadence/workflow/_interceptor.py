@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from kadence.api.common.v1 import Payload
 from kadence.common import ActivityCancellationType
-from kadence.workflow._runtime import ChildWorkflowHandle, WorkflowInfo
+from kadence.workflow._runtime import ChildWorkflowHandle, NexusOperationHandle, WorkflowInfo
 
 
 @dataclasses.dataclass
@@ -129,6 +129,20 @@ class StartChildWorkflowInput:
 
 
 @dataclasses.dataclass
+class StartNexusOperationInput:
+    """Input for WorkflowOutboundInterceptor.start_nexus_operation (temporalio's, less its summary)."""
+
+    endpoint: str
+    service: str
+    operation: str
+    input: Any
+    schedule_to_close_timeout: timedelta | None
+    cancellation_type: Any  # workflow.NexusOperationCancellationType
+    headers: Mapping[str, str] | None
+    output_type: type | None = None
+
+
+@dataclasses.dataclass
 class StartLocalActivityInput:
     activity: str
     args: Sequence[Any]
@@ -198,3 +212,6 @@ class WorkflowOutboundInterceptor:
 
     def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
         return self.next.start_local_activity(input)
+
+    async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
+        return await self.next.start_nexus_operation(input)

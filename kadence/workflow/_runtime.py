@@ -14,10 +14,11 @@ import abc
 import asyncio
 import contextvars
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Concatenate, Generic, NoReturn, overload
+from enum import IntEnum
+from typing import Any, Concatenate, Generic, NoReturn, TypeVar, overload
 
 from kadence.api.common.v1 import Payload
 from kadence.common import (
@@ -188,6 +189,39 @@ class ChildWorkflowHandle(asyncio.Task[HandleReturnType], SignallingHandle[Handl
         await _Runtime.current().signal_child_workflow(self.id, name, args)
 
 
+NexusOutputT = TypeVar("NexusOutputT")
+
+
+class NexusOperationHandle(abc.ABC, Generic[NexusOutputT]):
+    """A started Nexus operation: await it for its result (NexusOperationError if it failed, was
+    canceled or timed out)."""
+
+    @abc.abstractmethod
+    def cancel(self) -> bool:
+        """Ask the operation to cancel, as its cancellation type says; False if it ended already."""
+
+    @abc.abstractmethod
+    def __await__(self) -> Generator[Any, Any, NexusOutputT]: ...
+
+    @property
+    @abc.abstractmethod
+    def operation_token(self) -> str | None:
+        """The token of an operation its handler started asynchronously; None for a sync one."""
+
+
+class NexusOperationCancellationType(IntEnum):
+    """What cancelling an operation's handle (or the task awaiting it) waits for, as temporalio's."""
+
+    ABANDON = 0
+    """Send no cancel request; the handle resolves as canceled at once."""
+    TRY_CANCEL = 1
+    """Send the cancel request; the handle resolves as canceled at once."""
+    WAIT_REQUESTED = 2
+    """Send the cancel request; the handle resolves as canceled once history recorded it."""
+    WAIT_COMPLETED = 3
+    """Send the cancel request; the handle resolves when the operation ends (it may not end canceled)."""
+
+
 class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
     """What the workflow API asks of the run whose code is running: the run is the running event
     loop, so `_Runtime.current()` finds it. Outgoing calls take plain arguments: the runtime puts
@@ -294,6 +328,12 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
         parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, memo: Mapping[str, Any] | None,
         result_type: type | None,
     ) -> ChildWorkflowHandle: ...
+
+    @abc.abstractmethod
+    async def start_nexus_operation(
+        self, endpoint: str, service: str, operation: str, input: Any, *, output_type: type | None,
+        schedule_to_close_timeout: timedelta | None, cancellation_type: NexusOperationCancellationType, headers: dict[str, str],
+    ) -> NexusOperationHandle[Any]: ...
 
     @abc.abstractmethod
     async def signal_child_workflow(self, workflow_id: str, signal: str, args: Sequence[Any]) -> None: ...

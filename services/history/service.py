@@ -39,6 +39,7 @@ from kadence.protocol.limits import (
     text_problem,
 )
 from kadence.protocol.names import CLIENT_COMMANDS, WITH_START, CommandType, EffectType
+from kadence.protocol.nexus_endpoints import EndpointRegistry
 from kadence.protocol.observability import ERRORS, READINESS
 from kadence.protocol.postgres import apply_ddl, describe, until_answered, until_answered_blocking
 from kadence.protocol.runner import stop_for_newer_schema
@@ -171,6 +172,7 @@ class HistoryService:
         self._task_topics: set[str] = set()  # the task queue topics known to exist
         self.replies = Replies()
         self._offsets_lock = threading.Lock()
+        self.nexus_endpoints = EndpointRegistry(settings)
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: a batch waits in the producer however long the broker is away. A
@@ -205,8 +207,13 @@ class HistoryService:
         if self.checkpoints is not None:
             await until_answered("history_schema_setup", self._create_tables)
         self.consumer.subscribe([topics.COMMANDS], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         stopped = threading.Event()
+        threading.Thread(target=self.nexus_endpoints.follow, args=(stopped,), name="kadence-nexus-endpoints", daemon=True).start()
+        # Every command is decided with the whole registry: a completion naming an endpoint just
+        # created is not refused for a registry read only in part.
+        while not await asyncio.get_running_loop().run_in_executor(None, self.nexus_endpoints.caught_up.wait, 5.0):
+            log.info("event=waiting_for_nexus_endpoints topic=%s", topics.NEXUS_ENDPOINTS)
+        log.info("event=history_started bootstrap=%s", self.settings.bootstrap_servers)
         threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
             async for messages in consume_batches(self.consumer, stop, on_end=self.readiness.reached_end):
@@ -474,6 +481,7 @@ class HistoryService:
         if kind != CommandType.QueryWorkflow and len(msg.value() or b"") > WARN_PAYLOAD_BYTES:
             log.warning("event=large_command workflow_id=%s command=%s bytes=%d", workflow_id, kind, len(msg.value() or b""))
         decided_ms = self._decision_time_ms(msg)
+        self.nexus_endpoints.resolve(kind, command["command"][1])
         written = step(self.partitions[partition], command, decided_ms, partition, offset,
                        whole_histories=not self._workflow_task_deltas)
         if written.batch is not None:

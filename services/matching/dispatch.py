@@ -28,7 +28,7 @@ DISPATCHED = Counter("kadence_tasks_dispatched_total", "Tasks produced to task q
 
 TASK_KINDS: dict[str, topics.TaskKind] = {
     EffectType.WorkflowTask: "workflow", EffectType.QueryTask: "workflow",
-    EffectType.ActivityTask: "activity", EffectType.ActivityCancellation: "activity",
+    EffectType.ActivityTask: "activity", EffectType.ActivityCancellation: "activity", EffectType.NexusTask: "nexus",
 }
 
 # The tasks whose copies a worker runs only once history accepted their start (`redispatched`).

@@ -17,12 +17,15 @@ from kadence.protocol.records import (
     ActivityTaskScheduled,
     CancelTimer,
     CompleteWorkflowUpdate,
+    NexusOperationScheduled,
     RecordMarker,
     RejectWorkflowUpdate,
     RequestCancelActivityTask,
     RequestCancelExternalWorkflowExecution,
+    RequestCancelNexusOperation,
     RespondWorkflowTaskCompletedCommands,
     ScheduleActivityTask,
+    ScheduleNexusOperation,
     SignalExternalWorkflowExecution,
     StartChildWorkflowExecution,
     StartTimer,
@@ -82,6 +85,33 @@ class ScheduleActivityCommand(PendingCommand):
 @dataclass(eq=False)
 class RequestCancelActivityCommand(PendingCommand):
     command: tuple[Literal["RequestCancelActivityTask"], RequestCancelActivityTask]
+
+    @property
+    def key(self) -> str:
+        return str(self.command[1]["scheduled_event_id"])
+
+
+@dataclass(eq=False)
+class ScheduleNexusCommand(PendingCommand):
+    """A Nexus operation: `started` resolves once it started (its token; '' for one that completed
+    or ended at once), `future` to its result payload."""
+
+    command: tuple[Literal["ScheduleNexusOperation"], ScheduleNexusOperation]
+    future: asyncio.Future[Any]
+    started: asyncio.Future[str] = field(kw_only=True)
+    scheduled: NexusOperationScheduled | None = None  # its NexusOperationScheduled attributes, once recorded
+    scheduled_event_id: int = 0
+    operation_token: str = ""
+    cancel_requested: asyncio.Future[None] | None = None  # a WAIT_REQUESTED cancel's: resolved once history recorded it
+
+    @property
+    def key(self) -> str:
+        return self.command[1]["operation"]
+
+
+@dataclass(eq=False)
+class RequestCancelNexusCommand(PendingCommand):
+    command: tuple[Literal["RequestCancelNexusOperation"], RequestCancelNexusOperation]
 
     @property
     def key(self) -> str:

@@ -30,6 +30,13 @@ from kadence.protocol.records import (
     ExternalWorkflowExecutionSignaled,
     HistoryEvent,
     MarkerRecorded,
+    NexusOperationCanceled,
+    NexusOperationCancelRequested,
+    NexusOperationCompleted,
+    NexusOperationFailed,
+    NexusOperationScheduled,
+    NexusOperationStarted,
+    NexusOperationTimedOut,
     RequestCancelExternalWorkflowExecutionFailed,
     RequestCancelExternalWorkflowExecutionInitiated,
     SignalExternalWorkflowExecutionFailed,
@@ -62,7 +69,9 @@ from kadence.worker._workflow_instance._commands import (
     PendingCommand,
     RecordMarkerCommand,
     RequestCancelActivityCommand,
+    RequestCancelNexusCommand,
     ScheduleActivityCommand,
+    ScheduleNexusCommand,
     StartChildWorkflowCommand,
     UpdateResponseCommand,
 )
@@ -83,6 +92,7 @@ _ExternalRequestApplied = ExternalWorkflowExecutionSignaled | ExternalWorkflowEx
 _ExternalRequestFailed = SignalExternalWorkflowExecutionFailed | RequestCancelExternalWorkflowExecutionFailed
 _ActivityAttemptEnded = ActivityTaskFailed | ActivityTaskTimedOut
 _Upserted = UpsertWorkflowSearchAttributesHistoryEvent | WorkflowPropertiesModified
+_NexusOperationEnded = NexusOperationFailed | NexusOperationCanceled | NexusOperationTimedOut
 _WorkflowClosed = WorkflowExecutionCompleted | WorkflowExecutionFailed | WorkflowExecutionCanceled | WorkflowExecutionContinuedAsNew
 
 
@@ -264,6 +274,49 @@ def _apply_activity_task_failed(run: WorkflowHandlers, kind: str, attrs: _Activi
             kind, pending.scheduled, attrs, run.converter.payload_converter))
 
 
+def _apply_nexus_operation_scheduled(run: WorkflowHandlers, kind: str, attrs: NexusOperationScheduled, event: HistoryEvent) -> None:
+    pending = run.match(kind, attrs["operation"], ScheduleNexusCommand)
+    pending.scheduled = attrs
+    pending.scheduled_event_id = event["event_id"]
+    run.nexus_operations[event["event_id"]] = pending
+
+
+def _apply_nexus_operation_started(run: WorkflowHandlers, kind: str, attrs: NexusOperationStarted, event: HistoryEvent) -> None:
+    pending = run.nexus_operations[attrs["scheduled_event_id"]]
+    pending.operation_token = attrs["operation_token"]
+    set_result_unless_done(pending.started, attrs["operation_token"])
+
+
+def _apply_nexus_operation_completed(run: WorkflowHandlers, kind: str, attrs: NexusOperationCompleted, event: HistoryEvent) -> None:
+    pending = run.nexus_operations.pop(attrs["scheduled_event_id"])
+    set_result_unless_done(pending.started, "")
+    set_result_unless_done(pending.future, attrs["result"])
+
+
+def _apply_nexus_operation_ended(run: WorkflowHandlers, kind: str, attrs: _NexusOperationEnded, event: HistoryEvent) -> None:
+    """A Nexus operation that failed, was canceled or timed out: its NexusOperationError, raised
+    where the code waits for its start (it ended before it started) or for its result."""
+    pending = run.nexus_operations.pop(attrs["scheduled_event_id"])
+    assert pending.scheduled is not None, "run.nexus_operations holds recorded operations"
+    error = run.converter.failure_converter.nexus_operation_error(
+        kind, pending.scheduled, attrs, pending.operation_token, run.converter.payload_converter,
+    )
+    if not pending.started.done():  # it ended before it started: start_operation raises it, and no handle was made
+        pending.started.set_exception(error)
+    else:
+        set_exception_unless_done(pending.future, error)
+
+
+def _apply_nexus_operation_cancel_requested(
+    run: WorkflowHandlers, kind: str, attrs: NexusOperationCancelRequested, event: HistoryEvent,
+) -> None:
+    """The cancel request the code issued; a WAIT_REQUESTED cancellation resolves the operation now."""
+    run.match(kind, str(attrs["scheduled_event_id"]), RequestCancelNexusCommand)
+    pending = run.nexus_operations.get(attrs["scheduled_event_id"])
+    if pending is not None and pending.cancel_requested is not None:
+        set_exception_unless_done(pending.future, run.nexus_canceled_error(pending))
+
+
 def _apply_workflow_execution_closed(run: WorkflowHandlers, kind: str, attrs: _WorkflowClosed, event: HistoryEvent) -> None:
     """The event of a command that closed the run (kadence.protocol.events.CLOSE_COMMANDS)."""
     run.match(kind, "", PendingCommand)
@@ -331,4 +384,11 @@ _APPLY: dict[str, _Apply] = {
     EventType.WorkflowExecutionUpdateAccepted: _apply_update_command,
     EventType.WorkflowExecutionUpdateRejected: _apply_update_command,
     EventType.WorkflowExecutionUpdateCompleted: _apply_update_command,
+    EventType.NexusOperationScheduled: _apply_nexus_operation_scheduled,
+    EventType.NexusOperationStarted: _apply_nexus_operation_started,
+    EventType.NexusOperationCompleted: _apply_nexus_operation_completed,
+    EventType.NexusOperationFailed: _apply_nexus_operation_ended,
+    EventType.NexusOperationCanceled: _apply_nexus_operation_ended,
+    EventType.NexusOperationTimedOut: _apply_nexus_operation_ended,
+    EventType.NexusOperationCancelRequested: _apply_nexus_operation_cancel_requested,
 }

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, NoReturn
 
 from kadence.common import ParentClosePolicy, WorkflowIDReusePolicy, to_ms
@@ -15,12 +15,13 @@ from kadence.worker._interceptor import (
     StartActivityInput,
     StartChildWorkflowInput,
     StartLocalActivityInput,
+    StartNexusOperationInput,
     WorkflowOutboundInterceptor,
 )
-from kadence.worker._workflow_instance._commands import StartChildWorkflowCommand
+from kadence.worker._workflow_instance._commands import ScheduleNexusCommand, StartChildWorkflowCommand
 from kadence.worker._workflow_instance._run import WorkflowRun, header_record, payload_record, payload_records
 from kadence.workflow import ChildWorkflowHandle, ContinueAsNewError
-from kadence.workflow._runtime import WorkflowInfo
+from kadence.workflow._runtime import NexusOperationCancellationType, NexusOperationHandle, WorkflowInfo
 
 
 class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
@@ -73,6 +74,9 @@ class _WorkflowOutboundImpl(WorkflowOutboundInterceptor):
 
     async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
         return await _start_child(self._run, input)
+
+    async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
+        return await _start_nexus_operation(self._run, input)
 
     def start_local_activity(self, input: StartLocalActivityInput) -> asyncio.Task[Any]:
         run = self._run
@@ -160,3 +164,60 @@ async def _child_result(run: WorkflowRun, pending: StartChildWorkflowCommand, re
             if not cancel_requested:
                 run.cancel_child_workflow(pending)
                 cancel_requested = True
+
+
+async def _start_nexus_operation(run: WorkflowRun, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
+    """What start_nexus_operation does past the interceptors: schedule the operation and wait until
+    it started (a sync one: until it ended)."""
+    pending = run.schedule_nexus_operation({
+        "endpoint": input.endpoint, "service": input.service, "operation": input.operation,
+        "input": payload_record(run.converter.payload_converter.to_payload(input.input)),
+        "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout), "nexus_header": dict(input.headers or {}),
+        "task_queue": "",
+    })
+    cancellation_type = NexusOperationCancellationType(input.cancellation_type)
+    try:
+        await asyncio.shield(pending.started)
+    except asyncio.CancelledError:
+        if not pending.started.done():
+            run.cancel_nexus_operation(pending, cancellation_type)
+        raise
+    return _NexusOperationHandle(run, pending, cancellation_type, input.output_type)
+
+
+class _NexusOperationHandle(NexusOperationHandle[Any]):
+    def __init__(
+        self, run: WorkflowRun, pending: ScheduleNexusCommand, cancellation_type: NexusOperationCancellationType, output_type: type | None,
+    ) -> None:
+        self._run = run
+        self._pending = pending
+        self._cancellation_type = cancellation_type
+        self._result = run.create_task(self._outcome(output_type), name=f"nexus:{pending.command[1]['operation']}")
+
+    @property
+    def operation_token(self) -> str | None:
+        return self._pending.operation_token or None
+
+    def cancel(self) -> bool:
+        if self._pending.future.done():
+            return False
+        self._run.cancel_nexus_operation(self._pending, self._cancellation_type)
+        return True
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self._result.__await__()
+
+    async def _outcome(self, output_type: type | None) -> Any:
+        """The result; a cancellation of the task awaiting it cancels the operation as its
+        cancellation type says, and the task goes on waiting for the outcome that makes."""
+        cancelling = False
+        while True:
+            try:
+                payload = await asyncio.shield(self._pending.future)
+                return None if payload is None else self._run.converter.payload_converter.from_payload(payload, output_type)
+            except asyncio.CancelledError:
+                if self._pending.future.done():
+                    raise
+                if not cancelling:
+                    self.cancel()
+                    cancelling = True

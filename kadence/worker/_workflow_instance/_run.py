@@ -38,7 +38,9 @@ from kadence.protocol.records import (
     ModifyWorkflowProperties,
     RecordMarker,
     RequestCancelActivityTask,
+    RequestCancelNexusOperation,
     ScheduleActivityTask,
+    ScheduleNexusOperation,
     StartChildWorkflowExecution,
     UpsertWorkflowSearchAttributesCommand,
     WorkflowExecutionStarted,
@@ -53,6 +55,7 @@ from kadence.worker._interceptor import (
     StartActivityInput,
     StartChildWorkflowInput,
     StartLocalActivityInput,
+    StartNexusOperationInput,
     WorkflowInboundInterceptor,
     WorkflowOutboundInterceptor,
 )
@@ -65,7 +68,9 @@ from kadence.worker._workflow_instance._commands import (
     RecordMarkerCommand,
     RequestCancelActivityCommand,
     RequestCancelExternalCommand,
+    RequestCancelNexusCommand,
     ScheduleActivityCommand,
+    ScheduleNexusCommand,
     SignalExternalCommand,
     StartChildWorkflowCommand,
     StartTimerCommand,
@@ -81,7 +86,7 @@ from kadence.workflow import (
     UnfinishedUpdateHandlersWarning,
 )
 from kadence.workflow._definition import Handler, WorkflowDefinition
-from kadence.workflow._runtime import WorkflowInfo, _Runtime
+from kadence.workflow._runtime import NexusOperationCancellationType, NexusOperationHandle, WorkflowInfo, _Runtime
 
 # A local activity's outcome as its marker's details: the worker's payloads, or those its marker recorded.
 LocalOutcome = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -146,6 +151,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         }
         self.running_handlers: list[RunningHandler] = []  # signal and update handlers not finished
         self.initiated: dict[int, InitiatedCommand] = {}  # children and external requests by initiated event id
+        self.nexus_operations: dict[int, ScheduleNexusCommand] = {}  # by scheduled event id, until they end
         self.replaying = False
         self.replay_only = False  # rebuilt to answer a query or check a history: every activation is a replay
         self.upcoming: list[HistoryEvent] = []  # the history after the event being applied
@@ -414,6 +420,33 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         if cancellation_type is not ActivityCancellationType.WAIT_CANCELLATION_COMPLETED:
             pending.future.cancel()
 
+    def schedule_nexus_operation(self, attrs: ScheduleNexusOperation) -> ScheduleNexusCommand:
+        return self.issue(ScheduleNexusCommand(("ScheduleNexusOperation", attrs), self.create_future(), started=self.create_future()))
+
+    def cancel_nexus_operation(self, pending: ScheduleNexusCommand, cancellation_type: NexusOperationCancellationType) -> None:
+        """The workflow code cancelled the operation (or the task awaiting it): one never sent is
+        withdrawn. Else all but ABANDON ask history to cancel it; ABANDON and TRY_CANCEL resolve it
+        as canceled now, WAIT_REQUESTED once history recorded the request, WAIT_COMPLETED when the
+        operation ends (as temporalio's)."""
+        if self._withdraw(pending):
+            set_exception_unless_done(pending.future, self.nexus_canceled_error(pending))
+            return
+        if cancellation_type is not NexusOperationCancellationType.ABANDON and pending.scheduled_event_id in self.nexus_operations:
+            request: RequestCancelNexusOperation = {"scheduled_event_id": pending.scheduled_event_id}
+            self.issue(RequestCancelNexusCommand(("RequestCancelNexusOperation", request)))
+        if cancellation_type is NexusOperationCancellationType.WAIT_REQUESTED:
+            pending.cancel_requested = self.create_future()
+        elif cancellation_type is not NexusOperationCancellationType.WAIT_COMPLETED:
+            set_exception_unless_done(pending.future, self.nexus_canceled_error(pending))
+
+    def nexus_canceled_error(self, pending: ScheduleNexusCommand) -> FailureError:
+        attrs = pending.command[1]
+        scheduled = pending.scheduled or attrs
+        return self.converter.failure_converter.nexus_operation_error(
+            EventType.NexusOperationCanceled, scheduled, {"scheduled_event_id": pending.scheduled_event_id, "failure": None},
+            pending.operation_token, self.converter.payload_converter,
+        )
+
     def issue_child_workflow_start(self, attrs: StartChildWorkflowExecution) -> StartChildWorkflowCommand:
         """Issue StartChildWorkflowExecution; `started` resolves to the child's run id, `future` to its result."""
         return self.issue(StartChildWorkflowCommand(
@@ -566,6 +599,15 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, retry_policy=None, cron_schedule="", memo=memo,
             search_attributes=search_attributes, headers={}, versioning_intent=None, static_summary=None, static_details=None,
             arg_types=None, ret_type=result_type,
+        ))
+
+    async def start_nexus_operation(
+        self, endpoint: str, service: str, operation: str, input: Any, *, output_type: type | None,
+        schedule_to_close_timeout: timedelta | None, cancellation_type: NexusOperationCancellationType, headers: dict[str, str],
+    ) -> NexusOperationHandle[Any]:
+        return await self.outbound.start_nexus_operation(StartNexusOperationInput(
+            endpoint=endpoint, service=service, operation=operation, input=input, schedule_to_close_timeout=schedule_to_close_timeout,
+            cancellation_type=cancellation_type, headers=headers, output_type=output_type,
         ))
 
     async def signal_child_workflow(self, workflow_id: str, signal: str, args: Sequence[Any]) -> None:

@@ -11,7 +11,7 @@ from kadence.protocol.events import SCHEDULE_EVENTS
 from kadence.protocol.limits import payload_bytes
 from kadence.protocol.names import SCHEDULE_COMMANDS, SCHEDULE_KEY_PREFIX, CommandType, EffectType
 from kadence.protocol.records import TimeoutFired
-from services.history.machine import activity, child, clock, lifecycle, messages, schedule, timer, workflow_task
+from services.history.machine import activity, child, clock, lifecycle, messages, nexus, schedule, timer, workflow_task
 from services.history.machine.execution import RUNNING, Execution, Pending, WorkflowTaskState, execution_from_start
 from services.history.machine.limits import within_history_limit
 from services.history.machine.records import (
@@ -26,7 +26,7 @@ from services.history.machine.records import (
 from services.history.machine.tables import Apply, Decide, EffectsOf, Timeout
 from services.history.machine.transition import Rejected, Transition
 
-_FAMILIES = (lifecycle, workflow_task, activity, timer, child, messages, schedule, clock)
+_FAMILIES = (lifecycle, workflow_task, activity, timer, child, messages, schedule, clock, nexus)
 T = TypeVar("T")
 
 
@@ -46,7 +46,7 @@ TIMEOUTS: dict[str, Timeout] = _joined([getattr(family, "TIMEOUTS", {}) for fami
 # What the transition's end of pending work drops or tells others, in this order; last, the time
 # skip of a run it leaves idle.
 RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] = (
-    activity.released_effects, timer.released_effects, child.released_effects, clock.skip_effects,
+    activity.released_effects, timer.released_effects, child.released_effects, nexus.released_effects, clock.skip_effects,
 )
 
 # Commands that may leave the run id empty: they are for the workflow id's current run.

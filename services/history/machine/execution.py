@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kadence.protocol.names import ACTIVITY_KEY_PREFIX, EventType
-from kadence.protocol.records import Failure, Schedule, ScheduleInfo
+from kadence.protocol.records import Failure, Payload, Schedule, ScheduleInfo
 from kadence.protocol.records import TimeSkipping as TimeSkippingRecord
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes, event_type
 
@@ -35,6 +35,27 @@ class ActivityState:
     last_heartbeat_ms: int = 0  # the current attempt's start or latest heartbeat
     cancel_requested_event_id: int = 0
     header: Record = field(default_factory=dict)  # the ActivityTaskScheduled's, sent with each attempt
+
+
+@dataclass
+class NexusOperationState:
+    """A Nexus operation this run scheduled and has not heard the end of (machine/nexus.py)."""
+
+    scheduled_event_id: int
+    endpoint: str
+    service: str
+    operation: str
+    task_queue: str  # the endpoint's, when the operation was scheduled
+    input: Payload | None
+    nexus_header: dict[str, str]
+    request_id: str
+    schedule_to_close_timeout_ms: int
+    scheduled_time_ms: int
+    attempt: int = 1
+    dispatch_due_ms: int = 0  # when the current attempt went, or goes, to a worker
+    operation_token: str = ""  # an asynchronous operation's, once started
+    started_event_id: int = 0
+    cancel_requested_event_id: int = 0
 
 
 @dataclass
@@ -129,6 +150,8 @@ class Execution:
     scheduled_by: Record | None = None  # ScheduledBy of a run a schedule started: where its start and close are reported
     children: dict[int, ChildState] = field(default_factory=dict)  # by initiated event id
     external_requests: dict[int, ExternalRequest] = field(default_factory=dict)  # by initiated event id
+    nexus_operations: dict[int, NexusOperationState] = field(default_factory=dict)  # by scheduled event id
+    nexus_caller: Record | None = None  # NexusCaller of a workflow-run operation's handler run: where its close is reported
     signal_request_ids: set[str] = field(default_factory=set)  # a signal sent again with its request id applies once
     update_ids: set[str] = field(default_factory=set)  # every update admitted: one sent again applies once
     updates: dict[str, str] = field(default_factory=dict)  # update id -> "admitted" or "accepted", until it ends
@@ -184,10 +207,11 @@ class Pending:
     activities: dict[int, ActivityState] = field(default_factory=dict)
     timers: set[int] = field(default_factory=set)  # TimerStarted event ids
     children: dict[int, ChildState] = field(default_factory=dict)
+    nexus_operations: dict[int, NexusOperationState] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ex: Execution) -> Pending:
-        return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children))
+        return cls(dict(ex.activities), set(ex.timers.values()), dict(ex.children), dict(ex.nexus_operations))
 
 
 def execution_from_start(workflow_id: str, run_id: str, started: HistoryEvent) -> Execution:
@@ -202,7 +226,7 @@ def execution_from_start(workflow_id: str, run_id: str, started: HistoryEvent) -
     return Execution(
         workflow_id=workflow_id, run_id=run_id, workflow_type=attrs["workflow_type"], task_queue=attrs["task_queue"],
         workflow_task_timeout_ms=attrs["workflow_task_timeout_ms"], start_request_id=attrs["request_id"], parent=parent,
-        scheduled_by=attrs.get("scheduled_by"), clock_offset_ms=attrs.get("clock_offset_ms", 0),
+        scheduled_by=attrs.get("scheduled_by"), clock_offset_ms=attrs.get("clock_offset_ms", 0), nexus_caller=attrs.get("nexus_caller"),
         time_skipping=None if skipping is None else TimeSkipping(
             skipping["enabled"], _bound(started, skipping["fast_forward_ms"]), disable_propagation=skipping["disable_propagation"],
         ),

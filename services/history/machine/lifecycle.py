@@ -26,7 +26,7 @@ from kadence.protocol.records import (
     WorkflowExecutionStarted,
     WorkflowTaskScheduled,
 )
-from services.history.machine import activity, child, clock, messages
+from services.history.machine import activity, child, clock, messages, nexus
 from services.history.machine.effects import answer, drop, outbound, scheduled_run_report, timer
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution, run_timeout_ms
 from services.history.machine.limits import within_history_limit
@@ -131,6 +131,7 @@ def _new_run(
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}), "memo": start.get("memo", {}), "scheduled_by": start.get("scheduled_by"),
         "original_execution_run_id": "", "time_skipping": start.get("time_skipping"), "clock_offset_ms": start.get("clock_offset_ms", 0),
+        "nexus_caller": start.get("nexus_caller"),
     }))
     if first is not None:
         t.add(*first)
@@ -298,7 +299,7 @@ def _continued_as_new_event(
         "continued_execution_run_id": ex.run_id, "search_attributes": _search_attributes_now(ex, t), **_parent_attributes(ex.parent),
         "first_workflow_task_backoff_ms": 0, "cron_schedule": started.get("cron_schedule", ""), "initiator": "WORKFLOW",
         **_chain_attributes(ex), "header": attrs.get("header", {}), "memo": memo, "scheduled_by": ex.scheduled_by,
-        "original_execution_run_id": "", **clock.inherited(ex, t.now_ms),
+        "original_execution_run_id": "", **clock.inherited(ex, t.now_ms), "nexus_caller": ex.nexus_caller,
     }))
     t.next_run.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return {
@@ -420,6 +421,7 @@ def _closed(ex: Execution, event: HistoryEvent) -> None:
     ex.timers.clear()
     ex.children.clear()  # the parent close policy applies to them
     ex.external_requests.clear()
+    ex.nexus_operations.clear()
     ex.updates.clear()
 
 
@@ -450,6 +452,8 @@ def _on_closed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect
     effects = [child.close_report(ex, kind, attrs)] if chain_ends and ex.parent is not None else []
     if chain_ends and ex.scheduled_by is not None:
         effects.append(scheduled_run_report(ex.scheduled_by, ex.workflow_id, ex.run_id, CLOSE_STATUS[kind]))
+    if chain_ends and ex.nexus_caller is not None:
+        effects.append(nexus.close_report(ex, kind, attrs))
     if kind != EventType.WorkflowExecutionTimedOut:
         effects.append(drop(ex, TimerKind.WORKFLOW_RUN_TIMEOUT, 1, 1))
     return effects

@@ -71,6 +71,9 @@ class Transition:
     # A reset's new run: its first events are the base run's, copied, which derive no effects
     # (reset.resumed_effects sets going what was pending at the point).
     copied_events: int = 0
+    # A workflow task's command recorded an event its workflow must hear of in a task of its own
+    # (a Nexus operation canceled at once): a new workflow task follows the completion's events.
+    wake_workflow: bool = False
     first_event_id: int = field(init=False)  # the run's next event id when it was decided
 
     def __post_init__(self) -> None:

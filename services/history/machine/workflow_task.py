@@ -22,7 +22,7 @@ from kadence.protocol.records import (
     TimeoutFired,
 )
 from kadence.protocol.records import RespondWorkflowTaskCompletedCommands as TaskCommandRecord
-from services.history.machine import activity, child, lifecycle, messages, timer
+from services.history.machine import activity, child, lifecycle, messages, nexus, timer
 from services.history.machine.effects import TASK_REDISPATCH_MS, drop, redispatch_delay_ms
 from services.history.machine.effects import timer as timer_effect
 from services.history.machine.execution import RUNNING, Execution, WorkflowTaskState
@@ -158,7 +158,7 @@ def _task_completed(ex: Execution, cmd: RespondWorkflowTaskCompleted, identity: 
     else:
         runs_on = _record_commands(t, _recorded(t, wt), cmd["commands"], identity)
     activity.record_eager_starts(t, cmd, identity)
-    if runs_on and ex.buffered:
+    if runs_on and (ex.buffered or t.wake_workflow):
         t.flush_buffered()
         t.add(EventType.WorkflowTaskScheduled, {"task_queue": ex.task_queue, "attempt": 1})
     return t
@@ -259,7 +259,7 @@ COMMANDS: dict[str, Decide] = {
 # Every command a workflow task may complete with, from the family that owns it.
 TASK_COMMANDS: dict[str, TaskCommand] = {
     **lifecycle.TASK_COMMANDS, **activity.TASK_COMMANDS, **timer.TASK_COMMANDS, **child.TASK_COMMANDS,
-    **messages.TASK_COMMANDS,
+    **messages.TASK_COMMANDS, **nexus.TASK_COMMANDS,
     TaskCommandType.RecordMarker: recorded_as_given("BAD_RECORD_MARKER_ATTRIBUTES", ("marker_name",)),
 }
 

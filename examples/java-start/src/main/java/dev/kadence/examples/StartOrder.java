@@ -49,7 +49,7 @@ public final class StartOrder {
      */
     static final List<String> COMMAND_DEPENDENCIES =
             List.of("Payload", "RetryPolicy", "RetryState", "TimeoutType", "Failure", "TimerKind", "QueryTask", "ScheduledBy",
-                    "ScheduleOverlapPolicy", "Schedule", "TimeSkipping", "SchedulePatch");
+                    "ScheduleOverlapPolicy", "Schedule", "TimeSkipping", "SchedulePatch", "NexusCaller");
 
     private StartOrder() {
     }
