@@ -609,6 +609,34 @@ def _workflow_execution_update_completed(reader: _Reader, a: Json) -> Json:
             "workflow_task_completed_event_id": reader.task_completed(a)}
 
 
+def _nexus_operation_scheduled(reader: _Reader, a: Json) -> Json:
+    return {"endpoint": str(a.get("endpoint") or ""), "service": str(a.get("service") or ""), "operation": str(a.get("operation") or ""),
+            "input": _payload(a["input"]) if a.get("input") else None,
+            "schedule_to_close_timeout_ms": _ms(a.get("scheduleToCloseTimeout")), "nexus_header": dict(a.get("nexusHeader") or {}),
+            "workflow_task_completed_event_id": reader.task_completed(a), "request_id": str(a.get("requestId") or ""), "task_queue": ""}
+
+
+def _nexus_operation(a: Json) -> Json:
+    return {"scheduled_event_id": _int(a["scheduledEventId"]), "request_id": str(a.get("requestId") or "")}
+
+
+def _nexus_operation_started(reader: _Reader, a: Json) -> Json:
+    return {**_nexus_operation(a), "operation_token": str(a.get("operationToken") or a.get("operationId") or "")}
+
+
+def _nexus_operation_completed(reader: _Reader, a: Json) -> Json:
+    return {**_nexus_operation(a), "result": _payload(a["result"]) if a.get("result") else None}
+
+
+def _nexus_operation_ended(reader: _Reader, a: Json) -> Json:
+    """A NexusOperationFailed, Canceled or TimedOut."""
+    return {**_nexus_operation(a), "failure": _failure(a.get("failure")) or {"message": ""}}
+
+
+def _nexus_operation_cancel_requested(reader: _Reader, a: Json) -> Json:
+    return {"scheduled_event_id": _int(a["scheduledEventId"]), "workflow_task_completed_event_id": reader.task_completed(a)}
+
+
 # Each Temporal event type Kadence reads, and how its attributes become Kadence's.
 _CONVERT: dict[str, Callable[[_Reader, Json], Json]] = {
     EventType.WorkflowExecutionStarted: _workflow_execution_started,
@@ -655,4 +683,11 @@ _CONVERT: dict[str, Callable[[_Reader, Json], Json]] = {
     EventType.WorkflowExecutionUpdateAdmitted: _workflow_execution_update_admitted,
     EventType.WorkflowExecutionUpdateAccepted: _workflow_execution_update_accepted,
     EventType.WorkflowExecutionUpdateCompleted: _workflow_execution_update_completed,
+    EventType.NexusOperationScheduled: _nexus_operation_scheduled,
+    EventType.NexusOperationStarted: _nexus_operation_started,
+    EventType.NexusOperationCompleted: _nexus_operation_completed,
+    EventType.NexusOperationFailed: _nexus_operation_ended,
+    EventType.NexusOperationCanceled: _nexus_operation_ended,
+    EventType.NexusOperationTimedOut: _nexus_operation_ended,
+    EventType.NexusOperationCancelRequested: _nexus_operation_cancel_requested,
 }

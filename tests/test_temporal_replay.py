@@ -282,9 +282,9 @@ def test_an_event_type_kadence_has_no_counterpart_for_is_refused_by_name() -> No
     history = copy.deepcopy(raw("signals_and_timers.json"))
     event = history["events"][5]
     event.clear()
-    event.update(eventId="6", eventTime="2026-11-20T09:05:01Z", eventType="EVENT_TYPE_NEXUS_OPERATION_SCHEDULED",
-                 nexusOperationScheduledEventAttributes={"endpoint": "payments", "operation": "charge"})
-    with pytest.raises(TemporalHistoryError, match="event 6 is a NexusOperationScheduled, which Kadence has no counterpart for"):
+    event.update(eventId="6", eventTime="2026-11-20T09:05:01Z", eventType="EVENT_TYPE_NEXUS_OPERATION_CANCEL_REQUEST_COMPLETED",
+                 nexusOperationCancelRequestCompletedEventAttributes={"scheduledEventId": "5"})
+    with pytest.raises(TemporalHistoryError, match="event 6 is a NexusOperationCancelRequestCompleted, which Kadence has no counterpart"):
         WorkflowHistory.from_json("greeting-signals", history)
 
 
@@ -314,7 +314,7 @@ def test_kadence_history_replay_reads_temporal_histories(tmp_path: Path) -> None
     changed.write_text("from tests.test_temporal_replay import UpdatableCartWorkflowWithoutTheActivity\n")
     unreadable = tmp_path / "nexus.json"
     history = raw("signals_and_timers.json")
-    history["events"][5] = {"eventId": "6", "eventTime": "2026-11-20T09:05:01Z", "eventType": "NexusOperationScheduled"}
+    history["events"][5] = {"eventId": "6", "eventTime": "2026-11-20T09:05:01Z", "eventType": "NexusOperationCancelRequestCompleted"}
     unreadable.write_text(json.dumps(history))
 
     def replay(module: str, *files: Path) -> subprocess.CompletedProcess[str]:
@@ -327,7 +327,7 @@ def test_kadence_history_replay_reads_temporal_histories(tmp_path: Path) -> None
     diverged = replay("changed_cart", TEMPORAL / "updatable_cart.json")
     assert diverged.returncode == 1 and "FAILED" in diverged.stdout and "NondeterminismError" in diverged.stdout, diverged.stdout
     refused = replay("tests.temporal_histories.workflows", unreadable)
-    assert refused.returncode == 1 and "event 6 is a NexusOperationScheduled" in refused.stderr, refused.stderr
+    assert refused.returncode == 1 and "event 6 is a NexusOperationCancelRequestCompleted" in refused.stderr, refused.stderr
 
 
 def _short(event_type: str) -> str:

@@ -38,6 +38,7 @@ from kadence.protocol.events import (
     ACTIVITY_RESULTS,
     CLOSE_STATUS,
     INITIATED_BY_ANSWER,
+    NEXUS_RESULTS,
     RESET_CAUSE,
     SCHEDULE_EVENTS,
     RunSection,
@@ -105,6 +106,8 @@ class RunAudit:
     fired_timers: set[str] = field(default_factory=set)
     initiated: dict[int, str] = field(default_factory=dict)  # initiated event id -> its type
     answered: dict[tuple[int, bool], int] = field(default_factory=dict)  # (initiated id, final?) -> answer event id
+    nexus_operations: dict[int, int] = field(default_factory=dict)  # scheduled id -> its Started event id (0: none yet)
+    finished_nexus_operations: dict[int, int] = field(default_factory=dict)  # scheduled id -> final result event id
     pending: dict[str, Due] = field(default_factory=dict)  # what the run waits for now, by what it is
     workflow_task_timeout_ms: int = 0
     first_workflow_task_backoff_ms: int = 0
@@ -413,6 +416,8 @@ def _check_event(run: RunAudit, event: Record, from_start: bool) -> str | None:
             return f"attempt {attrs['attempt']} of activity {attrs['scheduled_event_id']} started where attempt {due} was due"
     elif kind in ACTIVITY_RESULTS:
         return _check_activity_result(run, event, kind, attrs)
+    elif kind in NEXUS_EVENTS:
+        return _check_nexus_event(run, event, kind, attrs)
     elif kind in INITIATED_BY_ANSWER.values():
         run.initiated[event["event_id"]] = kind
     elif kind in INITIATED_BY_ANSWER:
@@ -519,6 +524,33 @@ def _check_activity_result(run: RunAudit, event: Record, kind: str, attrs: Recor
         run.activity_attempts[scheduled_id] = run.activity_attempts.get(scheduled_id, 1) + 1
     else:
         run.finished_activities[scheduled_id] = event["event_id"]
+    return None
+
+
+# The events of a Nexus operation after its NexusOperationScheduled.
+NEXUS_EVENTS = {*NEXUS_RESULTS, EventType.NexusOperationScheduled, EventType.NexusOperationStarted,
+                EventType.NexusOperationAttemptFailed, EventType.NexusOperationCancelRequested}
+
+
+def _check_nexus_event(run: RunAudit, event: Record, kind: str, attrs: Record) -> str | None:
+    """A Nexus operation's events name a NexusOperationScheduled of the run; it starts at most once
+    and ends once."""
+    if kind == EventType.NexusOperationScheduled:
+        run.nexus_operations[event["event_id"]] = 0
+        return None
+    scheduled_id = attrs["scheduled_event_id"]
+    if scheduled_id in run.finished_nexus_operations:
+        return f"{kind} for Nexus operation {scheduled_id}, which ended at event {run.finished_nexus_operations[scheduled_id]}"
+    if scheduled_id not in run.nexus_operations:
+        if scheduled_id >= run.first_event_id:
+            return f"{kind} for scheduled_event_id {scheduled_id}, which is not a NexusOperationScheduled event"
+        run.nexus_operations[scheduled_id] = 0  # scheduled before this audit's first event
+    if kind == EventType.NexusOperationStarted:
+        if run.nexus_operations[scheduled_id]:
+            return f"second NexusOperationStarted for Nexus operation {scheduled_id} (first at event {run.nexus_operations[scheduled_id]})"
+        run.nexus_operations[scheduled_id] = event["event_id"]
+    elif kind in NEXUS_RESULTS:
+        run.finished_nexus_operations[scheduled_id] = event["event_id"]
     return None
 
 

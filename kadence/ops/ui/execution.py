@@ -12,7 +12,7 @@ from typing import Any
 from kadence.api.common.v1 import Payload
 from kadence.converter import NOT_ENCODED, DataConverter
 from kadence.exceptions import RetryState
-from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, RESET_CAUSE
+from kadence.protocol.events import ACTIVITY_RESULTS, CHILD_RESULTS, CLOSE_STATUS, NEXUS_RESULTS, RESET_CAUSE
 from kadence.protocol.limits import iter_payloads
 from kadence.protocol.names import EventType
 
@@ -147,6 +147,19 @@ def timeline(events: list[Record], now_ms: int) -> Timeline:
             state = {EventType.ChildWorkflowExecutionCompleted: "completed", EventType.ChildWorkflowExecutionCanceled: "canceled",
                      EventType.ChildWorkflowExecutionTimedOut: "timed-out"}.get(kind, "failed")
             end(("child", attrs["initiated_event_id"]), at, state, event_id, kind.removeprefix("ChildWorkflowExecution").lower())
+        elif kind == EventType.NexusOperationScheduled:
+            key = ("nexus", event_id)
+            bars[key] = Bar("nexus operation", f"{attrs['service']}.{attrs['operation']} (endpoint {attrs['endpoint']})")
+            begin(key, at, "scheduled", "scheduled", event_id)
+        elif kind == EventType.NexusOperationStarted:
+            key = ("nexus", attrs["scheduled_event_id"])
+            end(key, at, "scheduled", event_id)
+            if key in bars:
+                begin(key, at, "running", "started", event_id)
+        elif kind in NEXUS_RESULTS:
+            state = {EventType.NexusOperationCompleted: "completed", EventType.NexusOperationCanceled: "canceled",
+                     EventType.NexusOperationTimedOut: "timed-out"}.get(kind, "failed")
+            end(("nexus", attrs["scheduled_event_id"]), at, state, event_id, state)
         elif kind in MARKED:
             label = attrs.get("signal_name") or attrs.get("name") or attrs.get("marker_name") or kind
             points.append(Point(at, event_id, f"{kind}: {label}" if label != kind else kind))
