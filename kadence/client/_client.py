@@ -143,7 +143,9 @@ class Client:
         if namespace != "default":
             raise ValueError(
                 f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
-                "give each namespace its own topics and database (a deployment of its own) instead"
+                "give each namespace its own topics and database (a deployment of its own) instead, or, to run code "
+                "written for several namespaces (temporalio's Nexus samples) on one deployment, set TEMPORAL_NAMESPACE=default "
+                "where it reads its profile (ClientConfig.load_client_connect_config)"
             )
         settings = KafkaSettings.from_env()
         if target_host and not bootstrap_servers and not os.environ.get("KADENCE_BOOTSTRAP_SERVERS"):
