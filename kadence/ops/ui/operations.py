@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+from typing import get_args
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -41,7 +42,7 @@ def task_queue_names(settings: KafkaSettings) -> list[str]:
     names = AdminClient(base_config(settings)).list_topics(timeout=30).topics
     found = set()
     for name in names:
-        for kind in ("workflow", "activity"):
+        for kind in get_args(topics.TaskKind):
             prefix, suffix = topics.task_queue_topic("", kind).split("..")
             if name.startswith(prefix + ".") and name.endswith("." + suffix):
                 found.add(name[len(prefix) + 1:-len(suffix) - 1])
