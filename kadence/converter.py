@@ -32,7 +32,7 @@ from kadence._extstore import StorageDriverSelectContext as StorageDriverSelectC
 from kadence._extstore import StorageDriverStoreContext as StorageDriverStoreContext
 from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType, replace_payloads
 from kadence.api.failure import v1 as failure_v1
-from kadence.common import to_ms
+from kadence.common import RawValue, to_ms
 from kadence.exceptions import (
     ActivityError,
     ApplicationError,
@@ -100,6 +100,9 @@ class CompositePayloadConverter(PayloadConverter):
     def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
         payloads = []
         for index, value in enumerate(values):
+            if isinstance(value, RawValue):  # as temporalio: a payload passed through as it is
+                payloads.append(Payload.of(value.payload))
+                continue
             payload = next((p for p in (c.to_payload(value) for c in self.converters.values()) if p is not None), None)
             if payload is None:
                 raise RuntimeError(f"Value at index {index} of type {type(value)} has no known converter")
@@ -110,11 +113,14 @@ class CompositePayloadConverter(PayloadConverter):
         values = []
         for index, record in enumerate(payloads):
             payload = Payload.of(record)
+            hint = type_hints[index] if type_hints is not None and index < len(type_hints) else None
+            if hint is RawValue:  # as temporalio: the payload unconverted, whatever its encoding
+                values.append(RawValue(payload))
+                continue
             encoding = payload.metadata.get("encoding", b"<unknown>")
             converter = self.converters.get(encoding)
             if converter is None:
                 raise KeyError(f"Unknown payload encoding {encoding.decode(errors='replace')}: register an EncodingPayloadConverter for it")
-            hint = type_hints[index] if type_hints is not None and index < len(type_hints) else None
             try:
                 values.append(converter.from_payload(payload, hint))
             except RuntimeError as err:

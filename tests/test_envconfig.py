@@ -227,6 +227,22 @@ def test_temporals_environment_variables(tmp_path: Path, monkeypatch: pytest.Mon
         ClientConfigProfile.load(override_env_vars={**env, "XDG_CONFIG_HOME": str(tmp_path / "home")})
 
 
+async def test_temporals_frontend_address_given_to_connect_is_taken_for_its_target_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """temporalio's first argument is the frontend's address (`Client.connect("localhost:7233")` in its
+    samples): on Temporal's port it is target_host, and the brokers are KADENCE_BOOTSTRAP_SERVERS'."""
+    monkeypatch.delenv("KADENCE_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ValueError, match=r"names Temporal's frontend port 7233, .*: set KADENCE_BOOTSTRAP_SERVERS"):
+        await Client.connect("localhost:7233")
+    monkeypatch.setenv("KADENCE_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    for given, brokers in (("localhost:7233", "127.0.0.1:1"), ("temporal-a:7233,temporal-b:7233", "127.0.0.1:1"),
+                           ("127.0.0.1:2", "127.0.0.1:2")):
+        client = await Client.connect(given)
+        try:
+            assert client.settings.bootstrap_servers == brokers, given
+        finally:
+            await client.close()
+
+
 def test_what_temporals_tls_cannot_be_is_refused() -> None:
     disabled = ClientConfigProfile.load(config_source='[profile.default]\nbootstrap_servers = "k:1"\n[profile.default.tls]\n'
                                         'disabled = true\nserver_name = "ignored-when-off"\n', override_env_vars={})

@@ -1,7 +1,8 @@
 """`kadence.api.common.v1.Payloads`, Temporal's wrapper of a list of payloads: the bytes protobuf
 is that protobuf message (checked against one declared apart, as Temporal's .proto declares it),
 which json_format reads and writes as a codec server does, and the converter's and codec's
-`encode_wrapper` / `decode_wrapper`, as temporalio's."""
+`encode_wrapper` / `decode_wrapper`, as temporalio's; and a `RawValue`, which the converter
+passes through unconverted, as temporalio's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format, messag
 from google.protobuf.message import Message
 
 from kadence.api.common.v1 import Payload, Payloads
+from kadence.common import RawValue
 from kadence.converter import DataConverter, PayloadCodec
 
 
@@ -75,3 +77,13 @@ async def test_the_converter_and_the_codec_take_payloads_wrappers_as_temporalio_
     assert dict(plain.payloads[0].metadata) == {"encoding": b"binary/zlib"}
     await codec.decode_wrapper(plain)
     assert DataConverter().payload_converter.from_payloads([Payload.of(p) for p in plain.payloads]) == ["pear"]
+
+
+def test_a_raw_value_passes_through_the_converter_as_temporalios() -> None:
+    converter = DataConverter.default.payload_converter
+    payload = converter.to_payload({"greeting": "hello"})
+    raw = converter.from_payload(payload, RawValue)
+    assert raw == RawValue(payload)
+    assert converter.to_payloads([raw, "other"]) == [payload, converter.to_payload("other")]  # sent as it is
+    odd = Payload(metadata={"encoding": b"binary/encrypted"}, data=b"\x01")
+    assert converter.from_payloads([odd], [RawValue]) == [RawValue(odd)]  # whatever its encoding

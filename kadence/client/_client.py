@@ -75,6 +75,7 @@ from kadence.workflow import UpdateMethodMultiParam
 
 log = logging.getLogger("kadence.client")
 ANSWERED_BEFORE_LOOKUP_S = 1.0  # a request's answer neither replied nor announced by then is looked up in the read model
+TEMPORAL_FRONTEND_PORT = "7233"  # no Kafka broker listens there: an address on it is temporalio's target_host
 
 
 def default_identity() -> str:
@@ -139,7 +140,17 @@ class Client:
         `kafka_config`: librdkafka properties (security.protocol, sasl.username ...) over those of
         KADENCE_KAFKA_*. kadence.envconfig reads all of these from a profile. `target_host`,
         temporalio's frontend address: the bootstrap servers, when neither `bootstrap_servers` nor
-        KADENCE_BOOTSTRAP_SERVERS gives them (docs/temporal-differences.md, "The client")."""
+        KADENCE_BOOTSTRAP_SERVERS gives them (docs/temporal-differences.md, "The client"); so is
+        `bootstrap_servers` when it names Temporal's frontend port, 7233, as temporalio's first
+        argument does (`Client.connect("localhost:7233")`)."""
+        if bootstrap_servers and _names_temporal_frontend(bootstrap_servers):
+            if not os.environ.get("KADENCE_BOOTSTRAP_SERVERS"):
+                raise ValueError(
+                    f"Client.connect({bootstrap_servers!r}) names Temporal's frontend port {TEMPORAL_FRONTEND_PORT}, and Kadence "
+                    "connects to Kafka instead: set KADENCE_BOOTSTRAP_SERVERS and KADENCE_POSTGRES_DSN "
+                    "(eval \"$(kadence env)\" for the local stack), or pass the Kafka brokers"
+                )
+            target_host, bootstrap_servers = bootstrap_servers, None
         if namespace != "default":
             raise ValueError(
                 f"namespace {namespace!r}: a Kadence deployment is one namespace, 'default'; "
@@ -928,3 +939,8 @@ def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
         target.set_exception(source.exception())  # type: ignore[arg-type]
     else:
         target.set_result(source.result())
+
+
+def _names_temporal_frontend(addresses: str) -> bool:
+    """Whether every host:port of a comma-separated list is on Temporal's frontend port."""
+    return all(address.strip().rpartition(":")[2] == TEMPORAL_FRONTEND_PORT for address in addresses.split(","))

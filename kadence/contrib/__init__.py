@@ -1,1 +1,2 @@
-"""Optional integrations (as temporalio.contrib): each needs its extra installed."""
+"""Optional integrations (as temporalio.contrib): each needs its extra installed, but
+workflow_streams, which is built on the SDK alone."""
