@@ -2,8 +2,8 @@
 for samples run by hand: the Versity S3 Gateway (versitygw, Apache-2.0) over a directory, each
 subdirectory of which is a bucket.
 
-Go builds it from source once (`go install`, its modules from the Go module proxy: about two and a
-half minutes on two cores) into ~/.cache/kadence, as Apache Kafka's jars are fetched once; later
+Go builds it from source once (`go install`, its modules from the Go module proxy: 140 CPU-seconds,
+two and a half to three and a half minutes on two cores) into ~/.cache/kadence, as Apache Kafka's jars are fetched once; later
 starts need neither Go nor the network. As a command, it serves until Ctrl-C:
 
     python -m kadence.dev.s3 --port 5000 --access-key test --secret-key test --bucket temporal-payloads
