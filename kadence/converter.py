@@ -21,15 +21,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from kadence._extstore import ExternalStorage, StorageDriverWorkflowInfo
-
 # temporalio.converter's names for external storage, which kadence/_extstore.py defines.
+from kadence._extstore import ExternalStorage as ExternalStorage
 from kadence._extstore import StorageDriver as StorageDriver
 from kadence._extstore import StorageDriverActivityInfo as StorageDriverActivityInfo
 from kadence._extstore import StorageDriverClaim as StorageDriverClaim
 from kadence._extstore import StorageDriverRetrieveContext as StorageDriverRetrieveContext
 from kadence._extstore import StorageDriverSelectContext as StorageDriverSelectContext
 from kadence._extstore import StorageDriverStoreContext as StorageDriverStoreContext
+from kadence._extstore import StorageDriverWorkflowInfo as StorageDriverWorkflowInfo
 from kadence.api.common.v1 import ActivityType, Payload, Payloads, WorkflowExecution, WorkflowType, replace_payloads
 from kadence.api.failure import v1 as failure_v1
 from kadence.common import RawValue, to_ms
@@ -686,10 +686,7 @@ class DataConverter:
         command, an answer), in place. A command's payloads are stored for its workflow."""
         if self.transforms_payloads:
             found = list(iter_payloads(record, NOT_ENCODED))
-            target = None
-            if isinstance(record, Mapping) and isinstance(record.get("workflow_id"), str):
-                target = StorageDriverWorkflowInfo(namespace="default", id=record["workflow_id"], run_id=record.get("run_id") or None)
-            _replace_all(found, await self._encoded([Payload.of(p) for p in found], target))
+            _replace_all(found, await self._encoded([Payload.of(p) for p in found], _store_target(record)))
 
     async def decode_payloads(self, record: Any) -> None:
         """Run the external storage's retrieval, then the codec's decode, over every payload in
@@ -705,6 +702,18 @@ DataConverter.default = DataConverter()
 def default() -> DataConverter:
     """The default data converter (temporalio.converter.default())."""
     return DataConverter.default
+
+
+def _store_target(record: Any) -> StorageDriverWorkflowInfo | None:
+    """The workflow a command's payloads are stored for: its id, with the run id and the workflow
+    type where the command names them (a start names no run; an activity's completion no type).
+    A driver may key payloads by them (kadence.contrib.aws.s3driver does)."""
+    if not isinstance(record, Mapping) or not isinstance(record.get("workflow_id"), str):
+        return None
+    command = record.get("command")
+    attributes = command[1] if isinstance(command, tuple) and isinstance(command[1], Mapping) else {}
+    return StorageDriverWorkflowInfo(namespace="default", id=record["workflow_id"], run_id=attributes.get("run_id") or None,
+                                     type=attributes.get("workflow_type") or None)
 
 
 def _replace_all(targets: list[dict[str, Any]], replacements: Sequence[Any]) -> None:

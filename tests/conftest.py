@@ -1,5 +1,6 @@
 """One real local stack (broker, embedded Postgres, the four services) per test session and broker.
-Its services export their spans to an OTLP receiver of the session (kadence/dev/otlp.py).
+Its services export their spans to an OTLP receiver of the session (kadence/dev/otlp.py). A real
+S3-compatible server (kadence/dev/s3.py) for the tests that ask for one.
 
 The suite runs on Apache Kafka. Tests marked `also_on_tansu` run on the Tansu broker too, so
 the zero-Java path stays tested. On a machine that cannot run Apache Kafka (no Java 17) the
@@ -32,6 +33,8 @@ from kadence.client import Client
 from kadence.dev.brokers import ApacheKafka, choose_broker, free_port
 from kadence.dev.local_stack import SERVICES, LocalStack
 from kadence.dev.otlp import OtlpReceiver, exporting_to, otlp_receiver
+from kadence.dev.s3 import LocalS3, S3Unavailable, local_s3
+from kadence.dev.s3 import build as build_s3_server
 from kadence.ops.audit import AuditReport, audit_history
 from kadence.protocol.kafka import partition_for_key
 from tests import background
@@ -55,8 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
     config.addinivalue_line("markers", "slow: makes a venv and installs into it (tens of seconds), without the stack")
     config.addinivalue_line("markers", f"cluster: three Apache Kafka nodes under load beside the stack; run with {CLUSTER_TESTS}=1")
-    config.addinivalue_line("markers", "stack: needs a broker and Postgres the harness starts (set on collection); "
-                                       "`pytest -m 'not stack'` runs the rest, the fast tier")
+    config.addinivalue_line("markers", "stack: needs a broker and Postgres, or the S3 server, the harness starts (set on "
+                                       "collection); `pytest -m 'not stack'` runs the rest, the fast tier")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -120,8 +123,9 @@ STACK_STARTERS = ("local_stack(", "LocalStack(", "start_local(", "start_time_ski
 
 def _needs_stack(item: pytest.Item) -> bool:
     """Whether the test uses the session stack (its fixtures reach `stack`) or its module starts
-    one of its own (a module-scoped stack, or one within the test)."""
-    if "stack" in getattr(item, "fixturenames", ()):
+    one of its own (a module-scoped stack, or one within the test); or it uses the S3 server (its
+    fixtures reach `s3`), which the first use on a machine builds (minutes, kadence/dev/s3.py)."""
+    if {"stack", "s3"} & set(getattr(item, "fixturenames", ())):
         return True
     return _starts_a_stack(str(item.path))
 
@@ -253,6 +257,29 @@ async def client(stack: LocalStack) -> AsyncIterator[Client]:
     connected = await Client.connect(stack.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
     yield connected
     await connected.close()
+
+
+S3_BUCKET = "kadence-payloads"  # the bucket the `s3` fixture's server has
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[LocalS3]:
+    """A real S3-compatible server (versitygw, kadence/dev/s3.py) on a free port over a temporary
+    directory, with the bucket S3_BUCKET. Built once per machine into ~/.cache/kadence, as Apache
+    Kafka's jars are fetched. Where it cannot be built (no Go, no module proxy) its tests are
+    skipped, saying what is missing and the command that gets it; in CI (CI=true) that is an error."""
+    try:
+        build_s3_server()
+    except S3Unavailable as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"no S3 server: {err}")
+        pytest.skip(f"no S3 server: {err}")
+    data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-s3-"))
+    try:
+        with local_s3(data_dir, free_port(), [S3_BUCKET]) as server:
+            yield server
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
+from kadence.dev import cache_root
 from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_ports
 from kadence.protocol.topics import min_insync_replicas
 
@@ -72,8 +73,7 @@ def missing_prerequisite() -> str | None:
 
 def cache_dir() -> Path:
     """One directory per pom content: a changed pom resolves again."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "kadence" / f"apache-kafka-{KAFKA_VERSION}-{hashlib.sha256(POM.read_bytes()).hexdigest()[:12]}"
+    return cache_root() / f"apache-kafka-{KAFKA_VERSION}-{hashlib.sha256(POM.read_bytes()).hexdigest()[:12]}"
 
 
 def cached_classpath() -> str | None:
