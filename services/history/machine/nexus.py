@@ -284,8 +284,10 @@ TIMEOUTS: dict[str, Timeout] = {
 # ---- effects
 
 
-def _task(ex: Execution, operation: NexusOperationState) -> Effect:
-    """The current attempt's task for a worker of the endpoint's queue. Deadlines in wall-clock time."""
+def _task(ex: Execution, operation: NexusOperationState, due_ms: int | None = None) -> Effect:
+    """The current attempt's task for a worker of the endpoint's queue, due at `due_ms` (default:
+    when the attempt was due). Deadlines in wall-clock time."""
+    due_ms = operation.dispatch_due_ms if due_ms is None else due_ms
     deadline = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms if operation.schedule_to_close_timeout_ms else 0
     return (EffectType.NexusTask, {
         "task_queue": operation.task_queue, "scheduled_event_id": operation.scheduled_event_id, "attempt": operation.attempt,
@@ -293,14 +295,14 @@ def _task(ex: Execution, operation: NexusOperationState) -> Effect:
         "input": operation.input, "nexus_header": operation.nexus_header, "request_id": operation.request_id,
         "scheduled_time_ms": operation.scheduled_time_ms,
         "schedule_to_close_deadline_ms": deadline - ex.clock_offset_ms if deadline else 0,
-        "request_deadline_ms": operation.dispatch_due_ms + REQUEST_TIMEOUT_MS - ex.clock_offset_ms,
+        "request_deadline_ms": due_ms + REQUEST_TIMEOUT_MS - ex.clock_offset_ms,
     })
 
 
-def _attempt_timers(ex: Execution, operation: NexusOperationState) -> list[Effect]:
-    """The attempt's request deadline, from when it is due to a worker."""
-    sid, attempt = operation.scheduled_event_id, operation.attempt
-    return [timer(ex, TimerKind.NEXUS_ATTEMPT, operation.dispatch_due_ms + REQUEST_TIMEOUT_MS, sid, attempt)]
+def _attempt_timers(ex: Execution, operation: NexusOperationState, due_ms: int | None = None) -> list[Effect]:
+    """The attempt's request deadline, from when it is due to a worker (`_task`'s `due_ms`)."""
+    due_ms = operation.dispatch_due_ms if due_ms is None else due_ms
+    return [timer(ex, TimerKind.NEXUS_ATTEMPT, due_ms + REQUEST_TIMEOUT_MS, operation.scheduled_event_id, operation.attempt)]
 
 
 def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
@@ -360,6 +362,20 @@ EFFECTS: dict[str, EffectsOf] = {
     EventType.NexusOperationScheduled: _on_scheduled, EventType.NexusOperationAttemptFailed: _on_attempt_failed,
     EventType.NexusOperationStarted: _on_started, EventType.NexusOperationCancelRequested: _on_cancel_requested,
 }
+
+
+def resumed_effects(ex: Execution, t: Transition, operation: NexusOperationState) -> list[Effect]:
+    """A reset's new run sets going an operation its copied past left pending: its schedule-to-close
+    deadline, and an attempt not started asynchronously, dispatched anew now. A started one's handler
+    workflow reports its close to the run that scheduled it, which the reset ended: the new run
+    hears of it only by its timeout (docs/temporal-differences.md, "Nexus")."""
+    effects = []
+    if operation.schedule_to_close_timeout_ms:
+        fire_at = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms
+        effects.append(timer(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, fire_at, operation.scheduled_event_id, 1))
+    if not operation.started_event_id:
+        effects += [_task(ex, operation, t.now_ms), *_attempt_timers(ex, operation, t.now_ms)]
+    return effects
 
 
 def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
