@@ -145,6 +145,20 @@ def test_what_was_pending_at_the_point_is_set_going_again_and_nothing_else() -> 
         later["event_time_ms"] + 60_000]
 
 
+def test_a_nexus_operation_pending_at_the_point_is_dispatched_anew() -> None:
+    run = started_run()
+    run.task(("ScheduleNexusOperation", {"endpoint": "greeter", "service": "Greeter", "operation": "greet", "input": None,
+                                         "task_queue": "handlers", "schedule_to_close_timeout_ms": 600_000}))
+    run.send("SignalWorkflowExecution", {"run_id": "", "signal_name": "go", "input": [], "request_id": ""})
+    run.task()  # the point: the operation scheduled, not answered
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK", after_ms=30_000)
+    sent = effects(written)
+    (task,) = [effect for kind, effect in sent if kind == "NexusTask"]
+    assert task["request_deadline_ms"] == run.now + 10_000  # a fresh attempt, from the reset
+    timers = [effect["kind"] for kind, effect in sent if kind == "Timer"]
+    assert "NEXUS_ATTEMPT" in timers and "NEXUS_SCHEDULE_TO_CLOSE" in timers
+
+
 def test_a_started_activitys_deadlines_count_from_its_start_and_its_schedule_to_close_is_set_again() -> None:
     run = started_run()
     run.task(("ScheduleActivityTask", {**activity("a")[1], "schedule_to_close_timeout_ms": 600_000}))

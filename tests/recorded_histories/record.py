@@ -290,8 +290,49 @@ def schedules() -> Scenario:
     return s
 
 
+def nexus_operations() -> Scenario:
+    s = Scenario("nexus_operations", "A sync Nexus operation retried after a retryable handler error and answered; a "
+                 "workflow-run operation started by its handler, whose handler workflow's close completes it; a third "
+                 "canceled before it started.")
+    s.send("caller-1", "StartWorkflowExecution", {"workflow_type": "Caller", "task_queue": "callers", "request_id": "start-c1"},
+           identity="client")
+    run_id = s.run_id("caller-1")
+    operation = {"endpoint": "greeter", "service": "Greeter", "input": payload("ada"), "task_queue": "greeters"}
+    s.task("caller-1", 2, ("ScheduleNexusOperation", {**operation, "operation": "greet"}),
+           ("ScheduleNexusOperation", {**operation, "operation": "greet_by_workflow", "schedule_to_close_timeout_ms": 600_000}))
+    s.send("caller-1", "RespondNexusTaskFailed", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 1,
+                                                  "failure": failure("busy"), "retryable": True}, identity="handler-1")
+    s.send("caller-1", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/NEXUS_RETRY/5/2", "kind": "NEXUS_RETRY",
+                                        "scheduled_event_id": 5, "attempt": 2}, identity="timer", after_ms=1_000)
+    s.send("caller-1", "RespondNexusTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 2,
+                                                     "result": payload("hello ada")}, identity="handler-1")
+    token = "eyJ0IjoxLCJucyI6ImRlZmF1bHQiLCJ3aWQiOiJncmVldGluZy1hZGEifQ"  # workflow_run_token("greeting-ada")
+    s.send("greeting-ada", "StartWorkflowExecution", {
+        "workflow_type": "Greeting", "task_queue": "greeters", "input": [payload("ada")], "request_id": f"nexus/caller-1/{run_id}/6",
+        "nexus_caller": {"workflow_id": "caller-1", "run_id": run_id, "scheduled_event_id": 6, "operation_token": token},
+    }, identity="handler-1")
+    s.send("caller-1", "RespondNexusTaskCompleted", {"run_id": run_id, "scheduled_event_id": 6, "attempt": 1,
+                                                     "operation_token": token}, identity="handler-1")
+    s.task("greeting-ada", 2, complete("hello from a workflow"))
+    s.send("caller-1", "RecordNexusOperationClosed", {"run_id": run_id, "scheduled_event_id": 6, "operation_token": token,
+                                                      "status": "Completed", "result": payload("hello from a workflow")},
+           identity="matching")
+    last = s.state.executions["caller-1"].workflow_task
+    assert last is not None
+    s.task("caller-1", last.scheduled_event_id, ("ScheduleNexusOperation", {**operation, "operation": "greet"}))
+    (scheduled,) = s.state.executions["caller-1"].nexus_operations
+    s.send("caller-1", "SignalWorkflowExecution", {"signal_name": "stop", "input": [], "request_id": "sig-c1"}, identity="client")
+    last = s.state.executions["caller-1"].workflow_task
+    assert last is not None
+    s.task("caller-1", last.scheduled_event_id, ("RequestCancelNexusOperation", {"scheduled_event_id": scheduled}))
+    last = s.state.executions["caller-1"].workflow_task
+    assert last is not None
+    s.task("caller-1", last.scheduled_event_id, complete("done"))
+    return s
+
+
 SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task,
-             update_with_start, schedules]
+             update_with_start, schedules, nexus_operations]
 
 
 def main() -> None:

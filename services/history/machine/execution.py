@@ -54,7 +54,7 @@ class NexusOperationState:
     attempt: int = 1
     dispatch_due_ms: int = 0  # when the current attempt went, or goes, to a worker
     operation_token: str = ""  # an asynchronous operation's, once started
-    started_event_id: int = 0
+    started: bool = False  # NexusOperationStarted applied (buffered, it has no event id yet)
     cancel_requested_event_id: int = 0
 
 

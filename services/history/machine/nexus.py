@@ -56,10 +56,13 @@ def _scheduled(ex: Execution, event: HistoryEvent) -> None:
 
 
 def _started(ex: Execution, event: HistoryEvent) -> None:
+    """Buffered (a workflow task in flight), it is applied again when written, after the operation may
+    have ended in the buffer too: then there is nothing to start."""
     attrs = attributes(event)
-    operation = ex.nexus_operations[attrs["scheduled_event_id"]]
-    operation.operation_token = attrs["operation_token"]
-    operation.started_event_id = event["event_id"]
+    operation = ex.nexus_operations.get(attrs["scheduled_event_id"])
+    if operation is not None:
+        operation.operation_token = attrs["operation_token"]
+        operation.started = True
 
 
 def _attempt_failed(ex: Execution, event: HistoryEvent) -> None:
@@ -123,7 +126,7 @@ def _canceled_if_not_started(t: Transition, attrs: RequestCancelNexusOperation, 
     (`_on_cancel_requested`), and its close says how it ended."""
     scheduled_event_id = attrs["scheduled_event_id"]
     operation = t.execution.nexus_operations[scheduled_event_id]
-    if not operation.started_event_id:
+    if not operation.started:
         t.add(FOLLOWING_EVENT[TaskCommandType.RequestCancelNexusOperation], NexusOperationCanceled(
             scheduled_event_id=scheduled_event_id, failure=_canceled_failure(), request_id=operation.request_id,
         ))
@@ -150,7 +153,7 @@ def _current_attempt(ex: Execution, cmd: RespondNexusTaskCompleted | RespondNexu
     """The operation an answer is for, if it answers the current attempt of an operation not yet
     started asynchronously: a late answer to an attempt that timed out counts for nothing."""
     operation = ex.nexus_operations.get(cmd["scheduled_event_id"])
-    if operation is None or operation.started_event_id or operation.attempt != cmd["attempt"]:
+    if operation is None or operation.started or operation.attempt != cmd["attempt"]:
         raise Rejected(f"no Nexus operation attempt awaits an answer: scheduled_event_id={cmd['scheduled_event_id']} "
                        f"attempt={cmd['attempt']}")
     return operation
@@ -214,7 +217,7 @@ def _handler_closed(ex: Execution, cmd: RecordNexusOperationClosed, identity: st
         raise Rejected(f"handler workflow close status {status!r}: expected one of {sorted(NEXUS_RESULT_FOR_STATUS)}")
     t = Transition(ex, now_ms)
     sid, rid = operation.scheduled_event_id, operation.request_id
-    if not operation.started_event_id:
+    if not operation.started:
         t.add_workflow_visible(EventType.NexusOperationStarted, {
             "scheduled_event_id": sid, "operation_token": cmd["operation_token"], "request_id": rid,
         })
@@ -239,7 +242,7 @@ COMMANDS: dict[str, Decide] = {
 
 def _timed_operation(ex: Execution, cmd: TimeoutFired) -> NexusOperationState:
     operation = ex.nexus_operations.get(cmd["scheduled_event_id"])
-    if operation is None or operation.started_event_id or operation.attempt != cmd["attempt"]:
+    if operation is None or operation.started or operation.attempt != cmd["attempt"]:
         raise Rejected(f"stale {cmd['kind']} timer")
     return operation
 
@@ -284,8 +287,10 @@ TIMEOUTS: dict[str, Timeout] = {
 # ---- effects
 
 
-def _task(ex: Execution, operation: NexusOperationState) -> Effect:
-    """The current attempt's task for a worker of the endpoint's queue. Deadlines in wall-clock time."""
+def _task(ex: Execution, operation: NexusOperationState, due_ms: int | None = None) -> Effect:
+    """The current attempt's task for a worker of the endpoint's queue, due at `due_ms` (default:
+    when the attempt was due). Deadlines in wall-clock time."""
+    due_ms = operation.dispatch_due_ms if due_ms is None else due_ms
     deadline = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms if operation.schedule_to_close_timeout_ms else 0
     return (EffectType.NexusTask, {
         "task_queue": operation.task_queue, "scheduled_event_id": operation.scheduled_event_id, "attempt": operation.attempt,
@@ -293,14 +298,14 @@ def _task(ex: Execution, operation: NexusOperationState) -> Effect:
         "input": operation.input, "nexus_header": operation.nexus_header, "request_id": operation.request_id,
         "scheduled_time_ms": operation.scheduled_time_ms,
         "schedule_to_close_deadline_ms": deadline - ex.clock_offset_ms if deadline else 0,
-        "request_deadline_ms": operation.dispatch_due_ms + REQUEST_TIMEOUT_MS - ex.clock_offset_ms,
+        "request_deadline_ms": due_ms + REQUEST_TIMEOUT_MS - ex.clock_offset_ms,
     })
 
 
-def _attempt_timers(ex: Execution, operation: NexusOperationState) -> list[Effect]:
-    """The attempt's request deadline, from when it is due to a worker."""
-    sid, attempt = operation.scheduled_event_id, operation.attempt
-    return [timer(ex, TimerKind.NEXUS_ATTEMPT, operation.dispatch_due_ms + REQUEST_TIMEOUT_MS, sid, attempt)]
+def _attempt_timers(ex: Execution, operation: NexusOperationState, due_ms: int | None = None) -> list[Effect]:
+    """The attempt's request deadline, from when it is due to a worker (`_task`'s `due_ms`)."""
+    due_ms = operation.dispatch_due_ms if due_ms is None else due_ms
+    return [timer(ex, TimerKind.NEXUS_ATTEMPT, due_ms + REQUEST_TIMEOUT_MS, operation.scheduled_event_id, operation.attempt)]
 
 
 def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
@@ -339,7 +344,7 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
 
 def _on_cancel_requested(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
     operation = ex.nexus_operations.get(attributes(event)["scheduled_event_id"])
-    if operation is None or not operation.started_event_id:
+    if operation is None or not operation.started:
         return []
     return _cancel_handler_workflow(ex, operation)
 
@@ -362,6 +367,20 @@ EFFECTS: dict[str, EffectsOf] = {
 }
 
 
+def resumed_effects(ex: Execution, t: Transition, operation: NexusOperationState) -> list[Effect]:
+    """A reset's new run sets going an operation its copied past left pending: its schedule-to-close
+    deadline, and an attempt not started asynchronously, dispatched anew now. A started one's handler
+    workflow reports its close to the run that scheduled it, which the reset ended: the new run
+    hears of it only by its timeout (docs/temporal-differences.md, "Nexus")."""
+    effects = []
+    if operation.schedule_to_close_timeout_ms:
+        fire_at = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms
+        effects.append(timer(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, fire_at, operation.scheduled_event_id, 1))
+    if not operation.started:
+        effects += [_task(ex, operation, t.now_ms), *_attempt_timers(ex, operation, t.now_ms)]
+    return effects
+
+
 def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
     """The timers of the operations the transition ended (or dropped with the run) go."""
     effects: list[Effect] = []
@@ -369,7 +388,7 @@ def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effe
         sid = operation.scheduled_event_id
         if operation.schedule_to_close_timeout_ms:
             effects.append(drop(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, sid, 1))
-        if not operation.started_event_id:
+        if not operation.started:
             effects.append(drop(ex, TimerKind.NEXUS_ATTEMPT, sid, operation.attempt))
             if operation.attempt > 1:
                 effects.append(drop(ex, TimerKind.NEXUS_RETRY, sid, operation.attempt))

@@ -22,7 +22,7 @@ from kadence.protocol.ids import run_id_for
 from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
 from kadence.protocol.settings import SettingError
-from services.history.machine import activity, lifecycle, timer
+from services.history.machine import activity, lifecycle, nexus, timer
 from services.history.machine.dispatch import execution_from_events
 from services.history.machine.execution import RUNNING, Execution
 from services.history.machine.records import Effect, HistoryEvent, attributes, event_type
@@ -153,7 +153,8 @@ def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
     """What the new run had pending at the point, set going again (its state `ex` applied): the
     run's start (its timeout, a schedule's report); each pending activity's attempt (a started one's
     timeouts, and its cancellation if one was asked; else its dispatch or its retry's timer, from its
-    last scheduling or retried failure), and its schedule-to-close deadline; each user timer's start.
+    last scheduling or retried failure), and its schedule-to-close deadline; each user timer's start;
+    each pending Nexus operation's current attempt (one not started) and its schedule-to-close deadline.
     Every deadline counts from the copied event that set it, not from the reset (fired at once if
     past), as Temporal's are."""
     copied = {e["event_id"]: e for e in t.events[:t.copied_events]}
@@ -171,6 +172,8 @@ def resumed_effects(ex: Execution, t: Transition) -> list[Effect]:
         resumed.extend(_RESUMES[event_type(event)](ex, t, event))
     for pending in (a for _, a in sorted(ex.activities.items()) if a.started_event_id or a.attempt > 1):
         resumed += activity.schedule_to_close_timer(ex, pending)  # else set with its scheduling, resumed above
+    for _, operation in sorted(ex.nexus_operations.items()):
+        resumed += nexus.resumed_effects(ex, t, operation)
     return resumed
 
 
