@@ -9,13 +9,19 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
+from typing import Any
+
+import pytest
 
 from kadence import activity, workflow
-from kadence.client import Client, Interceptor, OutboundInterceptor, StartWorkflowInput, WorkflowHandle
+from kadence.client import Client, Interceptor, OutboundInterceptor, StartWorkflowInput, WorkflowHandle, _eager
+from kadence.client._eager import EagerStart, EagerWorkers
+from kadence.client._replies import ReplyListener
 from kadence.dev.local_stack import LocalStack
 from kadence.protocol import topics
-from kadence.protocol.codec import task_codec
+from kadence.protocol.codec import codec, task_codec
 from kadence.protocol.kafka import read_to_end, topic_partitions
+from kadence.protocol.settings import KafkaSettings
 from kadence.worker import Worker
 from tests.workflows import EchoWorkflow, echo
 
@@ -150,3 +156,80 @@ async def test_a_start_answered_before_does_not_hand_the_task_over_again(stack: 
         assert again.result_run_id == first.result_run_id
         assert await again.result() == "once"
     assert 2 not in dispatched_workflow_tasks(stack, task_queue, workflow_id)
+
+
+class Slot:
+    """A worker's slot as the client sees it (kadence.client._eager.EagerSlot)."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        self.ran: list[tuple[dict[str, Any], int]] = []
+        self.released = 0
+
+    def run(self, task: dict[str, Any], started_time_ms: int) -> None:
+        self.ran.append((task, started_time_ms))
+
+    def release(self) -> None:
+        self.released += 1
+
+
+class SlotsOf:
+    def __init__(self, free: int, identity: str) -> None:
+        self.free, self.identity = free, identity
+
+    def reserve_eager_slot(self, workflow_type: str, workflow_id: str) -> Slot | None:
+        if not self.free:
+            return None
+        self.free -= 1
+        return Slot(self.identity)
+
+
+FIRST_TASK = {"task_queue": "q", "workflow_type": "W", "scheduled_event_id": 2, "attempt": 1, "history": [], "first_event_id": 3,
+              "redispatched": False, "clock_offset_ms": 0}
+
+
+def answered(replies: ReplyListener, request_id: str, eager_task: dict[str, Any] | None) -> None:
+    """The history service's answer to the start arrives on kadence.replies."""
+    reply = codec("Reply")
+    replies._settle_reply(reply.encode({"reply": ("CommandAnswer", {
+        "request_id": request_id, "workflow_id": "w", "run_id": "r", "accepted": True, "cause": None, "reason": None,
+        "eager_workflow_task": eager_task,
+    })}), reply.headers())
+
+
+async def test_a_start_takes_the_first_worker_of_its_queue_with_a_slot_and_hands_it_the_task_its_answer_brings() -> None:
+    workers, replies = EagerWorkers(), ReplyListener(KafkaSettings.from_env())
+    full, free = SlotsOf(0, "full"), SlotsOf(1, "free")
+    for worker in (full, free):
+        workers.register("q", worker)
+    assert EagerStart.reserve(workers, replies, "other-queue", "W", "w", "s0") is None
+    assert EagerStart.reserve(workers, None, "q", "W", "w", "s0") is None  # no reply listener: the task could not come back
+    start = EagerStart.reserve(workers, replies, "q", "W", "w", "s1")
+    assert start is not None and start.slot.identity == "free"
+    answered(replies, "s1", {"task": FIRST_TASK, "started_time_ms": 1234})
+    assert await start.hand_over("w", "r")
+    assert start.slot.ran == [({"workflow_id": "w", "run_id": "r", "task": ("WorkflowTask", FIRST_TASK), "history_length": 0}, 1234)]
+    assert EagerStart.reserve(workers, replies, "q", "W", "w", "s2") is None  # both full now
+    workers.unregister("q", free)
+    workers.unregister("q", full)
+    assert EagerStart.reserve(workers, replies, "q", "W", "w", "s3") is None
+
+
+async def test_a_start_without_its_task_gives_the_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its answer brings none (history started the task otherwise), or no answer comes on
+    kadence.replies in time (the read model answered, the reply was lost), or the caller gives up."""
+    workers, replies = EagerWorkers(), ReplyListener(KafkaSettings.from_env())
+    workers.register("q", SlotsOf(3, "worker"))
+    monkeypatch.setattr(_eager, "EAGER_TASK_WAIT_S", 0.05)
+    starts = [EagerStart.reserve(workers, replies, "q", "W", "w", f"s{i}") for i in range(3)]
+    assert all(starts)
+    plain, unanswered, cancelled = (start for start in starts if start is not None)
+    answered(replies, "s0", None)
+    assert not await plain.hand_over("w", "r") and (plain.slot.released, plain.slot.ran) == (1, [])
+    assert not await unanswered.hand_over("w", "r") and unanswered.slot.released == 1
+    waiting = asyncio.create_task(cancelled.hand_over("w", "r"))
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert cancelled.slot.released == 1 and replies.eager_tasks == {}

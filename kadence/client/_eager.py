@@ -113,8 +113,10 @@ class EagerStart:
             log.warning("event=eager_workflow_task_not_heard workflow_id=%s run_id=%s wait_s=%.1f consequence=%r",
                         workflow_id, run_id, EAGER_TASK_WAIT_S,
                         "if the start began the task eagerly, it runs after its workflow task timeout, through the queue")
-        finally:
-            self.replies.forget_eager_task(self.request_id)
+        except BaseException:  # the caller was cancelled: the slot must not stay taken
+            self.abandon()
+            raise
+        self.replies.forget_eager_task(self.request_id)
         if eager is None:
             self.slot.release()
             return False
