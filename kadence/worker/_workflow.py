@@ -128,7 +128,7 @@ class WorkflowWorker:
         self._executor = executor  # where activations run: this loop when None
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._starts = HeldStarts(context.send_all)
-        self._slots = _TaskSlots(max_concurrent or WORKFLOW_TASK_SLOTS, context)
+        self._slots = _TaskSlots(max_concurrent or WORKFLOW_TASK_SLOTS, context if workflows else None)
         # Held by the poller's batch, or an eager start's task, from its activation to its answer:
         # a worker runs one at a time, so a run is never activated twice at once.
         self._lane = asyncio.Lock()
@@ -711,9 +711,10 @@ class _TaskSlots:
     """The worker's workflow task slots (temporalio's max_concurrent_workflow_tasks): each task of
     the batch its poller runs holds one, taken whatever the count (its consumer fetched them
     already), and an eager start's first task one from its reservation to its answer, taken only
-    when one is free. Each change is set on the SDK's slot gauges, as the activity slots' are."""
+    when one is free. Each change is set on the SDK's slot gauges, as the activity slots' are,
+    given the worker's context (none: a worker without workflows reports none)."""
 
-    def __init__(self, size: int, context: WorkerContext) -> None:
+    def __init__(self, size: int, context: WorkerContext | None) -> None:
         self._size = size
         self._used = 0
         self._context = context
@@ -728,6 +729,9 @@ class _TaskSlots:
 
     @contextlib.contextmanager
     def taken(self, count: int) -> Iterator[None]:
+        if not count:  # the poller's empty batches, every 50 ms while idle: nothing to count
+            yield
+            return
         self._used += count
         self._changed()
         try:
@@ -740,6 +744,8 @@ class _TaskSlots:
         self._changed()
 
     def _changed(self) -> None:
+        if self._context is None:
+            return
         attributes = self._context.metric_attributes(worker_type="WorkflowWorker")
         self._context.metrics.worker_task_slots_available.set(max(0, self._size - self._used), attributes)
         self._context.metrics.worker_task_slots_used.set(self._used, attributes)
