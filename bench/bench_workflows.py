@@ -2,14 +2,17 @@
 
     python -m bench.bench_workflows --workflows 2000 --concurrency 50 [--broker kafka|tansu] [--processes one|separate]
     python -m bench.bench_workflows --workflows 200 --concurrency 1 --workload ten-activities --worker-in-process
+    python -m bench.bench_workflows --workflows 200 --concurrency 1 --workload no-activity --worker-in-process --eager
     python -m bench.bench_workflows --against-settings   # in a pod of a deployment (docs/operations.md)
 
 Starts its own local stack (broker, Postgres, services; --broker kafka|tansu), or with --against-settings uses the
 deployment the KADENCE_* variables name, and a worker (a process of its own, or with
 --worker-in-process in the client's process, as the engines compared in docs/performance.md run
 it); runs N workflows of the --workload with at most C in flight: one activity that returns its
-input (the default), ten such activities one after another, or a 1 s durable timer and then the
-activity. It prints workflows/s and start-to-result p50/p99, the p50 in broker round trips (the
+input (the default), ten such activities one after another, a 1 s durable timer and then the
+activity, or no activity (the workflow returns its input: one workflow task). With --eager (and
+--worker-in-process) each start asks for Temporal's eager workflow start, and the run says how many
+the worker took. It prints workflows/s and start-to-result p50/p99, the p50 in broker round trips (the
 produce-to-consume round trip measured in the same run, which bounds every hop a workflow makes),
 the CPU-seconds each process spent in the measured run, in all and per 1,000 workflows, and the
 records per workflow it wrote to each topic (counted from the topics' ends; not on Tansu, whose
@@ -90,7 +93,15 @@ class TimerWorkflow:
         return await workflow.execute_activity(echo_input, value, start_to_close_timeout=timedelta(seconds=30))
 
 
-WORKLOADS = {"one-activity": BenchWorkflow, "ten-activities": TenActivitiesWorkflow, "timer": TimerWorkflow}
+@workflow.defn
+class NoActivityWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return value
+
+
+WORKLOADS = {"one-activity": BenchWorkflow, "ten-activities": TenActivitiesWorkflow, "timer": TimerWorkflow,
+             "no-activity": NoActivityWorkflow}
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -132,7 +143,11 @@ def broker_round_trip(settings: KafkaSettings, pings: int) -> list[float]:
     return samples
 
 
-async def run_workflows(client: Client, workload: str, count: int, concurrency: int) -> tuple[float, list[float]]:
+async def run_workflows(
+    client: Client, workload: str, count: int, concurrency: int, *, eager: bool = False, taken: list[bool] | None = None,
+) -> tuple[float, list[float]]:
+    """(seconds, each workflow's start-to-result ms). With `eager`, each start asks for eager
+    workflow start, and `taken` gets whether the worker took it."""
     slots = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
@@ -140,7 +155,9 @@ async def run_workflows(client: Client, workload: str, count: int, concurrency: 
         async with slots:
             started = time.perf_counter()
             value = f"bench-{i}-{uuid.uuid4().hex[:8]}"
-            handle = await client.start_workflow(WORKLOADS[workload].run, value, id=value, task_queue=TASK_QUEUE)
+            handle = await client.start_workflow(WORKLOADS[workload].run, value, id=value, task_queue=TASK_QUEUE, request_eager_start=eager)
+            if taken is not None:
+                taken.append(bool(getattr(handle, "__temporal_eagerly_started")))  # noqa: B009 (temporalio's mark)
             assert await handle.result() == value
             latencies.append((time.perf_counter() - started) * 1000)
 
@@ -159,6 +176,7 @@ class Run:
     worker_in_process: bool
     warm_up: int
     broker_requests: bool = False  # count the broker's requests (BrokerRequests)
+    eager: bool = False  # request_eager_start on every start
 
 
 def topic_ends(settings: KafkaSettings) -> dict[str, int] | None:
@@ -207,13 +225,14 @@ async def bench(target: Target, run: Run, pings: int) -> None:
             if run.worker_in_process:
                 await in_process.enter_async_context(bench_worker(client))
             # Warm-up: group joins, topic creation, and (one at a time) 20 workflows, as the engines compared were.
-            await run_workflows(client, run.workload, run.warm_up, run.concurrency)
+            await run_workflows(client, run.workload, run.warm_up, run.concurrency, eager=run.eager)
             ends_before = await asyncio.to_thread(topic_ends, target.settings)
             if broker_requests is not None:
                 requests_before = await asyncio.to_thread(broker_requests.counts)
             cpu.start()
             collections.start()
-            elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency)
+            taken: list[bool] = []
+            elapsed, latencies = await run_workflows(client, run.workload, run.workflows, run.concurrency, eager=run.eager, taken=taken)
             cpu_report = cpu.report(per_thousand=run.workflows)
             collections_report = collections.report(run.workflows)
             requests_after = await asyncio.to_thread(broker_requests.counts) if broker_requests is not None else None
@@ -230,6 +249,8 @@ async def bench(target: Target, run: Run, pings: int) -> None:
     where = "in the client's process" if run.worker_in_process else "in a process of its own"
     print(f"workflows:            {run.workflows} ({run.workload}), concurrency {run.concurrency}, "
           f"{target.settings.partitions} partitions, worker {where}")
+    if run.eager:
+        print(f"eager start:          asked for every start, taken for {sum(taken)}")
     print(f"throughput:           {run.workflows / elapsed:.0f} workflows/s")
     p50, rtt_p50 = percentile(latencies, 50), percentile(round_trip, 50)
     print(f"start-to-result:      p50 {p50:.1f} ms ({p50 / rtt_p50:.0f} broker round trips), p99 {percentile(latencies, 99):.1f} ms")
@@ -264,15 +285,19 @@ def main() -> None:
                         help="KADENCE_FETCH_WAIT_MAX_MS for every process (default: the local broker's: 100 on Apache Kafka, 5 on Tansu)")
     parser.add_argument("--broker-requests", action="store_true",
                         help="count the broker's requests per workflow (a JMX agent attached to the local Apache Kafka)")
+    parser.add_argument("--eager", action="store_true",
+                        help="ask for eager workflow start (request_eager_start) on every start; needs --worker-in-process")
     parser.add_argument("--processes", choices=list(PROCESS_LAYOUTS), default="one",
                         help="the services in one process (`kadence server`, the default) or each in its own")
     add_broker_option(parser)
     parser.add_argument("--against-settings", action="store_true",
                         help="Run against the deployment the KADENCE_* variables name instead of a local stack.")
     args = parser.parse_args()
+    if args.eager and not args.worker_in_process:
+        parser.error("--eager needs --worker-in-process: only a worker of the starting client's process takes an eager start")
     logging.basicConfig(level=logging.WARNING)
     warm_up = args.warm_up if args.warm_up is not None else min(50 if args.concurrency > 1 else 20, args.workflows)
-    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process, warm_up, args.broker_requests)
+    run = Run(args.workload, args.workflows, args.concurrency, args.worker_in_process, warm_up, args.broker_requests, args.eager)
     if args.against_settings:
         uvloop.run(bench(Target(dict(os.environ), KafkaSettings.from_env()), run, args.pings))
         return

@@ -38,6 +38,7 @@ def test_start_command_round_trips(workflow_id: str, inputs: list[dict]) -> None
         "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {}, "initiated_by": None, "start_delay_ms": 0,
         "cron_schedule": "", "header": {}, "memo": {}, "scheduled_by": None, "time_skipping": None, "clock_offset_ms": 0, "activity": None,
         "nexus_caller": None,
+        "eager_worker_identity": "",
     }), "reply_partition": None}
     assert commands.decode(commands.encode(record), commands.headers()) == record
 

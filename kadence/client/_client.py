@@ -19,6 +19,7 @@ from confluent_kafka import Message
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
 from kadence.client._activities import ActivityExecutionAsyncIterator, ActivityExecutionCount, ActivityHandle
+from kadence.client._eager import EagerWorkers
 from kadence.client._handles import (
     AsyncActivityHandle,
     WithStartWorkflowOperation,
@@ -85,7 +86,7 @@ def default_identity() -> str:
 @dataclasses.dataclass
 class _Connection:
     """What a client holds open (its producer, read model and reply listener), which the clients
-    `with_interceptors` makes share."""
+    `with_interceptors` makes share, and the workers running on it (for eager starts)."""
 
     producer: AsyncProducer
     results: ReadModel | None = None
@@ -94,6 +95,7 @@ class _Connection:
     unrecorded: dict[str, Callable[[], Awaitable[Any]]] = dataclasses.field(default_factory=dict)
     encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
     encoder: asyncio.Task[None] | None = None
+    eager_workers: EagerWorkers = dataclasses.field(default_factory=EagerWorkers)
     closed: bool = False
 
 
@@ -255,9 +257,10 @@ class Client:
         each run starts at the schedule's next time and one that completes, fails or times out is
         followed by the next, until the workflow is canceled or terminated (as Temporal). `memo`:
         values kept with the run and shown by describe, list and the UI, not indexed (as Temporal's).
-        `request_eager_start` is taken and passed to the interceptors, but the first workflow task
-        still goes through the task queue (as Temporal starts a workflow it cannot start eagerly:
-        docs/temporal-differences.md, "The client").
+        With `request_eager_start`, a Worker of this client polling `task_queue` with a free
+        workflow task slot runs the first workflow task, which history hands back in the start's
+        answer instead of dispatching it (Temporal's eager workflow start); the handle's
+        `__temporal_eagerly_started` says whether it did (docs/temporal-differences.md, "The client").
         The handle is of the workflow's class and result type (WorkflowHandle[MyWorkflow, MyResult])
         when `workflow` is its run method."""
         if cron_schedule:
@@ -888,6 +891,12 @@ class Client:
         except Exception as exc:
             log.warning("event=replies_unavailable error=%r fallback=%r", str(exc), "the read model")
             return None
+
+    @property
+    def _eager_workers(self) -> EagerWorkers:
+        """The workers of this process on this client's connection that may take an eager start's
+        first task (a Worker registers while it runs, as temporalio's with its client)."""
+        return self._conn.eager_workers
 
     async def _watch_run(self, request_id: str) -> RunWatch | None:
         """The closes the history service sends for the run a start carrying `request_id` answers with."""

@@ -15,6 +15,7 @@ import psycopg
 from confluent_kafka import Message
 
 from kadence.client._activities import ActivityExecution, ActivityExecutionCount, ActivityHandle, activity_key
+from kadence.client._eager import EagerStart, EagerWorkers
 from kadence.client._handles import AsyncActivityHandle, HandleClient, WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
     CancelWorkflowInput,
@@ -67,6 +68,11 @@ class ImplClient(HandleClient, Protocol):
 
     async def _watch_run(self, request_id: str) -> RunWatch | None: ...
 
+    async def _replies_if_listening(self) -> ReplyListener | None: ...
+
+    @property
+    def _eager_workers(self) -> EagerWorkers: ...
+
 
 class _ClientImpl(OutboundInterceptor):
     """The innermost interceptor: what each client call does (temporalio's _ClientImpl)."""
@@ -98,13 +104,24 @@ class _ClientImpl(OutboundInterceptor):
         request_id = input.request_id or str(uuid.uuid4())
         watch = await client._watch_run(request_id)  # before the send: the close may come soon after the answer
         start = self._start_record(input, request_id)
+        eager = None
         if input.start_signal is None:
-            run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
+            eager = await self._eager_start(input, request_id)
+            if eager is not None:
+                start["eager_worker_identity"] = eager.slot.identity
+            try:
+                run_id = await client._request(input.id, CommandType.StartWorkflowExecution, start, request_id)
+            except BaseException:
+                if eager is not None:
+                    eager.abandon()
+                raise
         else:
             run_id = await client._request(input.id, CommandType.SignalWithStartWorkflowExecution, {
                 "start": start, "signal_name": input.start_signal, "signal_input": payloads.to_payloads(list(input.start_signal_args)),
             }, request_id)
-        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s", input.id, run_id, input.workflow)
+        eagerly_started = eager is not None and await eager.hand_over(input.id, run_id)
+        log.info("event=workflow_started workflow_id=%s run_id=%s workflow_type=%s eagerly_started=%s",
+                 input.id, run_id, input.workflow, eagerly_started)
         # As temporalio: the handle targets the workflow id's current run (run_id None), so signals,
         # queries, updates and cancellation reach the run a continue-as-new started; result() starts
         # from this run and follows the chain; cancel, terminate and update stay within its chain.
@@ -114,10 +131,18 @@ class _ClientImpl(OutboundInterceptor):
         )
         handle._recorded = True  # the start is in the log: result() need not look for the run first
         handle._close_watch = watch
-        # temporalio's mark of a start the server took eagerly, which its eager start sample prints:
-        # never here, as Temporal's server answers when it cannot start one eagerly.
-        setattr(handle, "__temporal_eagerly_started", False)  # noqa: B010 (a name no attribute syntax can set)
+        # temporalio's mark of a start whose first workflow task a worker of this process took, which its eager start sample prints.
+        setattr(handle, "__temporal_eagerly_started", eagerly_started)  # noqa: B010 (a name no attribute syntax can set)
         return handle
+
+    async def _eager_start(self, input: StartWorkflowInput, request_id: str) -> EagerStart | None:
+        """A slot of a worker of this process for the start's first task, when the start asks for one
+        (temporalio's request_eager_start; a signal-with-start never does, as Temporal's)."""
+        if not input.request_eager_start:
+            return None
+        client = self._client
+        return EagerStart.reserve(client._eager_workers, await client._replies_if_listening(), input.task_queue, input.workflow,
+                                  input.id, request_id)
 
     async def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
         """A standalone activity: a start under its key carrying the activity (decision 0007)."""

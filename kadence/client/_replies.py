@@ -7,7 +7,8 @@ partition; replies for other clients sharing the partition are skipped. (On Tans
 ListOffsets answers up to a batch short of the end, the reader starts that much early and skips
 those too.) A worker's QueryAnswer and the history service's Reply are told apart by their
 kadence-schema header. The history service's replies are a shortcut, not the record: every one
-is in the read model too, where the client also waits (a reply may be lost to a restart).
+is in the read model too, where the client also waits (a reply may be lost to a restart), but
+for the first workflow task an eager start's answer carries, which only the reply brings.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from kadence.protocol import topics
-from kadence.protocol.codec import Record, UndecodableRecord, codec
+from kadence.protocol.codec import Headers, Record, UndecodableRecord, codec
 from kadence.protocol.kafka import base_config, consume_batches, topic_partitions, watermarks
 from kadence.protocol.read_model import CommandOutcome
+from kadence.protocol.records import EagerWorkflowTask
 from kadence.protocol.settings import KafkaSettings
 
 log = logging.getLogger("kadence.client")
@@ -46,6 +48,8 @@ class ReplyListener:
         self.partition = 0
         self.waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}  # query id -> its answer
         self.answers: dict[str, asyncio.Future[CommandOutcome]] = {}  # request id -> the command's answer
+        # start request id -> the first workflow task its accepted answer carries (None: it carries none)
+        self.eager_tasks: dict[str, asyncio.Future[EagerWorkflowTask | None]] = {}
         self.watches: weakref.WeakValueDictionary[str, RunWatch] = weakref.WeakValueDictionary()  # by start request id
         self._replies = codec("Reply")
         self._stop = asyncio.Event()
@@ -81,6 +85,16 @@ class ReplyListener:
     def forget_answer(self, request_id: str) -> None:
         self.answers.pop(request_id, None)
 
+    def expect_eager_task(self, request_id: str) -> asyncio.Future[EagerWorkflowTask | None]:
+        """The first workflow task the answer to an eager start not sent yet brings, or None when
+        the answer brings none."""
+        future: asyncio.Future[EagerWorkflowTask | None] = asyncio.get_running_loop().create_future()
+        self.eager_tasks[request_id] = future
+        return future
+
+    def forget_eager_task(self, request_id: str) -> None:
+        self.eager_tasks.pop(request_id, None)
+
     def watch(self, request_id: str) -> RunWatch:
         """The closes of the run a start not sent yet (carrying `request_id`) will answer with."""
         loop = asyncio.get_running_loop()
@@ -94,7 +108,7 @@ class ReplyListener:
             async for messages in consume_batches(consumer, self._stop):
                 for msg in messages:
                     if self._replies.wrote(msg.headers()):
-                        self._settle_reply(msg.value())
+                        self._settle_reply(msg.value(), msg.headers())
                         continue
                     try:
                         answer = answers.decode(msg.value(), msg.headers())
@@ -106,9 +120,10 @@ class ReplyListener:
         finally:
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
-    def _settle_reply(self, value: bytes | None) -> None:
+    def _settle_reply(self, value: bytes | None, headers: Headers | None) -> None:
         try:
-            kind, reply = self._replies.decode(value)["reply"]
+            # Read by the version it names: a history of an earlier release writes its own.
+            kind, reply = self._replies.decode(value, headers)["reply"]
         except UndecodableRecord as exc:
             log.warning("event=reply_undecodable partition=%d error=%r", self.partition, str(exc))
             return
@@ -118,6 +133,9 @@ class ReplyListener:
                 waiter.set_result(CommandOutcome(
                     reply["request_id"], reply["run_id"], reply["accepted"], reply["cause"], reply["reason"],
                 ))
+            eager = self.eager_tasks.pop(reply["request_id"], None)
+            if eager is not None and not eager.done():
+                eager.set_result(reply["eager_workflow_task"])
             return
         watch = self.watches.get(reply["request_id"])
         if watch is None:

@@ -119,6 +119,12 @@ class StartWorkflowExecution(TypedDict):
     activity: NotRequired[StandaloneActivity | None]
     # Set when a workflow-run Nexus operation's handler starts the run: its close is reported to the caller.
     nexus_caller: NotRequired[NexusCaller | None]
+    # Temporal's eager workflow start (request_eager_execution): a worker of the client's process, of this identity, has
+    # a slot for the run's first workflow task. A plain start of a new run whose first task is due at once records that
+    # task started by this worker in its own batch and puts it in its answer on kadence.replies (the command's
+    # reply_partition, which it needs) instead of dispatching it; otherwise the task goes to the queue as any start's.
+    # Empty: not eager (docs/architecture.md, "Eager workflow start").
+    eager_worker_identity: NotRequired[str]
 
 
 class InitiatedBy(TypedDict):
@@ -1447,6 +1453,20 @@ class CommandAnswer(TypedDict):
     # Rejected: WORKFLOW_ALREADY_STARTED, WORKFLOW_NOT_FOUND, WORKFLOW_CLOSED, INVALID_ARGUMENT, ...
     cause: NotRequired[str | None]
     reason: NotRequired[str | None]
+    # An accepted eager start's first workflow task, for the worker that the start named.
+    eager_workflow_task: NotRequired[EagerWorkflowTask | None]
+
+
+class EagerWorkflowTask(TypedDict):
+    """The first workflow task of the run an eager start (StartWorkflowExecution.eager_worker_identity) began:
+    recorded started by that worker in the start's batch, handed to it here instead of dispatched to the task
+    queue.
+    """
+
+    # As history would have dispatched it, its events with it.
+    task: WorkflowTask
+    # Its WorkflowTaskStarted's time, on the run's clock: the activation's workflow.now().
+    started_time_ms: int
 
 
 class RunClosed(TypedDict):

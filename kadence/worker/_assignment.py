@@ -95,6 +95,11 @@ class PartitionAssignment:
         total = self._counts.get(kind)
         return total is not None and partition_for_key(key, total) in self.partitions.get(kind, ())
 
+    def assigned_elsewhere(self, kind: str, key: bytes) -> bool:
+        """Whether a task record with this key would go to another worker of the queue: this one has
+        had partitions of `kind` assigned, and not that one now (none, while a rebalance runs)."""
+        return kind in self._counts and not self.owns(kind, key)
+
 
 def _partition_ends(consumer: Any, partitions: list[Any], task_queue: str) -> dict[int, int]:
     """Each assigned partition's end (its high watermark) now, asked again for a while where the

@@ -86,7 +86,9 @@ class Worker:
         their workflow task, as each workflow's own `@workflow.defn(failure_exception_types=...)`.
         `workflow_task_executor`: workflow activations run on its threads (as temporalio's, which
         needs one; without it they run on the worker's event loop, one at a time either way).
-        The poll limits and behaviours are checked and bound nothing (kadence/worker/_polling.py).
+        `max_concurrent_workflow_tasks` (100 unless given, as temporalio's) bounds the workflow
+        tasks the worker holds at once where an eager start of its client would add one; the poll
+        limits and behaviours are checked and bound nothing (kadence/worker/_polling.py).
         `nexus_service_handlers`: instances of @nexusrpc.handler.service_handler classes, whose
         operations this worker runs for the Nexus endpoints that target its task queue."""
         if not workflows and not activities and not nexus_service_handlers:
@@ -128,7 +130,7 @@ class Worker:
         )
         self._workflow_worker = WorkflowWorker(
             self._context, definitions, self.workflow_interceptor_classes, self._activity_worker, max_cached_workflows,
-            workflow_task_executor,
+            workflow_task_executor, max_concurrent_workflow_tasks,
         )
         self._nexus_worker = NexusWorker(self._context, nexus_service_handlers, max_concurrent_nexus_tasks)
         self._context.metrics.worker_start.add(1, self._context.metric_attributes())
@@ -139,17 +141,29 @@ class Worker:
         """Poll until shutdown() is called."""
         kinds = self._kinds
         settings = self.client.settings
-        await asyncio.get_running_loop().run_in_executor(None, ensure_topics, settings, {
-            topics.task_queue_topic(self.task_queue, kind): settings.task_queue_partitions for kind in kinds
-        })
-        log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s nexus_services=%s",
-                 self.task_queue, self.identity, self._workflow_worker.types, self._activity_worker.types, self._nexus_worker.services)
-        pollers = {"workflow": self._workflow_worker.poll, "activity": self._activity_worker.poll, "nexus": self._nexus_worker.poll}
-        announcing = asyncio.create_task(self._announce())
+        self._take_eager_starts()
         try:
-            await asyncio.gather(*(pollers[kind]() for kind in kinds))
+            await asyncio.get_running_loop().run_in_executor(None, ensure_topics, settings, {
+                topics.task_queue_topic(self.task_queue, kind): settings.task_queue_partitions for kind in kinds
+            })
+            log.info("event=worker_started task_queue=%s identity=%s workflows=%s activities=%s nexus_services=%s",
+                     self.task_queue, self.identity, self._workflow_worker.types, self._activity_worker.types,
+                     self._nexus_worker.services)
+            pollers = {"workflow": self._workflow_worker.poll, "activity": self._activity_worker.poll, "nexus": self._nexus_worker.poll}
+            announcing = asyncio.create_task(self._announce())
+            try:
+                await asyncio.gather(*(pollers[kind]() for kind in kinds))
+            finally:
+                announcing.cancel()
         finally:
-            announcing.cancel()
+            self.client._eager_workers.unregister(self.task_queue, self._workflow_worker)
+
+    def _take_eager_starts(self) -> None:
+        """Offer the client's eager starts on this queue slots of this worker, while it runs (as
+        temporalio's worker registers with its client): at once, so a start right after `async with
+        worker` finds it."""
+        if "workflow" in self._kinds:
+            self.client._eager_workers.register(self.task_queue, self._workflow_worker)
 
     async def _announce(self) -> None:
         """Tell `kadence task-queue describe` this worker polls the queue (and which partitions)."""
@@ -177,6 +191,7 @@ class Worker:
             await self._running
 
     async def __aenter__(self) -> "Worker":
+        self._take_eager_starts()
         self._running = asyncio.create_task(self.run())
         return self
 

@@ -1,6 +1,8 @@
 """The workflow side of a worker (as temporalio.worker's _WorkflowWorker): polls the task
 queue's workflow topic, runs each workflow task on the deterministic loop over the run's history
-(its cache, else the read model), runs the local activities it waits on, and answers queries."""
+(its cache, else the read model), runs the local activities it waits on, and answers queries. It
+also runs the first workflow task of a run an eager start of its client began, which comes in the
+start's answer instead of through the queue (docs/architecture.md, "Eager workflow start")."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -65,6 +67,7 @@ log = logging.getLogger("kadence.worker")
 # visibility projector writes them a moment after history): the default workflow task timeout.
 HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
+WORKFLOW_TASK_SLOTS = 100  # temporalio's max_concurrent_workflow_tasks when not given
 
 
 def run_clock_ms(task: Task) -> int:
@@ -113,7 +116,7 @@ class WorkflowWorker:
     def __init__(
         self, context: WorkerContext, workflows: dict[str, WorkflowDefinition],
         interceptor_classes: Sequence[type[WorkflowInboundInterceptor]], activities: ActivityWorker, max_cached: int,
-        executor: concurrent.futures.ThreadPoolExecutor | None = None,
+        executor: concurrent.futures.ThreadPoolExecutor | None = None, max_concurrent: int | None = None,
     ) -> None:
         self._context = context
         self.client = context.client
@@ -125,6 +128,11 @@ class WorkflowWorker:
         self._executor = executor  # where activations run: this loop when None
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
         self._starts = HeldStarts(context.send_all)
+        self._slots = _TaskSlots(max_concurrent or WORKFLOW_TASK_SLOTS, context if workflows else None)
+        # Held by the poller's batch, or an eager start's task, from its activation to its answer:
+        # a worker runs one at a time, so a run is never activated twice at once.
+        self._lane = asyncio.Lock()
+        self._eager: set[asyncio.Task[None]] = set()  # eager starts' tasks running, awaited at shutdown
         self._answers_carry_starts = writes_field(command_codec(), CommandType.RespondWorkflowTaskCompleted, "started_time_ms")
         # A build pinned to a Command version whose starts carry no request id runs a redelivered
         # task's local activities without waiting for its start's answer, as releases before did.
@@ -141,12 +149,15 @@ class WorkflowWorker:
         try:
             async for messages in consume_batches(consumer, self._context.shutting_down):
                 try:
-                    await self._handle_workflow_tasks(messages)
+                    async with self._lane:
+                        with self._slots.taken(len(messages)):
+                            await self._handle_workflow_tasks(messages)
                 except Exception as exc:  # a bug must not stop the poller: history dispatches the tasks again
                     log.exception("event=workflow_task_batch_failed task_queue=%s tasks=%d error=%r",
                                   self.task_queue, len(messages), str(exc))
                 store_offsets(consumer, messages)
         finally:
+            await asyncio.gather(*self._eager, return_exceptions=True)
             self._starts.close()
             await asyncio.get_running_loop().run_in_executor(None, consumer.close)
 
@@ -174,12 +185,62 @@ class WorkflowWorker:
                 redelivered = self._context.assignment.may_be_redelivered("workflow", msg, task)
                 handled = await self._handle_workflow_task(task, earlier, redelivered, dispatched_ms(msg))
                 deliveries += [(task, delivery) for delivery in handled]
+        await self._answered(deliveries)
+
+    async def _answered(self, deliveries: list[tuple[Task, asyncio.Future[Any]]]) -> None:
+        """Until the tasks' answers are delivered (or their local activities run first); a failure is logged."""
         outcomes = await asyncio.gather(*(delivery for _, delivery in deliveries), return_exceptions=True)
         self._context.metrics.sticky_cache_size.set(len(self._cache), self._context.metric_attributes())
         for (task, _), outcome in zip(deliveries, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 log.error("event=workflow_task_answer_failed workflow_id=%s run_id=%s error=%r",
                           task["workflow_id"], task["run_id"], str(outcome))
+
+    def reserve_eager_slot(self, workflow_type: str, workflow_id: str) -> _EagerSlot | None:
+        """A slot for the first task of a run an eager start of this worker's client begins (as
+        temporalio's core reserves one of the worker's workflow task slots): given while the worker
+        runs, registers `workflow_type` and has a slot free, unless the workflow id's tasks are
+        assigned to another worker of the queue. The run's later tasks go to that partition's owner,
+        which would have to read the run from the read model; before any assignment, when no worker
+        of the queue may be polling yet, this one takes it."""
+        if (self._context.shutting_down.is_set() or workflow_type not in self._workflows
+                or self._context.assignment.assigned_elsewhere("workflow", workflow_id.encode()) or not self._slots.try_take()):
+            return None
+        return _EagerSlot(self._context.identity, self)
+
+    def run_eager(self, task: Task, started_time_ms: int) -> None:
+        """Run an eager start's first task, which history recorded started by this worker, in its
+        slot (reserve_eager_slot)."""
+        if self._context.shutting_down.is_set():  # its poller is stopping: nothing would await it
+            self._slots.give_back()
+            log.info("event=eager_workflow_task_dropped workflow_id=%s run_id=%s reason=%r consequence=%r",
+                     task["workflow_id"], task["run_id"], "the worker is shutting down",
+                     "it runs after its workflow task timeout, through the queue")
+            return
+        running = asyncio.create_task(self._run_eager(task, started_time_ms))
+        self._eager.add(running)
+        running.add_done_callback(self._eager.discard)
+
+    async def _run_eager(self, task: Task, started_time_ms: int) -> None:
+        """As a task from the queue runs, in the worker's lane, without a start of its own: history
+        recorded it, at `started_time_ms`, which its activation takes as workflow.now(). Its slot is
+        given back once its answer is delivered."""
+        try:
+            async with self._lane:
+                await self._answered([(task, delivery) for delivery in await self._eager_answers(task, started_time_ms)])
+        finally:
+            self._slots.give_back()
+
+    async def _eager_answers(self, task: Task, started_time_ms: int) -> list[asyncio.Future[Any]]:
+        try:
+            await self.client.data_converter.decode_payloads(task)
+        except Exception as exc:  # the task fails with the reason, as one from the queue would
+            log.error("event=task_payloads_undecodable workflow_id=%s run_id=%s error=%r", task["workflow_id"], task["run_id"], str(exc))
+            return [self._fail_workflow_task(task, exc)]
+        wt = workflow_task(task)
+        dispatched = started_time_ms - wt.get("clock_offset_ms", 0)  # on this host's clock
+        self._context.metrics.sticky_cache_miss.add(1, self._context.metric_attributes(workflow_type=wt["workflow_type"]))
+        return await self._activate_and_answer(task, None, {}, started_time_ms, dispatched)
 
     async def _handle_workflow_task(
         self, task: Task, earlier: dict[tuple[str, str], list[HistoryEvent] | None], redelivered: bool, dispatched: float,
@@ -190,7 +251,7 @@ class WorkflowWorker:
         history dispatched the task (for the eager attempts its completion starts)."""
         if task["task"][0] == EffectType.QueryTask:
             return [asyncio.ensure_future(self._answer_query(task))]
-        workflow_id, run_id = task["workflow_id"], task["run_id"]
+        run_id = task["run_id"]
         wt = workflow_task(task)
         if wt["attempt"] > 1:
             # A retried (transient) task: its failed attempts left no events, so a cached run may be one
@@ -208,6 +269,16 @@ class WorkflowWorker:
             timedelta(milliseconds=max(0.0, time.time() * 1000 - dispatched)), attributes)
         accepted = await self._start_answer(task) if redelivered and self._starts_answered else None
         start = self._hold_start(task, started_time_ms, accepted)
+        return await self._activate_and_answer(task, cached, earlier, started_time_ms, dispatched, start, accepted, redelivered)
+
+    async def _activate_and_answer(
+        self, task: Task, cached: WorkflowInstance | None, earlier: dict[tuple[str, str], list[HistoryEvent] | None],
+        started_time_ms: int, dispatched: float, start: HeldStart | None = None, accepted: StartAnswer | None = None,
+        redelivered: bool = False,
+    ) -> list[asyncio.Future[Any]]:
+        """Activate the run with the task and answer it, with its `start` if held back (none for a
+        task history started itself: an eager start's)."""
+        workflow_id, run_id = task["workflow_id"], task["run_id"]
         try:
             history = await self._task_history(task, earlier)
             try:
@@ -220,7 +291,7 @@ class WorkflowWorker:
             self._forget_start_answer(accepted)
             return [self._fail_workflow_task(task, exc, start)]
         if instance.local_activities_to_run():  # they take a while: the start goes now
-            if self._starts.take(start):
+            if start is not None and self._starts.take(start):
                 self._context.send_all(workflow_id, [start.command])[0].add_done_callback(log_unsent)
             return [asyncio.ensure_future(self._complete_after_local_activities(task, instance, commands, accepted, dispatched))]
         self._forget_start_answer(accepted)
@@ -634,3 +705,61 @@ class WorkflowWorker:
             definition, info, self.client.data_converter, self._interceptor_classes, self.client.runtime.metric_meter,
         )
         return instance, instance.activate(history, wt["scheduled_event_id"], started_time_ms)
+
+
+class _TaskSlots:
+    """The worker's workflow task slots (temporalio's max_concurrent_workflow_tasks): each task of
+    the batch its poller runs holds one, taken whatever the count (its consumer fetched them
+    already), and an eager start's first task one from its reservation to its answer, taken only
+    when one is free. Each change is set on the SDK's slot gauges, as the activity slots' are,
+    given the worker's context (none: a worker without workflows reports none)."""
+
+    def __init__(self, size: int, context: WorkerContext | None) -> None:
+        self._size = size
+        self._used = 0
+        self._context = context
+        self._changed()
+
+    def try_take(self) -> bool:
+        if self._used >= self._size:
+            return False
+        self._used += 1
+        self._changed()
+        return True
+
+    @contextlib.contextmanager
+    def taken(self, count: int) -> Iterator[None]:
+        if not count:  # the poller's empty batches, every 50 ms while idle: nothing to count
+            yield
+            return
+        self._used += count
+        self._changed()
+        try:
+            yield
+        finally:
+            self.give_back(count)
+
+    def give_back(self, count: int = 1) -> None:
+        self._used -= count
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._context is None:
+            return
+        attributes = self._context.metric_attributes(worker_type="WorkflowWorker")
+        self._context.metrics.worker_task_slots_available.set(max(0, self._size - self._used), attributes)
+        self._context.metrics.worker_task_slots_used.set(self._used, attributes)
+
+
+@dataclass(frozen=True)
+class _EagerSlot:
+    """A slot WorkflowWorker.reserve_eager_slot gave an eager start (kadence.client._eager.EagerSlot)."""
+
+    identity: str
+    worker: WorkflowWorker
+
+    def run(self, task: Task, started_time_ms: int) -> None:
+        self.worker.run_eager(task, started_time_ms)
+
+    def release(self) -> None:
+        self.worker._slots.give_back()

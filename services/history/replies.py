@@ -11,6 +11,8 @@ So the watchers are a shortcut, and bounded as one: a partition watches at most
 `WATCHED_RUNS_PER_PARTITION` runs, the most recently started, and the client of a run that waits
 longer than that many newer starts hears of its close from the read model (a run kept open for days
 would otherwise hold its watcher in memory as long: docs/architecture.md, "The run cache").
+An eager start's answer also carries the run's first workflow task, for the worker of the client's
+process the start named (docs/architecture.md, "Eager workflow start").
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from kadence.protocol.codec import Record, codec
 from kadence.protocol.events import CLOSE_STATUS, close_failure, refused, run_sections
 from kadence.protocol.names import CommandType, EventType
+from kadence.protocol.records import CommandAnswer, EagerWorkflowTask
 from services.history.machine.records import HistoryBatch
 
 log = logging.getLogger("kadence.history")
@@ -76,10 +79,11 @@ class Replies:
         start = command["command"][0] in _STARTS
         self._partitions.setdefault(partition, _PartitionReplies()).asked[request_id] = _Asked(reply_partition, start)
 
-    def of_batch(self, partition: int, batch: HistoryBatch) -> list[Reply]:
+    def of_batch(self, partition: int, batch: HistoryBatch, eager_task: EagerWorkflowTask | None = None) -> list[Reply]:
         """The replies `batch` calls for, to produce once it is acknowledged: its answers to the
-        commands that asked for one, and the closes of watched runs (whose watchers move on to the
-        run that follows, or are dropped)."""
+        commands that asked for one (a start's with `eager_task`, the first workflow task of the run
+        an eager start began), and the closes of watched runs (whose watchers move on to the run
+        that follows, or are dropped)."""
         state = self._partitions.get(partition)
         if state is None:
             return []
@@ -90,10 +94,14 @@ class Replies:
         for request_id in batch["request_ids"]:
             if (asked := state.asked.pop(request_id, None)) is None:
                 continue
-            replies.append(self._answer(asked.reply_partition, workflow_id, {
+            answer: CommandAnswer = {
                 "request_id": request_id, "workflow_id": workflow_id, "run_id": current, "accepted": True,
                 "cause": None, "reason": None,
-            }))
+            }
+            if asked.start and eager_task is not None:
+                # Within the record limit: the task's events are the start's batch's, which is within it.
+                answer["eager_workflow_task"] = eager_task
+            replies.append(self._answer(asked.reply_partition, workflow_id, answer))
             if asked.start:
                 state.watch(workflow_id, current, {(asked.reply_partition, request_id)})
         for rejection in refused(batch):
@@ -131,7 +139,7 @@ class Replies:
             for reply_partition, request_id in sorted(watchers)
         ]
 
-    def _answer(self, reply_partition: int, workflow_id: str, answer: Record) -> Reply:
+    def _answer(self, reply_partition: int, workflow_id: str, answer: CommandAnswer) -> Reply:
         return Reply(reply_partition, workflow_id.encode(), self.codec.encode({"reply": ("CommandAnswer", answer)}))
 
     def revoked(self, partition: int) -> None:

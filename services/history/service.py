@@ -553,7 +553,7 @@ class HistoryService:
         # that is not the one this copy reaches (docs/architecture.md, "Exactly once").
         decided_before = batch["source_offset"] < self.partitions[partition].decided_before
         self._dispatching += self.task_records.of(batch, traceparent, maybe_copies=decided_before)
-        replies = self.replies.of_batch(partition, batch)
+        replies = self.replies.of_batch(partition, batch, written.eager_workflow_task)
         # The tasks carry their events; the log holds them once, as the batches' events.
         _leave_out_workflow_task_events(batch)
         value = self.batches.encode(batch)

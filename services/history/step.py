@@ -23,6 +23,7 @@ from kadence.protocol.limits import (
     text_problem,
 )
 from kadence.protocol.names import WITH_START, CommandType, EffectType
+from kadence.protocol.records import EagerWorkflowTask
 from services.history.machine.clock import check_command as check_time_skipping
 from services.history.machine.clock import start_of
 from services.history.machine.dispatch import decide, derive_effects
@@ -34,6 +35,7 @@ from services.history.machine.records import Effect, HistoryBatch, Record, Rejec
 from services.history.machine.reset import decide_reset, resumed_effects
 from services.history.machine.schedule import decide_create
 from services.history.machine.transition import Redispatch, Rejected, Transition
+from services.history.machine.workflow_task import eager_workflow_task
 from services.history.partition import PartitionState
 
 log = logging.getLogger("kadence.history")
@@ -53,6 +55,9 @@ class Step:
     # that would say so, its answer only. It is not written: the log holds the first answer, and
     # the partition's checkpoint records that the command was read (PartitionState.resume_offset).
     answered_again: HistoryBatch | None = None
+    # The first workflow task of the run an eager start began, which goes in the start's answer
+    # rather than to the task queue (services/history/replies.py).
+    eager_workflow_task: EagerWorkflowTask | None = None
 
 
 # (current run, workflow id, command, identity, now_ms, partition, offset) -> the transition; the
@@ -149,7 +154,8 @@ def commit(
     if transition.repeat and _only_answers(batch):
         return Step(None, answered_again=batch)
     _warn_of_long_history(batch, current, bytes_before)
-    return Step(batch, redispatch=transition.redispatch)
+    eager = eager_workflow_task(current, transition.next_run or transition)
+    return Step(batch, redispatch=transition.redispatch, eager_workflow_task=eager)
 
 
 def _effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:

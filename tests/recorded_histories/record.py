@@ -331,8 +331,29 @@ def nexus_operations() -> Scenario:
     return s
 
 
+def eager_start() -> Scenario:
+    s = Scenario("eager_start", "Eager workflow starts: the first workflow task recorded started by the worker the start names, "
+                 "in the start's batch, and dispatched to no queue; the worker completes it without a start of its own. A "
+                 "second run's eager task, never answered, times out and its retry goes through the queue.")
+    start = {"workflow_type": "Order", "task_queue": "orders", "input": [payload("order-5")], "eager_worker_identity": "worker-1"}
+    s.send("order-5", "StartWorkflowExecution", {**start, "request_id": "start-5"}, identity="client")
+    s.send("order-5", "RespondWorkflowTaskCompleted", {"run_id": s.run_id("order-5"), "scheduled_event_id": 2, "attempt": 1,
+                                                      "commands": [complete("shipped")]}, after_ms=20)
+    s.send("order-6", "StartWorkflowExecution", {**start, "request_id": "start-6"}, identity="client")
+    run_id = s.run_id("order-6")
+    s.send("order-6", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_START_TO_CLOSE/2/1",
+                                       "kind": "WORKFLOW_TASK_START_TO_CLOSE", "scheduled_event_id": 2, "attempt": 1},
+           identity="timer", after_ms=10_000)
+    s.send("order-6", "TimeoutFired", {"run_id": run_id, "timer_id": f"{run_id}/WORKFLOW_TASK_RETRY/5/2", "kind": "WORKFLOW_TASK_RETRY",
+                                       "scheduled_event_id": 5, "attempt": 2}, identity="timer", after_ms=1_000)
+    s.send("order-6", "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 5, "attempt": 2,
+                                                      "started_time_ms": s.now + 50, "commands": [complete("shipped")]},
+           identity="worker-2")
+    return s
+
+
 SCENARIOS = [one_activity, activity_retries, timers_signals_and_cancel, children_and_continue_as_new, cron, failing_workflow_task,
-             update_with_start, schedules, nexus_operations]
+             update_with_start, schedules, nexus_operations, eager_start]
 
 
 def main() -> None:

@@ -4,10 +4,12 @@ a termination or its run timeout."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, TypeGuard, cast
 
 from kadence.exceptions import RetryState
+from kadence.protocol.codec import codec, writes_field
 from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS, memo_upserted
 from kadence.protocol.ids import continued_run_id, run_id_for
@@ -118,6 +120,7 @@ def _new_run(
 ) -> Transition:
     ex = Execution(workflow_id=workflow_id, run_id=run_id, workflow_type=start["workflow_type"], task_queue=start["task_queue"])
     parent = start.get("initiated_by")
+    backoff_ms = _first_task_backoff_ms(start, now_ms, first)
     t = Transition(ex, now_ms)
     # Cast: the parent's and root's fields are spread in.
     t.add(EventType.WorkflowExecutionStarted, cast(WorkflowExecutionStarted, {
@@ -126,7 +129,7 @@ def _new_run(
         "workflow_task_timeout_ms": start["workflow_task_timeout_ms"] or DEFAULT_WORKFLOW_TASK_TIMEOUT_MS,
         "workflow_execution_timeout_ms": start["execution_timeout_ms"], "workflow_run_timeout_ms": start["run_timeout_ms"],
         "continued_execution_run_id": "", "search_attributes": start["search_attributes"], **_parent_attributes(parent),
-        "first_workflow_task_backoff_ms": _first_task_backoff_ms(start, now_ms, first),
+        "first_workflow_task_backoff_ms": backoff_ms,
         "cron_schedule": start.get("cron_schedule", ""), "initiator": "",
         "first_execution_run_id": run_id, **_root_attributes(parent, workflow_id, run_id),
         "header": start.get("header", {}), "memo": start.get("memo", {}), "scheduled_by": start.get("scheduled_by"),
@@ -138,12 +141,31 @@ def _new_run(
     if ex.standalone_activity:
         activity.schedule_standalone(t, _standalone_activity(workflow_id, start))
     else:
-        t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
+        scheduled_event_id = t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
+        if first is None and not backoff_ms:  # as Temporal's: not with a signal or an update, nor for a task not due yet
+            _start_eagerly(t, start, scheduled_event_id)
     if parent is not None:
         t.effects.append(outbound(parent["workflow_id"], CommandType.RecordChildExecutionStarted, {
             "run_id": parent["run_id"], "initiated_event_id": parent["initiated_event_id"], "child_run_id": run_id,
         }))
     return t
+
+
+def _start_eagerly(t: Transition, start: Record, scheduled_event_id: int) -> None:
+    """Temporal's eager workflow start: a start that names a worker of its client's process (one
+    with a slot for the run's first workflow task) has that task recorded started by the worker in
+    its own batch, and the task goes to the worker in the start's answer on kadence.replies rather
+    than to the task queue (`workflow_task.eager_workflow_task`). Its start-to-close timeout covers
+    the worker's crash or the answer's loss, as any started task's. A build whose Reply cannot carry
+    the task (pinned to an earlier release) dispatches it, as any start's."""
+    identity = start.get("eager_worker_identity", "")
+    if identity and _answers_carry_eager_tasks():
+        t.add(EventType.WorkflowTaskStarted, {"scheduled_event_id": scheduled_event_id, "identity": identity})
+
+
+@functools.cache
+def _answers_carry_eager_tasks() -> bool:
+    return writes_field(codec("Reply"), "CommandAnswer", "eager_workflow_task")
 
 
 def _standalone_problem(workflow_id: str, start: Record, first: FirstEvent | None) -> str | None:

@@ -7,7 +7,7 @@ import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.codec import history_batch_codec, writes_field
@@ -15,11 +15,13 @@ from kadence.protocol.events import CLOSE_COMMANDS, EVENT_FOR_COMMAND, WORKFLOW_
 from kadence.protocol.limits import name_problem, payload_problem
 from kadence.protocol.names import CommandType, EffectType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
+    EagerWorkflowTask,
     Failure,
     RecordWorkflowTaskStarted,
     RespondWorkflowTaskCompleted,
     RespondWorkflowTaskFailed,
     TimeoutFired,
+    WorkflowTask,
 )
 from kadence.protocol.records import RespondWorkflowTaskCompletedCommands as TaskCommandRecord
 from services.history.machine import activity, child, lifecycle, messages, nexus, timer
@@ -327,6 +329,17 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState, *, redispatched: 
     }
 
 
+def eager_workflow_task(ex: Execution, t: Transition) -> EagerWorkflowTask | None:
+    """The first workflow task of the run `t` started, if `t` recorded it started too (an eager start:
+    lifecycle._start_eagerly), for the start's answer: the task as `_dispatch` would have sent it
+    (`ex` applied), and its start's time, which its activation takes as workflow.now()."""
+    wt = ex.workflow_task
+    if wt is None or wt.transient or not wt.started_event_id or not _scheduled_in(t, wt.scheduled_event_id):
+        return None
+    started = t.events[wt.started_event_id - t.first_event_id]
+    return {"task": cast(WorkflowTask, workflow_task_effect(ex, wt)), "started_time_ms": started["event_time_ms"]}
+
+
 def _dispatch(ex: Execution, wt: WorkflowTaskState, now_ms: int, *, redispatched: bool = False) -> list[Effect]:
     """The task for a worker, and the timer that dispatches it again if no worker starts it (the
     retry timer: when it fires, a task still not started is dispatched again)."""
@@ -357,6 +370,8 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     wt = ex.workflow_task
     if wt is None or wt.scheduled_event_id != event["event_id"]:  # over in the same transition
         return []
+    if wt.started_event_id:  # started with its schedule (an eager start): it goes to its worker in the start's answer
+        return []
     started = next((attributes(e) for e in t.events if event_type(e) == EventType.WorkflowExecutionStarted), None)
     if started is not None and started.get("first_workflow_task_backoff_ms"):  # a start delay
         fire_at = t.now_ms + started["first_workflow_task_backoff_ms"]
@@ -374,7 +389,7 @@ def _on_started(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effec
     if _recorded_in(t, _ENDED, scheduled_event_id) or ex.status != RUNNING:  # over, or its run ended in the same batch
         return []
     effects = [timer_effect(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, t.now_ms + ex.workflow_task_timeout_ms, scheduled_event_id, 1)]
-    if ex.workflow_task is not None:
+    if ex.workflow_task is not None and not _scheduled_in(t, scheduled_event_id):  # one scheduled with it was never dispatched
         effects.append(drop(ex, TimerKind.WORKFLOW_TASK_RETRY, scheduled_event_id, ex.workflow_task.attempt))
     return effects
 
@@ -384,6 +399,11 @@ def _on_ended(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]
     if _recorded_in(t, (EventType.WorkflowTaskStarted,), scheduled_event_id):  # started by its answer: no start-to-close timer was set
         return []
     return [drop(ex, TimerKind.WORKFLOW_TASK_START_TO_CLOSE, scheduled_event_id, 1)]
+
+
+def _scheduled_in(t: Transition, scheduled_event_id: int) -> bool:
+    """Whether the transition writes the task's WorkflowTaskScheduled."""
+    return t.first_event_id <= scheduled_event_id < t.next_event_id
 
 
 def _recorded_in(t: Transition, kinds: tuple[str, ...], scheduled_event_id: int) -> bool:
