@@ -119,6 +119,10 @@ class StartWorkflowExecution(TypedDict):
     activity: NotRequired[StandaloneActivity | None]
     # Set when a workflow-run Nexus operation's handler starts the run: its close is reported to the caller.
     nexus_caller: NotRequired[NexusCaller | None]
+    # Set for a standalone Nexus operation, whose key is kadence-nexus:<operation id>: the run's only work is the
+    # operation workflow_type of this service through this endpoint (which task_queue names too), with the first payload
+    # of input (docs/decisions/0008-nexus.md).
+    nexus_operation: NotRequired[StandaloneNexusOperation | None]
 
 
 class InitiatedBy(TypedDict):
@@ -138,6 +142,16 @@ class StandaloneActivity(TypedDict):
     start_to_close_timeout_ms: NotRequired[int]
     heartbeat_timeout_ms: NotRequired[int]
     retry_policy: NotRequired[RetryPolicy | None]
+
+
+class StandaloneNexusOperation(TypedDict):
+    endpoint: str
+    service: str
+    schedule_to_close_timeout_ms: NotRequired[int]
+    nexus_header: NotRequired[dict[str, str]]
+    # The endpoint's task queue, set by the history service from kadence.nexus-endpoints before it decides the start; a
+    # client leaves it empty.
+    task_queue: NotRequired[str]
 
 
 class SignalWorkflowExecution(TypedDict):
