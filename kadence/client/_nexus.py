@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import nexusrpc
 
@@ -24,9 +24,6 @@ from kadence.protocol.records import NexusOperationScheduled
 from kadence.types import ReturnType
 from kadence.visibility import WorkflowExecution, nexus_operations_scheduled
 from kadence.workflow._nexus import operation_name_and_output, service_name
-
-if TYPE_CHECKING:
-    from kadence.client._client import Client
 
 InputT = TypeVar("InputT")
 OutputT = TypeVar("OutputT")
@@ -120,11 +117,22 @@ class NexusOperationHandle(StandaloneHandle[ReturnType]):
         return NexusOperationExecution.of(run, scheduled[run.id, run.run_id])
 
 
+class _Outbound(Protocol):
+    async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]: ...
+
+
+class _Client(Protocol):
+    """The client, as a NexusClient uses it: its outbound interceptor chain."""
+
+    @property
+    def _impl(self) -> _Outbound: ...
+
+
 class NexusClient(Generic[ServiceT]):
     """A client of one Nexus service through one endpoint, for code outside workflows (as
     temporalio.client.NexusClient): each operation it starts is a standalone Nexus operation."""
 
-    def __init__(self, client: Client, service: type[ServiceT] | str, endpoint: str) -> None:
+    def __init__(self, client: _Client, service: type[ServiceT] | str, endpoint: str) -> None:
         self._client = client
         self._service = service_name(service)
         self._endpoint = endpoint
