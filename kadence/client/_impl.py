@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -15,6 +15,7 @@ import psycopg
 from confluent_kafka import Message
 from psycopg_pool import AsyncConnectionPool
 
+from kadence.api.common.v1 import Payload
 from kadence.client._activities import ActivityExecution, ActivityExecutionCount, ActivityHandle, activity_key
 from kadence.client._handles import AsyncActivityHandle, HandleClient, WorkflowHandle, WorkflowUpdateHandle
 from kadence.client._inputs import (
@@ -133,25 +134,35 @@ class _ClientImpl(OutboundInterceptor):
 
     async def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
         """A standalone activity: a start under its key carrying the activity (decision 0007)."""
+        run_id = await self._start_standalone(
+            input, activity_key(input.id), input.activity_type, input.args, input.task_queue, input.headers, ("activity", {
+                "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+                "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+                "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout), "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+                "retry_policy": input.retry_policy.to_record() if input.retry_policy is not None else None,
+            }),
+        )
+        log.info("event=activity_started activity_id=%s run_id=%s activity_type=%s", input.id, run_id, input.activity_type)
+        return ActivityHandle(self._client, input.id, run_id=run_id, result_type=input.result_type)
+
+    async def _start_standalone(
+        self, input: StartActivityInput | StartNexusOperationInput, key: str, run_type: str, args: Sequence[Any], task_queue: str,
+        headers: Mapping[str, Payload], work: tuple[str, dict[str, Any]],
+    ) -> str:
+        """Send a standalone run's start (decisions 0007 and 0008): a plain start under its key,
+        whose field `work` names (the activity, or the Nexus operation) is the run's only work; its run id."""
         request_id = input.request_id or str(uuid.uuid4())
-        key = activity_key(input.id)
         start = StartWorkflowInput(
-            workflow=input.activity_type, args=input.args, id=key, task_queue=input.task_queue, execution_timeout=None,
-            run_timeout=None, task_timeout=None, id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
+            workflow=run_type, args=args, id=key, task_queue=task_queue, execution_timeout=None, run_timeout=None, task_timeout=None,
+            id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
             id_conflict_policy=WorkflowIDConflictPolicy[input.id_conflict_policy.name], retry_policy=None, cron_schedule="",
-            memo=None, search_attributes=input.search_attributes, start_delay=None, headers=input.headers, start_signal=None,
+            memo=None, search_attributes=input.search_attributes, start_delay=None, headers=headers, start_signal=None,
             start_signal_args=(), static_summary=input.summary, static_details=None, ret_type=input.result_type,
             rpc_metadata=input.rpc_metadata, rpc_timeout=input.rpc_timeout, request_id=request_id,
         )
-        record = {**self._start_record(start, request_id), "activity": {
-            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
-            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
-            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout), "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
-            "retry_policy": input.retry_policy.to_record() if input.retry_policy is not None else None,
-        }}
-        run_id = await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
-        log.info("event=activity_started activity_id=%s run_id=%s activity_type=%s", input.id, run_id, input.activity_type)
-        return ActivityHandle(self._client, input.id, run_id=run_id, result_type=input.result_type)
+        field, options = work
+        record = {**self._start_record(start, request_id), field: options}
+        return await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
 
     def list_activities(self, input: ListActivitiesInput) -> AsyncIterator[ActivityExecution]:
         async def activities() -> AsyncIterator[ActivityExecution]:
@@ -166,21 +177,12 @@ class _ClientImpl(OutboundInterceptor):
     async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
         """A standalone Nexus operation: a start under its key carrying the operation (decision
         0008), whose run names the endpoint as its task queue; history resolves the endpoint."""
-        request_id = input.request_id or str(uuid.uuid4())
-        key = nexus_operation_key(input.id)
-        start = StartWorkflowInput(
-            workflow=input.operation, args=[input.arg], id=key, task_queue=input.endpoint, execution_timeout=None, run_timeout=None,
-            task_timeout=None, id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
-            id_conflict_policy=WorkflowIDConflictPolicy[input.id_conflict_policy.name], retry_policy=None, cron_schedule="",
-            memo=None, search_attributes=input.search_attributes, start_delay=None, headers={}, start_signal=None,
-            start_signal_args=(), static_summary=input.summary, static_details=None, ret_type=input.result_type,
-            rpc_metadata=input.rpc_metadata, rpc_timeout=input.rpc_timeout, request_id=request_id,
+        run_id = await self._start_standalone(
+            input, nexus_operation_key(input.id), input.operation, [input.arg], input.endpoint, {}, ("nexus_operation", {
+                "endpoint": input.endpoint, "service": input.service, "nexus_header": dict(input.headers),
+                "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            }),
         )
-        record = {**self._start_record(start, request_id), "nexus_operation": {
-            "endpoint": input.endpoint, "service": input.service, "nexus_header": dict(input.headers),
-            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
-        }}
-        run_id = await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
         log.info("event=nexus_operation_started operation_id=%s run_id=%s endpoint=%s service=%s operation=%s",
                  input.id, run_id, input.endpoint, input.service, input.operation)
         return NexusOperationHandle(self._client, input.id, run_id=run_id, result_type=input.result_type, endpoint=input.endpoint,
