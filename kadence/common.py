@@ -53,6 +53,33 @@ class ActivityIDConflictPolicy(str, Enum):
     USE_EXISTING = "USE_EXISTING"
 
 
+class NexusOperationIDReusePolicy(str, Enum):
+    """Whether a standalone Nexus operation may start under the id of a closed one (as temporalio's)."""
+
+    ALLOW_DUPLICATE = "ALLOW_DUPLICATE"
+    ALLOW_DUPLICATE_FAILED_ONLY = "ALLOW_DUPLICATE_FAILED_ONLY"
+    REJECT_DUPLICATE = "REJECT_DUPLICATE"
+
+
+class NexusOperationIDConflictPolicy(str, Enum):
+    """What a standalone Nexus operation's start does while one of its id runs (as temporalio's)."""
+
+    FAIL = "FAIL"
+    USE_EXISTING = "USE_EXISTING"
+
+
+class NexusOperationExecutionStatus(IntEnum):
+    """A standalone Nexus operation's status, as temporalio.common's (its values too)."""
+
+    UNSPECIFIED = 0
+    RUNNING = 1
+    COMPLETED = 2
+    FAILED = 3
+    CANCELED = 4
+    TERMINATED = 5
+    TIMED_OUT = 6
+
+
 class ParentClosePolicy(str, Enum):
     """What happens to a child workflow still running when its parent closes (as temporalio.workflow)."""
 

@@ -149,11 +149,13 @@ class NexusOperationError(FailureError):
         self.operation_token = operation_token
 
 
-class WorkflowFailureError(KadenceError):
-    """Raised by the client when the workflow it waits on failed; the reason is `cause`."""
+class _ExecutionFailureError(KadenceError):
+    """What the client raises when the run it waits on did not complete; the reason is `cause`."""
+
+    failed = "Workflow execution failed"
 
     def __init__(self, *, cause: BaseException) -> None:
-        super().__init__("Workflow execution failed")
+        super().__init__(self.failed)
         self.__cause__ = cause
 
     @property
@@ -162,18 +164,22 @@ class WorkflowFailureError(KadenceError):
         return self.__cause__
 
 
-class ActivityFailureError(KadenceError):
+class WorkflowFailureError(_ExecutionFailureError):
+    """Raised by the client when the workflow it waits on failed; the reason is `cause`."""
+
+
+class ActivityFailureError(_ExecutionFailureError):
     """Raised by a standalone activity's handle when the activity did not complete (as
     temporalio.client's): failed for good, timed out, canceled or terminated; the reason is `cause`."""
 
-    def __init__(self, *, cause: BaseException) -> None:
-        super().__init__("Activity execution failed")
-        self.__cause__ = cause
+    failed = "Activity execution failed"
 
-    @property
-    def cause(self) -> BaseException:
-        assert self.__cause__ is not None
-        return self.__cause__
+
+class NexusOperationFailureError(_ExecutionFailureError):
+    """Raised by a standalone Nexus operation's handle when the operation did not complete (as
+    temporalio.client's): failed, timed out, canceled or terminated; the reason is `cause`."""
+
+    failed = "Nexus operation execution failed"
 
 
 class CommandRejectedError(KadenceError):

@@ -14,6 +14,7 @@ Grammar (keywords in any case):
                 | IS [NOT] NULL
     field      := WorkflowId | WorkflowType | RunId | ExecutionStatus | TaskQueue | StartTime
                 | CloseTime | HistoryLength | ActivityId | ActivityType (standalone activities only)
+                | OperationId | Endpoint | Operation (standalone Nexus operations only)
                 | any other name (a custom search attribute) | `quoted name`
     value      := 'text' | "text" | number | true | false
 """
@@ -24,9 +25,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
-from kadence.protocol.names import ACTIVITY_KEY_PREFIX
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, NEXUS_KEY_PREFIX
 
 # Built-in search attributes: their column and how a value is bound to it.
 _COLUMNS: dict[str, tuple[str, str]] = {
@@ -41,8 +43,30 @@ _COLUMNS: dict[str, tuple[str, str]] = {
     # A standalone activity's (decision 0007): its key without the prefix, and its type.
     "ActivityId": (f"substr(workflow_id, {len(ACTIVITY_KEY_PREFIX) + 1})", "text"),
     "ActivityType": ("workflow_type", "text"),
+    # A standalone Nexus operation's (decision 0008): its key without the prefix, its endpoint (the
+    # run's task queue), and its operation (the run's type).
+    "OperationId": (f"substr(workflow_id, {len(NEXUS_KEY_PREFIX) + 1})", "text"),
+    "Endpoint": ("task_queue", "text"),
+    "Operation": ("workflow_type", "text"),
 }
-_ACTIVITY_FIELDS = {"ActivityId", "ActivityType"}
+
+
+class Scope(Enum):
+    """Which runs a filter reads, by their key's prefix: workflows' (no prefix of the others),
+    standalone activities' or standalone Nexus operations'."""
+
+    WORKFLOWS = ""
+    ACTIVITIES = ACTIVITY_KEY_PREFIX
+    NEXUS_OPERATIONS = NEXUS_KEY_PREFIX
+
+
+# The fields only one scope's runs have, those runs, and the call that lists them.
+_SCOPED_FIELDS = {
+    Scope.ACTIVITIES: ({"ActivityId", "ActivityType"}, "standalone activities", "list_activities"),
+    Scope.NEXUS_OPERATIONS: ({"OperationId", "Endpoint", "Operation"}, "standalone Nexus operations", "list_nexus_operations"),
+}
+# Orders as the operation or activity id does: the key (the prefix is the same on every row).
+_KEY_ORDERS = {"ActivityId", "OperationId"}
 MAX_NESTING = 64  # parentheses within parentheses: far past any hand-written filter, well within Python's stack
 _OPERATORS = {"=": "=", "!=": "<>", "<>": "<>", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 _TOKEN = re.compile(r"""
@@ -80,9 +104,9 @@ class SqlFilter:
     order_by: str = "start_time DESC"
 
 
-def parse(text: str, *, activities: bool = False) -> SqlFilter:
-    """The SQL for a list filter over workflow executions, or with `activities` over standalone
-    activities (an empty filter matches every one). `ActivityId` and `ActivityType` filter activities only."""
+def parse(text: str, *, scope: Scope = Scope.WORKFLOWS) -> SqlFilter:
+    """The SQL for a list filter over the runs of `scope` (an empty filter matches every one). The
+    fields of standalone activities and Nexus operations filter theirs only."""
     parser = _Parser(_tokens(text), text)
     result = SqlFilter()
     if parser.tokens and parser.peek_keyword() != "ORDER":
@@ -91,11 +115,19 @@ def parse(text: str, *, activities: bool = False) -> SqlFilter:
         result.order_by = parser.order_by()
     if parser.index < len(parser.tokens):
         parser.fail("end of filter")
-    if not activities and parser.names & _ACTIVITY_FIELDS:
-        raise ListFilterError(f"{', '.join(sorted(parser.names & _ACTIVITY_FIELDS))} filter standalone activities: use list_activities")
-    # The scope first, its parameter with it.
-    result.where = f"{'' if activities else 'NOT '}starts_with(workflow_id, %s) AND ({result.where})"
-    result.params.insert(0, ACTIVITY_KEY_PREFIX)
+    if scope == Scope.NEXUS_OPERATIONS and "Service" in parser.names:
+        raise ListFilterError("Service is not a filter of Kadence's Nexus operations (the read model keeps a standalone "
+                              "operation's endpoint and operation, not its service): filter by Endpoint and Operation")
+    for other, (fields, runs, call) in _SCOPED_FIELDS.items():
+        if other != scope and parser.names & fields:
+            raise ListFilterError(f"{', '.join(sorted(parser.names & fields))} filter {runs}: use {call}")
+    # The scope first, its parameters with it.
+    if scope == Scope.WORKFLOWS:
+        result.where = f"NOT starts_with(workflow_id, %s) AND NOT starts_with(workflow_id, %s) AND ({result.where})"
+        result.params[:0] = [Scope.ACTIVITIES.value, Scope.NEXUS_OPERATIONS.value]
+    else:
+        result.where = f"starts_with(workflow_id, %s) AND ({result.where})"
+        result.params.insert(0, scope.value)
     return result
 
 
@@ -235,7 +267,7 @@ class _Parser:
         if name not in _COLUMNS:
             raise ListFilterError(f"ORDER BY takes a built-in search attribute ({', '.join(_COLUMNS)}), not {name}")
         direction = "DESC" if self.accept("DESC") else ("ASC" if self.accept("ASC") else "ASC")
-        column = "workflow_id" if name == "ActivityId" else _COLUMNS[name][0]  # the key orders as its activity id does
+        column = "workflow_id" if name in _KEY_ORDERS else _COLUMNS[name][0]
         return f"{column} {direction}"
 
 

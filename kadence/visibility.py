@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -16,10 +16,11 @@ from kadence._temporal_history import events_from_temporal, is_temporal_history,
 from kadence.api.common.v1 import Payload
 from kadence.common import UNSET
 from kadence.converter import DataConverter
-from kadence.list_filter import ListFilterError, parse
+from kadence.list_filter import ListFilterError, Scope, parse
 from kadence.protocol.codec import codec
 from kadence.protocol.names import EventType
 from kadence.protocol.read_model import memo_from_json
+from kadence.protocol.records import NexusOperationScheduled
 
 # What WorkflowExecution.from_row reads, in its order.
 EXECUTION_COLUMNS = (
@@ -205,15 +206,15 @@ class ExecutionsPage:
 
 
 async def executions_page(
-    pool: AsyncConnectionPool, query: str, cursor: str | None, size: int, *, activities: bool = False,
+    pool: AsyncConnectionPool, query: str, cursor: str | None, size: int, *, scope: Scope = Scope.WORKFLOWS,
 ) -> ExecutionsPage:
     """One page of the executions matching the list filter, in its ORDER BY (newest first by
     default), after `cursor` (the `next_cursor` of the page before). Ties are broken by workflow id
     and run id in the same direction, so (key, workflow_id, run_id) orders every row and the next
     page is `WHERE (key, workflow_id, run_id) < the last row's`: an index range however deep, never
-    an OFFSET that scans every row before the page. With `activities`, the standalone activities'
-    runs instead of workflows' (decision 0007)."""
-    sql = parse(query, activities=activities)
+    an OFFSET that scans every row before the page. With `scope`, the standalone activities' or
+    Nexus operations' runs instead of workflows' (decisions 0007 and 0008)."""
+    sql = parse(query, scope=scope)
     column, direction = sql.order_by.split()
     key = _SORT_KEYS.get(column, column)
     where, params = sql.where, list(sql.params)
@@ -251,14 +252,14 @@ def _decode_cursor(cursor: str) -> list[str]:
 
 
 async def list_executions(
-    pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int, *, activities: bool = False,
+    pool: AsyncConnectionPool, query: str, limit: int | None, page_size: int, *, scope: Scope = Scope.WORKFLOWS,
 ) -> AsyncIterator[WorkflowExecution]:
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be None (every execution) or at least 0, not {limit}")
     cursor, returned = None, 0
     while limit is None or returned < limit:
         page = await executions_page(pool, query, cursor, page_size if limit is None else min(page_size, limit - returned),
-                                     activities=activities)
+                                     scope=scope)
         for execution in page.executions:
             yield execution
         returned += len(page.executions)
@@ -267,8 +268,8 @@ async def list_executions(
         cursor = page.next_cursor
 
 
-async def count_executions(pool: AsyncConnectionPool, query: str, *, activities: bool = False) -> int:
-    sql = parse(query, activities=activities)
+async def count_executions(pool: AsyncConnectionPool, query: str, *, scope: Scope = Scope.WORKFLOWS) -> int:
+    sql = parse(query, scope=scope)
     async with pool.connection() as conn:
         row = await (await conn.execute(f"SELECT count(*) FROM kadence_executions WHERE {sql.where}", sql.params)).fetchone()
     return row[0] if row else 0
@@ -302,6 +303,17 @@ async def fetch_event_ranges(
     for workflow_id, run_id, event in rows:
         found.setdefault((workflow_id, run_id), []).append(events.decode(event))
     return found
+
+
+async def nexus_operations_scheduled(
+    pool: AsyncConnectionPool, runs: Sequence[WorkflowExecution],
+) -> dict[tuple[str, str], NexusOperationScheduled]:
+    """Each standalone Nexus operation's NexusOperationScheduled, by (workflow id, run id): its
+    run's second event, which its start recorded (decision 0008), with the endpoint, service and operation."""
+    if not runs:
+        return {}
+    found = await fetch_event_ranges(pool, [(run.id, run.run_id, 1, 3) for run in runs])
+    return {key: cast(NexusOperationScheduled, events[0]["attributes"][1]) for key, events in found.items()}
 
 
 async def fetch_events(pool: AsyncConnectionPool, workflow_id: str, run_id: str) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ def test_start_command_round_trips(workflow_id: str, inputs: list[dict]) -> None
         "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "id_conflict_policy": "FAIL",
         "execution_timeout_ms": 0, "run_timeout_ms": 0, "search_attributes": {}, "initiated_by": None, "start_delay_ms": 0,
         "cron_schedule": "", "header": {}, "memo": {}, "scheduled_by": None, "time_skipping": None, "clock_offset_ms": 0, "activity": None,
-        "nexus_caller": None,
+        "nexus_caller": None, "nexus_operation": None,
         "eager_worker_identity": "",
     }), "reply_partition": None}
     assert commands.decode(commands.encode(record), commands.headers()) == record

@@ -12,7 +12,7 @@ import pytest
 from kadence.client import Client, WorkflowExecutionStatus
 from kadence.dev.local_stack import LocalStack
 from kadence.exceptions import KadenceError, WorkflowNotFoundError
-from kadence.list_filter import ListFilterError, parse
+from kadence.list_filter import ListFilterError, Scope, parse
 from kadence.protocol.postgres import apply_ddl, connection_pool
 from kadence.protocol.read_model import VISIBILITY_DDL
 from kadence.worker import Worker
@@ -77,22 +77,36 @@ async def test_list_and_count_with_temporal_filters(client: Client, task_queue: 
     ("WorkflowType = 'x' ORDER BY Amount", "ORDER BY takes a built-in search attribute"),
     ("(" * 5000 + "WorkflowId = 'a'" + ")" * 5000, "nests parentheses more than 64 deep"),
     ("ActivityType = 'charge'", "ActivityType filter standalone activities: use list_activities"),
+    ("Endpoint = 'payments'", "Endpoint filter standalone Nexus operations: use list_nexus_operations"),
 ])
 def test_filters_that_do_not_parse_say_where_and_why(query: str, error: str) -> None:
     with pytest.raises(ListFilterError, match=error.replace("(", r"\(").replace(")", r"\)")):
         parse(query)
 
 
+@pytest.mark.parametrize(("query", "error"), [
+    ("ActivityId = 'a'", "ActivityId filter standalone activities: use list_activities"),
+    ("Service = 'Payments'", "Service is not a filter of Kadence's Nexus operations"),
+])
+def test_nexus_operation_filters_that_do_not_apply_say_why(query: str, error: str) -> None:
+    with pytest.raises(ListFilterError, match=error):
+        parse(query, scope=Scope.NEXUS_OPERATIONS)
+
+
 def test_values_are_parameters_and_names_are_whitelisted_or_json_keys() -> None:
     parsed = parse("WorkflowId = 'a''b' AND `Order Status` = \"x\" AND Amount >= 2.5")
     assert parsed.where == (
-        "NOT starts_with(workflow_id, %s) AND "  # workflows only: standalone activities are listed apart
+        # workflows only: standalone activities and Nexus operations are listed apart
+        "NOT starts_with(workflow_id, %s) AND NOT starts_with(workflow_id, %s) AND "
         "((workflow_id = %s AND search_attributes -> %s = %s::jsonb AND search_attributes -> %s >= %s::jsonb))"
     )
-    assert parsed.params == ["kadence-activity:", "a'b", "Order Status", '"x"', "Amount", "2.5"]
-    activities = parse("ActivityType = 'charge' ORDER BY ActivityId", activities=True)
+    assert parsed.params == ["kadence-activity:", "kadence-nexus:", "a'b", "Order Status", '"x"', "Amount", "2.5"]
+    activities = parse("ActivityType = 'charge' ORDER BY ActivityId", scope=Scope.ACTIVITIES)
     assert activities.where == "starts_with(workflow_id, %s) AND (workflow_type = %s)"
     assert (activities.params, activities.order_by) == (["kadence-activity:", "charge"], "workflow_id ASC")
+    operations = parse("Endpoint = 'payments' AND OperationId STARTS_WITH 'pay-' ORDER BY OperationId DESC", scope=Scope.NEXUS_OPERATIONS)
+    assert operations.where == "starts_with(workflow_id, %s) AND ((task_queue = %s AND starts_with(substr(workflow_id, 15)::text, %s)))"
+    assert (operations.params, operations.order_by) == (["kadence-nexus:", "payments", "pay-"], "workflow_id DESC")
 
 
 async def test_command_outcomes_past_their_retention_are_deleted_in_batches(stack: LocalStack, client: Client) -> None:

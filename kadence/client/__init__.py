@@ -15,16 +15,19 @@ from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
     CountActivitiesInput,
+    CountNexusOperationsInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
     ListActivitiesInput,
+    ListNexusOperationsInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
     StartActivityInput,
+    StartNexusOperationInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
@@ -34,6 +37,14 @@ from kadence.client._inputs import (
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._listing import WorkflowExecutionAsyncIterator
+from kadence.client._nexus import (
+    NexusClient,
+    NexusOperationExecution,
+    NexusOperationExecutionAsyncIterator,
+    NexusOperationExecutionCount,
+    NexusOperationExecutionCountAggregationGroup,
+    NexusOperationHandle,
+)
 from kadence.client._schedule_types import (
     Schedule,
     ScheduleActionExecutionStartWorkflow,
@@ -62,6 +73,7 @@ from kadence.client._types import AsyncActivityIDReference, ResetReapplyExcludeT
 from kadence.exceptions import (
     ActivityFailureError,
     AsyncActivityCancelledError,
+    NexusOperationFailureError,
     WorkflowFailureError,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -79,6 +91,9 @@ __all__ = [
     "UpdateWithStartUpdateWorkflowInput", "StartActivityInput", "ListActivitiesInput", "CountActivitiesInput",
     "ActivityHandle", "ActivityExecution", "ActivityExecutionAsyncIterator", "ActivityExecutionCount",
     "ActivityExecutionCountAggregationGroup", "ActivityExecutionStatus", "ActivityFailureError",
+    "NexusClient", "NexusOperationHandle", "NexusOperationExecution", "NexusOperationExecutionAsyncIterator",
+    "NexusOperationExecutionCount", "NexusOperationExecutionCountAggregationGroup", "StartNexusOperationInput",
+    "ListNexusOperationsInput", "CountNexusOperationsInput", "NexusOperationFailureError",
     "Schedule", "ScheduleActionExecutionStartWorkflow", "ScheduleActionResult", "ScheduleActionStartWorkflow", "ScheduleBackfill",
     "ScheduleCalendarSpec", "ScheduleDescription", "ScheduleInfo", "ScheduleIntervalSpec", "ScheduleListActionStartWorkflow",
     "ScheduleListDescription", "ScheduleListInfo", "ScheduleListSchedule", "ScheduleListState", "ScheduleOverlapPolicy",

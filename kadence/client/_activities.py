@@ -1,20 +1,20 @@
 """Standalone activities through the client (as temporalio.client's, Temporal server 1.31): an
 activity a client starts outside any workflow, its handle, and what list and count find. Each is a
 run of the history service under the key `kadence-activity:<activity id>` whose only work is the
-activity (docs/decisions/0007-standalone-activities.md), so its handle is a workflow handle on that
-key whose failures read as the activity's."""
+activity (docs/decisions/0007-standalone-activities.md); its handle and listing are those of any
+standalone run (kadence/client/_standalone.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import IntEnum
-from typing import Any, Generic
+from typing import Any
 
-from kadence.client._handles import HandleClient, WorkflowHandle
-from kadence.client._inputs import CancelWorkflowInput
-from kadence.exceptions import ActivityFailureError, WorkflowFailureError
+from kadence.client._handles import HandleClient
+from kadence.client._standalone import ExecutionAsyncIterator, StandaloneHandle
+from kadence.exceptions import ActivityFailureError
 from kadence.protocol.names import ACTIVITY_KEY_PREFIX
 from kadence.types import ReturnType
 from kadence.visibility import WorkflowExecution
@@ -83,53 +83,23 @@ class ActivityExecutionCount:
     groups: Sequence[ActivityExecutionCountAggregationGroup] = ()
 
 
-class ActivityExecutionAsyncIterator(AsyncIterator[ActivityExecution]):
+class ActivityExecutionAsyncIterator(ExecutionAsyncIterator[ActivityExecution]):
     """What `Client.list_activities` returns: the matching standalone activities, page by page."""
 
-    def __init__(self, activities: AsyncIterator[ActivityExecution]) -> None:
-        self._activities = activities
 
-    def __aiter__(self) -> ActivityExecutionAsyncIterator:
-        return self
-
-    async def __anext__(self) -> ActivityExecution:
-        return await self._activities.__anext__()
-
-
-class ActivityHandle(Generic[ReturnType]):
+class ActivityHandle(StandaloneHandle[ReturnType]):
     """A standalone activity (as temporalio.client.ActivityHandle): `result()` waits for it, and
     raises ActivityFailureError with the cause when it did not complete."""
 
+    failure_error = ActivityFailureError
+
     def __init__(self, client: HandleClient, id: str, *, run_id: str | None = None, result_type: type | None = None) -> None:
+        super().__init__(client, activity_key(id), run_id=run_id, result_type=result_type)
         self._id = id
-        self._run_id = run_id
-        self._run: WorkflowHandle[Any, ReturnType] = WorkflowHandle(
-            client, activity_key(id), run_id=run_id, result_run_id=run_id, first_execution_run_id=run_id, result_type=result_type,
-        )
 
     @property
     def id(self) -> str:
         return self._id
 
-    @property
-    def run_id(self) -> str | None:
-        return self._run_id
-
-    async def result(self) -> ReturnType:
-        try:
-            return await self._run.result(follow_runs=False)
-        except WorkflowFailureError as failure:
-            raise ActivityFailureError(cause=failure.cause) from failure.cause
-
     async def describe(self) -> ActivityExecution:
         return ActivityExecution.of(await self._run.describe())
-
-    async def cancel(self, *, reason: str | None = None) -> None:
-        """Ask the activity to cancel: a running attempt hears it at its next heartbeat (or where it
-        awaits), one not started is canceled at once; `result()` then raises with a CancelledError."""
-        await self._run.client._impl.cancel_workflow(CancelWorkflowInput(
-            id=self._run.id, run_id=self._run_id, first_execution_run_id=None, reason=reason or "", rpc_metadata={}, rpc_timeout=None,
-        ))
-
-    async def terminate(self, *, reason: str | None = None) -> None:
-        await self._run.terminate(reason=reason)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from datetime import timedelta
 from typing import Any, Concatenate, cast, overload
 
+import nexusrpc
 from confluent_kafka import Message
 
 from kadence import activity as activity_module
@@ -32,8 +33,10 @@ from kadence.client._impl import _ClientImpl
 from kadence.client._inputs import (
     NEXUS_BACKING_START,
     CountActivitiesInput,
+    CountNexusOperationsInput,
     CountWorkflowsInput,
     ListActivitiesInput,
+    ListNexusOperationsInput,
     ListWorkflowsInput,
     StartActivityInput,
     StartWorkflowInput,
@@ -42,6 +45,14 @@ from kadence.client._inputs import (
 )
 from kadence.client._interceptor import Interceptor, OutboundInterceptor
 from kadence.client._listing import WorkflowExecutionAsyncIterator
+from kadence.client._nexus import (
+    NexusClient,
+    NexusOperationExecutionAsyncIterator,
+    NexusOperationExecutionCount,
+    NexusOperationHandle,
+    OutputT,
+    ServiceT,
+)
 from kadence.client._read_model import NOT_FOUND_AFTER_S, ReadModel
 from kadence.client._replies import ReplyListener, RunWatch
 from kadence.client._schedule_types import Schedule, ScheduleBackfill, ScheduleListDescription
@@ -574,6 +585,45 @@ class Client:
     async def count_activities(self, query: str = "") -> ActivityExecutionCount:
         """How many standalone activities match a list filter."""
         return await self._impl.count_activities(CountActivitiesInput(query=query, rpc_metadata={}, rpc_timeout=None))
+
+    def create_nexus_client(self, service: type[ServiceT] | str, endpoint: str) -> NexusClient[ServiceT]:
+        """A client of `service` (its contract class, its handler class, or its name) through the
+        endpoint `endpoint` (`kadence nexus endpoint create` maps it to a task queue), whose
+        operations are standalone Nexus operations: started outside any workflow, each with its own
+        id and handle (docs/decisions/0008-nexus.md)."""
+        return NexusClient(self, service, endpoint)
+
+    @overload
+    def get_nexus_operation_handle(
+        self, operation_id: str, *, operation: nexusrpc.Operation[Any, OutputT], run_id: str | None = None,
+    ) -> NexusOperationHandle[OutputT]: ...
+
+    @overload
+    def get_nexus_operation_handle(
+        self, operation_id: str, *, run_id: str | None = None, result_type: type | None = None,
+    ) -> NexusOperationHandle[Any]: ...
+
+    def get_nexus_operation_handle(
+        self, operation_id: str, *, operation: nexusrpc.Operation[Any, Any] | None = None, run_id: str | None = None,
+        result_type: type | None = None,
+    ) -> NexusOperationHandle[Any]:
+        """A handle on the standalone Nexus operation `operation_id` (its latest run without
+        `run_id`); its result is of `result_type`, else of `operation`'s output type."""
+        return NexusOperationHandle(self, operation_id, run_id=run_id,
+                                    result_type=result_type or (operation.output_type if operation else None))
+
+    def list_nexus_operations(
+        self, query: str = "", *, limit: int | None = None, page_size: int = 1000,
+    ) -> NexusOperationExecutionAsyncIterator:
+        """Standalone Nexus operations matching a list filter (`Endpoint = "payments" AND Operation = "charge"`;
+        `OperationId`, `Endpoint`, `Operation`, `ExecutionStatus`, `StartTime`, `CloseTime` ...)."""
+        return NexusOperationExecutionAsyncIterator(self._impl.list_nexus_operations(ListNexusOperationsInput(
+            query=query, page_size=page_size, next_page_token=None, rpc_metadata={}, rpc_timeout=None, limit=limit,
+        )))
+
+    async def count_nexus_operations(self, query: str | None = None) -> NexusOperationExecutionCount:
+        """How many standalone Nexus operations match a list filter."""
+        return await self._impl.count_nexus_operations(CountNexusOperationsInput(query=query, rpc_metadata={}, rpc_timeout=None))
 
     async def count_workflows(self, query: str = "") -> WorkflowExecutionCount:
         """How many executions match a list filter."""

@@ -7,13 +7,15 @@ import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
 import psycopg
 from confluent_kafka import Message
+from psycopg_pool import AsyncConnectionPool
 
+from kadence.api.common.v1 import Payload
 from kadence.client._activities import ActivityExecution, ActivityExecutionCount, ActivityHandle, activity_key
 from kadence.client._eager import EagerStart, EagerWorkers
 from kadence.client._handles import AsyncActivityHandle, HandleClient, WorkflowHandle, WorkflowUpdateHandle
@@ -21,16 +23,19 @@ from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
     CountActivitiesInput,
+    CountNexusOperationsInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
     ListActivitiesInput,
+    ListNexusOperationsInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
     StartActivityInput,
+    StartNexusOperationInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
@@ -38,6 +43,7 @@ from kadence.client._inputs import (
     UpdateWithStartStartWorkflowInput,
 )
 from kadence.client._interceptor import OutboundInterceptor
+from kadence.client._nexus import NexusOperationExecution, NexusOperationExecutionCount, NexusOperationHandle, nexus_operation_key
 from kadence.client._read_model import TABLES_MISSING, until_created
 from kadence.client._replies import ReplyListener, RunWatch
 from kadence.client._types import AsyncActivityIDReference, WorkflowExecutionCount, WorkflowUpdateStage
@@ -49,11 +55,18 @@ from kadence.exceptions import (
     WorkflowQueryFailedError,
     WorkflowQueryTimeoutError,
 )
+from kadence.list_filter import Scope
 from kadence.protocol.limits import text_problem
 from kadence.protocol.names import CommandType
 from kadence.protocol.read_model import update_accepted_request_id, update_request_id
 from kadence.protocol.task_token import TaskToken
-from kadence.visibility import WorkflowExecution, activity_cancel_requested, count_executions, list_executions
+from kadence.visibility import (
+    WorkflowExecution,
+    activity_cancel_requested,
+    count_executions,
+    list_executions,
+    nexus_operations_scheduled,
+)
 
 log = logging.getLogger("kadence.client")
 QUERY_RESEND_S = 5.0  # how long a query waits for its answer before it is sent again
@@ -146,54 +159,100 @@ class _ClientImpl(OutboundInterceptor):
 
     async def start_activity(self, input: StartActivityInput) -> ActivityHandle[Any]:
         """A standalone activity: a start under its key carrying the activity (decision 0007)."""
-        request_id = input.request_id or str(uuid.uuid4())
-        key = activity_key(input.id)
-        start = StartWorkflowInput(
-            workflow=input.activity_type, args=input.args, id=key, task_queue=input.task_queue, execution_timeout=None,
-            run_timeout=None, task_timeout=None, id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
-            id_conflict_policy=WorkflowIDConflictPolicy[input.id_conflict_policy.name], retry_policy=None, cron_schedule="",
-            memo=None, search_attributes=input.search_attributes, start_delay=None, headers=input.headers, start_signal=None,
-            start_signal_args=(), static_summary=input.summary, static_details=None, ret_type=input.result_type,
-            rpc_metadata=input.rpc_metadata, rpc_timeout=input.rpc_timeout, request_id=request_id,
+        run_id = await self._start_standalone(
+            input, activity_key(input.id), input.activity_type, input.args, input.task_queue, input.headers, ("activity", {
+                "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+                "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
+                "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout), "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
+                "retry_policy": input.retry_policy.to_record() if input.retry_policy is not None else None,
+            }),
         )
-        record = {**self._start_record(start, request_id), "activity": {
-            "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
-            "schedule_to_start_timeout_ms": to_ms(input.schedule_to_start_timeout),
-            "start_to_close_timeout_ms": to_ms(input.start_to_close_timeout), "heartbeat_timeout_ms": to_ms(input.heartbeat_timeout),
-            "retry_policy": input.retry_policy.to_record() if input.retry_policy is not None else None,
-        }}
-        run_id = await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
         log.info("event=activity_started activity_id=%s run_id=%s activity_type=%s", input.id, run_id, input.activity_type)
         return ActivityHandle(self._client, input.id, run_id=run_id, result_type=input.result_type)
 
+    async def _start_standalone(
+        self, input: StartActivityInput | StartNexusOperationInput, key: str, run_type: str, args: Sequence[Any], task_queue: str,
+        headers: Mapping[str, Payload], work: tuple[str, dict[str, Any]],
+    ) -> str:
+        """Send a standalone run's start (decisions 0007 and 0008): a plain start under its key,
+        whose field `work` names (the activity, or the Nexus operation) is the run's only work; its run id."""
+        request_id = input.request_id or str(uuid.uuid4())
+        start = StartWorkflowInput(
+            workflow=run_type, args=args, id=key, task_queue=task_queue, execution_timeout=None, run_timeout=None, task_timeout=None,
+            id_reuse_policy=WorkflowIDReusePolicy[input.id_reuse_policy.name],
+            id_conflict_policy=WorkflowIDConflictPolicy[input.id_conflict_policy.name], retry_policy=None, cron_schedule="",
+            memo=None, search_attributes=input.search_attributes, start_delay=None, headers=headers, start_signal=None,
+            start_signal_args=(), static_summary=input.summary, static_details=None, ret_type=input.result_type,
+            rpc_metadata=input.rpc_metadata, rpc_timeout=input.rpc_timeout, request_id=request_id,
+        )
+        field, options = work
+        record = {**self._start_record(start, request_id), field: options}
+        return await self._client._request(key, CommandType.StartWorkflowExecution, record, request_id)
+
     def list_activities(self, input: ListActivitiesInput) -> AsyncIterator[ActivityExecution]:
         async def activities() -> AsyncIterator[ActivityExecution]:
-            async for run in self._runs(input.query, input.limit, input.page_size, activities=True):
+            async for run in self._runs(input.query, input.limit, input.page_size, Scope.ACTIVITIES):
                 yield ActivityExecution.of(run)
 
         return activities()
 
     async def count_activities(self, input: CountActivitiesInput) -> ActivityExecutionCount:
-        return ActivityExecutionCount(await self._count(input.query, activities=True))
+        return ActivityExecutionCount(await self._count(input.query, Scope.ACTIVITIES))
 
-    async def _runs(self, query: str | None, limit: int | None, page_size: int, *, activities: bool) -> AsyncIterator[WorkflowExecution]:
-        """The runs the read model holds that a list filter matches: workflows', or with
-        `activities` standalone activities'."""
+    async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
+        """A standalone Nexus operation: a start under its key carrying the operation (decision
+        0008), whose run names the endpoint as its task queue; history resolves the endpoint."""
+        run_id = await self._start_standalone(
+            input, nexus_operation_key(input.id), input.operation, [input.arg], input.endpoint, {}, ("nexus_operation", {
+                "endpoint": input.endpoint, "service": input.service, "nexus_header": dict(input.headers),
+                "schedule_to_close_timeout_ms": to_ms(input.schedule_to_close_timeout),
+            }),
+        )
+        log.info("event=nexus_operation_started operation_id=%s run_id=%s endpoint=%s service=%s operation=%s",
+                 input.id, run_id, input.endpoint, input.service, input.operation)
+        return NexusOperationHandle(self._client, input.id, run_id=run_id, result_type=input.result_type, endpoint=input.endpoint,
+                                    service=input.service, operation=input.operation)
+
+    def list_nexus_operations(self, input: ListNexusOperationsInput) -> AsyncIterator[NexusOperationExecution]:
+        async def operations() -> AsyncIterator[NexusOperationExecution]:
+            pool = (await self._client._read_model()).pool
+            page: list[WorkflowExecution] = []  # each page's scheduled events are read in one query
+            async for run in self._runs(input.query, input.limit, input.page_size, Scope.NEXUS_OPERATIONS):
+                page.append(run)
+                if len(page) == input.page_size:
+                    for operation in await self._nexus_operations(pool, page):
+                        yield operation
+                    page = []
+            for operation in await self._nexus_operations(pool, page):
+                yield operation
+
+        return operations()
+
+    @staticmethod
+    async def _nexus_operations(pool: AsyncConnectionPool, runs: list[WorkflowExecution]) -> list[NexusOperationExecution]:
+        scheduled = await nexus_operations_scheduled(pool, runs)
+        return [NexusOperationExecution.of(run, scheduled[run.id, run.run_id]) for run in runs]
+
+    async def count_nexus_operations(self, input: CountNexusOperationsInput) -> NexusOperationExecutionCount:
+        return NexusOperationExecutionCount(await self._count(input.query, Scope.NEXUS_OPERATIONS))
+
+    async def _runs(self, query: str | None, limit: int | None, page_size: int, scope: Scope) -> AsyncIterator[WorkflowExecution]:
+        """The runs of `scope` the read model holds that a list filter matches."""
         await self._client._read_model_caught_up()
         pool = (await self._client._read_model()).pool
         try:
-            async for run in list_executions(pool, query or "", limit, page_size, activities=activities):
+            async for run in list_executions(pool, query or "", limit, page_size, scope=scope):
                 yield run
         except psycopg.errors.UndefinedTable as exc:
-            raise KadenceError(f"listing {'activities' if activities else 'workflows'}: {TABLES_MISSING}") from exc
+            raise KadenceError(f"listing {scope.name.lower().replace('_', ' ')}: {TABLES_MISSING}") from exc
 
-    async def _count(self, query: str | None, *, activities: bool) -> int:
+    async def _count(self, query: str | None, scope: Scope) -> int:
         """How many runs `_runs` would give."""
         await self._client._read_model_caught_up()
         try:
-            return await count_executions((await self._client._read_model()).pool, query or "", activities=activities)
+            return await count_executions((await self._client._read_model()).pool, query or "", scope=scope)
         except psycopg.errors.UndefinedTable as exc:
-            raise KadenceError(f"counting {'activities' if activities else 'workflows'}: {TABLES_MISSING}") from exc
+            raise KadenceError(f"counting {scope.name.lower().replace('_', ' ')}: {TABLES_MISSING}") from exc
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         handle = self._handle(input.id, input.run_id, input.first_execution_run_id)
@@ -205,13 +264,13 @@ class _ClientImpl(OutboundInterceptor):
 
     def list_workflows(self, input: ListWorkflowsInput) -> AsyncIterator[WorkflowExecution]:
         async def executions() -> AsyncIterator[WorkflowExecution]:
-            async for execution in self._runs(input.query, input.limit, input.page_size, activities=False):
+            async for execution in self._runs(input.query, input.limit, input.page_size, Scope.WORKFLOWS):
                 yield dataclasses.replace(execution, data_converter=self._client.data_converter)  # memo() decodes as the client
 
         return executions()
 
     async def count_workflows(self, input: CountWorkflowsInput) -> WorkflowExecutionCount:
-        return WorkflowExecutionCount(await self._count(input.query, activities=False))
+        return WorkflowExecutionCount(await self._count(input.query, Scope.WORKFLOWS))
 
     async def query_workflow(self, input: QueryWorkflowInput) -> Any:
         client, name = self._client, input.query

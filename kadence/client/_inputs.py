@@ -17,6 +17,8 @@ from kadence.client._types import AsyncActivityIDReference, TimeSkippingConfig, 
 from kadence.common import (
     ActivityIDConflictPolicy,
     ActivityIDReusePolicy,
+    NexusOperationIDConflictPolicy,
+    NexusOperationIDReusePolicy,
     RetryPolicy,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
@@ -274,5 +276,45 @@ class ListActivitiesInput:
 @dataclasses.dataclass
 class CountActivitiesInput:
     query: str
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+
+
+@dataclasses.dataclass
+class StartNexusOperationInput:
+    """Input for OutboundInterceptor.start_nexus_operation: a standalone Nexus operation (as temporalio's)."""
+
+    operation: str
+    arg: Any
+    id: str
+    endpoint: str
+    service: str
+    result_type: type | None
+    schedule_to_close_timeout: timedelta | None
+    schedule_to_start_timeout: timedelta | None
+    start_to_close_timeout: timedelta | None
+    id_reuse_policy: NexusOperationIDReusePolicy
+    id_conflict_policy: NexusOperationIDConflictPolicy
+    search_attributes: Mapping[str, Any] | None
+    summary: str | None
+    headers: Mapping[str, str]
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+    request_id: str = ""  # Kadence's: the start's idempotency key ("" draws a uuid4)
+
+
+@dataclasses.dataclass
+class ListNexusOperationsInput:
+    query: str | None
+    page_size: int
+    next_page_token: bytes | None
+    rpc_metadata: Mapping[str, str | bytes]
+    rpc_timeout: timedelta | None
+    limit: int | None
+
+
+@dataclasses.dataclass
+class CountNexusOperationsInput:
+    query: str | None
     rpc_metadata: Mapping[str, str | bytes]
     rpc_timeout: timedelta | None

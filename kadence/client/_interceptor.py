@@ -14,21 +14,25 @@ from kadence.client._inputs import (
     CancelWorkflowInput,
     CompleteAsyncActivityInput,
     CountActivitiesInput,
+    CountNexusOperationsInput,
     CountWorkflowsInput,
     DescribeWorkflowInput,
     FailAsyncActivityInput,
     HeartbeatAsyncActivityInput,
     ListActivitiesInput,
+    ListNexusOperationsInput,
     ListWorkflowsInput,
     QueryWorkflowInput,
     ReportCancellationAsyncActivityInput,
     SignalWorkflowInput,
     StartActivityInput,
+    StartNexusOperationInput,
     StartWorkflowInput,
     StartWorkflowUpdateInput,
     StartWorkflowUpdateWithStartInput,
     TerminateWorkflowInput,
 )
+from kadence.client._nexus import NexusOperationExecution, NexusOperationExecutionCount, NexusOperationHandle
 from kadence.client._types import WorkflowExecutionCount
 from kadence.visibility import WorkflowExecution
 
@@ -58,6 +62,15 @@ class OutboundInterceptor:
 
     async def count_activities(self, input: CountActivitiesInput) -> ActivityExecutionCount:
         return await self.next.count_activities(input)
+
+    async def start_nexus_operation(self, input: StartNexusOperationInput) -> NexusOperationHandle[Any]:
+        return await self.next.start_nexus_operation(input)
+
+    def list_nexus_operations(self, input: ListNexusOperationsInput) -> AsyncIterator[NexusOperationExecution]:
+        return self.next.list_nexus_operations(input)
+
+    async def count_nexus_operations(self, input: CountNexusOperationsInput) -> NexusOperationExecutionCount:
+        return await self.next.count_nexus_operations(input)
 
     async def cancel_workflow(self, input: CancelWorkflowInput) -> None:
         await self.next.cancel_workflow(input)

@@ -126,6 +126,9 @@ SCHEDULE_KEY_PREFIX = "kadence-schedule:"
 # A standalone activity (one a client starts, outside any workflow) is a run keyed by this prefix and
 # its activity id; workflow ids with it are refused (docs/decisions/0007-standalone-activities.md).
 ACTIVITY_KEY_PREFIX = "kadence-activity:"
+# A standalone Nexus operation (one a client starts through an endpoint, outside any workflow) is a
+# run keyed by this prefix and its operation id, as a standalone activity is (decision 0008).
+NEXUS_KEY_PREFIX = "kadence-nexus:"
 # The commands for a schedule (a TimeoutFired goes to either kind).
 SCHEDULE_COMMANDS = frozenset({
     CommandType.CreateSchedule, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,

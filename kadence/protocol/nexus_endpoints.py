@@ -116,9 +116,12 @@ class EndpointRegistry:
             consumer.close()
 
     def resolve(self, kind: str, body: Mapping[str, object]) -> None:
-        """Name each ScheduleNexusOperation's task queue in a workflow task's completion, from its
-        endpoint as the registry has it now; one not registered is left without (the machine
-        refuses it, saying so)."""
+        """Name each ScheduleNexusOperation's task queue in a workflow task's completion, and a
+        standalone Nexus operation's in its start, from its endpoint as the registry has it now;
+        one not registered is left without (the machine refuses it, saying so)."""
+        operation = body.get("nexus_operation")
+        if kind == CommandType.StartWorkflowExecution and isinstance(operation, dict):
+            operation["task_queue"] = self.task_queue(operation["endpoint"])
         if kind != CommandType.RespondWorkflowTaskCompleted:
             return
         commands = body.get("commands")

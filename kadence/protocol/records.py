@@ -125,6 +125,10 @@ class StartWorkflowExecution(TypedDict):
     # reply_partition, which it needs) instead of dispatching it; otherwise the task goes to the queue as any start's.
     # Empty: not eager (docs/architecture.md, "Eager workflow start").
     eager_worker_identity: NotRequired[str]
+    # Set for a standalone Nexus operation, whose key is kadence-nexus:<operation id>: the run's only work is the
+    # operation workflow_type of this service through this endpoint (which task_queue names too), with the first payload
+    # of input (docs/decisions/0008-nexus.md).
+    nexus_operation: NotRequired[StandaloneNexusOperation | None]
 
 
 class InitiatedBy(TypedDict):
@@ -144,6 +148,16 @@ class StandaloneActivity(TypedDict):
     start_to_close_timeout_ms: NotRequired[int]
     heartbeat_timeout_ms: NotRequired[int]
     retry_policy: NotRequired[RetryPolicy | None]
+
+
+class StandaloneNexusOperation(TypedDict):
+    endpoint: str
+    service: str
+    schedule_to_close_timeout_ms: NotRequired[int]
+    nexus_header: NotRequired[dict[str, str]]
+    # The endpoint's task queue, set by the history service from kadence.nexus-endpoints before it decides the start; a
+    # client leaves it empty.
+    task_queue: NotRequired[str]
 
 
 class SignalWorkflowExecution(TypedDict):

@@ -216,14 +216,6 @@ def _canceled_if_not_started(t: Transition, attrs: RequestCancelActivityTask, re
         ))
 
 
-def schedule_standalone(t: Transition, attrs: ScheduleActivityTask) -> None:
-    """Schedule a standalone activity's activity, its run's first work, as a workflow task's command would."""
-    problem = _check_schedule(t.execution, attrs, Planned.of(t.execution))
-    if problem:
-        raise Rejected(problem)
-    t.add(EventType.ActivityTaskScheduled, _scheduled_event(t, attrs, 0, ""))
-
-
 def cancel_standalone(t: Transition) -> None:
     """A cancel request to a standalone activity's run asks its activity to cancel: at once when
     no attempt runs, which closes the run; else its worker hears of it."""

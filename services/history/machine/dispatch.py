@@ -50,12 +50,12 @@ RELEASED: tuple[Callable[[Execution, Transition, Pending], list[Effect]], ...] =
 )
 
 # Commands that may leave the run id empty: they are for the workflow id's current run.
-# What a standalone activity's run takes (decision 0007): its attempts' reports, a cancel request,
-# a termination and its timers.
-_STANDALONE_ACTIVITY_COMMANDS = activity.REPORTS | {
-    CommandType.RecordActivityTaskStarted, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
-    CommandType.TimeoutFired,
-}
+# What a standalone run takes (decisions 0007 and 0008): a cancel request, a termination and its
+# timers, and its work's reports: a standalone activity's attempts', a standalone Nexus operation's
+# handler's answers and its handler workflow's close.
+_STANDALONE_RUN_COMMANDS = {CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution, CommandType.TimeoutFired}
+_STANDALONE_ACTIVITY_COMMANDS = activity.REPORTS | {CommandType.RecordActivityTaskStarted} | _STANDALONE_RUN_COMMANDS
+_STANDALONE_NEXUS_COMMANDS = nexus.COMMANDS.keys() | _STANDALONE_RUN_COMMANDS
 _CURRENT_RUN_COMMANDS = {
     CommandType.SignalWorkflowExecution, CommandType.RequestCancelWorkflowExecution, CommandType.TerminateWorkflowExecution,
     CommandType.UpdateWorkflowExecution, CommandType.UpdateSchedule, CommandType.PatchSchedule, CommandType.DeleteSchedule,
@@ -88,6 +88,8 @@ def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) ->
         raise Rejected(f"{kind} does not apply to a {entity}", "WORKFLOW_NOT_FOUND")
     if ex.standalone_activity and kind not in _STANDALONE_ACTIVITY_COMMANDS:
         raise Rejected(f"{kind} does not apply to a standalone activity", "WORKFLOW_NOT_FOUND")
+    if ex.standalone_nexus_operation and kind not in _STANDALONE_NEXUS_COMMANDS:
+        raise Rejected(f"{kind} does not apply to a standalone Nexus operation", "WORKFLOW_NOT_FOUND")
     if is_schedule and schedule.repeated(ex, cmd):
         return Transition(ex, now_ms, repeat=True)  # a change sent again: answered as it was
     if is_schedule and ex.status != RUNNING:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kadence.protocol.names import ACTIVITY_KEY_PREFIX, EventType
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, NEXUS_KEY_PREFIX, EventType
 from kadence.protocol.records import Failure, Payload, Schedule, ScheduleInfo
 from kadence.protocol.records import TimeSkipping as TimeSkippingRecord
 from services.history.machine.records import ActivityHeartbeat, HistoryEvent, Record, TransientWorkflowTask, attributes, event_type
@@ -174,6 +174,16 @@ class Execution:
     def standalone_activity(self) -> bool:
         """A standalone activity's run: its only work is its activity (decision 0007)."""
         return self.workflow_id.startswith(ACTIVITY_KEY_PREFIX)
+
+    @property
+    def standalone_nexus_operation(self) -> bool:
+        """A standalone Nexus operation's run: its only work is its operation (decision 0008)."""
+        return self.workflow_id.startswith(NEXUS_KEY_PREFIX)
+
+    @property
+    def standalone(self) -> bool:
+        """A run with no workflow: what would tell a workflow of its work's end closes it instead."""
+        return self.standalone_activity or self.standalone_nexus_operation
 
     @property
     def quiescent(self) -> bool:

@@ -14,12 +14,13 @@ from kadence.protocol.cron import CronError, parse_cron
 from kadence.protocol.events import CLOSE_COMMANDS, CLOSE_STATUS, memo_upserted
 from kadence.protocol.ids import continued_run_id, run_id_for
 from kadence.protocol.limits import name_problem, payload_problem
-from kadence.protocol.names import ACTIVITY_KEY_PREFIX, CommandType, EventType, TaskCommandType, TimerKind
+from kadence.protocol.names import ACTIVITY_KEY_PREFIX, NEXUS_KEY_PREFIX, CommandType, EventType, TaskCommandType, TimerKind
 from kadence.protocol.records import (
     ContinueAsNewWorkflowExecution,
     Payload,
     RequestCancelWorkflowExecution,
     ScheduleActivityTask,
+    ScheduleNexusOperation,
     SignalWorkflowExecution,
     TerminateWorkflowExecution,
     TimeoutFired,
@@ -33,7 +34,7 @@ from services.history.machine.effects import answer, drop, outbound, scheduled_r
 from services.history.machine.execution import DEFAULT_WORKFLOW_TASK_TIMEOUT_MS, RUNNING, Execution, run_timeout_ms
 from services.history.machine.limits import within_history_limit
 from services.history.machine.records import Effect, EventAttributes, HistoryEvent, Record, attributes, event_type
-from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, Timeout, recorded_as_given
+from services.history.machine.tables import Apply, Decide, EffectsOf, TaskCommand, Timeout, record_alone, recorded_as_given
 from services.history.machine.transition import Rejected, Transition
 
 # ---- starts
@@ -139,7 +140,11 @@ def _new_run(
     if first is not None:
         t.add(*first)
     if ex.standalone_activity:
-        activity.schedule_standalone(t, _standalone_activity(workflow_id, start))
+        kind = TaskCommandType.ScheduleActivityTask
+        record_alone(t, kind, activity.TASK_COMMANDS[kind], _standalone_activity(workflow_id, start))
+    elif ex.standalone_nexus_operation:
+        kind = TaskCommandType.ScheduleNexusOperation
+        record_alone(t, kind, nexus.TASK_COMMANDS[kind], _standalone_nexus_operation(start))
     else:
         scheduled_event_id = t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=start["task_queue"], attempt=1))
         if first is None and not backoff_ms:  # as Temporal's: not with a signal or an update, nor for a task not due yet
@@ -168,17 +173,30 @@ def _answers_carry_eager_tasks() -> bool:
     return writes_field(codec("Reply"), "CommandAnswer", "eager_workflow_task")
 
 
+# The standalone runs (decisions 0007 and 0008): their key's prefix, the start's field that carries
+# the run's only work, and what they are called, one and many.
+_STANDALONE_KEYS = (
+    (ACTIVITY_KEY_PREFIX, "activity", "standalone activity", "standalone activities"),
+    (NEXUS_KEY_PREFIX, "nexus_operation", "standalone Nexus operation", "standalone Nexus operations"),
+)
+
+
 def _standalone_problem(workflow_id: str, start: Record, first: FirstEvent | None) -> str | None:
-    """Why a start does not fit its key: a standalone activity's key needs its activity and a plain
-    start, and only that key takes one (decision 0007)."""
-    if not workflow_id.startswith(ACTIVITY_KEY_PREFIX):
-        if start.get("activity") is not None:
-            return f"a standalone activity starts under the key {ACTIVITY_KEY_PREFIX}<activity id>, not a workflow id"
-        return None
-    if start.get("activity") is None:
-        return f"workflow ids beginning with {ACTIVITY_KEY_PREFIX!r} are reserved for standalone activities"
-    if first is not None or start.get("cron_schedule") or start.get("start_delay_ms") or start.get("initiated_by"):
-        return "a standalone activity is started alone: no signal or update with it, no cron schedule, start delay or parent"
+    """Why a start does not fit its key: a standalone run's key needs its work and a plain start,
+    and only that key takes that work."""
+    for prefix, work, one, many in _STANDALONE_KEYS:
+        if not workflow_id.startswith(prefix):
+            if start.get(work) is not None:
+                return f"a {one} starts under the key {prefix}<id>, not {workflow_id!r}"
+            continue
+        if start.get(work) is None:
+            return f"workflow ids beginning with {prefix!r} are reserved for {many}"
+        if first is not None or start.get("cron_schedule") or start.get("start_delay_ms") or start.get("initiated_by"):
+            return f"a {one} is started alone: no signal or update with it, no cron schedule, start delay or parent"
+    operation = start.get("nexus_operation")
+    if operation is not None and operation["endpoint"] != start["task_queue"]:
+        return (f"a standalone Nexus operation's task_queue names its endpoint ({operation['endpoint']!r}), "
+                f"not {start['task_queue']!r}")
     return None
 
 
@@ -193,6 +211,17 @@ def _standalone_activity(workflow_id: str, start: Record) -> ScheduleActivityTas
         )},
         "retry_policy": options.get("retry_policy"),
     })
+
+
+def _standalone_nexus_operation(start: Record) -> ScheduleNexusOperation:
+    """The operation a standalone Nexus operation's start carries, as a workflow task would schedule it."""
+    operation = start["nexus_operation"]
+    return {
+        "endpoint": operation["endpoint"], "service": operation["service"], "operation": start["workflow_type"],
+        "input": start["input"][0] if start["input"] else None,
+        "schedule_to_close_timeout_ms": operation.get("schedule_to_close_timeout_ms", 0),
+        "nexus_header": operation.get("nexus_header", {}), "task_queue": operation.get("task_queue", ""),
+    }
 
 
 def _root_attributes(parent: Record | None, workflow_id: str, run_id: str) -> Record:
@@ -390,10 +419,11 @@ TASK_COMMANDS: dict[str, TaskCommand] = {
 def _cancel_requested(ex: Execution, cmd: RequestCancelWorkflowExecution, identity: str, now_ms: int) -> Transition:
     t = Transition(ex, now_ms)
     requester = cmd.get("initiated_by")
-    if not ex.cancel_requested and ex.standalone_activity:  # no workflow to tell: its activity cancels
+    if not ex.cancel_requested and ex.standalone:  # no workflow to tell: its work cancels (its activity, or its operation)
         t.add(EventType.WorkflowExecutionCancelRequested, {"cause": cmd["reason"], "identity": identity, "external_workflow_id": "",
                                                            "external_run_id": "", "external_initiated_event_id": 0})
         activity.cancel_standalone(t)
+        nexus.cancel_standalone(t)
     elif not ex.cancel_requested:  # asking twice is answered, not recorded twice
         t.add_workflow_visible(EventType.WorkflowExecutionCancelRequested, {
             "cause": cmd["reason"], "identity": identity, "external_workflow_id": requester["workflow_id"] if requester else "",

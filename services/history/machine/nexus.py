@@ -133,6 +133,18 @@ def _canceled_if_not_started(t: Transition, attrs: RequestCancelNexusOperation, 
         t.wake_workflow = True
 
 
+def cancel_standalone(t: Transition) -> None:
+    """A cancel request to a standalone Nexus operation's run asks its operation to cancel: one no
+    handler started asynchronously is canceled at once, which closes the run; a started one's
+    handler workflow is asked (`_on_cancel_requested`), and its close ends the operation."""
+    for scheduled_event_id, operation in t.execution.nexus_operations.items():
+        t.add(EventType.NexusOperationCancelRequested, {"scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": 0})
+        if not operation.started_event_id:
+            t.add_workflow_visible(EventType.NexusOperationCanceled, {
+                "scheduled_event_id": scheduled_event_id, "failure": _canceled_failure(), "request_id": operation.request_id,
+            })
+
+
 def _canceled_failure() -> Failure:
     return engine_failure("Nexus operation canceled", "CancelledError")
 

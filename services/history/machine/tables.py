@@ -6,10 +6,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from kadence.protocol.events import EVENT_FOR_COMMAND
 from kadence.protocol.records import TimeoutFired
 from services.history.machine.execution import Execution
 from services.history.machine.records import Effect, EventAttributes, HistoryEvent
-from services.history.machine.transition import Transition
+from services.history.machine.transition import Rejected, Transition
 
 Apply = Callable[[Execution, HistoryEvent], None]  # an event's effect on the execution's state
 # (execution, command, identity, now_ms): the command is its branch's TypedDict of kadence.protocol.records.
@@ -61,3 +62,18 @@ def recorded_as_given(bad_attributes: str, required: tuple[str, ...] = ()) -> Ta
         return cast(EventAttributes, {**attrs, "workflow_task_completed_event_id": completed_id})
 
     return TaskCommand(bad_attributes, event, required=required)
+
+
+def missing_attributes(kind: str, command: TaskCommand, attrs: Mapping[str, Any]) -> str | None:
+    missing = [name for name in command.required if not attrs[name]]
+    return f"{kind} needs {' and '.join(missing)}" if missing else None
+
+
+def record_alone(t: Transition, kind: str, command: TaskCommand, attrs: Any) -> None:
+    """Record a workflow task's command with no workflow task: a standalone run's only work, which
+    its start schedules (decisions 0007 and 0008), checked as a workflow's command is; a command
+    that cannot apply refuses the start with the reason."""
+    problem = missing_attributes(kind, command, attrs) or command.check(t.execution, attrs, Planned.of(t.execution))
+    if problem:
+        raise Rejected(problem)
+    t.add(EVENT_FOR_COMMAND[kind], command.event(t, attrs, 0, ""))

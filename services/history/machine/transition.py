@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from kadence.exceptions import RetryState
 from kadence.protocol.events import CLOSE_STATUS, INITIATED, failure_record
 from kadence.protocol.limits import encoded_bytes_bound
 from kadence.protocol.names import CommandType, EffectType, EventType
@@ -100,11 +101,12 @@ class Transition:
 
     def add_workflow_visible(self, event_type: str, attributes: EventAttributes) -> None:
         """Buffer the event while a workflow task is in flight, else write it and schedule a task
-        (one per transition, after its last workflow-visible event). A standalone activity's run
-        has no workflow to tell: the event closes it (decision 0007)."""
-        if self.execution.standalone_activity:
+        (one per transition, after its last workflow-visible event). A standalone run has no
+        workflow to tell: its work's end closes it (decisions 0007 and 0008)."""
+        if self.execution.standalone:
             self.add(event_type, attributes)
-            self.add(*_standalone_close(event_type, attributes))
+            if event_type != EventType.NexusOperationStarted:  # else its handler workflow's close ends the operation
+                self.add(*_standalone_close(event_type, attributes))
             return
         if self.execution.workflow_task is not None:
             self.buffered.append(history_event(0, self.now_ms, event_type, attributes))
@@ -139,28 +141,41 @@ class Transition:
         )
 
 
+# How a standalone run's work ended (its activity's, or its Nexus operation's end), as the run's close.
+_STANDALONE_CLOSES: dict[str, str] = {
+    EventType.ActivityTaskCompleted: EventType.WorkflowExecutionCompleted,
+    EventType.NexusOperationCompleted: EventType.WorkflowExecutionCompleted,
+    EventType.ActivityTaskFailed: EventType.WorkflowExecutionFailed,
+    EventType.NexusOperationFailed: EventType.WorkflowExecutionFailed,
+    EventType.ActivityTaskTimedOut: EventType.WorkflowExecutionTimedOut,
+    EventType.NexusOperationTimedOut: EventType.WorkflowExecutionTimedOut,
+    EventType.ActivityTaskCanceled: EventType.WorkflowExecutionCanceled,
+    EventType.NexusOperationCanceled: EventType.WorkflowExecutionCanceled,
+}
+
+
 def _standalone_close(event_type: str, attributes: EventAttributes) -> tuple[str, EventAttributes]:
-    """The event that closes a standalone activity's run after its activity's end: the result, the
-    last failure, the timeout (TimedOut, as Temporal's status says, with the timeout's failure), or
-    the cancellation."""
+    """The event that closes a standalone run after its work's end: the result, the last failure,
+    the timeout (TimedOut, as Temporal's status says, with the timeout's failure), or the cancellation."""
     attrs = cast(Mapping[str, Any], attributes)
-    if event_type == EventType.ActivityTaskCompleted:
-        return EventType.WorkflowExecutionCompleted, cast(EventAttributes, {
+    close = _STANDALONE_CLOSES.get(event_type)
+    if close == EventType.WorkflowExecutionCompleted:
+        return close, cast(EventAttributes, {
             "result": attrs.get("result"), "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
         })
-    if event_type == EventType.ActivityTaskTimedOut:
-        return EventType.WorkflowExecutionTimedOut, cast(EventAttributes, {
-            "retry_state": attrs["retry_state"], "new_execution_run_id": "", "failure": attrs["failure"],
+    if close == EventType.WorkflowExecutionTimedOut:  # a Nexus operation's schedule-to-close deadline is not retried past
+        return close, cast(EventAttributes, {
+            "retry_state": attrs.get("retry_state", RetryState.TIMEOUT.value), "new_execution_run_id": "", "failure": attrs["failure"],
         })
-    if event_type == EventType.ActivityTaskFailed:
-        return EventType.WorkflowExecutionFailed, cast(EventAttributes, {
+    if close == EventType.WorkflowExecutionFailed:
+        return close, cast(EventAttributes, {
             "failure": attrs["failure"], "workflow_task_completed_event_id": 0, "new_execution_run_id": "",
         })
-    if event_type == EventType.ActivityTaskCanceled:
-        return EventType.WorkflowExecutionCanceled, cast(EventAttributes, {
+    if close == EventType.WorkflowExecutionCanceled:
+        return close, cast(EventAttributes, {
             "details": attrs.get("details", []), "workflow_task_completed_event_id": 0,
         })
-    raise Rejected(f"a standalone activity has no workflow to tell of {event_type}", "WORKFLOW_NOT_FOUND")
+    raise Rejected(f"a standalone run has no workflow to tell of {event_type}", "WORKFLOW_NOT_FOUND")
 
 
 def engine_failure(message: str, failure_type: str) -> Failure:

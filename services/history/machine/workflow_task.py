@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, cast
 
@@ -30,7 +29,16 @@ from services.history.machine.effects import timer as timer_effect
 from services.history.machine.execution import RUNNING, Execution, WorkflowTaskState
 from services.history.machine.limits import terminated_as_too_large
 from services.history.machine.records import Effect, HistoryEvent, Record, attributes, event_type
-from services.history.machine.tables import Apply, Decide, EffectsOf, Planned, TaskCommand, Timeout, recorded_as_given
+from services.history.machine.tables import (
+    Apply,
+    Decide,
+    EffectsOf,
+    Planned,
+    TaskCommand,
+    Timeout,
+    missing_attributes,
+    recorded_as_given,
+)
 from services.history.machine.transition import Redispatch, Rejected, Transition, engine_failure
 
 # A transient task's last_cause when its attempt timed out (the others are Temporal's WorkflowTaskFailedCause).
@@ -189,15 +197,10 @@ def _invalid_command(ex: Execution, commands: list[TaskCommandRecord]) -> tuple[
     planned = Planned.of(ex)
     for kind, attrs in commands:
         command = TASK_COMMANDS[kind]
-        problem = name_problem(ex.workflow_id, attrs) or payload_problem(attrs, kind) or _missing(kind, command, attrs)
+        problem = name_problem(ex.workflow_id, attrs) or payload_problem(attrs, kind) or missing_attributes(kind, command, attrs)
         if problem or (problem := command.check(ex, attrs, planned)):
             return command.bad_attributes, problem
     return None
-
-
-def _missing(kind: str, command: TaskCommand, attrs: Mapping[str, Any]) -> str | None:
-    missing = [name for name in command.required if not attrs[name]]
-    return f"{kind} needs {' and '.join(missing)}" if missing else None
 
 
 def _task_failed(ex: Execution, cmd: RespondWorkflowTaskFailed, identity: str, now_ms: int) -> Transition:
