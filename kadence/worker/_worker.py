@@ -142,6 +142,9 @@ class Worker:
             await asyncio.gather(*(pollers[kind]() for kind in kinds))
         finally:
             announcing.cancel()
+            # Ended before run() returns: a task left cancelling would outlive the worker, and a
+            # program that never runs its loop again would have it destroyed pending at exit.
+            await asyncio.wait({announcing})
 
     async def _announce(self) -> None:
         """Tell `kadence task-queue describe` this worker polls the queue (and which partitions)."""
