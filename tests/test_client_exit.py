@@ -1,6 +1,6 @@
 """A program's end with its clients in it, as temporalio's samples end theirs: a starter that never
-closes its clients exits when its asyncio.run returns, and a client closed mid-lookup says nothing
-on the way out."""
+closes its clients exits when its asyncio.run returns, one that never closes its loop either exits
+silently, and a client closed mid-lookup says nothing on the way out."""
 
 from __future__ import annotations
 
@@ -182,3 +182,57 @@ async def test_a_client_closed_during_a_lookup_says_nothing_on_the_way_out(
             await process.wait()
     await handle.terminate()
     assert (process.returncode, stdout.decode(), stderr.decode()) == (0, "closed, tasks left running: []\n", "")
+
+
+# As hello_nexus/caller/app.py ends: neither the client nor the loop closed, the workflow in a module
+# of its own (so the interpreter frees the loop as it exits, with whatever tasks are left on it).
+GREETER = textwrap.dedent("""
+    import asyncio
+    import sys
+
+    from kadence.client import Client
+    from kadence.worker import Worker
+
+    from greeting import GreetingWorkflow
+
+
+    async def main() -> str:
+        client = await Client.connect()
+        async with Worker(client, task_queue=sys.argv[2], workflows=[GreetingWorkflow]):
+            return await client.execute_workflow(GreetingWorkflow.run, "world", id=sys.argv[1], task_queue=sys.argv[2])
+
+
+    if __name__ == "__main__":
+        loop = asyncio.new_event_loop()
+        print(loop.run_until_complete(main()))
+""")
+GREETING = textwrap.dedent("""
+    from kadence import workflow
+
+
+    @workflow.defn
+    class GreetingWorkflow:
+        @workflow.run
+        async def run(self, name: str) -> str:
+            return f"Hello, {name}!"
+""")
+
+
+async def test_a_program_that_never_closes_its_client_nor_its_loop_exits_silently(
+    stack: LocalStack, task_queue: str, tmp_path: Path,
+) -> None:
+    (tmp_path / "greeting.py").write_text(GREETING)
+    (tmp_path / "greeter.py").write_text(GREETER)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(tmp_path / "greeter.py"), f"greeting-{uuid.uuid4()}", task_queue, env=stack.env, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert (process.returncode, stdout.decode()) == (0, "Hello, world!\n"), stderr.decode()[-3000:]
+    for noise in ("Task was destroyed", "Exception ignored", "Traceback"):
+        assert noise not in stderr.decode(), stderr.decode()[-3000:]

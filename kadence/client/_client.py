@@ -4,11 +4,13 @@ and the read model, whichever comes first (as temporalio.client)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread  # noqa: F401  registers its exit hook before _close_unclosed's (below)
 import dataclasses
 import functools
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
@@ -94,7 +96,7 @@ def default_identity() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class _Connection:
     """What a client holds open (its producer, read model and reply listener), which the clients
     `with_interceptors` makes share, and the workers running on it (for eager starts)."""
@@ -108,6 +110,51 @@ class _Connection:
     encoder: asyncio.Task[None] | None = None
     eager_workers: EagerWorkers = dataclasses.field(default_factory=EagerWorkers)
     closed: bool = False
+
+    def starts_tasks(self) -> None:
+        """Called before it starts a task on the running loop (its tasks all run on the first)."""
+        _UNCLOSED.setdefault(self, asyncio.get_running_loop())
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        _UNCLOSED.pop(self, None)
+        if self.encoder is not None:
+            self.encoder.cancel()
+        if self.reply_listener is not None:
+            await (await self.reply_listener).close()
+        if self.results is not None:
+            await self.results.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.producer.close)
+
+
+# The connections that started tasks and are not closed, with their loop, for _close_unclosed.
+# Held strongly: a client's tasks stay reachable from its loop (a LISTEN socket, a poll in a
+# thread) when the client itself is not, and a weak set would lose the client to a collection
+# before exit while its tasks remain.
+_UNCLOSED: dict[_Connection, asyncio.AbstractEventLoop] = {}
+
+
+def _close_unclosed() -> None:
+    """Close the clients a program leaves open on a loop it neither runs nor closes, as temporalio's
+    samples end (`loop.run_until_complete(main())`; temporalio's client needs no close): their
+    tasks would otherwise be destroyed pending when the interpreter frees the loop, and asyncio
+    reports each. Run as threading's exit hooks run, before concurrent.futures stops taking work
+    (a Kafka client's close runs in the loop's executor): an atexit hook would come too late."""
+    for conn, loop in list(_UNCLOSED.items()):
+        if loop.is_running() or loop.is_closed():
+            continue  # asyncio.run's end cancelled its tasks, or the loop is another thread's to run
+        try:
+            loop.run_until_complete(conn.close())
+        except Exception:
+            log.exception("event=client_close_at_exit_failed")
+
+
+# threading runs its exit hooks last registered first: this one before concurrent.futures' (imported
+# above), which stops the executors. CPython's own hook, as concurrent.futures uses it.
+threading._register_atexit(_close_unclosed)  # type: ignore[attr-defined]
+os.register_at_fork(after_in_child=_UNCLOSED.clear)  # a forked child's copies are its parent's to close
 
 
 class Client:
@@ -729,6 +776,7 @@ class Client:
         if loop is not None or not self.data_converter.transforms_payloads:
             return self._produce_commands(records, until_delivered, traced, loop or asyncio.get_running_loop())
         if self._conn.encoding is None:
+            self._conn.starts_tasks()
             self._conn.encoding = asyncio.Queue()
             self._conn.encoder = asyncio.create_task(self._encode_commands(self._conn.encoding))
         running = asyncio.get_running_loop()
@@ -911,6 +959,7 @@ class Client:
         if self._conn.closed:
             raise ClientClosedError("reading the read model")
         if self._conn.results is None:
+            self._conn.starts_tasks()
             self._conn.results = ReadModel(self._postgres_dsn or postgres_dsn())
         await self._conn.results.started()
         return self._conn.results
@@ -922,6 +971,7 @@ class Client:
         if self._conn.closed:
             raise ClientClosedError("waiting for a reply")
         if self._conn.reply_listener is None:
+            self._conn.starts_tasks()
             self._conn.reply_listener = asyncio.ensure_future(self._start_replies())
         starting = self._conn.reply_listener
         try:
@@ -961,16 +1011,7 @@ class Client:
     async def close(self) -> None:
         """Stop sending and listening (this client and those made from it or it from: they share its
         connections); any later call raises ClientClosedError instead of waiting."""
-        if self._conn.closed:
-            return
-        self._conn.closed = True
-        if self._conn.encoder is not None:
-            self._conn.encoder.cancel()
-        if self._conn.reply_listener is not None:
-            await (await self._conn.reply_listener).close()
-        if self._conn.results is not None:
-            await self._conn.results.close()
-        await asyncio.get_running_loop().run_in_executor(None, self._conn.producer.close)
+        await self._conn.close()
 
 
 def _refusals(loop: asyncio.AbstractEventLoop, records: list[dict[str, Any]], reason: Exception | None) -> list[asyncio.Future[Message]]:

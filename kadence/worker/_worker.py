@@ -155,6 +155,9 @@ class Worker:
                 await asyncio.gather(*(pollers[kind]() for kind in kinds))
             finally:
                 announcing.cancel()
+                # Ended before run() returns: a task left cancelling would outlive the worker, and a
+                # program that never runs its loop again would have it destroyed pending at exit.
+                await asyncio.wait({announcing})
         finally:
             self.client._eager_workers.unregister(self.task_queue, self._workflow_worker)
 

@@ -139,7 +139,7 @@ def cancel_standalone(t: Transition) -> None:
     handler workflow is asked (`_on_cancel_requested`), and its close ends the operation."""
     for scheduled_event_id, operation in t.execution.nexus_operations.items():
         t.add(EventType.NexusOperationCancelRequested, {"scheduled_event_id": scheduled_event_id, "workflow_task_completed_event_id": 0})
-        if not operation.started_event_id:
+        if not operation.started:
             t.add_workflow_visible(EventType.NexusOperationCanceled, {
                 "scheduled_event_id": scheduled_event_id, "failure": _canceled_failure(), "request_id": operation.request_id,
             })

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import replace
-from typing import Any, cast
+from typing import cast
 
 from kadence.common import workflow_task_backoff_ms
 from kadence.protocol.codec import history_batch_codec, writes_field
