@@ -6,9 +6,11 @@ Temporal. Applied to every payload a codec would encode, after the codec (so a s
 is compressed or encrypted as an inline one is), and before it on the way back.
 
 A reference is written as temporalio writes one (a `json/protobuf` payload of
-`temporal.api.sdk.v1.ExternalStorageReference`: the driver's name and its claim), so a history
-holds the same bytes in both systems; temporalio's earlier `json/external-storage-reference`
-form is read too.
+`temporal.api.sdk.v1.ExternalStorageReference`, kadence.api.sdk.v1's: the driver's name and its
+claim, in protobuf's JSON, compact, keys sorted), so a history holds the same bytes in both
+systems; temporalio's earlier `json/external-storage-reference` form is read too. A codec server
+written for temporalio stores and retrieves through `_store_payload_sequence` and
+`_retrieve_payload_sequence`, on protobuf Payload messages, as it calls temporalio's.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from kadence.api.common.v1 import Payload
+from google.protobuf import json_format
 
-_REFERENCE_TYPE = b"temporal.api.sdk.v1.ExternalStorageReference"
+from kadence.api.common.v1 import Payload, PayloadMessage
+from kadence.api.sdk.v1 import ExternalStorageReference
+
+_PROTOBUF_JSON = b"json/protobuf"
+_REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
 _LEGACY_ENCODING = b"json/external-storage-reference"
 
 
@@ -115,25 +120,55 @@ class ExternalStorage:
 
     async def store(self, payloads: Sequence[Payload], target: StorageDriverWorkflowInfo | None = None) -> list[Payload]:
         """`payloads` with those a driver takes replaced by references to where it stored them."""
+        references = await self._store(payloads, target)
+        return [references.get(index, payload) for index, payload in enumerate(payloads)]
+
+    async def retrieve(self, payloads: Sequence[Payload]) -> list[Payload]:
+        """`payloads` with each reference replaced by the payload its driver stored."""
+        retrieved = await self._retrieve(payloads)
+        return [retrieved.get(index, payload) for index, payload in enumerate(payloads)]
+
+    async def _store_payload_sequence(self, payloads: Sequence[Payload | PayloadMessage]) -> list[PayloadMessage]:
+        """`store` as temporalio's codec server calls it, on the protobuf Payload messages a
+        `Payloads` holds (Payloads are taken too), for no workflow: what stays inline is given
+        back as it came (a Payload as a message), and each reference notes the size of what it
+        stands for in `external_payloads`, as temporalio's does."""
+        found = [Payload.of(payload) for payload in payloads]
+        references = await self._store(found, None)
+        messages = [_message(payload) for payload in payloads]
+        for index, reference in references.items():
+            messages[index] = PayloadMessage(metadata=reference.metadata, data=reference.data,
+                                             external_payloads=[{"size_bytes": found[index].ByteSize()}])
+        return messages
+
+    async def _retrieve_payload_sequence(self, payloads: Sequence[Payload | PayloadMessage]) -> list[PayloadMessage]:
+        """`retrieve` as temporalio's codec server calls it, on protobuf Payload messages (Payloads
+        are taken too): each reference replaced by the payload stored, as a message; the rest
+        given back as they came (a Payload as a message)."""
+        retrieved = await self._retrieve([Payload.of(payload) for payload in payloads])
+        return [_message(retrieved.get(index, payload)) for index, payload in enumerate(payloads)]
+
+    async def _store(self, payloads: Sequence[Payload], target: StorageDriverWorkflowInfo | None) -> dict[int, Payload]:
+        """The reference to each payload a driver stored, by its index in `payloads`."""
         chosen: dict[StorageDriver, list[int]] = {}
         for index, payload in enumerate(payloads):
             driver = self._driver_for(StorageDriverSelectContext(target), payload)
             if driver is not None:
                 chosen.setdefault(driver, []).append(index)
         if not chosen:
-            return list(payloads)
+            return {}
         context = StorageDriverStoreContext(target)
         groups = list(chosen.items())
         claims = await asyncio.gather(*(driver.store(context, [payloads[i] for i in indices]) for driver, indices in groups))
-        stored = list(payloads)
+        references: dict[int, Payload] = {}
         for (driver, indices), found in zip(groups, claims, strict=True):
             _check_count(driver, "claims", len(found), len(indices))
             for index, claim in zip(indices, found, strict=True):
-                stored[index] = _reference(driver.name(), claim)
-        return stored
+                references[index] = _reference(driver.name(), claim)
+        return references
 
-    async def retrieve(self, payloads: Sequence[Payload]) -> list[Payload]:
-        """`payloads` with each reference replaced by the payload its driver stored."""
+    async def _retrieve(self, payloads: Sequence[Payload]) -> dict[int, Payload]:
+        """The payload each reference among `payloads` stands for, by its index."""
         wanted: dict[StorageDriver, list[tuple[int, StorageDriverClaim]]] = {}
         for index, payload in enumerate(payloads):
             reference = _claim_of(payload)
@@ -147,11 +182,11 @@ class ExternalStorage:
                     )
                 wanted.setdefault(driver, []).append((index, claim))
         if not wanted:
-            return list(payloads)
+            return {}
         groups = list(wanted.items())
         context = StorageDriverRetrieveContext()
         found = await asyncio.gather(*(driver.retrieve(context, [claim for _, claim in claims]) for driver, claims in groups))
-        retrieved = list(payloads)
+        retrieved: dict[int, Payload] = {}
         for (driver, claims), stored in zip(groups, found, strict=True):
             _check_count(driver, "payloads", len(stored), len(claims))
             for (index, _), payload in zip(claims, stored, strict=True):
@@ -170,17 +205,25 @@ class ExternalStorage:
 
 
 def _reference(driver_name: str, claim: StorageDriverClaim) -> Payload:
-    body = {"driverName": driver_name, "claimData": dict(claim.claim_data)}
-    return Payload({"encoding": b"json/protobuf", "messageType": _REFERENCE_TYPE}, json.dumps(body, separators=(",", ":")).encode())
+    """The message in a payload as temporalio's JSON protobuf converter writes one: protobuf's
+    JSON, compact and with its keys sorted (json_format has no compact form of its own)."""
+    body = json_format.MessageToDict(ExternalStorageReference(driver_name=driver_name, claim_data=claim.claim_data))
+    data = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return Payload({"encoding": _PROTOBUF_JSON, "messageType": _REFERENCE_TYPE}, data)
+
+
+def _message(payload: Payload | PayloadMessage) -> PayloadMessage:
+    if isinstance(payload, PayloadMessage):
+        return payload
+    return PayloadMessage(metadata=payload.metadata, data=payload.data)
 
 
 def _claim_of(payload: Payload) -> tuple[str, StorageDriverClaim] | None:
     """The driver's name and claim a reference holds; None for any other payload."""
     encoding = payload.metadata.get("encoding", b"")
-    body: Any
-    if encoding == b"json/protobuf" and payload.metadata.get("messageType") == _REFERENCE_TYPE:
-        body = json.loads(payload.data)
-        return body["driverName"], StorageDriverClaim(dict(body.get("claimData", {})))
+    if encoding == _PROTOBUF_JSON and payload.metadata.get("messageType") == _REFERENCE_TYPE:
+        reference = json_format.Parse(payload.data, ExternalStorageReference())
+        return reference.driver_name, StorageDriverClaim(dict(reference.claim_data))
     if encoding == _LEGACY_ENCODING:
         body = json.loads(payload.data)
         return body["driver_name"], StorageDriverClaim(dict(body["driver_claim"]["claim_data"]))

@@ -9,6 +9,8 @@ bytes a codec sealed are the same in both systems. `Payloads` is Temporal's wrap
 them (payloads = 1, repeated), a real protobuf message (so `google.protobuf.json_format` reads and
 writes it, as a codec server does), which the records never hold (they carry the list itself):
 the converter's and codec's `encode_wrapper` / `decode_wrapper` take and return it, as temporalio's.
+What it holds are `PayloadMessage`s, the protobuf Payload message itself (with Temporal's
+`external_payloads`, which a record has no room for).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 
-_TYPE = descriptor_pb2.FieldDescriptorProto
+from kadence.api._descriptors import FIELD, add_map, message_classes
 
 _METADATA = 1
 _DATA = 2
+_EXTERNAL_PAYLOADS = 3
 _PAYLOADS = 1  # of Payloads
 _LENGTH_DELIMITED = 2
 
@@ -96,39 +99,50 @@ class Payload(dict[str, Any]):
         return f"Payload(metadata={self.metadata!r}, data={self.data!r})"
 
 
-def _payloads_message() -> type[Message]:
-    """temporal.api.common.v1.Payloads (and the Payload it repeats) as protobuf builds it from a
-    descriptor, declared as Temporal's message.proto declares them, in a pool of its own (so
-    temporalio's in the same process, in the default pool, does not clash)."""
+def _message_classes() -> dict[str, type[Message]]:
+    """temporal.api.common.v1.Payload and Payloads as protobuf builds them, declared as Temporal's
+    message.proto declares them (kadence/api/_descriptors.py)."""
     package = "temporal.api.common.v1"
     proto = descriptor_pb2.FileDescriptorProto(name="temporal/api/common/v1/message.proto", package=package, syntax="proto3")
     payload = proto.message_type.add(name="Payload")
-    entry = payload.nested_type.add(name="MetadataEntry", options=descriptor_pb2.MessageOptions(map_entry=True))
-    entry.field.add(name="key", number=1, type=_TYPE.TYPE_STRING, label=_TYPE.LABEL_OPTIONAL)
-    entry.field.add(name="value", number=2, type=_TYPE.TYPE_BYTES, label=_TYPE.LABEL_OPTIONAL)
-    payload.field.add(name="metadata", number=_METADATA, type=_TYPE.TYPE_MESSAGE, label=_TYPE.LABEL_REPEATED,
-                      type_name=f".{package}.Payload.MetadataEntry")
-    payload.field.add(name="data", number=_DATA, type=_TYPE.TYPE_BYTES, label=_TYPE.LABEL_OPTIONAL)
+    add_map(payload, package, "metadata", _METADATA, FIELD.TYPE_BYTES)
+    payload.field.add(name="data", number=_DATA, type=FIELD.TYPE_BYTES, label=FIELD.LABEL_OPTIONAL)
+    # What temporalio's external storage notes on a reference: the size of the payload stored. The
+    # records have no room for it (schemas/Payload.avsc); a codec server's messages carry it.
+    details = payload.nested_type.add(name="ExternalPayloadDetails")
+    details.field.add(name="size_bytes", number=1, type=FIELD.TYPE_INT64, label=FIELD.LABEL_OPTIONAL)
+    payload.field.add(name="external_payloads", number=_EXTERNAL_PAYLOADS, type=FIELD.TYPE_MESSAGE, label=FIELD.LABEL_REPEATED,
+                      type_name=f".{package}.Payload.ExternalPayloadDetails")
     payloads = proto.message_type.add(name="Payloads")
-    payloads.field.add(name="payloads", number=_PAYLOADS, type=_TYPE.TYPE_MESSAGE, label=_TYPE.LABEL_REPEATED,
+    payloads.field.add(name="payloads", number=_PAYLOADS, type=FIELD.TYPE_MESSAGE, label=FIELD.LABEL_REPEATED,
                        type_name=f".{package}.Payload")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Payloads"))
+    return message_classes(proto)
 
 
 if TYPE_CHECKING:
+    class PayloadMessage(Message):
+        """What the protobuf class below has, for type checkers."""
+
+        metadata: Any  # a map of str to bytes
+        data: bytes
+        external_payloads: Any  # a repeated field of Payload.ExternalPayloadDetails messages
+
+        def __init__(self, *, metadata: Mapping[str, bytes] | None = ..., data: bytes = ...,
+                     external_payloads: Iterable[Any] = ...) -> None: ...
+
     class Payloads(Message):
         """What the protobuf class below has, for type checkers."""
 
-        payloads: Any  # a repeated field of temporal.api.common.v1.Payload messages
+        payloads: Any  # a repeated field of PayloadMessage
 
         def __init__(self, *, payloads: Iterable[Mapping[str, Any] | Any] = ...) -> None: ...
 else:
     # Temporal's wrapper of a list of payloads, as the real protobuf message: json_format reads and
-    # writes it as a codec server does, and the `payloads` it holds are protobuf Payload messages
-    # (Payload.of reads one). The records never hold it: they carry the list itself.
-    Payloads = _payloads_message()
+    # writes it as a codec server does, and the `payloads` it holds are protobuf Payload messages,
+    # PayloadMessage (Payload.of reads one). The records never hold it: they carry the list itself.
+    _MESSAGES = _message_classes()
+    PayloadMessage = _MESSAGES["Payload"]
+    Payloads = _MESSAGES["Payloads"]
 
 
 def replace_payloads(payloads: Payloads, values: Iterable[Mapping[str, Any] | Any]) -> None:
