@@ -120,3 +120,24 @@ def test_a_service_whose_http_port_another_process_took_starts_again_on_another(
             assert stack.http_ports["timer-taken"] != taken.getsockname()[1]
         finally:
             stack.kill_service("timer-taken")
+
+
+def test_the_readmes_first_command_logs_no_error() -> None:
+    """`kadence dev --run "python examples/order.py"` on a fresh data dir, as the README's first
+    command runs it: the order completes, and no service logged ERROR (ERROR means someone must act;
+    a broker still starting, or matching's assignor topic not in metadata yet, is no one's to fix)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="kadence-test-dev-"))  # not under pytest's 0700 temp root: Postgres must reach it
+    try:
+        ran = subprocess.run(
+            [sys.executable, "-m", "kadence.ops.cli", "dev", "--port", "0", "--data-dir", str(data_dir), "--run",
+             f"{sys.executable} examples/order.py"],
+            env={key: value for key, value in os.environ.items() if not key.startswith("KADENCE_")},
+            cwd=REPO, capture_output=True, text=True, timeout=240,
+        )
+        logged = {path.name: path.read_text() for path in (data_dir / "logs").glob("*.log")}
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    assert ran.returncode == 0 and "result: shipped_order-" in ran.stdout, ran.stderr[-3000:]
+    assert logged, "the services wrote no log"
+    errors = [f"{name}: {line}" for name, text in logged.items() for line in text.splitlines() if " level=ERROR " in line]
+    assert errors == [], "\n".join(errors[:20])

@@ -90,6 +90,9 @@ class ClientLog:
         self._last: dict[tuple[str, str, str], tuple[float, int]] = {}  # line -> (when written, repeats since)
 
     def log(self, level: int, _format: str, facility: str, client: str, message: str, *_: Any) -> None:
+        # librdkafka says ERR of a connection refused while a broker starts, which it retries: at
+        # most a WARNING here. What must be acted on comes through `log_client_error`.
+        level = min(level, logging.WARNING)
         key, now = (client, facility, message), time.monotonic()
         with self._lock:
             written, repeats = self._last.get(key, (-self.REPEAT_WINDOW_S, 0))
@@ -105,11 +108,16 @@ class ClientLog:
 CLIENT_LOG = ClientLog()
 
 
+# Errors no retry mends: the client's credentials or TLS settings are wrong, and an operator must act.
+_SETTINGS_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL})
+
+
 def log_client_error(err: KafkaError) -> None:
     """A client's error callback: the errors that say more than its log lines (broker transport
-    failures are in those already)."""
-    if err.fatal():
-        log.error("event=kafka_client_fatal_error code=%s reason=%r", err.name(), err.str())
+    failures are in those already). ERROR only for what someone must fix; brokers away (a broker
+    starting, restarting, a network blip) are retried, and say so as a WARNING."""
+    if err.fatal() or err.code() in _SETTINGS_ERRORS:
+        log.error("event=kafka_client_error code=%s fatal=%s reason=%r", err.name(), err.fatal(), err.str())
     elif err.code() == KafkaError._ALL_BROKERS_DOWN:
         log.warning("event=kafka_brokers_down reason=%r", err.str())
 

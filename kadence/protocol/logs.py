@@ -24,8 +24,20 @@ def configure_logging(service: str) -> None:
         handler.addFilter(TraceIds())
     for chatty in ("aiokafka", "faust", "mode"):  # matching's faust app: each start and stop step at INFO
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    logging.getLogger("aiokafka.cluster").addFilter(TopicNotYetInMetadata())
     if level not in LEVELS:
         raise SettingError(f"KADENCE_LOG_LEVEL={level!r} is not a log level; set one of {', '.join(LEVELS)} or unset it (default INFO)")
+
+
+class TopicNotYetInMetadata(logging.Filter):
+    """aiokafka logs ERROR for a topic its metadata does not hold yet, which matching's faust app
+    asks for as it creates its assignor's topic at every start (and asks again): an expected state,
+    a WARNING, not a page. Other aiokafka errors keep their level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING and "not found in cluster metadata" in record.getMessage():
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 class TraceIds(logging.Filter):
