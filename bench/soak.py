@@ -156,6 +156,9 @@ class Soak:
         return {**stack_processes(self.stack), **{name: process.pid for name, process in self.workers.items()}}
 
     async def fault(self, started: float) -> None:
+        """One fault, drawn from the kinds given, and its undoing: a fault that stops something
+        starts it again in `finally`, so one cut short (the soak ending, Ctrl-C) still leaves the
+        stack whole for the final wait and the audit."""
         kind = self.rng.choice(self.fault_kinds)
         if kind == "service":
             instance = self.rng.choice(sorted(self.stack.services))
@@ -165,19 +168,26 @@ class Soak:
             identity = self.rng.choice(WORKERS)
             self.workers[identity].kill()
             self.workers[identity].wait()
-            await asyncio.sleep(WORKER_DOWN_S)
-            self.start_worker(identity)
+            try:
+                await asyncio.sleep(WORKER_DOWN_S)
+            finally:
+                self.start_worker(identity)
             what = f"SIGKILL {identity}, started again {WORKER_DOWN_S:.0f} s later"
         elif kind == "broker":
             assert self.stack.broker is not None
-            await asyncio.to_thread(self.stack.broker.kill)
-            await asyncio.sleep(BROKER_DOWN_S)
-            back = await asyncio.to_thread(self.stack.broker.start)
+            broker = self.stack.broker
+            await asyncio.to_thread(broker.kill)
+            try:
+                await asyncio.sleep(BROKER_DOWN_S)
+            finally:
+                back = await asyncio.to_thread(broker.start)
             what = f"SIGKILL the broker, answering again {back:.1f} s after its start"
         else:
             await asyncio.to_thread(self.stack.stop_postgres)
-            await asyncio.sleep(POSTGRES_DOWN_S)
-            await asyncio.to_thread(self.stack.start_postgres)
+            try:
+                await asyncio.sleep(POSTGRES_DOWN_S)
+            finally:
+                await asyncio.to_thread(self.stack.start_postgres)
             what = f"Postgres stopped for {POSTGRES_DOWN_S:.0f} s"
         self.faults.append((time.monotonic() - started, what))
         log.warning("event=soak_fault at_s=%.0f fault=%r", time.monotonic() - started, what)
@@ -242,9 +252,15 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
         handle = await client.start_workflow(SoakWorkflow.run, str(soak.runs_dir), id=workflow_id, task_queue=TASK_QUEUE)
         return await handle.result()
 
+    load_ended = asyncio.Event()
+
     async def faults() -> None:
-        while True:
-            await asyncio.sleep(fault_every_s)
+        """A fault every fault_every_s until the load ends; one under way when it ends runs to its
+        undoing rather than being cancelled (a stopped Postgres would hang the final wait)."""
+        while not load_ended.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(load_ended.wait(), fault_every_s)
+                return
             await soak.fault(started)
 
     faulting = asyncio.create_task(faults())
@@ -257,13 +273,14 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
             workflow_id = f"soak-{i}"
             results[workflow_id] = asyncio.create_task(start_and_wait(workflow_id))
             i += 1
-        faulting.cancel()
-        await asyncio.gather(faulting, return_exceptions=True)
+        load_ended.set()
+        await faulting
         load_s = time.monotonic() - started
         done, pending = await asyncio.wait(results.values(), timeout=DRAIN_TIMEOUT_S)
         drained_s = time.monotonic() - started - load_s
     finally:
-        faulting.cancel()
+        faulting.cancel()  # on an error or Ctrl-C: the fault under way undoes itself first
+        await asyncio.gather(faulting, return_exceptions=True)
         stop_sampling.set()
         await sampling
         for process in soak.workers.values():
