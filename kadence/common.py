@@ -14,6 +14,19 @@ from kadence.protocol.records import RetryPolicy as RetryPolicyRecord
 UNSET: Any = object()  # an argument not given, None being a value (temporalio's common._arg_unset)
 
 
+class ChildWorkflowCancellationType(IntEnum):
+    """What cancelling the task awaiting a child workflow does (as temporalio.workflow's, its values
+    too). ABANDON: do not ask the child; raise at once. TRY_CANCEL: ask it to cancel; raise at once.
+    WAIT_CANCELLATION_COMPLETED: ask it, and wait for how it ends. WAIT_CANCELLATION_REQUESTED: ask
+    it, and raise once its history recorded the request. Raised: ChildWorkflowError caused by
+    CancelledError, as temporalio's."""
+
+    ABANDON = 0
+    TRY_CANCEL = 1
+    WAIT_CANCELLATION_COMPLETED = 2
+    WAIT_CANCELLATION_REQUESTED = 3
+
+
 @dataclass(frozen=True)
 class RawValue:
     """A payload not converted (as temporalio.common.RawValue): what a dynamic handler gets for its

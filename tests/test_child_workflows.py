@@ -7,9 +7,11 @@ import uuid
 
 import pytest
 
+from kadence import workflow
 from kadence.client import Client
+from kadence.common import ChildWorkflowCancellationType
 from kadence.dev.local_stack import LocalStack
-from kadence.exceptions import CancelledError, TerminatedError, WorkflowFailureError
+from kadence.exceptions import CancelledError, ChildWorkflowError, TerminatedError, WorkflowFailureError
 from kadence.ops.audit import AuditReport
 from kadence.worker import Worker
 from tests.conftest import audit_of, wait_for_event
@@ -159,3 +161,54 @@ async def test_a_patch_is_recorded_as_a_marker_and_replays_the_same_way(stack: L
     kinds = audited(stack, workflow_id).event_types(workflow_id, handle.result_run_id)
     assert kinds.count("MarkerRecorded") == 1
     assert "WorkflowTaskFailed" not in kinds
+
+
+@workflow.defn
+class CancelChildByTypeWorkflow:
+    """Cancels its child with the given cancellation type; reports what its await raised, and
+    whether the child had ended by then."""
+
+    @workflow.run
+    async def run(self, child_id: str, cancellation_type: int) -> list[str]:
+        child = await workflow.start_child_workflow(
+            CancellableWorkflow.run, "child", id=child_id, cancellation_type=workflow.ChildWorkflowCancellationType(cancellation_type),
+        )
+        await workflow.sleep(0.05)
+        child.cancel()
+        try:
+            await child
+        except ChildWorkflowError as err:
+            return [type(err.cause).__name__]
+        return ["not cancelled"]
+
+
+@pytest.mark.parametrize("cancellation_type", [
+    ChildWorkflowCancellationType.ABANDON, ChildWorkflowCancellationType.TRY_CANCEL,
+    ChildWorkflowCancellationType.WAIT_CANCELLATION_REQUESTED,
+])
+async def test_a_childs_cancellation_type_says_what_its_parent_waits_for(
+    stack: LocalStack, client: Client, task_queue: str, cancellation_type: ChildWorkflowCancellationType,
+) -> None:
+    """As temporalio's: each raises ChildWorkflowError caused by CancelledError at once, after asking
+    the child (TRY_CANCEL) or once the child's history recorded the request (WAIT_CANCELLATION_REQUESTED),
+    or without asking (ABANDON: the child runs on). WAIT_CANCELLATION_COMPLETED, the default, is
+    test_a_parent_cancels_its_child_and_hears_it_ended_canceled."""
+    workflow_id = f"cancel-child-{cancellation_type.name.lower()}-{uuid.uuid4()}"
+    child_id = f"{workflow_id}-child"
+    async with Worker(client, task_queue=task_queue, workflows=[*ALL_WORKFLOWS, CancelChildByTypeWorkflow], activities=ALL_ACTIVITIES):
+        parent = await client.start_workflow(CancelChildByTypeWorkflow.run, args=[child_id, cancellation_type.value],
+                                             id=workflow_id, task_queue=task_queue)
+        assert await parent.result() == ["CancelledError"]
+        child = client.get_workflow_handle(child_id)
+        if cancellation_type is ChildWorkflowCancellationType.ABANDON:
+            assert (await child.describe()).status.name == "RUNNING"
+            await child.terminate(reason="the test is over")
+        else:
+            with pytest.raises(WorkflowFailureError) as ended:
+                await child.result()
+            assert isinstance(ended.value.cause, CancelledError)
+    kinds = audited(stack, workflow_id, child_id).event_types(workflow_id, parent.result_run_id)
+    asked = "RequestCancelExternalWorkflowExecutionInitiated" in kinds
+    assert asked == (cancellation_type is not ChildWorkflowCancellationType.ABANDON)
+    if cancellation_type is ChildWorkflowCancellationType.WAIT_CANCELLATION_REQUESTED:
+        assert kinds.index("ExternalWorkflowExecutionCancelRequested") < kinds.index("WorkflowExecutionCompleted")

@@ -5,7 +5,7 @@ randomness, the network or files except through this package. The worker runs it
 WorkflowInstance implements the runtime (_runtime._Runtime) this API calls.
 """
 
-from kadence.common import ActivityCancellationType, ParentClosePolicy, RawValue
+from kadence.common import ActivityCancellationType, ChildWorkflowCancellationType, ParentClosePolicy, RawValue
 from kadence.exceptions import NondeterminismError, ReadOnlyContextError
 from kadence.workflow._api import (
     ActivityHandle,
@@ -110,6 +110,6 @@ __all__ = [
     "get_signal_handler", "set_signal_handler", "get_dynamic_signal_handler", "set_dynamic_signal_handler",
     "get_query_handler", "set_query_handler", "get_dynamic_query_handler", "set_dynamic_query_handler",
     "get_update_handler", "set_update_handler", "get_dynamic_update_handler", "set_dynamic_update_handler",
-    "ActivityHandle", "ActivityCancellationType", "UpdateMethodMultiParam",
+    "ActivityHandle", "ActivityCancellationType", "ChildWorkflowCancellationType", "UpdateMethodMultiParam",
     "create_nexus_client", "NexusClient", "NexusOperationHandle", "NexusOperationCancellationType",
 ]

@@ -21,7 +21,15 @@ from datetime import datetime, timedelta
 from typing import Any, Concatenate, NoReturn, TypeVar, Unpack, cast, overload
 
 from kadence import activity as activity_module
-from kadence.common import UNSET, ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import (
+    UNSET,
+    ActivityCancellationType,
+    ChildWorkflowCancellationType,
+    MetricMeter,
+    ParentClosePolicy,
+    RetryPolicy,
+    WorkflowIDReusePolicy,
+)
 from kadence.converter import PayloadConverter, type_hints
 from kadence.protocol.records import ContinueAsNewWorkflowExecution
 from kadence.types import (
@@ -1299,6 +1307,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
 
@@ -1310,6 +1319,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
 
@@ -1321,6 +1331,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[SelfType, ReturnType]: ...
 
@@ -1332,6 +1343,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[SelfType, Any]: ...
 
@@ -1343,6 +1355,7 @@ async def start_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ChildWorkflowHandle[Any, Any]: ...
 
@@ -1360,6 +1373,7 @@ async def start_child_workflow(
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
     result_type: type | None = None,
 ) -> ChildWorkflowHandle[Any, Any]:
@@ -1377,6 +1391,7 @@ async def start_child_workflow(
         workflow_type, ([arg] if arg is not UNSET else []) + list(args), id=id, task_queue=task_queue,
         execution_timeout=execution_timeout, run_timeout=run_timeout, task_timeout=task_timeout, id_reuse_policy=id_reuse_policy,
         parent_close_policy=parent_close_policy, search_attributes=search_attributes, memo=memo, result_type=result_type,
+        cancellation_type=cancellation_type,
     )
 
 
@@ -1387,6 +1402,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ReturnType: ...
 
@@ -1398,6 +1414,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ReturnType: ...
 
@@ -1409,6 +1426,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> ReturnType: ...
 
@@ -1420,6 +1438,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> Any: ...
 
@@ -1431,6 +1450,7 @@ async def execute_child_workflow(
     run_timeout: timedelta | None = None, task_timeout: timedelta | None = None,
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE, search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
 ) -> Any: ...
 
@@ -1448,6 +1468,7 @@ async def execute_child_workflow(
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.TERMINATE,
     search_attributes: dict[str, Any] | None = None,
+    cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     memo: Mapping[str, Any] | None = None,
     result_type: type | None = None,
 ) -> Any:
@@ -1455,7 +1476,7 @@ async def execute_child_workflow(
     handle = await cast(Callable[..., Any], start_child_workflow)(
         workflow, arg, args=args, id=id, task_queue=task_queue, execution_timeout=execution_timeout, run_timeout=run_timeout,
         task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, parent_close_policy=parent_close_policy,
-        search_attributes=search_attributes, memo=memo, result_type=result_type,
+        search_attributes=search_attributes, memo=memo, result_type=result_type, cancellation_type=cancellation_type,
     )
     return await handle
 

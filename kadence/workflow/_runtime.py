@@ -24,6 +24,7 @@ from kadence.api.common.v1 import Payload
 from kadence.common import (
     UNSET,
     ActivityCancellationType,
+    ChildWorkflowCancellationType,
     MetricMeter,
     ParentClosePolicy,
     Priority,
@@ -326,7 +327,7 @@ class _Runtime(asyncio.AbstractEventLoop, abc.ABC):
         self, workflow: str, args: Sequence[Any], *, id: str, task_queue: str | None, execution_timeout: timedelta | None,
         run_timeout: timedelta | None, task_timeout: timedelta | None, id_reuse_policy: WorkflowIDReusePolicy,
         parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, memo: Mapping[str, Any] | None,
-        result_type: type | None,
+        result_type: type | None, cancellation_type: ChildWorkflowCancellationType,
     ) -> ChildWorkflowHandle: ...
 
     @abc.abstractmethod

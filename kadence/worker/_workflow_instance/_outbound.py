@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable, Generator
 from typing import Any, NoReturn
 
-from kadence.common import ParentClosePolicy, WorkflowIDReusePolicy, to_ms
+from kadence.common import ChildWorkflowCancellationType, ParentClosePolicy, WorkflowIDReusePolicy, to_ms
 from kadence.worker._interceptor import (
     ContinueAsNewInput,
     SignalChildWorkflowInput,
@@ -144,15 +144,20 @@ async def _start_child(run: WorkflowRun, input: StartChildWorkflowInput) -> Chil
         if not pending.started.done():
             run.cancel_child_workflow(pending)
         raise
-    handle = ChildWorkflowHandle(_child_result(run, pending, result_type), loop=run, name=f"child:{id}")
+    cancellation_type = ChildWorkflowCancellationType(
+        ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED if input.cancellation_type is None else input.cancellation_type,
+    )
+    handle = ChildWorkflowHandle(_child_result(run, pending, result_type, cancellation_type), loop=run, name=f"child:{id}")
     handle.id = id
     handle.first_execution_run_id = run_id
     return handle
 
 
-async def _child_result(run: WorkflowRun, pending: StartChildWorkflowCommand, result_type: type | None) -> Any:
-    """The child's result; a cancellation of the waiting task asks the child to cancel and keeps
-    waiting for how it ends (temporalio's WAIT_CANCELLATION_COMPLETED)."""
+async def _child_result(
+    run: WorkflowRun, pending: StartChildWorkflowCommand, result_type: type | None, cancellation_type: ChildWorkflowCancellationType,
+) -> Any:
+    """The child's result; a cancellation of the waiting task cancels the child as its cancellation
+    type says, and waits for the outcome that makes (WAIT_CANCELLATION_COMPLETED: how the child ends)."""
     cancel_requested = False
     while True:
         try:
@@ -162,7 +167,7 @@ async def _child_result(run: WorkflowRun, pending: StartChildWorkflowCommand, re
             if pending.future.done():
                 raise
             if not cancel_requested:
-                run.cancel_child_workflow(pending)
+                run.cancel_child_workflow(pending, cancellation_type)
                 cancel_requested = True
 
 

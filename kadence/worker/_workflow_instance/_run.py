@@ -23,7 +23,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar, TypeVarTuple, Unpack, cast
 
 from kadence.api.common.v1 import Payload
-from kadence.common import ActivityCancellationType, MetricMeter, ParentClosePolicy, RetryPolicy, WorkflowIDReusePolicy
+from kadence.common import (
+    ActivityCancellationType,
+    ChildWorkflowCancellationType,
+    MetricMeter,
+    ParentClosePolicy,
+    RetryPolicy,
+    WorkflowIDReusePolicy,
+)
 from kadence.converter import DataConverter, Failure
 from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
 from kadence.protocol.codec import Record
@@ -453,10 +460,36 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             ("StartChildWorkflowExecution", attrs), self.create_future(), started=self.create_future(),
         ))
 
-    def cancel_child_workflow(self, pending: StartChildWorkflowCommand) -> None:
-        """Withdraw a child start not sent yet, else ask the child to cancel (its parent hears how it ends)."""
-        if not self._withdraw(pending):
-            self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
+    def cancel_child_workflow(
+        self, pending: StartChildWorkflowCommand,
+        cancellation_type: ChildWorkflowCancellationType = ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+    ) -> None:
+        """Withdraw a child start not sent yet. Else all but ABANDON ask the child to cancel; ABANDON
+        and TRY_CANCEL resolve it as canceled now, WAIT_CANCELLATION_REQUESTED once the child's
+        history recorded the request, WAIT_CANCELLATION_COMPLETED when the child ends (as temporalio's)."""
+        if self._withdraw(pending):
+            return
+        if cancellation_type is not ChildWorkflowCancellationType.ABANDON:
+            requested = self.request_cancel_external(pending.command[1]["workflow_id"], "", child_workflow_only=True)
+            if cancellation_type is ChildWorkflowCancellationType.WAIT_CANCELLATION_REQUESTED:
+                requested.add_done_callback(lambda answer: self._child_cancel_requested(pending, answer))
+        if cancellation_type in (ChildWorkflowCancellationType.ABANDON, ChildWorkflowCancellationType.TRY_CANCEL):
+            set_exception_unless_done(pending.future, self._child_canceled_error(pending))
+
+    def _child_cancel_requested(self, pending: StartChildWorkflowCommand, answer: asyncio.Future[None]) -> None:
+        """The child's history took the cancel request (or the child had ended, whose close resolves it)."""
+        if not answer.cancelled() and answer.exception() is None:
+            set_exception_unless_done(pending.future, self._child_canceled_error(pending))
+
+    def _child_canceled_error(self, pending: StartChildWorkflowCommand) -> FailureError:
+        """The ChildWorkflowError (caused by CancelledError) a child cancelled without waiting for its end raises."""
+        attrs = pending.command[1]
+        initiated = next((event_id for event_id, command in self.initiated.items() if command is pending), 0)
+        run_id = pending.started.result() if pending.started.done() and not pending.started.exception() else ""
+        return self.converter.failure_converter.child_workflow_error(EventType.ChildWorkflowExecutionCanceled, {
+            "workflow_id": attrs["workflow_id"], "run_id": run_id, "workflow_type": attrs["workflow_type"],
+            "initiated_event_id": initiated, "started_event_id": 0, "details": [],
+        }, self.converter.payload_converter)
 
     def signal_external(
         self, workflow_id: str, run_id: str, signal_name: str, payloads: list[PayloadRecord], child_workflow_only: bool,
@@ -591,10 +624,10 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self, workflow: str, args: Sequence[Any], *, id: str, task_queue: str | None, execution_timeout: timedelta | None,
         run_timeout: timedelta | None, task_timeout: timedelta | None, id_reuse_policy: WorkflowIDReusePolicy,
         parent_close_policy: ParentClosePolicy, search_attributes: dict[str, Any] | None, memo: Mapping[str, Any] | None,
-        result_type: type | None,
+        result_type: type | None, cancellation_type: ChildWorkflowCancellationType,
     ) -> ChildWorkflowHandle:
         return await self.outbound.start_child_workflow(StartChildWorkflowInput(
-            workflow=workflow, args=args, id=id, task_queue=task_queue, cancellation_type=None,
+            workflow=workflow, args=args, id=id, task_queue=task_queue, cancellation_type=cancellation_type,
             parent_close_policy=parent_close_policy, execution_timeout=execution_timeout, run_timeout=run_timeout,
             task_timeout=task_timeout, id_reuse_policy=id_reuse_policy, retry_policy=None, cron_schedule="", memo=memo,
             search_attributes=search_attributes, headers={}, versioning_intent=None, static_summary=None, static_details=None,
