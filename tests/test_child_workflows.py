@@ -165,13 +165,14 @@ async def test_a_patch_is_recorded_as_a_marker_and_replays_the_same_way(stack: L
 
 @workflow.defn
 class CancelChildByTypeWorkflow:
-    """Cancels its child with the given cancellation type; reports what its await raised, and
-    whether the child had ended by then."""
+    """Cancels its child with the given cancellation type and reports what its await raised; the
+    child outlives it (ABANDON parent close policy), so a cancellation not waited for runs its course."""
 
     @workflow.run
     async def run(self, child_id: str, cancellation_type: int) -> list[str]:
         child = await workflow.start_child_workflow(
             CancellableWorkflow.run, "child", id=child_id, cancellation_type=workflow.ChildWorkflowCancellationType(cancellation_type),
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
         await workflow.sleep(0.05)
         child.cancel()
