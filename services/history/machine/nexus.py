@@ -324,11 +324,15 @@ def _on_scheduled(ex: Execution, t: Transition, event: HistoryEvent) -> list[Eff
     operation = ex.nexus_operations.get(event["event_id"])
     if operation is None:  # ended in the same transition
         return []
-    effects = [_task(ex, operation), *_attempt_timers(ex, operation)]
-    if operation.schedule_to_close_timeout_ms:
-        fire_at = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms
-        effects.append(timer(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, fire_at, operation.scheduled_event_id, 1))
-    return effects
+    return [_task(ex, operation), *_attempt_timers(ex, operation), *_schedule_to_close_timer(ex, operation)]
+
+
+def _schedule_to_close_timer(ex: Execution, operation: NexusOperationState) -> list[Effect]:
+    """The operation's schedule-to-close deadline, from its scheduling, if it has one."""
+    if not operation.schedule_to_close_timeout_ms:
+        return []
+    fire_at = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms
+    return [timer(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, fire_at, operation.scheduled_event_id, 1)]
 
 
 def _on_attempt_failed(ex: Execution, t: Transition, event: HistoryEvent) -> list[Effect]:
@@ -384,10 +388,7 @@ def resumed_effects(ex: Execution, t: Transition, operation: NexusOperationState
     deadline, and an attempt not started asynchronously, dispatched anew now. A started one's handler
     workflow reports its close to the run that scheduled it, which the reset ended: the new run
     hears of it only by its timeout (docs/temporal-differences.md, "Nexus")."""
-    effects = []
-    if operation.schedule_to_close_timeout_ms:
-        fire_at = operation.scheduled_time_ms + operation.schedule_to_close_timeout_ms
-        effects.append(timer(ex, TimerKind.NEXUS_SCHEDULE_TO_CLOSE, fire_at, operation.scheduled_event_id, 1))
+    effects = _schedule_to_close_timer(ex, operation)
     if not operation.started:
         effects += [_task(ex, operation, t.now_ms), *_attempt_timers(ex, operation, t.now_ms)]
     return effects
