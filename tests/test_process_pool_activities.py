@@ -34,6 +34,14 @@ def count_slowly(target: int) -> list[int]:
     return [os.getpid(), target]
 
 
+def spawned_and_imported() -> int:
+    """Run once in each pool process before the worker starts: a spawned process imports this module
+    the first time it unpickles one of its functions, seconds on a loaded machine, which would
+    otherwise count against the first attempt's heartbeat timeout."""
+    time.sleep(0.2)  # holds this process busy so the pool spawns the other one for its twin
+    return os.getpid()
+
+
 @activity.defn
 def wait_for_cancellation_in_process(marker: str) -> str:
     deadline = time.monotonic() + 30
@@ -80,6 +88,8 @@ async def test_sync_activities_run_on_a_process_pool_with_heartbeats_and_cancell
 ) -> None:
     marker = tmp_path / "cancelled"
     with spawning.Manager() as manager, concurrent.futures.ProcessPoolExecutor(2, mp_context=spawning) as pool:
+        warm = [asyncio.wrap_future(pool.submit(spawned_and_imported)) for _ in range(2)]
+        assert len(set(await asyncio.gather(*warm))) == 2
         async with Worker(
             client, task_queue=task_queue, workflows=[ProcessPoolWorkflow], activities=[count_slowly, wait_for_cancellation_in_process],
             activity_executor=pool, shared_state_manager=SharedStateManager.create_from_multiprocessing(manager),
