@@ -197,9 +197,10 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def _drive(self) -> None:
         """Run until the workflow waits on history; a replayed task's local activities are resolved
-        from its markers as the live run resolved them: once the code ran dry."""
+        from its markers as the live run resolved them: once the code ran dry. Those still pending
+        when the run ends are abandoned, as temporalio's: they never ran live, so nothing recorded them."""
         self.run_ready()
-        while self.replaying and self._local_activities:
+        while self.replaying and self._local_activities and not self._ending():
             recorded = self._recorded_local_outcomes()
             for local in list(self._local_activities):
                 if local.seq not in recorded:
@@ -223,8 +224,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             self.issue(PendingCommand(command))
         else:
             return
+        self._local_activities.clear()
         if not self.is_replaying():
             self._warn_of_unfinished_handlers()
+
+    def _ending(self) -> bool:
+        """Whether the run ends with this activation: its code returned or raised, or a signal handler failed it."""
+        return self._handler_failure is not None or (self.main is not None and self.main.done())
 
     def _warn_of_unfinished_handlers(self) -> None:
         """The run ends with handlers still running: warn of those whose policy asks (as temporalio)."""
