@@ -1,12 +1,16 @@
 """A workflow task's local-activity rounds, driven on the workflow instance as the worker drives it
 (activate, then resolve each round's local activities), without a broker or Postgres:
 - a run that ends while a local activity it started is pending abandons it, as temporalio's: the
-  task's commands end with the close and nothing is left to run, and the closed history replays.
+  task's commands end with the close and nothing is left to run, and the closed history replays;
+- a later round's code cancelling an activity or a timer an earlier round of the same task issued
+  withdraws the command, which was never sent (as temporalio's core does), so it is not sent at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -14,6 +18,7 @@ from typing import Any
 from kadence import activity, workflow
 from kadence.client import WorkflowHistory
 from kadence.converter import DataConverter
+from kadence.exceptions import ActivityError
 from kadence.protocol.records import HistoryEvent
 from kadence.worker import Replayer
 from kadence.worker._workflow_instance import Command, WorkflowInstance
@@ -45,6 +50,21 @@ class ReturnsAfterARoundWithALocalActivityPending:
         first = await workflow.execute_local_activity(note, "first", start_to_close_timeout=TIMEOUT)
         workflow.start_local_activity(note, "late", start_to_close_timeout=TIMEOUT)
         return first
+
+
+@workflow.defn
+class CancelsInALaterRound:
+    @workflow.run
+    async def run(self) -> str:
+        remote = workflow.start_activity(note, "remote", start_to_close_timeout=TIMEOUT)
+        timer = asyncio.create_task(workflow.sleep(60))
+        local = await workflow.execute_local_activity(note, "local", start_to_close_timeout=TIMEOUT)
+        remote.cancel()
+        timer.cancel()
+        for withdrawn in (remote, timer):
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await withdrawn
+        return local
 
 
 def _payload(value: Any) -> dict[str, Any]:
@@ -112,3 +132,9 @@ async def test_the_closed_history_of_a_run_that_abandoned_a_local_activity_repla
     result = await Replayer(workflows=[ReturnsWithALocalActivityPending]).replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, repr(result.replay_failure)
 
+
+def test_a_later_round_withdraws_the_activity_and_timer_an_earlier_round_issued() -> None:
+    instance, commands = _first_task(CancelsInALaterRound)
+    assert [kind for kind, _ in commands] == ["ScheduleActivityTask", "StartTimer"]
+    commands = instance.resolve_local_activities(_outcome(1, "local"))
+    assert [kind for kind, _ in commands] == ["RecordMarker", "CompleteWorkflowExecution"]

@@ -549,7 +549,7 @@ class WorkflowWorker:
         try:
             while pending := instance.local_activities_to_run():
                 outcomes = await asyncio.gather(*(self._run_local_activity(task, local) for local in pending))
-                commands += instance.resolve_local_activities(dict(outcomes))
+                commands = instance.resolve_local_activities(dict(outcomes))
         except Exception as exc:
             await self._fail_workflow_task(task, exc)
             return

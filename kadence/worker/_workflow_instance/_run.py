@@ -193,7 +193,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             raise NondeterminismError(f"workflow code issued commands that history does not have: {extra}")
         self._new_commands = []
         self._drive()
-        return self._new_commands
+        return list(self._new_commands)
 
     def _drive(self) -> None:
         """Run until the workflow waits on history; a replayed task's local activities are resolved
@@ -256,13 +256,13 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         return list(self._local_activities)
 
     def resolve_local_activities(self, outcomes: Mapping[int, LocalOutcome]) -> list[Command]:
-        """Record the outcomes (marker details by seq) the worker got, and run on; the new commands."""
-        self._new_commands = []
+        """Record the outcomes (marker details by seq) the worker got, and run on; the task's
+        commands, of every round: a command an earlier round issued may have been withdrawn since."""
         for local in list(self._local_activities):
             if local.seq in outcomes:
                 self._record_local_outcome(local, outcomes[local.seq])
         self._drive()
-        return self._new_commands
+        return list(self._new_commands)
 
     def _record_local_outcome(self, local: LocalActivity, details: LocalOutcome) -> None:
         self._local_activities.remove(local)
@@ -389,7 +389,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         return pending
 
     def _withdraw(self, pending: PendingCommand) -> bool:
-        """Take back a command of the current activation that was not sent yet."""
+        """Take back a command of the current workflow task (any of its local-activity rounds), not sent yet."""
         command = pending.command
         if pending in self._unmatched and any(c is command for c in self._new_commands):
             self._unmatched.remove(pending)
