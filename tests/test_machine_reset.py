@@ -14,6 +14,7 @@ from services.history.machine.reset import reset_retention_ms
 from services.history.partition import PartitionState
 from services.history.snapshot import RunRow
 from services.history.step import Step, step
+from tests.machine_steps import decode_outbound
 
 NOW = 1_767_225_600_000
 WORKFLOW = "order-9"
@@ -251,3 +252,109 @@ def test_the_new_run_folds_back_from_the_log_and_its_checkpoint_row_as_it_was_de
     restored = RunRow.of(live).run()  # through Avro: compared by what the machine decides on
     assert (restored.run_id, [e["event_id"] for e in restored.history], restored.activities.keys(), restored.workflow_task) == (
         live.run_id, [e["event_id"] for e in live.history], live.activities.keys(), live.workflow_task)
+
+
+CHILD = {
+    "workflow_id": "order-9-invoice", "workflow_type": "Invoice", "task_queue": "", "input": [], "execution_timeout_ms": 0,
+    "run_timeout_ms": 0, "workflow_task_timeout_ms": 0, "id_reuse_policy": "ALLOW_DUPLICATE", "parent_close_policy": "TERMINATE",
+    "search_attributes": {},
+}
+
+
+def child_started_run() -> Run:
+    """A run whose first task started a child (initiated at 5), which started; the point, its second
+    task (completed at 10), leaves the child running."""
+    run = started_run()
+    run.task(("StartChildWorkflowExecution", CHILD))
+    run.send("RecordChildExecutionStarted", {"run_id": run.run_id, "initiated_event_id": 5, "child_run_id": "child-run"})
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task()
+    return run
+
+
+def heard(run: Run) -> list[str]:
+    """The kinds of the current run's events, and of those buffered while its workflow task is pending."""
+    ex = run.state.executions[WORKFLOW]
+    return [e["attributes"][0] for e in ex.history + ex.buffered]
+
+
+def outbound_commands(written: Step) -> list[tuple[str, str]]:
+    """(target workflow id, command kind) of the batch's outbound commands, the base run's."""
+    sent = [effect for kind, effect in effects(written, "events") if kind == "OutboundCommand"]
+    return [(target, kind) for target, kind, _ in map(decode_outbound, sent)]
+
+
+def test_a_child_pending_at_the_point_keeps_running_and_its_close_goes_to_the_new_run() -> None:
+    run = child_started_run()
+    base = run.run_id
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert written.rejected is None and run.run_id != base
+    # The base run's termination leaves the child to the new run: no parent close policy for it.
+    assert (CHILD["workflow_id"], "TerminateWorkflowExecution") not in outbound_commands(written)
+    assert 5 in run.state.executions[WORKFLOW].children
+    closed = run.send("RecordChildExecutionClosed", {"run_id": base, "initiated_event_id": 5, "child_run_id": "child-run",
+                                                     "status": "Completed", "result": None})
+    assert closed.rejected is None and "ChildWorkflowExecutionCompleted" in heard(run)
+    assert 5 not in run.state.executions[WORKFLOW].children
+
+
+def test_a_childs_answers_the_base_run_heard_after_the_point_are_the_new_runs_too() -> None:
+    run = started_run()
+    run.task(("StartChildWorkflowExecution", CHILD))
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task()  # the point: the child initiated, its start not answered yet
+    base = run.run_id
+    run.send("RecordChildExecutionStarted", {"run_id": base, "initiated_event_id": 5, "child_run_id": "child-run"})
+    run.send("RecordChildExecutionClosed", {"run_id": base, "initiated_event_id": 5, "child_run_id": "child-run",
+                                            "status": "Completed", "result": None})
+    point = [event_id for event_id, kind in run.events() if kind == "WorkflowTaskCompleted"][-1]
+    run.reset(reset_type="LAST_WORKFLOW_TASK")
+    assert [kind for event_id, kind in run.events() if event_id >= point] == [
+        "WorkflowTaskFailed", "ChildWorkflowExecutionStarted", "ChildWorkflowExecutionCompleted", "WorkflowTaskScheduled",
+    ]
+    assert not run.state.executions[WORKFLOW].children
+
+
+def test_a_child_started_after_the_point_gets_the_parent_close_policy_and_cannot_answer_the_new_run() -> None:
+    run = started_run()
+    run.task()  # the point: no child yet
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task(("StartChildWorkflowExecution", CHILD))  # initiated at 11, after the point
+    base = run.run_id
+    initiated = next(event_id for event_id, kind in run.events() if kind == "StartChildWorkflowExecutionInitiated")
+    written = run.reset(reset_type="FIRST_WORKFLOW_TASK")
+    assert (CHILD["workflow_id"], "TerminateWorkflowExecution") in outbound_commands(written)
+    # The new run initiates its own child at the same event id: the base run's child does not answer it.
+    run.task(("StartChildWorkflowExecution", CHILD))
+    assert initiated in run.state.executions[WORKFLOW].children
+    late = run.send("RecordChildExecutionStarted", {"run_id": base, "initiated_event_id": initiated, "child_run_id": "old-child"})
+    assert late.rejected is not None and late.rejected.cause == "WORKFLOW_NOT_FOUND"
+
+
+def test_a_signal_to_another_workflow_pending_at_the_point_is_answered_in_the_new_run() -> None:
+    run = started_run()
+    run.task(("SignalExternalWorkflowExecution", {"workflow_id": "other", "run_id": "", "signal_name": "ping", "input": [],
+                                                   "child_workflow_only": False}))
+    run.send("SignalWorkflowExecution", {"signal_name": "go", "input": [], "request_id": "sig-0"})
+    run.task()  # the point: the signal sent, not answered
+    base = run.run_id
+    written = run.reset(reset_type="LAST_WORKFLOW_TASK")
+    # Not sent again: the base run's is on its way, and its answer comes here.
+    assert ("other", "SignalWorkflowExecution") not in [(t, k) for t, k, _ in map(
+        decode_outbound, (e for k, e in effects(written) if k == "OutboundCommand"))]
+    answered = run.send("RecordExternalRequestOutcome", {"run_id": base, "initiated_event_id": 5})
+    assert answered.rejected is None and "ExternalWorkflowExecutionSignaled" in heard(run)
+    assert not run.state.executions[WORKFLOW].external_requests
+
+
+def test_a_closed_run_is_not_reset_to_a_point_leaving_pending_a_child_it_left_pending_at_its_close() -> None:
+    run = child_started_run()
+    run.task(("CompleteWorkflowExecution", {"result": None}))
+    before_the_child = run.reset(reset_type="FIRST_WORKFLOW_TASK")
+    assert before_the_child.rejected is None
+    run = child_started_run()
+    point = [event_id for event_id, kind in run.events() if kind == "WorkflowTaskCompleted"][-1]
+    run.task(("CompleteWorkflowExecution", {"result": None}))
+    refused = run.reset(event_id=point)
+    assert refused.rejected is not None and refused.rejected.cause == "WORKFLOW_CLOSED"
+    assert "[5]" in str(refused.rejected)

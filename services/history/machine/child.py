@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import cast
 
-from kadence.protocol.events import CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, INITIATED
+from kadence.protocol.events import CHILD_RESULT_FOR_STATUS, CHILD_RESULTS, CLOSE_STATUS, INITIATED, INITIATED_BY_ANSWER, RESET_CAUSE
 from kadence.protocol.limits import MAX_PENDING_CHILDREN, MAX_PENDING_EXTERNAL_REQUESTS
 from kadence.protocol.names import CommandType, EventType, TaskCommandType
 from kadence.protocol.records import (
@@ -186,6 +186,41 @@ COMMANDS: dict[str, Decide] = {
     CommandType.RecordExternalRequestOutcome: _outcome_recorded,
 }
 
+
+def answers_a_reset_run(ex: Execution, kind: str, cmd: Record) -> bool:
+    """Whether an answer addressed to another run is this run's: the run that initiated the request
+    was reset, and this run, whose history copied the initiated event, still awaits the answer (as
+    Temporal delivers a child's completion to its parent's reset run)."""
+    if kind not in COMMANDS:
+        return False
+    initiated = cmd["initiated_event_id"]
+    awaited = initiated in ex.children or initiated in ex.external_requests
+    return awaited and bool(cmd["run_id"]) and writer_of(ex, initiated) == cmd["run_id"]
+
+
+def writer_of(ex: Execution, event_id: int) -> str:
+    """The run that wrote event `event_id` of this run's history, where it initiated a request:
+    a reset run's history is its base run's up to the reset's WorkflowTaskFailed, whose base may be
+    a reset run itself, so the first reset after the event names its writer."""
+    for event in ex.history:
+        if event["event_id"] > event_id and event_type(event) == EventType.WorkflowTaskFailed:
+            failed = attributes(event)
+            if failed["cause"] == RESET_CAUSE:
+                return cast(str, failed["base_run_id"])
+    return ex.run_id
+
+
+def is_answer(event: HistoryEvent, initiated: set[int]) -> bool:
+    """Whether the event answers one of the requests initiated at `initiated` (a child's start or
+    result, a signal's or cancel request's outcome)."""
+    return event_type(event) in INITIATED_BY_ANSWER and attributes(event)["initiated_event_id"] in initiated
+
+
+def ended(events: list[HistoryEvent], initiated: set[int]) -> set[int]:
+    """Which of the requests initiated at `initiated` these events end (all answers but a child's start)."""
+    return {attributes(e)["initiated_event_id"] for e in events
+            if is_answer(e, initiated) and event_type(e) != INITIATED[_START_CHILD].applied}
+
 # ---- effects
 
 
@@ -249,12 +284,22 @@ def close_report(ex: Execution, kind: str, attrs: Record) -> Effect:
 
 
 def released_effects(ex: Execution, t: Transition, before: Pending) -> list[Effect]:
-    """A closing parent's children still running get its parent close policy."""
+    """A closing parent's children still running get its parent close policy, but those the run
+    that follows in the same record holds pending: a reset's new run copied them, and they report to it."""
     if ex.status == RUNNING:
         return []
     answered = {attributes(e)["initiated_event_id"] for e in t.events if event_type(e) in CHILD_RESULTS}
-    return [effect for child in before.children.values() if child.initiated_event_id not in answered
+    carried = _children_pending_in(t.next_run.events) if t.next_run is not None else set()
+    return [effect for child in before.children.values() if child.initiated_event_id not in answered | carried
             for effect in _parent_close_policy(ex, child)]
+
+
+def _children_pending_in(events: list[HistoryEvent]) -> set[int]:
+    """The initiated event ids of the children these events start and leave unanswered."""
+    initiated = {e["event_id"] for e in events if event_type(e) == _START_CHILD}
+    ended = {attributes(e)["initiated_event_id"] for e in events
+             if event_type(e) in CHILD_RESULTS or event_type(e) == INITIATED[_START_CHILD].failed}
+    return initiated - ended
 
 
 def _parent_close_policy(ex: Execution, child: ChildState) -> list[Effect]:

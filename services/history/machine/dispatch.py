@@ -80,7 +80,8 @@ COMMANDS: dict[str, Decide] = _joined([
 def decide(ex: Execution, kind: str, cmd: Record, identity: str, now_ms: int) -> Transition:
     """What a command (not a start) does to the execution; raises Rejected with the cause."""
     by_activity_id = kind in activity.REPORTS and cmd.get("activity_id")  # an async handle without a run id: the current run
-    if cmd["run_id"] != ex.run_id and not ((kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""):
+    addressed_here = (kind in _CURRENT_RUN_COMMANDS or by_activity_id) and cmd["run_id"] == ""
+    if cmd["run_id"] != ex.run_id and not addressed_here and not child.answers_a_reset_run(ex, kind, cmd):
         raise Rejected(f"run {cmd['run_id']} is not the current run ({ex.run_id})", "WORKFLOW_NOT_FOUND")
     is_schedule = ex.workflow_id.startswith(SCHEDULE_KEY_PREFIX)  # a deleted one read back from its row holds no schedule
     if kind != CommandType.TimeoutFired and is_schedule != (kind in SCHEDULE_COMMANDS):

@@ -4,6 +4,14 @@ and updates the run received after it, and a new workflow task; the current run 
 the same batch, as a continue-as-new closes a run and starts its successor in one record. A closed
 current run is reset within the reset retention, and left as it closed.
 
+The requests pending at the point (child workflows, signals and cancel requests to other workflows)
+go on, as Temporal's allowResetWithPendingChildren: those the base run heard answered after the
+point are answered in the new run too (the answer events follow the reset's WorkflowTaskFailed, as
+the reapplied signals), and the others' answers, addressed to the base run, are the new run's
+(`child.answers_a_reset_run`); the base run's termination leaves those children running. A closed
+run is not reset to a point that leaves pending a request still pending at its close: an answer
+that came after the close is lost.
+
 The copied events are the new run's past, not new work: no effect is derived from them
 (`Transition.copied_events`). What was pending at the point is set going again from the events
 that last touched it: each activity's last event (its dispatch, its start's timeouts, its retry),
@@ -22,7 +30,7 @@ from kadence.protocol.ids import run_id_for
 from kadence.protocol.names import EventType
 from kadence.protocol.records import ResetWorkflowExecution, WorkflowExecutionStarted, WorkflowTaskScheduled
 from kadence.protocol.settings import SettingError
-from services.history.machine import activity, lifecycle, nexus, timer
+from services.history.machine import activity, child, lifecycle, nexus, timer
 from services.history.machine.dispatch import execution_from_events
 from services.history.machine.execution import RUNNING, Execution
 from services.history.machine.records import Effect, HistoryEvent, attributes, event_type
@@ -73,10 +81,15 @@ def decide_reset(
     ended = attributes(point)
     copied = [e for e in current.history if e["event_id"] <= ended["started_event_id"]]
     at_point = execution_from_events(workflow_id, run_id, copied)
-    if at_point.children or at_point.external_requests:
-        raise Rejected(f"event {point['event_id']} leaves a child workflow or a request to another workflow pending, whose answer "
-                       "would go to the run reset: pick a point before it was started or after it was answered")
-    following = _new_run(current, run_id, copied, point, cmd, identity, now_ms, excluded)
+    awaited = set(at_point.children) | set(at_point.external_requests)
+    later = [e for e in current.history if e["event_id"] > point["event_id"]] + current.buffered
+    if current.status != RUNNING and (lost := awaited - child.ended(later, awaited)):
+        raise Rejected(
+            f"event {point['event_id']} leaves the requests initiated at events {sorted(lost)} (child workflows, signals or "
+            f"cancel requests to other workflows) pending, which were still pending when run {current.run_id} closed: an "
+            "answer that came after its close is lost, so the new run could wait on it for ever. Pick a point before they "
+            "were initiated or after they were answered", "WORKFLOW_CLOSED")
+    following = _new_run(current, run_id, copied, point, cmd, identity, now_ms, excluded, awaited, later)
     if current.status != RUNNING:
         return following  # nothing is written for a closed run: the new run becomes current, as a start's
     reason = cmd["reason"] or "reset"
@@ -122,7 +135,7 @@ def _point(ex: Execution, cmd: ResetWorkflowExecution) -> HistoryEvent:
 
 def _new_run(
     base: Execution, run_id: str, copied: list[HistoryEvent], point: HistoryEvent, cmd: ResetWorkflowExecution, identity: str,
-    now_ms: int, excluded: set[str],
+    now_ms: int, excluded: set[str], awaited: set[int], later: list[HistoryEvent],
 ) -> Transition:
     following = Execution(workflow_id=base.workflow_id, run_id=run_id, workflow_type=base.workflow_type, task_queue=base.task_queue)
     t = Transition(following, now_ms)
@@ -142,8 +155,8 @@ def _new_run(
         "identity": identity, "base_run_id": base.run_id, "new_run_id": run_id,
     })
     reapplied = {kind for name, kind in REAPPLIED.items() if name not in excluded}
-    for event in [e for e in base.history if e["event_id"] > point["event_id"]] + base.buffered:
-        if event_type(event) in reapplied:
+    for event in later:  # what the base run heard after the point
+        if event_type(event) in reapplied or child.is_answer(event, awaited):
             t.add(event_type(event), event["attributes"][1])
     t.add(EventType.WorkflowTaskScheduled, WorkflowTaskScheduled(task_queue=following.task_queue, attempt=1))
     return t
