@@ -355,13 +355,14 @@ class ProjectionReader:
         try:
             ended: list[int] = []
             async for messages in consume_batches(self.consumer, stop, max_messages=MAX_CHUNK_RECORDS, on_end=ended.append):
-                for chunk in _chunks(messages):
+                chunks = _chunks(messages)
+                caught_up = _caught_up_by_chunk(chunks, ended)
+                ended.clear()
+                self._caught_up(caught_up[0])
+                for chunk, partitions in zip(chunks, caught_up[1:], strict=True):
                     records, next_offsets, sources = self._decode(chunk)
                     await asyncio.gather(*(applier.apply(records, next_offsets, sources) for applier in self.appliers))
-                for partition in ended:  # read to its end, and what was read before the end applied
-                    for applier in self.appliers:
-                        applier.caught_up(partition)
-                ended.clear()
+                    self._caught_up(partitions)
                 if time.monotonic() - stored_at >= POSITION_INTERVAL_S:
                     await asyncio.gather(*(self._store_positions(applier) for applier in self.appliers))
                     stored_at = time.monotonic()
@@ -371,6 +372,11 @@ class ProjectionReader:
             for applier in self.appliers:
                 applier.close()
             self.dead_letters.producer.flush(10)
+
+    def _caught_up(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            for applier in self.appliers:
+                applier.caught_up(partition)
 
     @staticmethod
     async def _store_positions(applier: ProjectionApplier) -> None:
@@ -440,6 +446,18 @@ async def run_projections(stop: asyncio.Event, group: str, projections: list[Ope
         reader = ProjectionReader(settings, dsn, group, services)
         await reader.setup()
         await asyncio.gather(reader.run(stop), *(service.alongside(stop) for service in services))
+
+
+def _caught_up_by_chunk(chunks: list[list[Any]], ended: list[int]) -> list[list[int]]:
+    """The partitions read to their end in this poll (`ended`), by when what was read of each
+    before its end is applied: at index 0 those with no record in the poll, at index i + 1 those
+    whose last record is in chunk i. So a partition's timers wait for its own records, not for the
+    rest of the poll's."""
+    last_chunk = {msg.partition(): index for index, chunk in enumerate(chunks) for msg in chunk}
+    caught_up: list[list[int]] = [[] for _ in range(len(chunks) + 1)]
+    for partition in ended:
+        caught_up[last_chunk.get(partition, -1) + 1].append(partition)
+    return caught_up
 
 
 def _chunks(messages: list[Any]) -> list[list[Any]]:

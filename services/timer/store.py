@@ -8,9 +8,13 @@ passes the record that set a timer still held in memory (the timer *pins* it), s
 or a rebalance the owner re-reads from there and holds the same timers again. A timer fired since
 is forgotten again as the re-read reaches its drop: history drops each timer whose firing it
 accepts, in the same record. The drop may come reads after the timer, so nothing of a partition
-fires until the partition is read to its end after its assignment (timers due meanwhile fire that
-much late). Only a timer whose firing history had not applied yet fires again, and history
-rejects that second firing as stale.
+fires until the partition is read to its end after its assignment, and what was read of it applied
+(timers due meanwhile fire that much late). Only a timer whose firing history had not applied yet
+fires again, and history rejects that second firing as stale.
+
+A timer held in memory may fire as soon as it is held, before its chunk's transaction commits:
+the firing loop is woken for it then. Fired, it no longer pins its record; a chunk applied again
+(its transaction failed) holds it again, and history rejects the second firing as stale.
 
 A timer set again with the same id (a heartbeat re-arming its timeout) replaces the earlier one
 where it lives; if it moves from Postgres to memory the stored row is left to fire as a stale timer.
@@ -155,7 +159,8 @@ class TimerStore:
     def on_commit(self) -> None:
         self.progress.observed(self._decided_in_chunk, now_ms())
         self._decided_in_chunk = {}  # a commit of no records (all fenced out, say) says nothing of history
-        # Only now may the firing loop read the new stored timers; waking it earlier makes it miss them.
+        # Only now may the firing loop read the new stored timers (a read before the commit misses
+        # them): their earliest fire time joins what it knows of the stored ones.
         if self._stored_in_chunk:
             self._stored_version += 1
             if self.stored_due_ms is not None:
@@ -201,6 +206,12 @@ class TimerStore:
         # An equal timer held already (a chunk applied again after its transaction failed) stays as
         # it is: the firing loop may be sending it, and `fired` forgets only the object it sent.
         if self.in_memory.get(timer.timer_id) != timer:
+            if not self._due or timer.fire_at_ms < self._due[0][0]:
+                # The firing loop may sleep past it: woken now, not at the chunk's commit, it fires
+                # at its time however long the chunk's transaction takes (fired before the commit,
+                # it unpins its record; a chunk applied again holds it again, and history refuses
+                # the second firing as stale).
+                self.wake.set()
             self.in_memory[timer.timer_id] = timer
             heapq.heappush(self._due, (timer.fire_at_ms, timer.timer_id))
         pins = self._pins[timer.partition]
