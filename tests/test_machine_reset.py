@@ -358,3 +358,17 @@ def test_a_closed_run_is_not_reset_to_a_point_leaving_pending_a_child_it_left_pe
     refused = run.reset(event_id=point)
     assert refused.rejected is not None and refused.rejected.cause == "WORKFLOW_CLOSED"
     assert "[5]" in str(refused.rejected)
+
+
+def test_a_child_carried_through_a_line_of_resets_answers_the_last() -> None:
+    run = child_started_run()
+    base = run.run_id
+    run.reset(reset_type="LAST_WORKFLOW_TASK")
+    first_reset = next(event_id for event_id, kind in run.events() if kind == "WorkflowTaskFailed")
+    # Back to the first reset's point: the copy ends before its WorkflowTaskFailed, so only the
+    # start's original_execution_run_id tells that the base run initiated the child.
+    run.reset(request_id="reset-2", event_id=first_reset)
+    assert 5 in run.state.executions[WORKFLOW].children
+    closed = run.send("RecordChildExecutionClosed", {"run_id": base, "initiated_event_id": 5, "child_run_id": "child-run",
+                                                     "status": "Completed", "result": None})
+    assert closed.rejected is None and "ChildWorkflowExecutionCompleted" in heard(run)

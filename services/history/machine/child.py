@@ -199,15 +199,21 @@ def answers_a_reset_run(ex: Execution, kind: str, cmd: Record) -> bool:
 
 
 def writer_of(ex: Execution, event_id: int) -> str:
-    """The run that wrote event `event_id` of this run's history, where it initiated a request:
-    a reset run's history is its base run's up to the reset's WorkflowTaskFailed, whose base may be
-    a reset run itself, so the first reset after the event names its writer."""
+    """The run that wrote event `event_id` of this run's history, where it initiated a request. A
+    reset copies its base run's history up to the reset's WorkflowTaskFailed, which names the new
+    run, so the event was written by the new run of the last reset before it; before any, by the
+    first run of the resets' line, which wrote the start (`original_execution_run_id`, set by a
+    reset only)."""
+    writer = ""
     for event in ex.history:
-        if event["event_id"] > event_id and event_type(event) == EventType.WorkflowTaskFailed:
-            failed = attributes(event)
-            if failed["cause"] == RESET_CAUSE:
-                return cast(str, failed["base_run_id"])
-    return ex.run_id
+        if event["event_id"] >= event_id:
+            break
+        if event_type(event) == EventType.WorkflowTaskFailed and attributes(event)["cause"] == RESET_CAUSE:
+            writer = cast(str, attributes(event)["new_run_id"])
+    if writer:
+        return writer
+    started = attributes(ex.history[0]) if ex.history else {}
+    return cast(str, started.get("original_execution_run_id") or ex.run_id)
 
 
 def is_answer(event: HistoryEvent, initiated: set[int]) -> bool:
