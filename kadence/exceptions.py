@@ -23,6 +23,7 @@ class RetryState(str, Enum):
     TIMEOUT = "TIMEOUT"
     MAXIMUM_ATTEMPTS_REACHED = "MAXIMUM_ATTEMPTS_REACHED"
     RETRY_POLICY_NOT_SET = "RETRY_POLICY_NOT_SET"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
 
 
 class KadenceError(Exception):
@@ -98,6 +99,15 @@ class TerminatedError(FailureError):
     def __init__(self, message: str, *details: Any) -> None:
         super().__init__(message)
         self.details = details
+
+
+class ServerError(FailureError):
+    """An error of the engine itself (temporalio's, read from a failure with `server_failure_info`);
+    Kadence's services record none yet."""
+
+    def __init__(self, message: str, *, non_retryable: bool = False) -> None:
+        super().__init__(message)
+        self.non_retryable = non_retryable
 
 
 class ActivityError(FailureError):

@@ -181,7 +181,8 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
     """Why a run closed without a result: its failure, or the cancellation or termination as one
     (what the read model records, and what a client's result() raises from)."""
     if kind == EventType.WorkflowExecutionCanceled:
-        return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+        return {**failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"]),
+                "canceled_failure_info": {"identity": ""}}
     if kind == EventType.WorkflowExecutionContinuedAsNew:
         return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
     if kind == EventType.WorkflowExecutionTimedOut:
@@ -190,7 +191,8 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
             return recorded
         return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
     if kind == EventType.WorkflowExecutionTerminated:
-        return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
+        return {**failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"]),
+                "terminated_failure_info": {"identity": attrs.get("identity", "")}}
     return attrs["failure"]
 
 
