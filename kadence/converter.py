@@ -47,6 +47,7 @@ from kadence.exceptions import (
     TimeoutError,
     TimeoutType,
 )
+from kadence.protocol.events import FAILURE_INFO_RECORDS
 from kadence.protocol.limits import iter_payloads
 from kadence.protocol.names import EventType
 
@@ -435,14 +436,6 @@ def _to_collection(hint: Any, origin: type, args: tuple[Any, ...], value: list[A
     if origin in (collections.abc.Set, collections.abc.MutableSet):
         return set(items)
     return origin(items)
-
-
-# The info records of a Failure (schemas/Failure.avsc), each naming its kind as Temporal's failure_info
-# oneof does; a record with none of them is a timeout when its timeout_type is set, else an application failure.
-FAILURE_INFO_RECORDS = (
-    "activity_failure_info", "child_workflow_execution_failure_info", "canceled_failure_info", "terminated_failure_info",
-    "server_failure_info", "reset_workflow_failure_info", "nexus_operation_execution_failure_info",
-)
 
 
 def failure_info_of(failure: Mapping[str, Any]) -> str:

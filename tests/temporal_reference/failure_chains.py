@@ -12,6 +12,7 @@ differ per run (run ids, worker identities) become "<set>" or "" so two runs com
 from __future__ import annotations
 
 import asyncio
+import enum
 from datetime import timedelta
 from typing import Any
 
@@ -34,19 +35,13 @@ VARYING = {"run_id", "identity"}  # set, but not the same from run to run
 def _value(name: str, value: Any) -> Any:
     if name in VARYING:
         return "<set>" if value else ""
-    if hasattr(value, "name") and not isinstance(value, str):  # an enum: by name (temporalio's are IntEnums, Kadence's str)
+    if isinstance(value, enum.Enum):  # by name: temporalio's are IntEnums, Kadence's TimeoutType and RetryState str enums
         return value.name
-    if isinstance(value, str) and name in ("retry_state", "type") and value in _ENUM_NAMES:
-        return value
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, (list, tuple)):
         return list(value)
     return value
-
-
-_ENUM_NAMES = {"START_TO_CLOSE", "SCHEDULE_TO_START", "SCHEDULE_TO_CLOSE", "HEARTBEAT", "IN_PROGRESS", "NON_RETRYABLE_FAILURE",
-               "TIMEOUT", "MAXIMUM_ATTEMPTS_REACHED", "RETRY_POLICY_NOT_SET", "CANCEL_REQUESTED"}
 
 
 def describe_chain(error: BaseException | None) -> list[dict[str, Any]]:
@@ -148,7 +143,7 @@ async def run_scenario(client: Any, task_queue: str, scenario: str, workflow_id:
             except Exception:
                 await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
-        await child.terminate("stopped by the operator")
+        await child.terminate(reason="stopped by the operator")
     try:
         await handle.result()
     except sdk.client.WorkflowFailureError as err:
