@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from enum import Enum, IntEnum
@@ -157,6 +158,18 @@ class NexusOperationError(FailureError):
         self.service = service
         self.operation = operation
         self.operation_token = operation_token
+
+
+def is_cancelled_exception(exception: BaseException) -> bool:
+    """Whether `exception` is a cancellation as temporalio's `is_cancelled_exception` has it: an
+    `asyncio.CancelledError`, a `CancelledError`, or an `ActivityError`, `ChildWorkflowError` or
+    `NexusOperationError` caused by a `CancelledError` (what awaiting a cancelled activity, child
+    or operation raises). A workflow whose cancellation was requested and that ends with one ends
+    canceled rather than failed."""
+    return isinstance(exception, (asyncio.CancelledError, CancelledError)) or (
+        isinstance(exception, (ActivityError, ChildWorkflowError, NexusOperationError))
+        and isinstance(exception.cause, CancelledError)
+    )
 
 
 class _ExecutionFailureError(KadenceError):
