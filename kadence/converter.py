@@ -580,8 +580,8 @@ class FailureConverter:
         core gives them."""
         if event_type == EventType.ActivityTaskCanceled:
             message, retry_state = "Activity cancelled", RetryState.CANCEL_REQUESTED.value
-            cause: Failure = {
-                "message": "Cancelled", "type": CancelledError.__name__, "source": "", "stack_trace": "",
+            cause: Failure = {  # core's has no message: the error's reads "Cancelled", its failure's ""
+                "message": "", "type": CancelledError.__name__, "source": "", "stack_trace": "",
                 "details": list(attrs.get("details", [])), "canceled_failure_info": {"identity": attrs.get("identity", "")},
             }
         else:
