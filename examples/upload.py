@@ -51,7 +51,7 @@ class UploadWorkflow:
         uploading.cancel()
         try:
             await uploading
-        except (asyncio.CancelledError, ActivityError):
+        except ActivityError:  # caused by CancelledError, as temporalio raises it
             pass
         return "upload stopped"
 

@@ -103,10 +103,12 @@ class ParentClosePolicy(str, Enum):
 
 class ActivityCancellationType(IntEnum):
     """What cancelling an activity's task in workflow code does (as temporalio.workflow's, its values
-    too). TRY_CANCEL: ask the activity to cancel, and raise asyncio.CancelledError in the waiting
-    code at once. WAIT_CANCELLATION_COMPLETED: ask it, and wait until history records how the
-    activity ended (canceled raises asyncio.CancelledError; completed or failed gives the result or
-    the ActivityError). ABANDON: do not ask; raise asyncio.CancelledError at once."""
+    too). TRY_CANCEL: ask the activity to cancel, and raise in the waiting code at once an
+    ActivityError (retry state CANCEL_REQUESTED) caused by a CancelledError. WAIT_CANCELLATION_COMPLETED:
+    ask it, and wait until history records how the activity ended (canceled raises that
+    ActivityError, with the event ids and the identity of the worker that reported it; completed or
+    failed gives the result or the activity's ActivityError). ABANDON: do not ask; raise the
+    ActivityError at once. A task cancelled before it ran raises asyncio.CancelledError."""
 
     TRY_CANCEL = 0
     WAIT_CANCELLATION_COMPLETED = 1

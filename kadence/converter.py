@@ -42,10 +42,12 @@ from kadence.exceptions import (
     FailureError,
     NexusOperationError,
     RetryState,
+    ServerError,
     TerminatedError,
     TimeoutError,
     TimeoutType,
 )
+from kadence.protocol.events import FAILURE_INFO_RECORDS
 from kadence.protocol.limits import iter_payloads
 from kadence.protocol.names import EventType
 
@@ -436,24 +438,55 @@ def _to_collection(hint: Any, origin: type, args: tuple[Any, ...], value: list[A
     return origin(items)
 
 
+def failure_info_of(failure: Mapping[str, Any]) -> str:
+    """Which of temporalio's failure infos a failure record stands for, by its field name
+    (`failure.WhichOneof("failure_info")`): the info record set, else `timeout_failure_info` when
+    the flat timeout_type is set, else `application_failure_info` (the flat type, non_retryable,
+    details, category and next_retry_delay_ms), as every record written before the info records
+    existed reads."""
+    for name in FAILURE_INFO_RECORDS:
+        if failure.get(name) is not None:
+            return name
+    return "timeout_failure_info" if failure.get("timeout_type") else "application_failure_info"
+
+
+def _retry_state(value: str | None) -> RetryState | None:
+    return RetryState(value) if value else None
+
+
 class FailureConverter:
     def to_failure(self, exc: BaseException, payloads: PayloadConverter) -> Failure:
-        """The failure record of an error and its causes, each with its own stack trace; an error
-        read from a recorded failure keeps the stack trace and source recorded where it was raised
-        (an activity's, say, when the workflow fails with the ActivityError), as temporalio's."""
+        """The failure record of an error and its causes, each with its own stack trace and the info
+        of its kind (temporalio's DefaultFailureConverter: an ActivityError's activity info, a
+        ChildWorkflowError's child workflow info, a CancelledError's canceled info ...; any other
+        exception an application failure of its class name). An error read from a recorded failure
+        keeps the stack trace and source recorded where it was raised (an activity's, say, when the
+        workflow fails with the ActivityError), as temporalio's."""
         recorded = exc.failure if isinstance(exc, FailureError) else None
         failure: Failure = {
             "message": str(exc) if not isinstance(exc, FailureError) else exc.message,
             "type": type(exc).__name__, "source": recorded.source if recorded else "kadence-python-sdk",
             "stack_trace": recorded.stack_trace if recorded else "".join(traceback.format_exception(exc, chain=False)),
-            "non_retryable": False, "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
+            "non_retryable": False, "timeout_type": None, "details": [], "cause": None,
             "category": ApplicationErrorCategory.UNSPECIFIED.name, "next_retry_delay_ms": None,
+            **dict.fromkeys(FAILURE_INFO_RECORDS),
         }
         if isinstance(exc, ActivityError):
             failure["activity_failure_info"] = {
                 "scheduled_event_id": exc.scheduled_event_id, "started_event_id": exc.started_event_id, "identity": exc.identity,
                 "activity_type": exc.activity_type, "activity_id": exc.activity_id,
-                "retry_state": exc.retry_state.value if exc.retry_state else "RETRY_POLICY_NOT_SET",
+                "retry_state": RetryState(exc.retry_state).value if exc.retry_state else RetryState.RETRY_POLICY_NOT_SET.value,
+            }
+        elif isinstance(exc, ChildWorkflowError):
+            failure["child_workflow_execution_failure_info"] = {
+                "namespace": exc.namespace, "workflow_id": exc.workflow_id, "run_id": exc.run_id, "workflow_type": exc.workflow_type,
+                "initiated_event_id": exc.initiated_event_id, "started_event_id": exc.started_event_id,
+                "retry_state": RetryState(exc.retry_state).value if exc.retry_state else None,
+            }
+        elif isinstance(exc, NexusOperationError):
+            failure["nexus_operation_execution_failure_info"] = {
+                "scheduled_event_id": exc.scheduled_event_id, "endpoint": exc.endpoint, "service": exc.service,
+                "operation": exc.operation, "operation_id": "", "operation_token": exc.operation_token,
             }
         elif isinstance(exc, ApplicationError):
             failure["type"] = exc.type or ""
@@ -463,38 +496,76 @@ class FailureConverter:
             if exc.next_retry_delay is not None:
                 failure["next_retry_delay_ms"] = to_ms(exc.next_retry_delay)
         elif isinstance(exc, TimeoutError):
-            failure["timeout_type"] = exc.type.value if exc.type else None
+            failure["timeout_type"] = TimeoutType(exc.type).value if exc.type else None
             failure["details"] = payloads.to_payloads(exc.last_heartbeat_details)
-        elif isinstance(exc, (CancelledError, TerminatedError)):
+        elif isinstance(exc, CancelledError):
+            identity = recorded.canceled_failure_info.identity if recorded and recorded.canceled_failure_info else ""
+            failure["canceled_failure_info"] = {"identity": identity}
             failure["details"] = payloads.to_payloads(exc.details)
+        elif isinstance(exc, TerminatedError):
+            identity = recorded.terminated_failure_info.identity if recorded and recorded.terminated_failure_info else ""
+            failure["terminated_failure_info"] = {"identity": identity}
+            failure["details"] = payloads.to_payloads(exc.details)
+        elif isinstance(exc, ServerError):
+            failure["server_failure_info"] = {}
+            failure["non_retryable"] = exc.non_retryable
+        elif recorded is not None and recorded.reset_workflow_failure_info is not None:
+            failure["reset_workflow_failure_info"] = {}
+            failure["details"] = list(recorded.reset_workflow_failure_info.last_heartbeat_details.payloads)
         if exc.__cause__ is not None:
             failure["cause"] = self.to_failure(exc.__cause__, payloads)
         return failure
 
     def from_failure(self, failure: Failure, payloads: PayloadConverter) -> FailureError:
-        """The error a recorded failure stands for, its `failure` the record read as temporalio's
-        Failure message (kadence.api.failure.v1), and its causes likewise."""
+        """The error a recorded failure stands for, by its failure info (temporalio's
+        DefaultFailureConverter.from_failure: ActivityError, ChildWorkflowError, CancelledError,
+        TerminatedError, ServerError, TimeoutError, NexusOperationError, ApplicationError, and a
+        plain FailureError for a reset's), its `failure` the record read as temporalio's Failure
+        message (kadence.api.failure.v1), and its causes likewise."""
         exc: FailureError
-        info = failure.get("activity_failure_info")
-        if info:
-            exc = ActivityError(
-                failure["message"], scheduled_event_id=info["scheduled_event_id"], started_event_id=info["started_event_id"],
-                identity=info.get("identity", ""), activity_type=info["activity_type"], activity_id=info["activity_id"],
-                retry_state=RetryState(info["retry_state"]),
-            )
-        elif failure.get("timeout_type"):
-            exc = TimeoutError(
-                failure["message"], type=TimeoutType(failure["timeout_type"]),
-                last_heartbeat_details=payloads.from_payloads(failure["details"]),
-            )
-        else:
-            delay_ms = failure.get("next_retry_delay_ms")
-            exc = ApplicationError(
-                failure["message"], *payloads.from_payloads(failure["details"]),
-                type=failure["type"] or None, non_retryable=failure["non_retryable"],
-                next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
-                category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"],
-            )
+        message = failure["message"]
+        details = failure.get("details") or []
+        match failure_info_of(failure):
+            case "activity_failure_info":
+                info = failure["activity_failure_info"]
+                exc = ActivityError(
+                    message or "Activity error", scheduled_event_id=info["scheduled_event_id"],
+                    started_event_id=info["started_event_id"], identity=info.get("identity", ""),
+                    activity_type=info["activity_type"], activity_id=info["activity_id"], retry_state=_retry_state(info["retry_state"]),
+                )
+            case "child_workflow_execution_failure_info":
+                child = failure["child_workflow_execution_failure_info"]
+                exc = ChildWorkflowError(
+                    message or "Child workflow error", namespace=child["namespace"], workflow_id=child["workflow_id"],
+                    run_id=child["run_id"], workflow_type=child["workflow_type"], initiated_event_id=child["initiated_event_id"],
+                    started_event_id=child["started_event_id"], retry_state=_retry_state(child["retry_state"]),
+                )
+            case "nexus_operation_execution_failure_info":
+                nexus = failure["nexus_operation_execution_failure_info"]
+                exc = NexusOperationError(
+                    message or "Nexus operation error", scheduled_event_id=nexus["scheduled_event_id"], endpoint=nexus["endpoint"],
+                    service=nexus["service"], operation=nexus["operation"], operation_token=nexus["operation_token"],
+                )
+            case "canceled_failure_info":
+                exc = CancelledError(message or "Cancelled", *payloads.from_payloads(details))
+            case "terminated_failure_info":
+                exc = TerminatedError(message or "Terminated", *payloads.from_payloads(details))
+            case "server_failure_info":
+                exc = ServerError(message or "Server error", non_retryable=failure.get("non_retryable", False))
+            case "reset_workflow_failure_info":
+                exc = FailureError(message or "Failure error")
+            case "timeout_failure_info":
+                exc = TimeoutError(
+                    message or "Timeout", type=TimeoutType(failure["timeout_type"]), last_heartbeat_details=payloads.from_payloads(details),
+                )
+            case _:
+                delay_ms = failure.get("next_retry_delay_ms")
+                exc = ApplicationError(
+                    message or "Application error", *payloads.from_payloads(details),
+                    type=failure.get("type") or None, non_retryable=failure.get("non_retryable", False),
+                    next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
+                    category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"],
+                )
         exc.failure = _failure_message(failure)
         if failure.get("cause"):
             exc.__cause__ = self.from_failure(failure["cause"], payloads)
@@ -503,19 +574,28 @@ class FailureConverter:
     def activity_error(
         self, event_type: str, scheduled: Mapping[str, Any], attrs: Mapping[str, Any], payloads: PayloadConverter,
     ) -> ActivityError:
-        """The ActivityError a workflow sees when an activity fails for good, caused by its last failure."""
-        error = ActivityError(
-            "Activity task timed out" if event_type == EventType.ActivityTaskTimedOut else "Activity task failed",
-            scheduled_event_id=attrs["scheduled_event_id"], started_event_id=attrs["started_event_id"],
-            identity=attrs.get("identity", ""), activity_type=scheduled["activity_type"], activity_id=scheduled["activity_id"],
-            retry_state=RetryState(attrs["retry_state"]),
-        )
-        cause = self.from_failure(attrs["failure"], payloads)
-        error.__cause__ = cause
-        error.failure = failure_v1.Failure(message=error.message, cause=cause.failure, activity_failure_info=failure_v1.ActivityFailureInfo(
-            scheduled_event_id=error.scheduled_event_id, started_event_id=error.started_event_id, identity=error.identity,
-            activity_type=ActivityType(error.activity_type), activity_id=error.activity_id, retry_state=attrs["retry_state"],
-        ))
+        """The ActivityError a workflow sees when an activity fails for good (ActivityTaskFailed or
+        ActivityTaskTimedOut, caused by its last failure) or ends canceled (ActivityTaskCanceled,
+        caused by a CancelledError with the activity's details), with the messages temporalio's
+        core gives them."""
+        if event_type == EventType.ActivityTaskCanceled:
+            message, retry_state = "Activity cancelled", RetryState.CANCEL_REQUESTED.value
+            cause: Failure = {  # core's has no message: the error's reads "Cancelled", its failure's ""
+                "message": "", "type": CancelledError.__name__, "source": "", "stack_trace": "",
+                "details": list(attrs.get("details", [])), "canceled_failure_info": {"identity": attrs.get("identity", "")},
+            }
+        else:
+            message = "Activity task timed out" if event_type == EventType.ActivityTaskTimedOut else "Activity task failed"
+            retry_state, cause = attrs["retry_state"], attrs["failure"]
+        error = self.from_failure({
+            "message": message, "type": ActivityError.__name__, "source": "", "stack_trace": "", "cause": cause,
+            "activity_failure_info": {
+                "scheduled_event_id": attrs["scheduled_event_id"], "started_event_id": attrs["started_event_id"],
+                "identity": attrs.get("identity", ""), "activity_type": scheduled["activity_type"],
+                "activity_id": scheduled["activity_id"], "retry_state": retry_state,
+            },
+        }, payloads)
+        assert isinstance(error, ActivityError)
         return error
 
     def nexus_operation_error(
@@ -523,80 +603,104 @@ class FailureConverter:
     ) -> NexusOperationError:
         """The NexusOperationError a caller sees when its operation fails, is canceled or times
         out, caused by why (the recorded failure: the handler's error, the cancellation, the timeout)."""
-        error = NexusOperationError(
-            "nexus operation completed unsuccessfully", scheduled_event_id=attrs["scheduled_event_id"],
-            endpoint=scheduled["endpoint"], service=scheduled["service"], operation=scheduled["operation"],
-            operation_token=operation_token,
-        )
         failure = attrs.get("failure")
-        cause: FailureError
-        if event_type == EventType.NexusOperationCanceled and (failure is None or failure["type"] == "CancelledError"):
-            cause = CancelledError(failure["message"] if failure else "Nexus operation canceled")
-            cause.failure = failure_v1.Failure(message=cause.message, canceled_failure_info=failure_v1.CanceledFailureInfo(Payloads()))
+        cause: Failure
+        if event_type == EventType.NexusOperationCanceled and (failure is None or failure.get("type") == "CancelledError"):
+            cause = {"message": failure["message"] if failure else "Nexus operation canceled", "type": CancelledError.__name__,
+                     "canceled_failure_info": {"identity": ""}, "details": []}
         else:
             assert failure is not None, f"{event_type} records its failure"
-            cause = self.from_failure(failure, payloads)
-        error.__cause__ = cause
-        error.failure = failure_v1.Failure(message=error.message, cause=cause.failure)
+            cause = failure
+        error = self.from_failure({
+            "message": "nexus operation completed unsuccessfully", "type": NexusOperationError.__name__, "cause": cause,
+            "nexus_operation_execution_failure_info": {
+                "scheduled_event_id": attrs["scheduled_event_id"], "endpoint": scheduled["endpoint"], "service": scheduled["service"],
+                "operation": scheduled["operation"], "operation_id": "", "operation_token": operation_token,
+            },
+        }, payloads)
+        assert isinstance(error, NexusOperationError)
         return error
 
     def child_workflow_error(self, event_type: str, attrs: Mapping[str, Any], payloads: PayloadConverter) -> ChildWorkflowError:
-        """The ChildWorkflowError a parent sees when its child ends other than completed, caused by why."""
-        error = ChildWorkflowError(
-            "Child workflow execution failed", namespace="default", workflow_id=attrs["workflow_id"], run_id=attrs["run_id"],
-            workflow_type=attrs["workflow_type"], initiated_event_id=attrs["initiated_event_id"],
-            started_event_id=attrs["started_event_id"], retry_state=RetryState(attrs["retry_state"]) if "retry_state" in attrs else None,
-        )
-        cause: FailureError
+        """The ChildWorkflowError a parent sees when its child ends other than completed, caused by
+        why (the child's failure, a CancelledError, TerminatedError or TimeoutError), with the
+        messages and retry states temporalio's core gives them."""
+        retry_state = attrs.get("retry_state")
+        cause: Failure
         if event_type == EventType.ChildWorkflowExecutionFailed:
-            cause = self.from_failure(attrs["failure"], payloads)
+            message, cause = "Child Workflow execution failed", attrs["failure"]
         elif event_type == EventType.ChildWorkflowExecutionCanceled:
-            cause = CancelledError("Workflow cancelled")
-            details = Payloads(payloads=attrs["details"])
-            cause.failure = failure_v1.Failure(message=cause.message, canceled_failure_info=failure_v1.CanceledFailureInfo(details))
+            message, retry_state = "Child Workflow execution cancelled", RetryState.NON_RETRYABLE_FAILURE.value
+            cause = {"message": message, "type": CancelledError.__name__, "details": list(attrs.get("details", [])),
+                     "canceled_failure_info": {"identity": ""}}
         elif event_type == EventType.ChildWorkflowExecutionTerminated:
-            cause = TerminatedError("Workflow terminated")
-            cause.failure = failure_v1.Failure(message=cause.message, terminated_failure_info=failure_v1.TerminatedFailureInfo())
+            message, retry_state = "Child Workflow execution terminated", RetryState.NON_RETRYABLE_FAILURE.value
+            cause = {"message": "Terminated", "type": TerminatedError.__name__, "terminated_failure_info": {"identity": ""}}
         else:
-            cause = TimeoutError("Workflow timed out", type=TimeoutType.START_TO_CLOSE)
-            cause.failure = failure_v1.Failure(
-                message=cause.message, timeout_failure_info=failure_v1.TimeoutFailureInfo(TimeoutType.START_TO_CLOSE.value),
-            )
-        error.__cause__ = cause
-        error.failure = failure_v1.Failure(
-            message=error.message, cause=cause.failure,
-            child_workflow_execution_failure_info=failure_v1.ChildWorkflowExecutionFailureInfo(
-                namespace=error.namespace, workflow_execution=WorkflowExecution(error.workflow_id, error.run_id),
-                workflow_type=WorkflowType(error.workflow_type), initiated_event_id=error.initiated_event_id,
-                started_event_id=error.started_event_id, retry_state=attrs.get("retry_state", ""),
-            ),
-        )
+            message = "Child Workflow execution timed out"
+            cause = {"message": "Timed out", "type": TimeoutError.__name__, "timeout_type": TimeoutType.START_TO_CLOSE.value}
+        error = self.from_failure({
+            "message": message, "type": ChildWorkflowError.__name__, "cause": cause,
+            "child_workflow_execution_failure_info": {
+                "namespace": "default", "workflow_id": attrs["workflow_id"], "run_id": attrs["run_id"],
+                "workflow_type": attrs["workflow_type"], "initiated_event_id": attrs["initiated_event_id"],
+                "started_event_id": attrs["started_event_id"], "retry_state": retry_state,
+            },
+        }, payloads)
+        assert isinstance(error, ChildWorkflowError)
         return error
 
 
 def _failure_message(failure: Failure) -> failure_v1.Failure:
     """A recorded failure (schemas/Failure.avsc) and its causes as temporalio's Failure message
-    reads: its one failure info is the activity's, the timeout's or else the application's."""
+    reads, with the one failure info `failure_info_of` names."""
     details = Payloads(payloads=failure.get("details", []))
     cause = failure.get("cause")
     message = failure_v1.Failure(
         message=failure["message"], source=failure.get("source", ""), stack_trace=failure.get("stack_trace", ""),
         cause=_failure_message(cause) if cause else None,
     )
-    info = failure.get("activity_failure_info")
-    if info:
-        return dataclasses.replace(message, activity_failure_info=failure_v1.ActivityFailureInfo(
-            scheduled_event_id=info["scheduled_event_id"], started_event_id=info["started_event_id"], identity=info.get("identity", ""),
-            activity_type=ActivityType(info["activity_type"]), activity_id=info["activity_id"], retry_state=info["retry_state"],
-        ))
-    if failure.get("timeout_type"):
-        return dataclasses.replace(message, timeout_failure_info=failure_v1.TimeoutFailureInfo(failure["timeout_type"], details))
-    delay_ms = failure.get("next_retry_delay_ms")
-    return dataclasses.replace(message, application_failure_info=failure_v1.ApplicationFailureInfo(
-        type=failure.get("type", ""), non_retryable=failure.get("non_retryable", False), details=details,
-        next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
-        category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"].value,
-    ))
+    info: Any
+    kind = failure_info_of(failure)
+    match kind:
+        case "activity_failure_info":
+            activity = failure["activity_failure_info"]
+            info = failure_v1.ActivityFailureInfo(
+                scheduled_event_id=activity["scheduled_event_id"], started_event_id=activity["started_event_id"],
+                identity=activity.get("identity", ""), activity_type=ActivityType(activity["activity_type"]),
+                activity_id=activity["activity_id"], retry_state=activity["retry_state"] or "",
+            )
+        case "child_workflow_execution_failure_info":
+            child = failure["child_workflow_execution_failure_info"]
+            info = failure_v1.ChildWorkflowExecutionFailureInfo(
+                namespace=child["namespace"], workflow_execution=WorkflowExecution(child["workflow_id"], child["run_id"]),
+                workflow_type=WorkflowType(child["workflow_type"]), initiated_event_id=child["initiated_event_id"],
+                started_event_id=child["started_event_id"], retry_state=child["retry_state"] or "",
+            )
+        case "nexus_operation_execution_failure_info":
+            nexus = failure["nexus_operation_execution_failure_info"]
+            info = failure_v1.NexusOperationFailureInfo(
+                scheduled_event_id=nexus["scheduled_event_id"], endpoint=nexus["endpoint"], service=nexus["service"],
+                operation=nexus["operation"], operation_id=nexus["operation_id"], operation_token=nexus["operation_token"],
+            )
+        case "canceled_failure_info":
+            info = failure_v1.CanceledFailureInfo(details, failure["canceled_failure_info"]["identity"])
+        case "terminated_failure_info":
+            info = failure_v1.TerminatedFailureInfo(failure["terminated_failure_info"]["identity"])
+        case "server_failure_info":
+            info = failure_v1.ServerFailureInfo(failure.get("non_retryable", False))
+        case "reset_workflow_failure_info":
+            info = failure_v1.ResetWorkflowFailureInfo(details)
+        case "timeout_failure_info":
+            info = failure_v1.TimeoutFailureInfo(failure["timeout_type"], details)
+        case _:
+            delay_ms = failure.get("next_retry_delay_ms")
+            info = failure_v1.ApplicationFailureInfo(
+                type=failure.get("type", ""), non_retryable=failure.get("non_retryable", False), details=details,
+                next_retry_delay=datetime.timedelta(milliseconds=delay_ms) if delay_ms is not None else None,
+                category=ApplicationErrorCategory[failure.get("category") or "UNSPECIFIED"].value,
+            )
+    return dataclasses.replace(message, **{kind: info})
 
 
 class PayloadCodec(abc.ABC):

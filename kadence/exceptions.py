@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 from enum import Enum, IntEnum
@@ -23,6 +24,7 @@ class RetryState(str, Enum):
     TIMEOUT = "TIMEOUT"
     MAXIMUM_ATTEMPTS_REACHED = "MAXIMUM_ATTEMPTS_REACHED"
     RETRY_POLICY_NOT_SET = "RETRY_POLICY_NOT_SET"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
 
 
 class KadenceError(Exception):
@@ -100,6 +102,15 @@ class TerminatedError(FailureError):
         self.details = details
 
 
+class ServerError(FailureError):
+    """An error of the engine itself (temporalio's, read from a failure with `server_failure_info`);
+    Kadence's services record none yet."""
+
+    def __init__(self, message: str, *, non_retryable: bool = False) -> None:
+        super().__init__(message)
+        self.non_retryable = non_retryable
+
+
 class ActivityError(FailureError):
     """An activity failed for good; the reason is `__cause__` (ApplicationError, TimeoutError...)."""
 
@@ -147,6 +158,18 @@ class NexusOperationError(FailureError):
         self.service = service
         self.operation = operation
         self.operation_token = operation_token
+
+
+def is_cancelled_exception(exception: BaseException) -> bool:
+    """Whether `exception` is a cancellation as temporalio's `is_cancelled_exception` has it: an
+    `asyncio.CancelledError`, a `CancelledError`, or an `ActivityError`, `ChildWorkflowError` or
+    `NexusOperationError` caused by a `CancelledError` (what awaiting a cancelled activity, child
+    or operation raises). A workflow whose cancellation was requested and that ends with one ends
+    canceled rather than failed."""
+    return isinstance(exception, (asyncio.CancelledError, CancelledError)) or (
+        isinstance(exception, (ActivityError, ChildWorkflowError, NexusOperationError))
+        and isinstance(exception.cause, CancelledError)
+    )
 
 
 class _ExecutionFailureError(KadenceError):

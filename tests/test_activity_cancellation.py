@@ -1,5 +1,6 @@
 """Cancelling an activity's task in workflow code, as each of temporalio's ActivityCancellationType
-says: what the workflow code sees, and what the history records."""
+says: what the workflow code sees (temporalio's ActivityError caused by CancelledError, with the
+fields its core sets), and what the history records."""
 
 from __future__ import annotations
 
@@ -13,11 +14,25 @@ from typing import Any
 import pytest
 
 from kadence import activity, workflow
-from kadence.client import Client, WorkflowHandle
+from kadence.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from kadence.exceptions import ActivityError, CancelledError, RetryState
 from kadence.worker import Worker
 from kadence.workflow import ActivityCancellationType
 
 CLEANUP_S = 1.0  # how long the activity takes to clean up once cancelled
+
+
+def described(err: BaseException) -> dict[str, Any]:
+    """What workflow code saw when it awaited a cancelled activity, JSON-able."""
+    if not isinstance(err, ActivityError):
+        return {"class": type(err).__name__}
+    cause = err.cause
+    return {
+        "class": "ActivityError", "message": err.message, "retry_state": err.retry_state.name if err.retry_state else None,
+        "scheduled_event_id": err.scheduled_event_id, "started_event_id": err.started_event_id, "identity": bool(err.identity),
+        "activity_id": err.activity_id, "cause": type(cause).__name__, "cause_message": getattr(cause, "message", ""),
+        "cause_details": list(getattr(cause, "details", ())),
+    }
 
 
 @activity.defn
@@ -74,9 +89,9 @@ class CancelsItsActivityWorkflow:
         asked = workflow.now()
         task.cancel()
         try:
-            result = await task
-        except asyncio.CancelledError:
-            result = "asyncio.CancelledError"
+            result: Any = await task
+        except (ActivityError, asyncio.CancelledError) as err:
+            result = described(err)
         self.outcome = {"result": result, "waited_s": (workflow.now() - asked).total_seconds()}
         if wait_to_finish:
             await workflow.wait_condition(lambda: self.finishing)
@@ -114,15 +129,29 @@ async def test_try_cancel_resolves_at_once_and_wait_cancellation_completed_waits
                 await asyncio.sleep(0.05)
     assert marker.read_text() == "cancelled"  # the attempt was told, in both
     kinds = await _event_types(handle)
-    assert outcome["result"] == "asyncio.CancelledError"
     if cancellation_type is ActivityCancellationType.TRY_CANCEL:
-        # The run went on in the workflow task that asked, and closed before the activity reported.
+        # The run went on in the workflow task that asked, and closed before the activity reported:
+        # temporalio's core makes the error of no event (no event ids, no identity).
+        assert outcome["result"] == RESOLVED_AT_ONCE
         assert outcome["waited_s"] == 0
         assert kinds.index("ActivityTaskCancelRequested") < kinds.index("WorkflowExecutionCompleted")
         assert "ActivityTaskCanceled" not in kinds
     else:
+        # Made of ActivityTaskCanceled: its event ids and the identity of the worker that reported it.
+        history = (await handle.fetch_history()).events
+        scheduled = next(e["event_id"] for e in history if e["attributes"][0] == "ActivityTaskScheduled")
+        started = next(e["event_id"] for e in history if e["attributes"][0] == "ActivityTaskStarted")
+        assert outcome["result"] == {**RESOLVED_AT_ONCE, "scheduled_event_id": scheduled, "started_event_id": started, "identity": True}
         assert outcome["waited_s"] >= CLEANUP_S
         assert kinds.index("ActivityTaskCancelRequested") < kinds.index("ActivityTaskCanceled") < kinds.index("WorkflowExecutionCompleted")
+
+
+# temporalio's for an activity resolved as cancelled without waiting for ActivityTaskCanceled.
+RESOLVED_AT_ONCE = {
+    "class": "ActivityError", "message": "Activity cancelled", "retry_state": RetryState.CANCEL_REQUESTED.name,
+    "scheduled_event_id": 0, "started_event_id": 0, "identity": False, "activity_id": "1", "cause": CancelledError.__name__,
+    "cause_message": "Cancelled", "cause_details": [],
+}
 
 
 async def test_wait_cancellation_completed_gives_the_result_of_an_activity_that_completes_anyway(
@@ -152,7 +181,7 @@ async def test_abandon_resolves_at_once_and_never_asks_the_activity_to_cancel(cl
         async with asyncio.timeout(30):
             while (seen := await handle.query(CancelsItsActivityWorkflow.seen)) is None:
                 await asyncio.sleep(0.1)
-        assert seen == {"result": "asyncio.CancelledError", "waited_s": 0}
+        assert seen == {"result": RESOLVED_AT_ONCE, "waited_s": 0}
         await asyncio.sleep(CLEANUP_S)  # time a cancellation would have had to reach the attempt
         assert not marker.exists()  # still running, never told
         Path(f"{marker}.release").touch()
@@ -173,8 +202,8 @@ async def leave_mark(path: str) -> None:
 
 @workflow.defn
 class CancelsBeforeRunningWorkflow:
-    """Cancels an activity, and a local activity of each cancellation type, before they ran; what
-    each await gave."""
+    """Cancels an activity, and a local activity of each cancellation type, before their tasks ran
+    (so before the activities were sent or run); what each await gave."""
 
     @workflow.run
     async def run(self, marker_dir: str) -> dict[str, str]:
@@ -184,9 +213,10 @@ class CancelsBeforeRunningWorkflow:
                 leave_mark, f"{marker_dir}/{cancellation_type.name}", start_to_close_timeout=timedelta(seconds=10),
                 cancellation_type=cancellation_type,
             )
+        for task in tasks.values():  # each before its task ran: it raises asyncio.CancelledError (temporalio's too)
+            task.cancel()
         outcomes = {}
         for name, task in tasks.items():
-            task.cancel()
             try:
                 await task
                 outcomes[name] = "ran"
@@ -207,3 +237,79 @@ async def test_an_activity_cancelled_before_it_ran_never_runs_unless_abandoned(c
     kinds = await _event_types(handle)
     assert "ActivityTaskScheduled" not in kinds  # withdrawn before it was sent
     assert kinds.count("MarkerRecorded") == 1  # the abandoned local activity's outcome, recorded and ignored
+
+
+@workflow.defn
+class CancelsWaitingLocalActivitiesWorkflow:
+    """Cancels a local activity of each cancellation type once its task waits for it (before the
+    worker runs it, which it does once the code waits on history); what each await gave."""
+
+    @workflow.run
+    async def run(self, marker_dir: str) -> dict[str, Any]:
+        outcomes: dict[str, Any] = {}
+        for cancellation_type in ActivityCancellationType:
+            task = workflow.start_local_activity(
+                leave_mark, f"{marker_dir}/{cancellation_type.name}", start_to_close_timeout=timedelta(seconds=10),
+                cancellation_type=cancellation_type,
+            )
+            await asyncio.sleep(0)  # the task runs up to its wait for the outcome
+            task.cancel()
+            try:
+                await task
+                outcomes[cancellation_type.name] = "ran"
+            except (ActivityError, asyncio.CancelledError) as err:
+                outcomes[cancellation_type.name] = described(err)
+        await workflow.sleep(0.01)  # the workflow waits: the abandoned local activity runs now
+        return outcomes
+
+
+async def test_a_waiting_local_activity_cancelled_raises_temporalios_activity_error(
+    client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    async with Worker(client, task_queue=task_queue, workflows=[CancelsWaitingLocalActivitiesWorkflow], activities=[leave_mark]):
+        handle = await client.start_workflow(
+            CancelsWaitingLocalActivitiesWorkflow.run, str(tmp_path), id=f"cancel-local-{uuid.uuid4()}", task_queue=task_queue,
+        )
+        outcomes = await asyncio.wait_for(handle.result(), 60)
+    assert outcomes == {
+        cancellation_type.name: {
+            **RESOLVED_AT_ONCE, "message": "Local Activity cancelled", "activity_id": str(seq), "cause_message": "Activity cancelled",
+        } for seq, cancellation_type in enumerate(ActivityCancellationType, start=1)
+    }
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ABANDON"]
+
+
+@workflow.defn
+class AwaitsItsActivityWorkflow:
+    """Awaits an activity and lets whatever it raises out."""
+
+    @workflow.run
+    async def run(self, marker: str, cancellation_type: ActivityCancellationType) -> str:
+        return await workflow.execute_activity(
+            until_released, args=[marker, "report"], start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=5), cancellation_type=cancellation_type,
+        )
+
+
+@pytest.mark.parametrize("cancellation_type", list(ActivityCancellationType), ids=lambda t: t.name)
+async def test_a_cancelled_run_that_lets_its_activitys_cancellation_out_ends_canceled(
+    client: Client, task_queue: str, tmp_path: Path, cancellation_type: ActivityCancellationType,
+) -> None:
+    """temporalio's rule: a run asked to cancel whose code ends with a cancellation error (here the
+    ActivityError caused by CancelledError its activity's await raised) ends canceled, not failed."""
+    marker = tmp_path / "activity"
+    async with Worker(client, task_queue=task_queue, workflows=[AwaitsItsActivityWorkflow], activities=[until_released]):
+        handle = await client.start_workflow(
+            AwaitsItsActivityWorkflow.run, args=[str(marker), cancellation_type],
+            id=f"cancel-run-{cancellation_type.name.lower()}-{uuid.uuid4()}", task_queue=task_queue,
+        )
+        async with asyncio.timeout(30):
+            while not Path(f"{marker}.started").exists():
+                await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await asyncio.wait_for(handle.result(), 60)
+        assert isinstance(ended.value.cause, CancelledError)
+        assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        if cancellation_type is ActivityCancellationType.ABANDON:
+            Path(f"{marker}.release").touch()  # never told: let it end

@@ -16,7 +16,7 @@ from kadence import activity, workflow
 from kadence.client import Client
 from kadence.common import RetryPolicy
 from kadence.dev.local_stack import LocalStack
-from kadence.exceptions import ApplicationError, AsyncActivityCancelledError, CommandRejectedError
+from kadence.exceptions import ActivityError, ApplicationError, AsyncActivityCancelledError, CommandRejectedError
 from kadence.worker import Worker
 from tests.conftest import audit_of
 
@@ -64,7 +64,7 @@ class WithdrawableApprovalWorkflow:
         approval.cancel()
         try:
             return await approval
-        except asyncio.CancelledError:
+        except ActivityError:  # caused by CancelledError: the approval was withdrawn
             await workflow.wait_condition(lambda: self.finished)
             return "withdrawn"
 

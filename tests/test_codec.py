@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+
 import fastavro
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kadence.converter import DataConverter
 from kadence.protocol.codec import (
     KAFKA_RECORDS,
     SCHEMA_HEADER,
@@ -43,16 +48,56 @@ def test_start_command_round_trips(workflow_id: str, inputs: list[dict]) -> None
     assert commands.decode(commands.encode(record), commands.headers()) == record
 
 
+NO_NEW_INFOS = dict.fromkeys((
+    "child_workflow_execution_failure_info", "canceled_failure_info", "terminated_failure_info", "server_failure_info",
+    "reset_workflow_failure_info", "nexus_operation_execution_failure_info",
+))
+
+
 def test_a_failure_with_a_cause_chain_round_trips() -> None:
     failures = codec("Failure")
     cause = {"message": "declined", "type": "Declined", "source": "", "stack_trace": "", "non_retryable": True,
              "timeout_type": None, "details": [], "activity_failure_info": None, "cause": None,
-             "category": "BENIGN", "next_retry_delay_ms": 1500}
+             "category": "BENIGN", "next_retry_delay_ms": 1500, **NO_NEW_INFOS}
     failure = {**cause, "message": "activity failed", "type": "", "non_retryable": False, "cause": cause,
                "category": "UNSPECIFIED", "next_retry_delay_ms": None,
                "activity_failure_info": {"scheduled_event_id": 5, "started_event_id": 6, "identity": "1@host", "activity_type": "charge",
                                          "activity_id": "1", "retry_state": "MAXIMUM_ATTEMPTS_REACHED"}}
     assert failures.decode(failures.encode(failure)) == failure
+
+
+@pytest.mark.parametrize("info", [
+    {"child_workflow_execution_failure_info": {"namespace": "default", "workflow_id": "w-child", "run_id": "r", "workflow_type": "Child",
+                                               "initiated_event_id": 5, "started_event_id": 6, "retry_state": "NON_RETRYABLE_FAILURE"}},
+    {"child_workflow_execution_failure_info": {"namespace": "default", "workflow_id": "w-child", "run_id": "", "workflow_type": "Child",
+                                               "initiated_event_id": 5, "started_event_id": 0, "retry_state": None}},
+    {"canceled_failure_info": {"identity": "1@host"}}, {"terminated_failure_info": {"identity": ""}}, {"server_failure_info": {}},
+    {"reset_workflow_failure_info": {}},
+    {"nexus_operation_execution_failure_info": {"scheduled_event_id": 5, "endpoint": "e", "service": "s", "operation": "o",
+                                                "operation_id": "", "operation_token": "t"}},
+])
+def test_each_failure_info_round_trips(info: dict) -> None:
+    failures = codec("Failure")
+    failure = {"message": "m", "type": "", "source": "", "stack_trace": "", "non_retryable": False, "timeout_type": None, "details": [],
+               "activity_failure_info": None, "cause": None, "category": "UNSPECIFIED", "next_retry_delay_ms": None, **NO_NEW_INFOS, **info}
+    assert failures.decode(failures.encode(failure)) == failure
+
+
+def test_a_failure_of_the_version_before_the_infos_reads_with_them_unset() -> None:
+    """A Failure as written before the failure info records (in Command 93965eea87628aa4, the last
+    version without them) reads with each None, a CancelledError's as the application failure it was."""
+    old_named: dict = {}
+    fastavro.parse_schema(json.loads(Path("schemas/versions/Command.93965eea87628aa4.avsc").read_text()), named_schemas=old_named)
+    old_failure = fastavro.parse_schema(old_named["Failure"], named_schemas=old_named)
+    new_failure = fastavro.parse_schema(codec("Failure").schema)
+    failure = {"message": "m", "type": "CancelledError", "source": "", "stack_trace": "", "non_retryable": False, "timeout_type": None,
+               "details": [], "activity_failure_info": None, "cause": None, "category": "UNSPECIFIED", "next_retry_delay_ms": None}
+    written = io.BytesIO()
+    fastavro.schemaless_writer(written, old_failure, failure)
+    written.seek(0)
+    read = fastavro.schemaless_reader(written, old_failure, new_failure)
+    assert read == {**failure, **NO_NEW_INFOS}
+    assert type(DataConverter.default.from_failure(read)).__name__ == "ApplicationError"
 
 
 @given(garbage=st.binary(min_size=1, max_size=64))

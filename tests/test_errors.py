@@ -195,9 +195,9 @@ async def test_workflow_code_reads_the_failure_of_a_child_and_its_activity(clien
         info = failure.WhichOneof("failure_info")
         chain.append((info, failure.application_failure_info.type if failure.application_failure_info else ""))
         failure = failure.cause
-    # Kadence's record has no child workflow info: the parent's record keeps the child's error as an application one.
+    # The parent's record keeps the child's error with its child workflow info, as temporalio's.
     assert chain == [
-        ("application_failure_info", "GreetingFailed"), ("application_failure_info", "ChildWorkflowError"),
+        ("application_failure_info", "GreetingFailed"), ("child_workflow_execution_failure_info", ""),
         ("activity_failure_info", ""), ("application_failure_info", "RuntimeError"),
     ]
 

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from kadence import activity, workflow
 from kadence.common import ParentClosePolicy, RetryPolicy
-from kadence.exceptions import ActivityError, ApplicationError, ChildWorkflowError, TimeoutError, WorkflowAlreadyStartedError
+from kadence.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    TimeoutError,
+    WorkflowAlreadyStartedError,
+)
 
 FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3)
 
@@ -296,7 +303,8 @@ async def wait_for_cancellation(marker: str) -> str:
 @workflow.defn
 class CancelActivityWorkflow:
     """Starts an activity, cancels it when told to (the test tells it once the activity runs), and
-    waits a moment before finishing."""
+    waits a moment before finishing. The cancelled activity's await raises ActivityError caused by
+    CancelledError, as temporalio's."""
 
     def __init__(self) -> None:
         self.cancelling = False
@@ -314,7 +322,9 @@ class CancelActivityWorkflow:
         task.cancel()
         try:
             await task
-        except asyncio.CancelledError:
+        except ActivityError as err:
+            if not isinstance(err.cause, CancelledError):
+                raise
             await workflow.sleep(1)
             return "activity cancelled"
         return "not cancelled"

@@ -169,11 +169,23 @@ def refused(batch: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*([rejection] if rejection is not None else []), *batch.get("refusals", [])]
 
 
+# The info records of a Failure (schemas/Failure.avsc), each naming its kind as Temporal's failure_info
+# oneof does; a record with none of them is a timeout when its timeout_type is set, else an application failure.
+FAILURE_INFO_RECORDS = (
+    "activity_failure_info", "child_workflow_execution_failure_info", "canceled_failure_info", "terminated_failure_info",
+    "server_failure_info", "reset_workflow_failure_info", "nexus_operation_execution_failure_info",
+)
+
+
 def failure_record(message: str, failure_type: str, source: str, details: list[Payload] | None = None) -> Failure:
-    """A Failure record (schemas/Failure.avsc) for failures the engine itself raises."""
+    """A Failure record (schemas/Failure.avsc) for failures the engine itself raises, every field
+    set as the codec gives it back (so a state built from it compares equal to one recovered from the log)."""
     return {
         "message": message, "type": failure_type, "source": source, "stack_trace": "", "non_retryable": False,
-        "timeout_type": None, "details": details or [], "activity_failure_info": None, "cause": None,
+        "timeout_type": None, "details": details or [], "cause": None, "category": "UNSPECIFIED", "next_retry_delay_ms": None,
+        "activity_failure_info": None, "child_workflow_execution_failure_info": None, "canceled_failure_info": None,
+        "terminated_failure_info": None, "server_failure_info": None, "reset_workflow_failure_info": None,
+        "nexus_operation_execution_failure_info": None,
     }
 
 
@@ -181,7 +193,8 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
     """Why a run closed without a result: its failure, or the cancellation or termination as one
     (what the read model records, and what a client's result() raises from)."""
     if kind == EventType.WorkflowExecutionCanceled:
-        return failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"])
+        return {**failure_record("Workflow cancelled", "CancelledError", "kadence-visibility", attrs["details"]),
+                "canceled_failure_info": {"identity": ""}}
     if kind == EventType.WorkflowExecutionContinuedAsNew:
         return failure_record(f"Continued as new run {attrs['new_execution_run_id']}", "ContinuedAsNew", "kadence-visibility")
     if kind == EventType.WorkflowExecutionTimedOut:
@@ -190,7 +203,8 @@ def close_failure(kind: str, attrs: Mapping[str, Any]) -> Failure:
             return recorded
         return {**failure_record("Workflow timed out", "TimeoutError", "kadence-visibility"), "timeout_type": "START_TO_CLOSE"}
     if kind == EventType.WorkflowExecutionTerminated:
-        return failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"])
+        return {**failure_record(attrs["reason"] or "Workflow terminated", "TerminatedError", "kadence-visibility", attrs["details"]),
+                "terminated_failure_info": {"identity": attrs.get("identity", "")}}
     return attrs["failure"]
 
 

@@ -683,15 +683,26 @@ class ExecutionCheckpoint(TypedDict):
 
 
 class Failure(TypedDict):
-    """An error crossing the engine: activity or workflow failure, timeout, with an optional cause chain."""
+    """An error crossing the engine: activity or workflow failure, timeout, with an optional cause chain. Its kind is
+    Temporal's failure_info oneof: the one *_failure_info record set (activity, child workflow, canceled,
+    terminated, server, reset, Nexus operation), else a timeout when timeout_type is set, else an application
+    failure. The flat fields hold what Temporal's infos share: type, non_retryable, category and
+    next_retry_delay_ms are an application failure's; details are the application failure's details, the canceled
+    failure's details, or the timeout's or reset's last heartbeat details; timeout_type is the timeout's type. A
+    record with no info record (every one written before they were added) reads as before: a timeout, else an
+    application failure.
+    """
 
     message: str
-    # Application error type (the exception class name by default).
+    # An application failure's type (the exception class name by default); of any other failure, its error's class name
+    # (ActivityError, CancelledError ...), informative only.
     type: NotRequired[str]
     source: NotRequired[str]
     stack_trace: NotRequired[str]
     non_retryable: NotRequired[bool]
     timeout_type: NotRequired[str | None]
+    # The application failure's details, the canceled failure's details, or the timeout's or reset's last heartbeat
+    # details.
     details: NotRequired[list[Payload]]
     activity_failure_info: NotRequired[ActivityFailureInfo | None]
     cause: NotRequired[Failure | None]
@@ -701,6 +712,12 @@ class Failure(TypedDict):
     # An activity's ApplicationError(next_retry_delay=...): the backoff before its next attempt, instead of the retry
     # policy's.
     next_retry_delay_ms: NotRequired[int | None]
+    child_workflow_execution_failure_info: NotRequired[ChildWorkflowExecutionFailureInfo | None]
+    canceled_failure_info: NotRequired[CanceledFailureInfo | None]
+    terminated_failure_info: NotRequired[TerminatedFailureInfo | None]
+    server_failure_info: NotRequired[ServerFailureInfo | None]
+    reset_workflow_failure_info: NotRequired[ResetWorkflowFailureInfo | None]
+    nexus_operation_execution_failure_info: NotRequired[NexusOperationFailureInfo | None]
 
 
 class ActivityFailureInfo(TypedDict):
@@ -713,6 +730,54 @@ class ActivityFailureInfo(TypedDict):
     activity_type: str
     activity_id: str
     retry_state: str
+
+
+class ChildWorkflowExecutionFailureInfo(TypedDict):
+    """Set when the failure is a child workflow's (the ChildWorkflowError its parent saw); its cause is why the child
+    did not complete.
+    """
+
+    namespace: NotRequired[str]
+    workflow_id: str
+    run_id: NotRequired[str]
+    workflow_type: str
+    initiated_event_id: int
+    started_event_id: NotRequired[int]
+    # None: Temporal's RETRY_STATE_UNSPECIFIED.
+    retry_state: NotRequired[str | None]
+
+
+class CanceledFailureInfo(TypedDict):
+    """Set when the failure is a cancellation (CancelledError); its details are the record's details."""
+
+    identity: NotRequired[str]
+
+
+class TerminatedFailureInfo(TypedDict):
+    """Set when the failure is a termination (TerminatedError)."""
+
+    identity: NotRequired[str]
+
+
+class ServerFailureInfo(TypedDict):
+    """Set when the failure is the server's own (ServerError); non_retryable is the record's."""
+
+
+
+class ResetWorkflowFailureInfo(TypedDict):
+    """Set when the failure is a reset's; its last heartbeat details are the record's details."""
+
+
+
+class NexusOperationFailureInfo(TypedDict):
+    """Set when the failure is a Nexus operation's (NexusOperationError)."""
+
+    scheduled_event_id: int
+    endpoint: str
+    service: str
+    operation: str
+    operation_id: NotRequired[str]
+    operation_token: NotRequired[str]
 
 
 class HistoryBatch(TypedDict):

@@ -629,8 +629,9 @@ def start_local_activity(
     trip; its outcome is recorded as a marker. Retries follow `retry_policy` but stay within the
     workflow task (at most `schedule_to_close_timeout`, else 5 s of attempts): keep it short.
     It runs once the workflow code waits, so a cancellation reaches it only before then: the task
-    raises asyncio.CancelledError at once and the activity never runs, unless `cancellation_type`
-    is ABANDON, which lets it run and records its outcome."""
+    raises at once an ActivityError "Local Activity cancelled" caused by a CancelledError (as
+    temporalio's) and the activity never runs, unless `cancellation_type` is ABANDON, which lets it
+    run and records its outcome."""
     runtime = _Runtime.current()
     if isinstance(activity, str):
         activity_type = activity

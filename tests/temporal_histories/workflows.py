@@ -68,14 +68,15 @@ class GreetingSignalsWorkflow:
 
 @workflow.defn
 class CancellableOrderWorkflow:
-    """Cancelled while its activity runs: the activity is asked to cancel, a cleanup activity runs,
-    and the cancellation stands."""
+    """Cancelled while its activity runs: the activity is asked to cancel (its await raises
+    ActivityError caused by CancelledError), a cleanup activity runs, and the cancellation stands
+    (the run, asked to cancel, ends canceled with that error)."""
 
     @workflow.run
     async def run(self, order: str) -> str:
         try:
             await workflow.execute_activity(echo, order, start_to_close_timeout=timedelta(hours=1), heartbeat_timeout=timedelta(seconds=10))
-        except asyncio.CancelledError:
+        except ActivityError:
             await workflow.execute_activity(echo, f"cleanup {order}", start_to_close_timeout=timedelta(seconds=10))
             raise
         return "not cancelled"

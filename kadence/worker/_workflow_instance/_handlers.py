@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from kadence.common import MetricMeter, RawValue
 from kadence.converter import DataConverter
-from kadence.exceptions import ApplicationError, FailureError, ReadOnlyContextError
+from kadence.exceptions import ApplicationError, CancelledError, FailureError, ReadOnlyContextError
 from kadence.protocol.records import (
     AcceptWorkflowUpdate,
     CompleteWorkflowUpdate,
@@ -113,11 +113,15 @@ class WorkflowHandlers(WorkflowRun):
 
     async def _run_signal(self, running: RunningHandler, signal: HandleSignalInput) -> None:
         """Run a signal handler (through the interceptors) as a task of the workflow (as temporalio):
-        a FailureError it raises (or an exception of the definition's failure_exception_types) fails
-        the workflow, any other exception fails the workflow task."""
+        a FailureError it raises (or an exception of the definition's failure_exception_types) ends
+        the workflow (failed, or canceled when it is a cancellation of a run asked to cancel: an
+        asyncio.CancelledError counts as a CancelledError, as the run method's), any other
+        exception fails the workflow task."""
         try:
             await self.inbound.handle_signal(signal)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                exc = CancelledError(str(exc))
             if isinstance(exc, (FailureError, *self.definition.failure_exception_types)):
                 if self._handler_failure is None:
                     self._handler_failure = exc

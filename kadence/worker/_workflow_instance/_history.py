@@ -146,6 +146,7 @@ def _apply_workflow_task_failed(run: WorkflowHandlers, kind: str, attrs: _Workfl
 def _apply_workflow_execution_cancel_requested(
     run: WorkflowHandlers, kind: str, attrs: WorkflowExecutionCancelRequested, event: HistoryEvent,
 ) -> None:
+    run.cancel_requested = True
     if run.main is not None and not run.main.done():
         run.main.cancel()  # reaches the workflow as asyncio.CancelledError where it awaits
 
@@ -251,10 +252,13 @@ def _apply_request_cancel_external_workflow_execution_failed(
 
 
 def _apply_activity_task_canceled(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCanceled, event: HistoryEvent) -> None:
-    """An activity cancelled with WAIT_CANCELLATION_COMPLETED is resolved now; the others were when cancelled."""
+    """An activity cancelled with WAIT_CANCELLATION_COMPLETED is resolved now, with the ActivityError
+    (caused by CancelledError) temporalio's core makes of this event; the others were when cancelled."""
     pending = run.activities.pop(attrs["scheduled_event_id"], None)
-    if pending is not None:
-        pending.future.cancel()
+    if pending is not None and not pending.future.done():
+        assert pending.scheduled is not None, "run.activities holds recorded activities"
+        pending.future.set_exception(run.converter.failure_converter.activity_error(
+            kind, pending.scheduled, attrs, run.converter.payload_converter))
 
 
 def _apply_activity_task_completed(run: WorkflowHandlers, kind: str, attrs: ActivityTaskCompleted, event: HistoryEvent) -> None:

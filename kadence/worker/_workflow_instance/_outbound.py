@@ -100,7 +100,10 @@ def _activity_task(
     """The task workflow code awaits for an activity's result (`future`, its payload). Cancelling
     the task calls `cancel`, which cancels the activity as its cancellation type says and resolves
     `future` now, or leaves it to history (WAIT_CANCELLATION_COMPLETED: the task waits for how the
-    activity ends, as temporalio's)."""
+    activity ends), and the task goes on to raise what `future` holds: the ActivityError caused by
+    CancelledError of a cancelled activity, or its result or failure if it ended otherwise, as
+    temporalio's. An activity that had already ended when its task was cancelled, and a task
+    cancelled before it ran, raise asyncio.CancelledError (temporalio's too)."""
 
     async def result() -> Any:
         cancelling = False
@@ -108,15 +111,20 @@ def _activity_task(
             try:
                 return run.converter.payload_converter.from_payload(await asyncio.shield(future), result_type)
             except asyncio.CancelledError:
-                if not future.done() and not cancelling:
-                    cancel()
-                    cancelling = True
                 if future.done():
                     raise
+                if not cancelling:
+                    cancel()
+                    cancelling = True
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()  # the cancellation is the activity's now: the next await waits for its outcome
 
     def cancelled_before_it_ran(task: asyncio.Task[Any]) -> None:
         if task.cancelled() and not future.done():
             cancel()
+            # Nothing awaits the outcome: take it, so asyncio does not report an exception never retrieved.
+            future.add_done_callback(lambda done: None if done.cancelled() else done.exception())
 
     task = run.create_task(result(), name=name)
     task.add_done_callback(cancelled_before_it_ran)

@@ -32,7 +32,16 @@ from kadence.common import (
     WorkflowIDReusePolicy,
 )
 from kadence.converter import DataConverter, Failure
-from kadence.exceptions import ActivityError, ApplicationError, FailureError, NondeterminismError, ReadOnlyContextError, RetryState
+from kadence.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    NondeterminismError,
+    ReadOnlyContextError,
+    RetryState,
+    is_cancelled_exception,
+)
 from kadence.protocol.codec import Record
 from kadence.protocol.events import EVENT_FOR_COMMAND, LOCAL_ACTIVITY_MARKER, PATCH_MARKER, memo_upserted
 from kadence.protocol.limits import WARN_HISTORY_BYTES, WARN_HISTORY_EVENTS
@@ -171,6 +180,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         self.history_length = 0  # as of the workflow task being run: up to its WorkflowTaskStarted
         self.task_started_ms = 0  # when the workflow task being run started
         self._close_issued = False  # the command that ends the run is issued: no second one
+        self.cancel_requested = False  # history recorded WorkflowExecutionCancelRequested: a cancellation error ends it canceled
         self._handler_failure: BaseException | None = None  # raised by a signal handler: fails the run
         self._task_error: WorkflowTaskError | None = None  # raised by a signal handler: fails the workflow task
 
@@ -216,8 +226,7 @@ class WorkflowRun(WorkflowLoop, _Runtime):
             return
         if self._handler_failure is not None:
             self._close_issued = True
-            fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(self._handler_failure))}
-            self.issue(PendingCommand(("FailWorkflowExecution", fail)))
+            self.issue(PendingCommand(self._ended_by(self._handler_failure)))
         elif self.main is not None and self.main.done():
             command = self._close_command(self.main)
             self._close_issued = True
@@ -306,21 +315,44 @@ class WorkflowRun(WorkflowLoop, _Runtime):
 
     def cancel_local_activity(self, local: LocalActivity, cancellation_type: ActivityCancellationType) -> None:
         """A local activity runs only once the workflow code waits, so one cancelled has not run yet:
-        it never will, unless ABANDON lets it run (its outcome is recorded and ignored)."""
+        it never will, unless ABANDON lets it run (its outcome is recorded and ignored). It is
+        resolved now with the error temporalio's core makes of a cancelled local activity: an
+        ActivityError "Local Activity cancelled" (retry state CANCEL_REQUESTED) caused by a
+        CancelledError "Activity cancelled"."""
         if cancellation_type is not ActivityCancellationType.ABANDON:
             self._local_activities.remove(local)
-        local.future.cancel()
+        error = self.converter.failure_converter.from_failure({
+            "message": "Local Activity cancelled", "type": ActivityError.__name__, "source": "", "stack_trace": "",
+            "cause": {"message": "Activity cancelled", "type": CancelledError.__name__, "source": "", "stack_trace": "",
+                      "details": [], "canceled_failure_info": {"identity": ""}},
+            "activity_failure_info": {
+                "scheduled_event_id": 0, "started_event_id": 0, "identity": "", "activity_type": local.attributes["activity_type"],
+                "activity_id": str(local.seq), "retry_state": RetryState.CANCEL_REQUESTED.value,
+            },
+        }, self.converter.payload_converter)
+        set_exception_unless_done(local.future, error)
 
     def _close_command(self, main: asyncio.Task[Any]) -> Command:
-        if main.cancelled():
-            cancel: CancelWorkflowExecution = {"details": []}
-            return ("CancelWorkflowExecution", cancel)
-        exc = main.exception()
+        exc = asyncio.CancelledError() if main.cancelled() else main.exception()
         if isinstance(exc, ContinueAsNewError):
             return ("ContinueAsNewWorkflowExecution", exc.attributes)
         if exc is None:
             complete: CompleteWorkflowExecution = {"result": payload_record(self.converter.payload_converter.to_payload(main.result()))}
             return ("CompleteWorkflowExecution", complete)
+        return self._ended_by(exc)
+
+    def _ended_by(self, exc: BaseException) -> Command:
+        """The command that ends the run whose code (the run method, or a signal handler) raised
+        `exc`, by temporalio's rule: an asyncio.CancelledError counts as a CancelledError; a run
+        whose cancellation was requested ends canceled when the error is a cancellation
+        (`is_cancelled_exception`: a CancelledError, or an ActivityError, ChildWorkflowError or
+        NexusOperationError caused by one); else a FailureError (or one of the definition's
+        failure_exception_types) fails the run, and any other error fails the workflow task."""
+        if isinstance(exc, asyncio.CancelledError):
+            exc = CancelledError(str(exc))
+        if self.cancel_requested and is_cancelled_exception(exc):
+            cancel: CancelWorkflowExecution = {"details": []}
+            return ("CancelWorkflowExecution", cancel)
         if isinstance(exc, (FailureError, *self.definition.failure_exception_types)):
             fail: FailWorkflowExecution = {"failure": failure_record(self.converter.to_failure(exc))}
             return ("FailWorkflowExecution", fail)
@@ -423,15 +455,26 @@ class WorkflowRun(WorkflowLoop, _Runtime):
         """The workflow code cancelled the activity's task (or the workflow was cancelled): one never
         sent is withdrawn. Else TRY_CANCEL and WAIT_CANCELLATION_COMPLETED request its cancellation
         and ABANDON does not; all but WAIT_CANCELLATION_COMPLETED resolve it now, which leaves it to
-        the event that records how the activity ended."""
+        the event that records how the activity ended. Resolved so, it raises temporalio core's
+        ActivityError caused by a CancelledError (`activity_canceled_error`)."""
         if self._withdraw(pending):
-            pending.future.cancel()
+            set_exception_unless_done(pending.future, self.activity_canceled_error(pending))
             return
         if cancellation_type is not ActivityCancellationType.ABANDON and pending.scheduled_event_id in self.activities:
             request: RequestCancelActivityTask = {"scheduled_event_id": pending.scheduled_event_id}
             self.issue(RequestCancelActivityCommand(("RequestCancelActivityTask", request)))
         if cancellation_type is not ActivityCancellationType.WAIT_CANCELLATION_COMPLETED:
-            pending.future.cancel()
+            set_exception_unless_done(pending.future, self.activity_canceled_error(pending))
+
+    def activity_canceled_error(self, pending: ScheduleActivityCommand) -> FailureError:
+        """What an activity resolved as cancelled without waiting for ActivityTaskCanceled raises
+        (TRY_CANCEL, ABANDON, or one cancelled before it was sent), as temporalio's core makes it
+        from no event: "Activity cancelled", retry state CANCEL_REQUESTED, no event ids and no
+        identity, caused by a CancelledError."""
+        return self.converter.failure_converter.activity_error(
+            EventType.ActivityTaskCanceled, pending.scheduled or pending.command[1],
+            {"scheduled_event_id": 0, "started_event_id": 0, "identity": "", "details": []}, self.converter.payload_converter,
+        )
 
     def schedule_nexus_operation(self, attrs: ScheduleNexusOperation) -> ScheduleNexusCommand:
         return self.issue(ScheduleNexusCommand(("ScheduleNexusOperation", attrs), self.create_future(), started=self.create_future()))

@@ -448,7 +448,8 @@ def _started_attempt(ex: Execution, cmd: TimeoutFired) -> ActivityState:
 
 
 def _attempt_timed_out(activity: ActivityState, timeout_type: str, ex: Execution, now_ms: int) -> Transition:
-    failure: Failure = {**engine_failure(f"activity {timeout_type} timeout", ""), "timeout_type": timeout_type,
+    kind = "".join(word.capitalize() for word in timeout_type.split("_"))  # Temporal's message: "activity StartToClose timeout"
+    failure: Failure = {**engine_failure(f"activity {kind} timeout", ""), "timeout_type": timeout_type,
                "details": activity.heartbeat["details"] if activity.heartbeat else []}
     t = Transition(ex, now_ms)
     _record_failure(t, activity, failure)

@@ -47,14 +47,14 @@ class TerminatedFailureInfo:
 
 @dataclass(frozen=True)
 class ServerFailureInfo:
-    """Temporal's server reports its own errors so; Kadence's services never do (none is ever set)."""
+    """Temporal's server reports its own errors so (a ServerError); Kadence's services record none."""
 
     non_retryable: bool = False
 
 
 @dataclass(frozen=True)
 class ResetWorkflowFailureInfo:
-    """Temporal's for a run ended by a reset; Kadence has no reset (none is ever set)."""
+    """Temporal's for a failure a reset caused; Kadence's reset records none (a record's is read)."""
 
     last_heartbeat_details: Payloads = field(default_factory=Payloads)
 
@@ -81,7 +81,7 @@ class ChildWorkflowExecutionFailureInfo:
 
 @dataclass(frozen=True)
 class NexusOperationFailureInfo:
-    """Temporal's for a Nexus operation; Kadence has no Nexus (none is ever set)."""
+    """A Nexus operation's (the NexusOperationError a caller sees)."""
 
     scheduled_event_id: int = 0
     endpoint: str = ""
