@@ -55,7 +55,8 @@ MAIN_BROKER, MAIN_BROKER_REASON = _main_broker()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "also_on_tansu: runs on the Tansu broker too (the zero-Java path)")
     config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
-    config.addinivalue_line("markers", "slow: makes a venv and installs into it (tens of seconds), without the stack")
+    config.addinivalue_line("markers", "slow: without the session's stack, tens of seconds to minutes: makes a venv and "
+                                       "installs into it, or runs the soak on a stack of its own")
     config.addinivalue_line("markers", "cluster: three Apache Kafka brokers and their controller, one broker lost under load")
     config.addinivalue_line("markers", "stack: needs a broker and Postgres, or the S3 server, the harness starts (set on "
                                        "collection); `pytest -m 'not stack'` runs the rest, the fast tier")
