@@ -49,6 +49,10 @@ CONTROLLER_JVM_OPTIONS: tuple[str, ...] = ("-Xms64m", "-Xmx128m", "-XX:+UseSeria
 CONTROLLER_ID = 0  # the brokers are 1 to node_count
 SINGLE_NODE_THREADS = {"num.network.threads": "2", "num.io.threads": "4"}
 CLUSTER_BROKER_THREADS = {"num.network.threads": "1", "num.io.threads": "2", "background.threads": "2"}
+# Kafka's 50 partitions of __consumer_offsets, three replicas each, are most of what a restarted node
+# of a local cluster must catch up before it is back in every ISR, and a rolling restart waits for
+# that at each node: a local cluster's few groups need few.
+CLUSTER_OFFSETS_PARTITIONS = 8
 CONTROLLER_THREADS = {"num.network.threads": "1", "num.io.threads": "1", "background.threads": "1"}
 
 
@@ -246,6 +250,7 @@ class ApacheKafka(LocalBroker):
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads and a smaller cleaner buffer than Kafka's defaults: a 2-core laptop, not a server.
             **(CLUSTER_BROKER_THREADS if self.node_count > 1 else SINGLE_NODE_THREADS),
+            **({"offsets.topic.num.partitions": str(CLUSTER_OFFSETS_PARTITIONS)} if self.node_count > 1 else {}),
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
         })
 
