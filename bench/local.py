@@ -84,12 +84,15 @@ PROCESS_TREES = {"postgres"}
 
 
 def stack_processes(stack: LocalStack) -> dict[str, int]:
-    """Each broker node's and each service's pid, by name ("broker", or "broker-<id>" in a cluster)."""
+    """Each broker node's and each service's pid, by name ("broker", or "broker-<id>" and "controller" in a cluster)."""
     pids = {name: process.pid for name, process in stack.services.items()}
     if stack.broker is not None:
         for node_id, node in stack.broker.nodes.items():
             if node.process is not None:
                 pids["broker" if len(stack.broker.nodes) == 1 else f"broker-{node_id}"] = node.process.pid
+        for controller in stack.broker.controllers.values():  # a cluster's
+            if controller.process is not None:
+                pids["controller"] = controller.process.pid
     if (postgres := stack.postgres_pid()) is not None:
         pids["postgres"] = postgres
     return pids

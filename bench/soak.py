@@ -14,10 +14,11 @@ a result, it checks what the project promises and prints it:
 - no activity attempt ran twice, and no local activity ran again after a completed workflow task
   recorded it;
 - each process's resident memory flat within 10 %: its median over the first five minutes after
-  the warm-up against its median over the last five (a process restarted by a fault starts a new
-  series, compared from its restart).
-Runs outside CI (half an hour by default); the figures go in the closing note of the session that
-ran it, beside the machine's load.
+  the warm-up against its median over the last five, or over the two halves after the warm-up in a
+  shorter soak (a process restarted by a fault starts a new series, compared from its restart).
+The faults are dealt as a shuffled deck: every kind comes once in each round of four.
+Half an hour by default; CI runs five minutes of it (tests/test_soak.py). A long run's figures go
+in the closing note of the session that ran it, beside the machine's load.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ TASK_QUEUE = "soak"
 REPO = Path(__file__).resolve().parents[1]
 WORKERS = ("worker-a", "worker-b")
 WARM_UP_S = 60.0  # before the memory series count: caches, JIT, pools fill
-MEMORY_WINDOW_S = 300.0
+MEMORY_WINDOW_S = 300.0  # or, in a soak shorter than warm-up and two windows, half of what follows the warm-up
 MEMORY_SAMPLE_S = 10.0
 MEMORY_LOG_S = 60.0
 FLAT_WITHIN = 0.10
@@ -122,16 +123,17 @@ class Memory:
             samples.append((now, rss))
             self.series[name] = (pid, samples)
 
-    def report(self, started: float) -> list[tuple[str, float, float, float | None]]:
+    def report(self, started: float, load_s: float) -> list[tuple[str, float, float, float | None]]:
         """Per process: MiB at the first window after the warm-up, MiB at the last window, the change."""
+        window_s = min(MEMORY_WINDOW_S, (load_s - WARM_UP_S) / 2)
         rows: list[tuple[str, float, float, float | None]] = []
         for name, (_, samples) in sorted(self.series.items()):
             counted = [(at, rss) for at, rss in samples if at >= max(started + WARM_UP_S, samples[0][0] + WARM_UP_S)]
             if len(counted) < 2:
                 rows.append((name, samples[-1][1] / 2**20, samples[-1][1] / 2**20, None))
                 continue
-            first = statistics.median(rss for at, rss in counted if at < counted[0][0] + MEMORY_WINDOW_S)
-            last = statistics.median(rss for at, rss in counted if at > counted[-1][0] - MEMORY_WINDOW_S)
+            first = statistics.median(rss for at, rss in counted if at < counted[0][0] + window_s)
+            last = statistics.median(rss for at, rss in counted if at > counted[-1][0] - window_s)
             rows.append((name, first / 2**20, last / 2**20, last / first - 1))
         return rows
 
@@ -142,6 +144,7 @@ class Soak:
         self.runs_dir = runs_dir
         self.rng = rng
         self.fault_kinds = fault_kinds
+        self._deck: list[str] = []  # the kinds not yet drawn in this round
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.faults: list[tuple[float, str]] = []
         self.memory = Memory()
@@ -158,8 +161,11 @@ class Soak:
     async def fault(self, started: float) -> None:
         """One fault, drawn from the kinds given, and its undoing: a fault that stops something
         starts it again in `finally`, so one cut short (the soak ending, Ctrl-C) still leaves the
-        stack whole for the final wait and the audit."""
-        kind = self.rng.choice(self.fault_kinds)
+        stack whole for the final wait and the audit. The kinds are dealt as a shuffled deck, so
+        every kind comes once in each round of as many faults as there are kinds."""
+        if not self._deck:
+            self._deck = self.rng.sample(self.fault_kinds, len(self.fault_kinds))
+        kind = self._deck.pop()
         if kind == "service":
             instance = self.rng.choice(sorted(self.stack.services))
             os.kill(self.stack.services[instance].pid, signal.SIGKILL)  # the supervisor starts it again
@@ -294,7 +300,7 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
     report = await asyncio.to_thread(audit_history, stack.settings)
     runs_per_id = Counter(workflow_id for workflow_id, _ in report.runs)
     twice, locals_again, in_flight_again = _repeated_runs(soak.runs_dir, results, report)
-    memory = soak.memory.report(started)
+    memory = soak.memory.report(started, load_s)
     print(f"soak: {len(results)} workflows started at {rate:g}/s over {load_s / 60:.1f} min, "
           f"{len(done) - len(failed)} completed, {len(failed)} failed, {len(pending)} unfinished {drained_s:.0f} s after the load stopped")
     print(f"faults ({len(soak.faults)}):")
@@ -304,7 +310,8 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
           f"{sum(1 for workflow_id in results if runs_per_id[workflow_id] != 1)}")
     print(f"activity attempts that ran twice: {len(twice)}; local activities run again after being recorded: {len(locals_again)} "
           f"(run more than once before it, in workflow task attempts a fault cost: {in_flight_again})")
-    print("resident memory (MiB): first 5 min after warm-up -> last 5 min, change")
+    window_min = min(MEMORY_WINDOW_S, (load_s - WARM_UP_S) / 2) / 60
+    print(f"resident memory (MiB): first {window_min:g} min after warm-up -> last {window_min:g} min, change")
     for name, first, last, change in memory:
         print(f"  {name:14} {first:8.1f} -> {last:8.1f}  {'n/a' if change is None else f'{change:+.1%}'}")
     for line in report.violations[:10] + [f"{k}: {t.exception()!r}" for k, t in list(failed.items())[:10]] + twice[:10] + locals_again[:10]:

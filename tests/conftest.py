@@ -50,14 +50,14 @@ def _main_broker() -> tuple[str, str]:
 
 
 MAIN_BROKER, MAIN_BROKER_REASON = _main_broker()
-CLUSTER_TESTS = "KADENCE_CLUSTER_TESTS"  # set: the tests marked cluster run (tests/test_broker_cluster.py)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "also_on_tansu: runs on the Tansu broker too (the zero-Java path)")
     config.addinivalue_line("markers", "kafka_only: needs Apache Kafka (broker faults, its Java client, APIs Tansu lacks)")
-    config.addinivalue_line("markers", "slow: makes a venv and installs into it (tens of seconds), without the stack")
-    config.addinivalue_line("markers", f"cluster: three Apache Kafka nodes under load beside the stack; run with {CLUSTER_TESTS}=1")
+    config.addinivalue_line("markers", "slow: without the session's stack, tens of seconds to minutes: makes a venv and "
+                                       "installs into it, or runs the soak on a stack of its own")
+    config.addinivalue_line("markers", "cluster: three Apache Kafka brokers and their controller, one broker lost under load")
     config.addinivalue_line("markers", "stack: needs a broker and Postgres, or the S3 server, the harness starts (set on "
                                        "collection); `pytest -m 'not stack'` runs the rest, the fast tier")
 
@@ -88,13 +88,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("kafka_only"):
                 item.add_marker(skip)
-    if not os.environ.get(CLUSTER_TESTS):
-        # Three JVM nodes, two instances of the services and 200 workflows starve on CI's two cores
-        # (controllers that lose their quorum, commits of seconds): these run on a bigger machine.
-        skip_cluster = pytest.mark.skip(reason=f"three broker nodes under load need more than two cores: set {CLUSTER_TESTS}=1 to run")
-        for item in items:
-            if item.get_closest_marker("cluster"):
-                item.add_marker(skip_cluster)
     # Then each group's tests module by module: pytest's order split some modules' tests in two
     # (test_ui's, test_image's), and their module fixtures (a browser, a UI server, a worker, an
     # installed image) were made again for the second part.

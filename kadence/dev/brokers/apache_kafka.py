@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kadence.dev import cache_root
-from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, free_ports
+from kadence.dev.brokers.process import BrokerUnavailable, LocalBroker, NodeProcess, free_ports
 from kadence.protocol.topics import min_insync_replicas
 
 log = logging.getLogger("kadence.dev")
@@ -36,12 +36,24 @@ MIN_JAVA = 17  # Apache Kafka 4's brokers need Java 17
 # grows toward its maximum under load reads as a leak in the soak's memory figures, and is only
 # the collector using the room it was given.
 JVM_OPTIONS = ("-Xms512m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
-# Three nodes on one machine (a laptop, CI's two cores) beside the services: each JVM sized as one
-# CPU's worth (its GC and compiler threads) and compiling with C1 only, whose code is slower but
-# whose compiles cost a fraction of C2's, so three nodes starting and serving at once leave the
-# controllers the CPU their quorum needs.
-CLUSTER_JVM_OPTIONS = ("-Xms128m", "-Xmx384m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ActiveProcessorCount=1",
-                       "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+# A cluster on one machine (a laptop, CI's two cores) beside the services: each JVM sized as one
+# CPU's worth (its GC and compiler threads), compiling with C1 only, whose code is slower but whose
+# compiles cost a fraction of C2's (a cluster's start took 13.3 CPU-s with C2, 8.4 without), and
+# collecting with the serial collector, which spends no more CPU than G1 on a heap this small and
+# keeps no remembered sets (`python -m bench.cluster_nodes` measures each choice).
+CLUSTER_JVM_OPTIONS: tuple[str, ...] = ("-Xms128m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=1",
+                                        "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+# The cluster's controller keeps only the metadata log: a small heap, the serial collector.
+CONTROLLER_JVM_OPTIONS: tuple[str, ...] = ("-Xms64m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:ActiveProcessorCount=1",
+                                           "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true")
+CONTROLLER_ID = 0  # the brokers are 1 to node_count
+SINGLE_NODE_THREADS = {"num.network.threads": "2", "num.io.threads": "4"}
+CLUSTER_BROKER_THREADS = {"num.network.threads": "1", "num.io.threads": "2", "background.threads": "2"}
+# Kafka's 50 partitions of __consumer_offsets, three replicas each, are most of what a restarted node
+# of a local cluster must catch up before it is back in every ISR, and a rolling restart waits for
+# that at each node: a local cluster's few groups need few.
+CLUSTER_OFFSETS_PARTITIONS = 8
+CONTROLLER_THREADS = {"num.network.threads": "1", "num.io.threads": "1", "background.threads": "1"}
 
 
 def find_java() -> str | None:
@@ -125,8 +137,8 @@ def new_cluster_id() -> str:
 
 
 class ApacheKafka(LocalBroker):
-    """One KRaft node, or a cluster of them (`node_count`), each node broker and controller in one
-    process, with its own port, controller port, log dir, config and log file."""
+    """One KRaft node, broker and controller in one process; or a cluster (`node_count` brokers) with
+    one controller of its own. Each process has its own port, log dir, config and log file."""
 
     name: ClassVar[str] = f"Apache Kafka {KAFKA_VERSION}"
     persistent: ClassVar[bool] = True
@@ -136,14 +148,25 @@ class ApacheKafka(LocalBroker):
     # stack spends no more (docs/performance.md, "The first fetch after an assignment").
     fetch_wait_max_ms: ClassVar[int] = 100
     max_nodes: ClassVar[int | None] = None
-    controller_ports: dict[int, int]  # node id -> its controller listener's port
+    controller_ports: dict[int, int]  # voter's node id -> its controller listener's port
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # Picked once: a node started again while the others run must find the voters where they were.
         # (The static voter set keeps no address in the log, so a new stack on this data dir may pick others.)
         taken = frozenset(node.port for node in self.nodes.values())
-        self.controller_ports = dict(zip(self.nodes, free_ports(self.node_count, taken=taken), strict=True))
+        [controller_port] = free_ports(1, taken=taken)
+        if self.node_count == 1:
+            self.controller_ports = {1: controller_port}
+            return
+        # A cluster's quorum in a process of its own that no broker's fault takes with it: on two
+        # shared cores, controllers inside the brokers starved under load, lost their quorum and
+        # elected again and again (docs/operations.md, "One node of three").
+        self.controller_ports = {CONTROLLER_ID: controller_port}
+        self.controllers = {CONTROLLER_ID: NodeProcess(CONTROLLER_ID, controller_port, self.data_dir / "logs" / "controller.log")}
+
+    def node_suffix(self, node_id: int) -> str:
+        return "-controller" if node_id in self.controllers else super().node_suffix(node_id)
 
     def node_log_dir(self, node_id: int) -> Path:
         return self.data_dir / f"kafka{self.node_suffix(node_id)}"
@@ -164,38 +187,55 @@ class ApacheKafka(LocalBroker):
     def config_path(self, node_id: int) -> Path:
         return self.data_dir / f"kafka{self.node_suffix(node_id)}.properties"
 
+    @property
+    def _process_ids(self) -> list[int]:
+        return [*self.controllers, *self.nodes]
+
     def prepare(self) -> None:
         self._classpath = resolve_classpath()
         self._java = find_java() or "java"
-        for node_id in self.nodes:
+        for node_id in self._process_ids:
             self.config_path(node_id).write_text(self._config(node_id))
-        formatted = [node_id for node_id in self.nodes if (self.node_log_dir(node_id) / "meta.properties").exists()]
+        formatted = [node_id for node_id in self._process_ids if (self.node_log_dir(node_id) / "meta.properties").exists()]
         if not formatted:
             self._format()
-        elif len(formatted) < self.node_count:
-            # A node formatted anew beside voters that hold the metadata log could vote that log away.
+        elif len(formatted) < len(self._process_ids):
+            # A node formatted anew beside voters that hold the metadata log could vote that log away
+            # (and a cluster's log dirs from before it had a controller of its own have none).
             raise BrokerUnavailable(
-                f"only nodes {formatted} of {self.node_count} have a formatted log dir under {self.data_dir}; "
+                f"only {', '.join(self.node_log_dir(node_id).name for node_id in formatted)} of "
+                f"{len(self._process_ids)} Kafka log dirs are formatted under {self.data_dir}; "
                 f"remove {self.data_dir}/kafka* to start an empty cluster"
             )
 
     def _config(self, node_id: int) -> str:
-        port, controller_port = self.nodes[node_id].port, self.controller_ports[node_id]
         replicas = min(self.node_count, 3)
         min_isr = str(min_insync_replicas(replicas))
-        settings = {
-            "process.roles": "broker,controller",
+        quorum = {
             "node.id": str(node_id),
             "controller.quorum.voters": ",".join(f"{voter}@127.0.0.1:{port}" for voter, port in self.controller_ports.items()),
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.node_log_dir(node_id)),
-            # As deploy/base/kafka.yaml: internal topics on three replicas, two in sync for a write; one node: one replica.
+            # As deploy/base/kafka.yaml: internal topics on three replicas, two in sync for a write; one node:
+            # one replica. The controller creates topics, so it reads these too.
             "default.replication.factor": str(replicas),
             "min.insync.replicas": min_isr,
+            **self._session_settings(),
+        }
+        if node_id in self.controllers:
+            listener = f"CONTROLLER://127.0.0.1:{self.controller_ports[node_id]}"
+            return _properties({**quorum, "process.roles": "controller", "listeners": listener, **CONTROLLER_THREADS})
+        port = self.nodes[node_id].port
+        listeners = f"PLAINTEXT://127.0.0.1:{port}"
+        if self.node_count == 1:
+            listeners += f",CONTROLLER://127.0.0.1:{self.controller_ports[1]}"
+        return _properties({
+            **quorum,
+            "process.roles": "broker,controller" if self.node_count == 1 else "broker",
+            "listeners": listeners,
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "inter.broker.listener.name": "PLAINTEXT",
             "offsets.topic.replication.factor": str(replicas),
             "transaction.state.log.replication.factor": str(replicas),
             "transaction.state.log.min.isr": min_isr,
@@ -207,32 +247,24 @@ class ApacheKafka(LocalBroker):
             "replica.fetch.max.bytes": "10485760",
             # Tests and `kadence dev` use session timeouts of 1-2 s (production keeps Kafka's 6 s minimum).
             "group.min.session.timeout.ms": "1000",
-            **self._session_settings(),
             "group.initial.rebalance.delay.ms": "0",
             # Fewer threads and a smaller cleaner buffer than Kafka's defaults: a 2-core laptop, not a server.
-            **self._thread_settings(),
+            **(CLUSTER_BROKER_THREADS if self.node_count > 1 else SINGLE_NODE_THREADS),
+            **({"offsets.topic.num.partitions": str(CLUSTER_OFFSETS_PARTITIONS)} if self.node_count > 1 else {}),
             "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
-        }
-        return "".join(f"{key}={value}\n" for key, value in settings.items())
+        })
 
-    @property
-    def _jvm_options(self) -> tuple[str, ...]:
+    def _jvm_options(self, node_id: int) -> tuple[str, ...]:
+        if node_id in self.controllers:
+            return CONTROLLER_JVM_OPTIONS
         return CLUSTER_JVM_OPTIONS if self.node_count > 1 else JVM_OPTIONS
 
-    def _thread_settings(self) -> dict[str, str]:
-        if self.node_count > 1:  # three nodes share the machine's cores
-            return {"num.network.threads": "1", "num.io.threads": "2", "background.threads": "2"}
-        return {"num.network.threads": "2", "num.io.threads": "4"}
-
     def _session_settings(self) -> dict[str, str]:
-        """How long a node's controller waits for its heartbeats before it fences it."""
+        """How long the controller waits for a broker's heartbeats before it fences it."""
         if self.node_count > 1:
-            # Kafka's session (9 s, heartbeats every 2 s), as deploy/ runs: the other controllers fence a
-            # dead node after this, which is what a leader change after a crash costs (docs/operations.md).
-            # A follower controller that hears nothing from the active one for this long calls an
-            # election: Kafka's 2 s fired on two shared cores under load as a dead node's fence was
-            # written, and the fence was lost with the term (docs/operations.md, "One node of three").
-            return {"controller.quorum.fetch.timeout.ms": "6000"}
+            # Kafka's session (9 s, heartbeats every 2 s), as deploy/ runs: the controller fences a dead
+            # node after this, which is what a leader change after a crash costs (docs/operations.md).
+            return {}
         # A single node is its own controller: frozen longer than this (a 10 s SIGSTOP in the broker-fault
         # tests, a long GC pause), it fences itself when it resumes, for a few tens of milliseconds.
         # A client whose metadata request lands then sees no broker, and librdkafka 2.13 and later
@@ -248,19 +280,23 @@ class ApacheKafka(LocalBroker):
         cluster_id = new_cluster_id()
         formats = {
             node_id: subprocess.Popen(
-                [self._java, *self._jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
+                [self._java, *self._jvm_options(node_id), f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
                  # One argument each: an id may begin with "-", which the tool would take for an option.
                  "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={self.config_path(node_id)}"],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )
-            for node_id in self.nodes
+            for node_id in self._process_ids
         }
         for node_id, process in formats.items():
             output, _ = process.communicate(timeout=120)
             if process.returncode != 0:
                 raise BrokerUnavailable(f"formatting the Kafka log dir {self.node_log_dir(node_id)} failed: {output.strip()[-2000:]}")
-        log.info("event=kafka_formatted log_dirs=%s", ",".join(str(self.node_log_dir(node_id)) for node_id in self.nodes))
+        log.info("event=kafka_formatted log_dirs=%s", ",".join(str(self.node_log_dir(node_id)) for node_id in self._process_ids))
 
     def command(self, node_id: int) -> list[str]:
-        return [self._java, *self._jvm_options, f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
+        return [self._java, *self._jvm_options(node_id), f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-cp", self._classpath,
                 "kafka.Kafka", str(self.config_path(node_id))]
+
+
+def _properties(settings: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in settings.items())

@@ -140,6 +140,10 @@ class LocalBroker:
     port: int  # node 1's; a cluster's other nodes take free ports
     node_count: int = 1
     nodes: dict[int, NodeProcess] = field(init=False)
+    # Processes the brokers need that are not brokers (a cluster's dedicated controller): started
+    # before the nodes and stopped after them when the whole broker starts or stops; a fault test
+    # breaks one only by naming it.
+    controllers: dict[int, NodeProcess] = field(init=False, default_factory=dict)
 
     name: ClassVar[str]
     # Whether its topics outlive the process: if not, the stack's Postgres state starts empty with it.
@@ -179,14 +183,19 @@ class LocalBroker:
         """Whatever must exist before a node starts (jars, configs, formatted log dirs)."""
 
     def _selected(self, node_id: int | None) -> list[NodeProcess]:
-        return list(self.nodes.values()) if node_id is None else [self.nodes[node_id]]
+        return list(self.nodes.values()) if node_id is None else [{**self.controllers, **self.nodes}[node_id]]
 
     def start(self, node_id: int | None = None, timeout: float = 120.0) -> float:
         """Start every node (or one: the others run), on its port and data, and wait until each
-        serves; returns the seconds that took."""
+        serves; returns the seconds that took. Starting them all starts the controllers first."""
         started = time.monotonic()
         self.prepare()
-        starting = self._selected(node_id)
+        controllers = [*self.controllers.values()] if node_id is None else [n for n in self.controllers.values() if n.node_id == node_id]
+        for controller in controllers:
+            controller.spawn(self.command(controller.node_id))
+        for controller in controllers:
+            self._wait_until_listening(controller, started + timeout)
+        starting = [node for node in self._selected(node_id) if node not in controllers]
         for node in starting:
             node.spawn(self.command(node.node_id))
         for node in starting:
@@ -195,6 +204,17 @@ class LocalBroker:
         log.info("event=broker_started broker=%r nodes=%s bootstrap=%s seconds=%.1f",
                  self.name, ",".join(str(node.node_id) for node in starting), self.bootstrap_servers, elapsed)
         return elapsed
+
+    def _wait_until_listening(self, node: NodeProcess, deadline: float) -> None:
+        """A controller answers no client's metadata: until its listener takes connections."""
+        while not node.listening():
+            code = node.exit_code()
+            what = f"{self.name} controller {node.node_id}"
+            if node.process is None or code is not None:
+                raise BrokerUnavailable(f"{what} exited with code {code} while starting; see {node.log_path}")
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"{what} did not listen on {node.address} in time; see {node.log_path}")
+            time.sleep(0.05)
 
     def _wait_until_serving(self, node: NodeProcess, deadline: float) -> None:
         """Until the metadata the node answers lists it: registered, unfenced, taking requests."""
@@ -214,25 +234,30 @@ class LocalBroker:
 
     def stop(self, node_id: int | None = None, timeout: float = 30.0) -> None:
         """A clean shutdown (SIGTERM), a SIGKILL if it takes longer than `timeout`. Every node at
-        once when all stop: one by one, the last ones would wait for a quorum the first took away."""
-        stopping = self._selected(node_id)
-        for node in stopping:
-            node.terminate()
-        for node in stopping:
-            node.wait_stopped(timeout)
+        once when all stop: one by one, the last ones would wait for a quorum the first took away.
+        The controllers after the brokers: a broker's controlled shutdown asks them to move its leaderships."""
+        waves = [self._selected(node_id)] if node_id is not None else [self._selected(None), [*self.controllers.values()]]
+        for stopping in waves:
+            for node in stopping:
+                node.terminate()
+            for node in stopping:
+                node.wait_stopped(timeout)
+
+    def _every_process(self, node_id: int | None) -> list[NodeProcess]:
+        return self._selected(node_id) if node_id is not None else [*self.controllers.values(), *self.nodes.values()]
 
     def kill(self, node_id: int | None = None) -> None:
         """SIGKILL, as a crash: nothing flushed, nothing said to the clients or the controller."""
-        for node in self._selected(node_id):
+        for node in self._every_process(node_id):
             node.kill()
 
     def pause(self, node_id: int | None = None) -> None:
         """SIGSTOP: the node stops answering while its connections stay open (a long GC or a hung host)."""
-        for node in self._selected(node_id):
+        for node in self._every_process(node_id):
             node.pause()
 
     def resume(self, node_id: int | None = None) -> None:
-        for node in self._selected(node_id):
+        for node in self._every_process(node_id):
             node.resume()
 
     def metadata(self, timeout: float = 5.0) -> ClusterMetadata:
