@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import fcntl
 import functools
 import logging
 import os
@@ -58,6 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: without the session's stack, tens of seconds to minutes: makes a venv and "
                                        "installs into it, or runs the soak on a stack of its own")
     config.addinivalue_line("markers", "cluster: three Apache Kafka brokers and their controller, one broker lost under load")
+    config.addinivalue_line("markers", "soak: five minutes of bench/soak.py, every kind of fault")
     config.addinivalue_line("markers", "stack: needs a broker and Postgres, or the S3 server, the harness starts (set on "
                                        "collection); `pytest -m 'not stack'` runs the rest, the fast tier")
 
@@ -98,7 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         first_of_module.setdefault(_group_and_module(item), position)
     order = {id(item): position for position, item in enumerate(items)}
     waits = {_group_and_module(item) for item in items if set(getattr(item, "fixturenames", ())) & background.PREPARATIONS.keys()}
-    items.sort(key=lambda item: (_group_and_module(item)[0], _group_and_module(item) in waits,
+    items.sort(key=lambda item: (_heavy_rank(item), _group_and_module(item)[0], _group_and_module(item) in waits,
                                  first_of_module[_group_and_module(item)], order[id(item)]))
     # Under xdist every worker collects every test: each prepares only what its own tests ask for, when they do.
     if not config.option.collectonly and "PYTEST_XDIST_WORKER" not in os.environ:
@@ -126,6 +128,23 @@ def _needs_stack(item: pytest.Item) -> bool:
 @functools.cache
 def _starts_a_stack(module_path: str) -> bool:
     return any(starter in Path(module_path).read_text() for starter in STACK_STARTERS)
+
+
+def _heavy_rank(item: pytest.Item) -> int:
+    """The two heaviest modules apart: the soak first (its worker takes nothing else for its five
+    minutes while the other works through the suite), the three-broker cluster last. Side by side
+    on two cores they starved each other's brokers (a load average of 180); `one_heavy_test_at_a_time`
+    makes sure of it."""
+    return 0 if item.get_closest_marker("soak") else 2 if item.get_closest_marker("cluster") else 1
+
+
+@contextlib.contextmanager
+def one_heavy_test_at_a_time(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Held by the soak and the cluster tests: a lock file in the directory every xdist worker of
+    the session shares, so one waits for the other rather than running beside it."""
+    with open(tmp_path_factory.getbasetemp().parent / "heavy-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _group_and_module(item: pytest.Item) -> tuple[int, str]:

@@ -42,8 +42,11 @@ from tests.broker_load import (
     run_through,
     stack_of_its_own,
 )
+from tests.conftest import one_heavy_test_at_a_time
 
-pytestmark = [pytest.mark.kafka_only, pytest.mark.cluster]
+# Longer than the suite's default timeout: a test may wait for the soak to end (conftest's
+# one_heavy_test_at_a_time) before its own deadline begins.
+pytestmark = [pytest.mark.kafka_only, pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 NODES = 3
 # The cluster answers its metadata within this; a node that is stuck is the failure this catches.
@@ -180,7 +183,7 @@ CLUSTER_SESSION_TIMEOUT_MS = 10_000
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     """One cluster for both tests: each leaves it whole (every node back in every ISR, which it asserts)."""
-    with pytest.MonkeyPatch.context() as monkeypatch, stack_of_its_own(
+    with one_heavy_test_at_a_time(tmp_path_factory), pytest.MonkeyPatch.context() as monkeypatch, stack_of_its_own(
         monkeypatch, tmp_path_factory.mktemp("cluster"), services=("server",), brokers=NODES,
         session_timeout_ms=CLUSTER_SESSION_TIMEOUT_MS,
     ) as stack:

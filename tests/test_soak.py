@@ -15,11 +15,15 @@ from pathlib import Path
 import pytest
 
 from bench.soak import FAULT_KINDS
+from tests.conftest import one_heavy_test_at_a_time
 
-pytestmark = [pytest.mark.kafka_only, pytest.mark.slow]
+MINUTES = 5
+
+# The soak's own bounds (its drain after the load, 10 minutes) and the wait for the cluster tests'
+# lock (conftest's one_heavy_test_at_a_time) are longer than the suite's default timeout.
+pytestmark = [pytest.mark.kafka_only, pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(MINUTES * 60 + 1200)]
 
 REPO = Path(__file__).resolve().parents[1]
-MINUTES = 5
 FAULT_EVERY_S = 30
 RATE = 10
 # The load, the drain after it (the soak's own bound is 10 minutes) and the stack's start and stop.
@@ -30,11 +34,12 @@ FAULT_TEXT = {  # how the soak's report names each kind of fault
 }
 
 
-def test_a_five_minute_soak_with_every_kind_of_fault_keeps_every_promise() -> None:
-    soak = subprocess.run(
-        [sys.executable, "-m", "bench.soak", "--minutes", str(MINUTES), "--fault-every", str(FAULT_EVERY_S), "--rate", str(RATE)],
-        cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
-    )
+def test_a_five_minute_soak_with_every_kind_of_fault_keeps_every_promise(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with one_heavy_test_at_a_time(tmp_path_factory):
+        soak = subprocess.run(
+            [sys.executable, "-m", "bench.soak", "--minutes", str(MINUTES), "--fault-every", str(FAULT_EVERY_S), "--rate", str(RATE)],
+            cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+        )
     report = soak.stdout[soak.stdout.find("soak: "):]
     print(report)
     assert soak.returncode == 0 and report.rstrip().endswith("soak: every promise kept"), f"{report}\n{soak.stderr[-3000:]}"
