@@ -311,7 +311,7 @@ async def _run(soak: Soak, minutes: float, rate: float, fault_every_s: float) ->
     print(f"activity attempts that ran twice: {len(twice)}; local activities run again after being recorded: {len(locals_again)} "
           f"(run more than once before it, in workflow task attempts a fault cost: {in_flight_again})")
     window_min = min(MEMORY_WINDOW_S, (load_s - WARM_UP_S) / 2) / 60
-    print(f"resident memory (MiB): first {window_min:g} min after warm-up -> last {window_min:g} min, change")
+    print(f"resident memory (MiB): first {window_min:.1f} min after warm-up -> last {window_min:.1f} min, change")
     for name, first, last, change in memory:
         print(f"  {name:14} {first:8.1f} -> {last:8.1f}  {'n/a' if change is None else f'{change:+.1%}'}")
     for line in report.violations[:10] + [f"{k}: {t.exception()!r}" for k, t in list(failed.items())[:10]] + twice[:10] + locals_again[:10]:

@@ -146,7 +146,10 @@ class LeaderWatch:
         return change
 
     async def until_moved(self, change: LeaderChange) -> None:
-        """Until the metadata names, for every partition the node led, a leader other than it."""
+        """Until the metadata names, for every partition the node led, a leader other than it (at
+        once when it led none: the leaders it watches do not change)."""
+        if not change.led:
+            return
         deadline = change.at + LEADER_CHANGE_BOUND_S
         while time.monotonic() < deadline:
             moved = self._moved_at(change)

@@ -1,6 +1,7 @@
 """The soak (bench/soak.py) for five minutes, as every CI run takes it: two instances of each
-service, two workers, workflows at 10 a second and a fault every 30 s, every kind of fault twice
-(a service instance and a worker SIGKILLed, the broker SIGKILLed, Postgres stopped). It passes
+service, two workers, workflows at 10 a second and a fault 30 s after the last one's undoing,
+every kind of fault at least once (a service instance and a worker SIGKILLed, the broker
+SIGKILLed, Postgres stopped). It passes
 when every promise the soak checks is kept: every workflow completed once, the audit clean, no
 activity attempt run twice, no local activity run again after its recording, each process's
 memory flat."""
@@ -45,5 +46,5 @@ def test_a_five_minute_soak_with_every_kind_of_fault_keeps_every_promise(tmp_pat
     assert soak.returncode == 0 and report.rstrip().endswith("soak: every promise kept"), f"{report}\n{soak.stderr[-3000:]}"
     faults = re.findall(r"^\s+\+\s*\d+ s\s+(.+)$", report, re.MULTILINE)
     assert set(FAULT_TEXT) == set(FAULT_KINDS)
-    for kind, text in FAULT_TEXT.items():  # nine faults, dealt four kinds a round
-        assert sum(bool(re.match(text, fault)) for fault in faults) >= 2, f"{kind} faults fewer than two: {faults}"
+    for kind, text in FAULT_TEXT.items():  # seven faults or so (each waits for the last one's undoing), dealt four kinds a round
+        assert any(re.match(text, fault) for fault in faults), f"no {kind} fault: {faults}"
