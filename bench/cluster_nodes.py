@@ -28,7 +28,7 @@ import uvloop
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.bench_workflows import percentile
-from bench.local import cpu_seconds, resident_bytes
+from bench.local import broker_processes, cpu_seconds, resident_bytes
 from kadence.dev.brokers import apache_kafka
 from kadence.dev.brokers.apache_kafka import ApacheKafka
 from kadence.dev.brokers.process import free_port
@@ -85,14 +85,6 @@ class Figures:
         )
 
 
-def _processes(cluster: ApacheKafka) -> dict[str, int]:
-    found = {f"broker-{node_id}": node.process.pid for node_id, node in cluster.nodes.items() if node.process is not None}
-    for node in cluster.controllers.values():
-        if node.process is not None:
-            found["controller"] = node.process.pid
-    return found
-
-
 async def _load(producer: AsyncProducer, topic: str, rate: int, seconds: float, waits: list[float]) -> None:
     """`rate` records a second, spread over the partitions, each produce's wait (ms) in `waits`."""
     async def one(partition: int) -> None:
@@ -119,7 +111,7 @@ async def measure(variant: str, rate: int, seconds: float) -> Figures:
     cluster = ApacheKafka(Path(tempfile.mkdtemp(prefix="kadence-bench-cluster-")), free_port(), node_count=NODES)
     try:
         figures.start_s = await asyncio.to_thread(cluster.start)
-        pids = _processes(cluster)
+        pids = broker_processes(cluster)
         figures.start_cpu_s = sum(cpu_seconds(pid) for pid in pids.values())
         figures.resident_mib = sum(resident_bytes(pid) or 0 for pid in pids.values()) / 2**20
         settings = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers, replication_factor=NODES)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kadence.dev.brokers import CHOICES
+from kadence.dev.brokers.process import LocalBroker
 from kadence.dev.local_stack import LocalStack, free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -83,16 +84,23 @@ def _descendants(pid: int) -> list[int]:
 PROCESS_TREES = {"postgres"}
 
 
+def broker_processes(broker: LocalBroker) -> dict[str, int]:
+    """Each running broker node's pid, by name ("broker", or "broker-<id>" and "controller" in a cluster)."""
+    pids = {}
+    for node_id, node in broker.nodes.items():
+        if node.process is not None:
+            pids["broker" if len(broker.nodes) == 1 else f"broker-{node_id}"] = node.process.pid
+    for controller in broker.controllers.values():  # a cluster's
+        if controller.process is not None:
+            pids["controller"] = controller.process.pid
+    return pids
+
+
 def stack_processes(stack: LocalStack) -> dict[str, int]:
-    """Each broker node's and each service's pid, by name ("broker", or "broker-<id>" and "controller" in a cluster)."""
+    """Each broker node's (broker_processes) and each service's pid, by name."""
     pids = {name: process.pid for name, process in stack.services.items()}
     if stack.broker is not None:
-        for node_id, node in stack.broker.nodes.items():
-            if node.process is not None:
-                pids["broker" if len(stack.broker.nodes) == 1 else f"broker-{node_id}"] = node.process.pid
-        for controller in stack.broker.controllers.values():  # a cluster's
-            if controller.process is not None:
-                pids["controller"] = controller.process.pid
+        pids |= broker_processes(stack.broker)
     if (postgres := stack.postgres_pid()) is not None:
         pids["postgres"] = postgres
     return pids
