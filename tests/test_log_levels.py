@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from kadence.protocol.kafka import ClientLog, log_client_error
-from kadence.protocol.logs import TopicNotYetInMetadata
+from kadence.protocol.logs import RetriedByAiokafka
 
 
 def test_librdkafkas_connection_errors_are_warnings(caplog: pytest.LogCaptureFixture) -> None:
@@ -31,10 +31,25 @@ def test_client_errors_are_errors_only_when_someone_must_act(caplog: pytest.LogC
     assert [record.levelno for record in caplog.records] == [level]
 
 
-def test_a_topic_not_yet_in_aiokafkas_metadata_is_a_warning() -> None:
-    expected = logging.LogRecord("aiokafka.cluster", logging.ERROR, __file__, 1,
-                                 "Topic %s not found in cluster metadata", ("kadence-matching-__assignor-__leader",), None)
-    other = logging.LogRecord("aiokafka.cluster", logging.ERROR, __file__, 1, "Unexpected error", (), None)
-    for record in (expected, other):
-        assert TopicNotYetInMetadata().filter(record)
-    assert (expected.levelname, other.levelname) == ("WARNING", "ERROR")
+@pytest.mark.parametrize(("logger", "message", "args"), [
+    ("aiokafka.cluster", "Topic %s not found in cluster metadata", ("kadence-matching-__assignor-__leader",)),
+    ("aiokafka", "Unable connect to node with id %s: %s", (3, "[Errno 111] Connection refused")),
+    ("aiokafka.consumer.fetcher", "Failed fetch messages from %s: %s", (2, "KafkaConnectionError: Connection closed")),
+    ("aiokafka.consumer.group_coordinator", "Group Coordinator Request failed: %s", ("[Error 15] GroupCoordinatorNotAvailableError",)),
+    ("aiokafka.consumer.group_coordinator", "Heartbeat session expired - marking coordinator dead", ()),
+    ("aiokafka.consumer.group_coordinator", "OffsetCommit failed for group %s due to group error (%s), will rejoin",
+     ("kadence-matching", "[Error 25] UnknownMemberIdError")),
+    ("faust.transport.drivers.aiokafka", "[^--AIOKafkaConsumerThread]: Thread keepalive is not responding...", ()),
+])
+def test_what_aiokafka_retries_by_itself_is_a_warning(logger: str, message: str, args: tuple[object, ...]) -> None:
+    record = logging.LogRecord(logger, logging.ERROR, __file__, 1, message, args, None)
+    assert RetriedByAiokafka().filter(record)
+    assert record.levelname == "WARNING"
+
+
+def test_other_errors_keep_their_level() -> None:
+    records = [logging.LogRecord("aiokafka", logging.ERROR, __file__, 1, "Unexpected error", (), None),
+               logging.LogRecord("kadence.history", logging.ERROR, __file__, 1, "Unable connect to node with id 1", (), None)]
+    for record in records:
+        assert RetriedByAiokafka().filter(record)
+    assert [record.levelname for record in records] == ["ERROR", "ERROR"]

@@ -383,15 +383,26 @@ def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 30.0)
     return len(metadata.partitions)
 
 
-_NO_LEADER_YET = {
+# What a partition's leader answers while it changes (Kafka marks each retriable): a topic just
+# created has no leader yet; a node that lost the leadership says so, or its epoch is stale; a new
+# leader refuses offsets until its high watermark has caught up with the old one's (OFFSET_NOT_AVAILABLE).
+_LEADER_CHANGING = {
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError._TRANSPORT,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.REQUEST_TIMED_OUT,
 }
+
+
+def leader_changing(error: KafkaError) -> bool:
+    """Whether a partition's leader may answer otherwise in a moment: asked again, not raised."""
+    return error.code() in _LEADER_CHANGING or error.retriable()
 
 
 def watermarks(consumer: Consumer, topic: str, partitions: Iterable[int], timeout: float = 30.0) -> dict[int, tuple[int, int]]:
     """Per partition, its first offset and its end (the offset its next record gets: the high
-    watermark), from the partition's leader (ListOffsets). Wrong on Tansu: see `is_tansu`."""
+    watermark), from the partition's leader (ListOffsets), asked again for up to `timeout` while
+    the leader changes (a rolling restart of the brokers). Wrong on Tansu: see `is_tansu`."""
     deadline = time.monotonic() + timeout
     found = {}
     for partition in partitions:
@@ -399,8 +410,7 @@ def watermarks(consumer: Consumer, topic: str, partitions: Iterable[int], timeou
             try:
                 offsets = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic()))
             except KafkaException as exc:
-                # A topic just created may have no leader yet.
-                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                if not leader_changing(exc.args[0]) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
                 continue

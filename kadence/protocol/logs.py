@@ -22,20 +22,33 @@ def configure_logging(service: str) -> None:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(TraceIds())
+        handler.addFilter(RetriedByAiokafka())
     for chatty in ("aiokafka", "faust", "mode"):  # matching's faust app: each start and stop step at INFO
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    logging.getLogger("aiokafka.cluster").addFilter(TopicNotYetInMetadata())
     if level not in LEVELS:
         raise SettingError(f"KADENCE_LOG_LEVEL={level!r} is not a log level; set one of {', '.join(LEVELS)} or unset it (default INFO)")
 
 
-class TopicNotYetInMetadata(logging.Filter):
-    """aiokafka logs ERROR for a topic its metadata does not hold yet, which matching's faust app
-    asks for as it creates its assignor's topic at every start (and asks again): an expected state,
-    a WARNING, not a page. Other aiokafka errors keep their level."""
+class RetriedByAiokafka(logging.Filter):
+    """aiokafka (under matching's faust app) logs ERROR for states it retries through on its own: a
+    topic its metadata does not hold yet (matching's assignor topic at every start), a broker that
+    refuses connections or drops one while it restarts, a group coordinator that moved, a session
+    lost to a rebalance, faust's consumer thread late on a busy host. Each is a WARNING, not a page;
+    /readyz says when one lasts. Other aiokafka and faust errors keep their level."""
+
+    RETRIED = (
+        "not found in cluster metadata",
+        "Unable connect to node with id",
+        "Failed fetch messages from",
+        "Group Coordinator Request failed",
+        "Heartbeat session expired",
+        "will rejoin",
+        "Thread keepalive is not responding",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno > logging.WARNING and "not found in cluster metadata" in record.getMessage():
+        if (record.levelno > logging.WARNING and record.name.startswith(("aiokafka", "faust"))
+                and any(retried in record.getMessage() for retried in self.RETRIED)):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
