@@ -214,9 +214,11 @@ async def run_through(
         except TimeoutError:
             runs.cancel()
             unfinished = [f"{task_queue}-{i}" for i in range(WORKFLOWS) if f"{task_queue}-{i}" not in completed_at]
+            exited = [f"{name} (exit code {process.returncode})" for name, process in processes.items() if process.poll() is not None]
             pytest.fail(
                 f"{len(unfinished)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
-                f"the broker came back ({what}); readiness since the fault:\n{readiness.describe(back_at)}\n"
+                f"the broker came back ({what}); services that exited: {exited or 'none'} (their logs say why); "
+                f"readiness since the fault:\n{readiness.describe(back_at)}\n"
                 + await asyncio.to_thread(where_they_stand, stack, unfinished)
             )
         ready_at = await stably_ready(readiness, back_at)
