@@ -214,11 +214,11 @@ async def run_through(
         except TimeoutError:
             runs.cancel()
             unfinished = [f"{task_queue}-{i}" for i in range(WORKFLOWS) if f"{task_queue}-{i}" not in completed_at]
-            exited = [f"{name} (exit code {process.returncode})" for name, process in processes.items() if process.poll() is not None]
+            exited = [name for name, process in processes.items() if process.poll() is not None]
             pytest.fail(
                 f"{len(unfinished)} of {WORKFLOWS} workflows not completed {COMPLETION_TIMEOUT_S:.0f} s after "
-                f"the broker came back ({what}); services that exited: {exited or 'none'} (their logs say why); "
-                f"readiness since the fault:\n{readiness.describe(back_at)}\n"
+                f"the broker came back ({what}); readiness since the fault:\n{readiness.describe(back_at)}\n"
+                + "".join(exit_of(stack, name, processes[name]) for name in exited)
                 + await asyncio.to_thread(where_they_stand, stack, unfinished)
             )
         ready_at = await stably_ready(readiness, back_at)
@@ -263,6 +263,13 @@ async def assert_each_completed_once(stack: LocalStack, run: LoadRun, summary: s
         assert kinds.count("WorkflowExecutionSignaled") == (1 if i % 2 == 0 else 0), f"{workflow_id}: {kinds}; {summary}"
         assert kinds.count("TimerFired") == (0 if i % 2 == 0 else 1), f"{workflow_id}: {kinds}; {summary}"
         assert kinds[-1] == "WorkflowExecutionCompleted", f"{workflow_id}: {kinds}; {summary}"
+
+
+def exit_of(stack: LocalStack, name: str, process: subprocess.Popen[bytes], lines: int = 20) -> str:
+    """A service that exited, with its log's last lines (on CI the logs go with the machine)."""
+    log_file = stack.data_dir / "logs" / f"{name}.log"
+    tail = log_file.read_text(errors="replace").splitlines()[-lines:] if log_file.exists() else ["(no log)"]
+    return f"the {name} service exited (code {process.returncode}); its log ends:\n" + "\n".join(tail) + "\n"
 
 
 def where_they_stand(stack: LocalStack, workflow_ids: list[str]) -> str:
