@@ -154,10 +154,14 @@ class CpuMeter:
     def _spent(self, name: str) -> float:
         return cpu_seconds(self.pids[name], with_children=name in PROCESS_TREES) - self._before[name]
 
+    def spent(self) -> dict[str, float]:
+        """The CPU-seconds each process has spent since start()."""
+        return {name: self._spent(name) + self._banked.get(name, 0.0) for name in self.pids}
+
     def report(self, per_thousand: int | None = None) -> str:
         """The CPU-seconds each process spent; with `per_thousand` (the workflows run), also per
         1,000 of them, so runs of different sizes compare."""
-        spent = {name: self._spent(name) + self._banked.get(name, 0.0) for name in self.pids}
+        spent = self.spent()
         total = sum(spent.values())
         ranked = sorted(spent.items(), key=lambda item: -item[1])
         parts = ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked)

@@ -1,10 +1,12 @@
 """What the benchmark tools for docs/performance.md make of what they collect: bench.trace_workflow's
-table of one workflow's spans, and bench.profile_services' shares from py-spy's collapsed stacks."""
+table of one workflow's spans, bench.profile_services' shares from py-spy's collapsed stacks, and
+bench.compare's reading of each engine's output and its ratios."""
 
 from __future__ import annotations
 
 import gc
 
+from bench.compare import CONCURRENT, SEQUENTIAL, RunResult, summary
 from bench.local import CollectionMeter
 from bench.profile_services import Profile
 from bench.trace_workflow import hop_table, trace_of
@@ -68,3 +70,36 @@ def test_the_collection_meter_counts_full_collections_between_start_and_report()
     assert report.startswith("client's collections:") and f"{counted} of the oldest generation" in report
     gc.collect()
     assert meter.full == counted, "the meter stops counting at its report"
+
+
+# What each engine's client prints (the peers' scripts in ../shared/peers/, and bench.compare's own for Kadence).
+PEER_OUTPUTS = {
+    "dbos": "launch took 1.20s\nsequential[sync]: n=200 p50=10.71ms p99=14.02ms mean=10.90ms\n"
+            "concurrent[sync/threads]: n=2000 start_all=3.10s total=9.80s throughput=204 wf/s\n",
+    "restate": "sequential[wf]: n=200 p50=5.20ms p99=8.30ms mean=5.60ms\nconcurrent[wf, conn_limit=500]: n=2000 total=3.20s throughput=625 wf/s\n",
+    "temporal": "hello-world result: 0\nsequential[sandbox=1]: n=200 p50=100.00ms p99=144.10ms mean=101.00ms\n"
+                "concurrent[sandbox=1]: n=2000 start_all=20.00s total=100.00s throughput=20 wf/s\n",
+    "kadence": "sequential[kadence]: n=200 p50=19.40ms p99=47.10ms mean=21.00ms\nconcurrent[kadence]: n=2000 total=8.00s throughput=250 wf/s\n",
+}
+
+
+def test_compare_reads_every_engines_output() -> None:
+    read = {}
+    for engine, text in PEER_OUTPUTS.items():
+        sequential, concurrent = SEQUENTIAL.search(text), CONCURRENT.search(text)
+        assert sequential is not None and concurrent is not None, engine
+        read[engine] = (float(sequential[1]), float(sequential[2]), int(concurrent[1]))
+    assert read == {"dbos": (10.71, 14.02, 204), "restate": (5.2, 8.3, 625), "temporal": (100.0, 144.1, 20), "kadence": (19.4, 47.1, 250)}
+
+
+def test_compare_puts_kadence_beside_each_peer_run_for_run() -> None:
+    results = [
+        RunResult("kadence", "fresh", 40.0, 80.0, 100, {"broker": 20.0, "server": 10.0}, 1000),
+        RunResult("kadence", "steady", 20.0, 40.0, 200, {"broker": 5.0, "server": 5.0}, 1000),
+        RunResult("restate", "fresh", 10.0, 20.0, 400, {"restate-server": 5.0}, 1000),
+        RunResult("restate", "steady", 5.0, 10.0, 500, {"restate-server": 5.0}, 1000),
+    ]
+    assert summary(results).splitlines() == [
+        "fresh  kadence/restate : p50 4.00 times, rate 0.25 of theirs, CPU a workflow 6.00 times",
+        "steady kadence/restate : p50 4.00 times, rate 0.40 of theirs, CPU a workflow 2.00 times",
+    ]
