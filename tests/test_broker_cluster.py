@@ -137,11 +137,26 @@ class LeaderWatch:
             self.waits.append((partition, sent, time.monotonic()))
             await asyncio.sleep(PROBE_INTERVAL_S)
 
-    def leader_now(self) -> dict[int, int]:
-        return self.leaders[-1][1]
+    async def leader_now(self) -> dict[int, int]:
+        """kadence.history's leaders as the metadata names them now, once it names one for every
+        partition: the watch's last snapshot may be seconds old on a loaded machine (its requests
+        time out), or from a node that does not know the leaders yet."""
+        admin = AdminClient(base_config(self.stack.settings))
+        deadline = time.monotonic() + LEADER_CHANGE_BOUND_S
+        while True:
+            try:
+                metadata = await asyncio.to_thread(admin.list_topics, topics.HISTORY, timeout=5)
+                leaders = {p: meta.leader for p, meta in metadata.topics[topics.HISTORY].partitions.items()}
+                if leaders and all(leader >= 0 for leader in leaders.values()):
+                    return leaders
+            except Exception:  # no answer in time: asked again
+                pass
+            assert time.monotonic() < deadline, f"no leader for every kadence.history partition within {LEADER_CHANGE_BOUND_S:.0f} s"
+            await asyncio.sleep(PROBE_INTERVAL_S)
 
-    def node_leaves(self, node: int, how: str) -> LeaderChange:
-        change = LeaderChange(node, how, time.monotonic(), sorted(p for p, leader in self.leader_now().items() if leader == node))
+    async def node_leaves(self, node: int, how: str) -> LeaderChange:
+        led = sorted(p for p, leader in (await self.leader_now()).items() if leader == node)
+        change = LeaderChange(node, how, time.monotonic(), led)
         self.changes.append(change)
         return change
 
@@ -205,8 +220,8 @@ async def _until_in_sync(stack: LocalStack, node: int) -> None:
 def kill_the_history_leader(watch: LeaderWatch) -> Fault:
     async def fault(stack: LocalStack) -> float:
         assert stack.broker is not None
-        node = Counter(watch.leader_now().values()).most_common(1)[0][0]
-        change = watch.node_leaves(node, "SIGKILL")
+        node = Counter((await watch.leader_now()).values()).most_common(1)[0][0]
+        change = await watch.node_leaves(node, "SIGKILL")
         await asyncio.to_thread(stack.broker.kill, node)
         await watch.until_moved(change)
         await asyncio.to_thread(stack.broker.start, node)  # later: once its partitions have new leaders
@@ -221,7 +236,7 @@ def restart_each_node(watch: LeaderWatch) -> Fault:
     async def fault(stack: LocalStack) -> float:
         assert stack.broker is not None
         for node in stack.broker.nodes:
-            change = watch.node_leaves(node, "clean stop")
+            change = await watch.node_leaves(node, "clean stop")
             await asyncio.to_thread(stack.broker.stop, node)
             await watch.until_moved(change)
             await asyncio.to_thread(stack.broker.start, node)
