@@ -76,10 +76,12 @@ def test_the_collection_meter_counts_full_collections_between_start_and_report()
 PEER_OUTPUTS = {
     "dbos": "launch took 1.20s\nsequential[sync]: n=200 p50=10.71ms p99=14.02ms mean=10.90ms\n"
             "concurrent[sync/threads]: n=2000 start_all=3.10s total=9.80s throughput=204 wf/s\n",
-    "restate": "sequential[wf]: n=200 p50=5.20ms p99=8.30ms mean=5.60ms\nconcurrent[wf, conn_limit=500]: n=2000 total=3.20s throughput=625 wf/s\n",
+    "restate": "sequential[wf]: n=200 p50=5.20ms p99=8.30ms mean=5.60ms\n"
+               "concurrent[wf, conn_limit=500]: n=2000 total=3.20s throughput=625 wf/s\n",
     "temporal": "hello-world result: 0\nsequential[sandbox=1]: n=200 p50=100.00ms p99=144.10ms mean=101.00ms\n"
                 "concurrent[sandbox=1]: n=2000 start_all=20.00s total=100.00s throughput=20 wf/s\n",
-    "kadence": "sequential[kadence]: n=200 p50=19.40ms p99=47.10ms mean=21.00ms\nconcurrent[kadence]: n=2000 total=8.00s throughput=250 wf/s\n",
+    "kadence": "sequential[kadence]: n=200 p50=19.40ms p99=47.10ms mean=21.00ms\n"
+               "concurrent[kadence]: n=2000 total=8.00s throughput=250 wf/s\n",
 }
 
 
