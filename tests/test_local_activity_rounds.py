@@ -8,63 +8,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import json
-from datetime import timedelta
 from typing import Any
 
-from kadence import activity, workflow
 from kadence.client import WorkflowHistory
 from kadence.converter import DataConverter
-from kadence.exceptions import ActivityError
 from kadence.protocol.records import HistoryEvent
 from kadence.worker import Replayer
 from kadence.worker._workflow_instance import Command, WorkflowInstance
 from kadence.workflow._definition import WorkflowDefinition, definition
 from kadence.workflow._runtime import WorkflowInfo
+from tests.workflows import CancelsInALaterRound, ReturnsAfterARoundWithALocalActivityPending, ReturnsWithALocalActivityPending
 
 WORKFLOW_ID = "rounds"
 RUN_ID = "7d1f4c2e-0000-4000-8000-000000000001"
-TIMEOUT = timedelta(seconds=5)
-
-
-@activity.defn
-async def note(text: str) -> str:
-    return text
-
-
-@workflow.defn
-class ReturnsWithALocalActivityPending:
-    @workflow.run
-    async def run(self) -> str:
-        workflow.start_local_activity(note, "late", start_to_close_timeout=TIMEOUT)
-        return "done"
-
-
-@workflow.defn
-class ReturnsAfterARoundWithALocalActivityPending:
-    @workflow.run
-    async def run(self) -> str:
-        first = await workflow.execute_local_activity(note, "first", start_to_close_timeout=TIMEOUT)
-        workflow.start_local_activity(note, "late", start_to_close_timeout=TIMEOUT)
-        return first
-
-
-@workflow.defn
-class CancelsInALaterRound:
-    @workflow.run
-    async def run(self) -> str:
-        remote = workflow.start_activity(note, "remote", start_to_close_timeout=TIMEOUT)
-        timer = asyncio.create_task(workflow.sleep(60))
-        local = await workflow.execute_local_activity(note, "local", start_to_close_timeout=TIMEOUT)
-        remote.cancel()
-        timer.cancel()
-        for withdrawn in (remote, timer):
-            with contextlib.suppress(asyncio.CancelledError, ActivityError):
-                await withdrawn
-        return local
 
 
 def _payload(value: Any) -> dict[str, Any]:

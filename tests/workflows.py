@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from datetime import timedelta
@@ -685,3 +686,46 @@ ALL_ACTIVITIES = [
     count_runs, touch, wait_for_cancellation, huge_result, count_with_heartbeats, fail_first_attempt, echo,
     fail_until_third_attempt, always_fail, hang_on_first_attempt, slow_echo, record_run,
 ]
+
+
+# Local activities at a workflow task's edges: one pending when the run returns (in the task's
+# first round or a later one), and an activity and a timer cancelled in a later round than the one
+# that issued them (test_local_activity_rounds.py on the instance, test_local_activity_edges.py end to end).
+LOCAL_TIMEOUT = timedelta(seconds=5)
+
+
+@activity.defn
+async def note(text: str) -> str:
+    return text
+
+
+@workflow.defn
+class ReturnsWithALocalActivityPending:
+    @workflow.run
+    async def run(self) -> str:
+        workflow.start_local_activity(note, "late", start_to_close_timeout=LOCAL_TIMEOUT)
+        return "done"
+
+
+@workflow.defn
+class ReturnsAfterARoundWithALocalActivityPending:
+    @workflow.run
+    async def run(self) -> str:
+        first = await workflow.execute_local_activity(note, "first", start_to_close_timeout=LOCAL_TIMEOUT)
+        workflow.start_local_activity(note, "late", start_to_close_timeout=LOCAL_TIMEOUT)
+        return first
+
+
+@workflow.defn
+class CancelsInALaterRound:
+    @workflow.run
+    async def run(self) -> str:
+        remote = workflow.start_activity(note, "remote", start_to_close_timeout=LOCAL_TIMEOUT)
+        timer = asyncio.create_task(workflow.sleep(60))
+        local = await workflow.execute_local_activity(note, "local", start_to_close_timeout=LOCAL_TIMEOUT)
+        remote.cancel()
+        timer.cancel()
+        for withdrawn in (remote, timer):
+            with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                await withdrawn
+        return local
