@@ -90,9 +90,13 @@ class Peer(Engine):
     @contextmanager
     def server(self) -> Iterator[dict[str, int]]:
         subprocess.run(["bash", str(PEER_SCRIPTS / "stop.sh")], check=True, capture_output=True)
-        subprocess.run(["bash", str(PEER_SCRIPTS / "start.sh"), *self.servers], check=True, capture_output=True)
+        started = subprocess.run(["bash", str(PEER_SCRIPTS / "start.sh"), *self.servers], capture_output=True, text=True)
         try:
-            yield {name: int((PEERS_HOME / "pids" / f"{name}.pid").read_text()) for name in _pid_files(self.servers)}
+            pids = {name: (PEERS_HOME / "pids" / f"{name}.pid").read_text().strip() for name in _pid_files(self.servers)}
+            if not all(pid.isdigit() for pid in pids.values()):
+                raise SystemExit(f"{self.name}'s server did not start (start.sh {' '.join(self.servers)}):\n"
+                                 f"{(started.stdout + started.stderr)[-2000:]}")
+            yield {name: int(pid) for name, pid in pids.items()}
         finally:
             subprocess.run(["bash", str(PEER_SCRIPTS / "stop.sh")], check=True, capture_output=True)
 

@@ -80,8 +80,9 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-# Measured with their descendants (cpu_seconds(with_children=True)).
-PROCESS_TREES = {"postgres"}
+# Measured with their descendants (cpu_seconds(with_children=True)): Postgres serves each connection
+# from a process of its own, hypercorn (Restate's Python service, bench.compare) runs the app in one.
+PROCESS_TREES = {"postgres", "hypercorn"}
 
 
 def broker_processes(broker: LocalBroker) -> dict[str, int]:
