@@ -113,7 +113,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 # What a module calls when its tests start a stack of their own rather than use the session's
 # (kadence.testing's WorkflowEnvironment starts one too).
-STACK_STARTERS = ("local_stack(", "LocalStack(", "start_local(", "start_time_skipping(", "start_time_skipping_v2(")
+STACK_STARTERS = ("local_stack(", "stack_of_its_own(", "LocalStack(", "start_local(", "start_time_skipping(", "start_time_skipping_v2(")
 
 
 def _needs_stack(item: pytest.Item) -> bool:

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any, Concatenate, cast, overload
 
 import nexusrpc
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from kadence import activity as activity_module
 from kadence import workflow as workflow_module
@@ -79,7 +79,7 @@ from kadence.exceptions import (
 from kadence.protocol import topics, tracing
 from kadence.protocol.codec import HeaderList, command_codec
 from kadence.protocol.cron import parse_cron
-from kadence.protocol.kafka import AsyncProducer
+from kadence.protocol.kafka import AsyncProducer, broker_is_tansu, fitted_to_broker
 from kadence.protocol.limits import MAX_RECORD_VALUE_BYTES, command_problem
 from kadence.protocol.read_model import CommandOutcome
 from kadence.protocol.settings import KafkaSettings, postgres_dsn
@@ -109,6 +109,7 @@ class _Connection:
     encoding: asyncio.Queue[tuple[list[dict[str, Any]], bool, HeaderList, list[asyncio.Future[Message]]]] | None = None
     encoder: asyncio.Task[None] | None = None
     eager_workers: EagerWorkers = dataclasses.field(default_factory=EagerWorkers)
+    on_tansu: bool | None = None  # whether the broker is Tansu (asked once, before the first consumer: Client._fit_to_broker)
     closed: bool = False
 
     def starts_tasks(self) -> None:
@@ -1003,7 +1004,20 @@ class Client:
         replies = await self._replies_if_listening()
         return replies.watch(request_id) if replies is not None else None
 
+    async def _fit_to_broker(self) -> None:
+        """This client's settings for its broker before its first consumer is made (its reply
+        listener's, its workers'): on Tansu, a short fetch wait (kafka.fitted_to_broker). Asked once
+        per connection; a broker that does not answer leaves the settings as they are."""
+        if self._conn.on_tansu is None:
+            try:
+                self._conn.on_tansu = await asyncio.get_running_loop().run_in_executor(None, broker_is_tansu, self.settings, 10.0)
+            except KafkaException as exc:
+                log.warning("event=broker_kind_unknown error=%r consequence=%r", str(exc), "the fetch wait stays as set")
+                return
+        self.settings = fitted_to_broker(self.settings, self._conn.on_tansu)
+
     async def _start_replies(self) -> ReplyListener:
+        await self._fit_to_broker()
         listener = ReplyListener(self.settings)
         await listener.start()
         return listener

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -59,12 +61,27 @@ def is_tansu(cluster_id: str | None) -> bool:
       consumer lag gauge and task queue backlogs; a query's reply reader starts a batch early and
       skips what is not its own.
     - It refuses aiokafka's InitProducerId, so matching's faust producer is not idempotent there.
+    - It answers a long poll only when the poll's wait expires, not when a record arrives, so a
+      consumer there waits TANSU_FETCH_WAIT_MAX_MS (`fitted_to_broker`).
     Static membership, which strands partitions on Tansu, is off unless KADENCE_INSTANCE_ID is set."""
     return cluster_id == TANSU_CLUSTER_ID
 
 
+# What a consumer on Tansu asks its fetches to wait: every hop a record makes waits up to this long.
+TANSU_FETCH_WAIT_MAX_MS = 5
+
+
 def broker_is_tansu(settings: KafkaSettings, timeout: float = 30.0) -> bool:
     return is_tansu(AdminClient(base_config(settings)).list_topics(timeout=timeout).cluster_id)
+
+
+def fitted_to_broker(settings: KafkaSettings, tansu: bool) -> KafkaSettings:
+    """`settings` for the broker: on Tansu, unless KADENCE_FETCH_WAIT_MAX_MS says otherwise, its
+    short fetch wait. The default, 500 ms, costs nothing on Apache Kafka, which answers a long poll
+    as soon as a record arrives, and up to 500 ms a hop on Tansu."""
+    if not tansu or "KADENCE_FETCH_WAIT_MAX_MS" in os.environ:
+        return settings
+    return dataclasses.replace(settings, fetch_wait_max_ms=TANSU_FETCH_WAIT_MAX_MS)
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:

@@ -140,6 +140,7 @@ class Worker:
     async def run(self) -> None:
         """Poll until shutdown() is called."""
         kinds = self._kinds
+        await self.client._fit_to_broker()
         settings = self.client.settings
         self._take_eager_starts()
         try:

