@@ -16,7 +16,7 @@ from tests.workflows import CancelsInALaterRound, ReturnsWithALocalActivityPendi
 RAN: list[str] = []
 
 
-@activity.defn(name="note")  # the name the workflows' activity has: this one says whether it ran
+@activity.defn(name="echo")  # the name the workflows' activity has: this one says whether it ran
 async def noted(text: str) -> str:
     RAN.append(text)
     return text

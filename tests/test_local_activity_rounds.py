@@ -61,7 +61,7 @@ def _first_task(cls: type) -> tuple[WorkflowInstance, list[Command]]:
 def _outcome(seq: int, result: str) -> dict[int, dict[str, list[Any]]]:
     """A local activity's outcome as the worker gives it: its marker's details."""
     payloads = DataConverter.default.payload_converter
-    return {seq: {"seq": payloads.to_payloads([seq]), "activity_type": payloads.to_payloads(["note"]),
+    return {seq: {"seq": payloads.to_payloads([seq]), "activity_type": payloads.to_payloads(["echo"]),
                   "result": payloads.to_payloads([result])}}
 
 

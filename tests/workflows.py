@@ -694,16 +694,11 @@ ALL_ACTIVITIES = [
 LOCAL_TIMEOUT = timedelta(seconds=5)
 
 
-@activity.defn
-async def note(text: str) -> str:
-    return text
-
-
 @workflow.defn
 class ReturnsWithALocalActivityPending:
     @workflow.run
     async def run(self) -> str:
-        workflow.start_local_activity(note, "late", start_to_close_timeout=LOCAL_TIMEOUT)
+        workflow.start_local_activity(echo, "late", start_to_close_timeout=LOCAL_TIMEOUT)
         return "done"
 
 
@@ -711,8 +706,8 @@ class ReturnsWithALocalActivityPending:
 class ReturnsAfterARoundWithALocalActivityPending:
     @workflow.run
     async def run(self) -> str:
-        first = await workflow.execute_local_activity(note, "first", start_to_close_timeout=LOCAL_TIMEOUT)
-        workflow.start_local_activity(note, "late", start_to_close_timeout=LOCAL_TIMEOUT)
+        first = await workflow.execute_local_activity(echo, "first", start_to_close_timeout=LOCAL_TIMEOUT)
+        workflow.start_local_activity(echo, "late", start_to_close_timeout=LOCAL_TIMEOUT)
         return first
 
 
@@ -720,9 +715,9 @@ class ReturnsAfterARoundWithALocalActivityPending:
 class CancelsInALaterRound:
     @workflow.run
     async def run(self) -> str:
-        remote = workflow.start_activity(note, "remote", start_to_close_timeout=LOCAL_TIMEOUT)
+        remote = workflow.start_activity(echo, "remote", start_to_close_timeout=LOCAL_TIMEOUT)
         timer = asyncio.create_task(workflow.sleep(60))
-        local = await workflow.execute_local_activity(note, "local", start_to_close_timeout=LOCAL_TIMEOUT)
+        local = await workflow.execute_local_activity(echo, "local", start_to_close_timeout=LOCAL_TIMEOUT)
         remote.cancel()
         timer.cancel()
         for withdrawn in (remote, timer):
