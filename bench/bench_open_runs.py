@@ -1,9 +1,11 @@
 """What the open runs it holds cost the history service: N workflows waiting on a one-hour durable
 timer, the way Temporal's users keep subscriptions and orders open for days.
 
-    python -m bench.bench_open_runs [--runs 10000 100000] [--partitions 8] [--broker kafka|tansu]
+    python -m bench.bench_open_runs [--runs 10000 100000] [--partitions 8] [--broker kafka|tansu] [--worker-process]
+                                    [--checkpoint-interval-ms 30000] [--logs DIR]
 
-For each N, on a fresh local stack (one instance of each service; the worker in this process):
+For each N, on a fresh local stack (one instance of each service, each in a process of its own, as
+Kubernetes runs them; the worker in this process, or with --worker-process in one of its own):
 - the start rate of the first 1,000 starts (no run open, after 500 workflows that close at once
   warmed the path up) and of the last 1,000 (N open), each start returning once history answered it;
 - while the last 1,000 start: history's checkpoints (mean and longest, bytes each, the share of
@@ -16,9 +18,12 @@ For each N, on a fresh local stack (one instance of each service; the worker in 
 - SIGKILL of history, started again at once: until its /readyz answers 200, and until a new
   workflow (no timer) has its result;
 - a bulk cancel of the N (one cancel request each, 200 in flight): cancels per second until the
-  read model lists none running, and the timer firings history read meanwhile and the commands it
-  refused (a firing that joined a backlog is most often stale when history reaches it).
+  read model lists none running, the timer firings history read meanwhile and the commands it
+  refused (a firing that joined a backlog is most often stale when history reaches it), and the
+  CPU a cancel cost each process.
 It prints the figures per N, the broker's own round trip, and the CPU-seconds each process spent.
+History checkpoints every second, as the local stack does; --checkpoint-interval-ms 30000 is
+deploy/'s (a restart then reads up to 30 s of the log again).
 Runs outside CI: N = 1,000,000 takes hours on two cores.
 """
 
@@ -26,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -46,6 +54,8 @@ from kadence import workflow
 from kadence.client import Client
 from kadence.dev.local_stack import LocalStack
 from kadence.worker import Worker
+
+REPO = Path(__file__).resolve().parent.parent
 
 TASK_QUEUE = "bench-open-runs"
 MEASURED_STARTS = 1000
@@ -72,6 +82,11 @@ class ProbeWorkflow:
     @workflow.run
     async def run(self) -> str:
         return "served"
+
+
+def open_runs_worker(client: Client) -> Worker:
+    """The benchmark's worker, in this process or in `python -m bench.worker open-runs`."""
+    return Worker(client, task_queue=TASK_QUEUE, workflows=[OpenRunWorkflow, ProbeWorkflow])
 
 
 @dataclass
@@ -178,6 +193,7 @@ class Figures:
     kill_to_served_s: float
     cancel_rate: float
     while_cancelling: HistoryMetrics
+    cancel_cpu: dict[str, float]  # CPU-seconds each process spent on the bulk cancel
 
     def report(self) -> str:
         checkpoints = self.while_full.checkpoint
@@ -198,14 +214,18 @@ class Figures:
             f"SIGKILL of history:   ready {self.kill_to_ready_s:.1f} s later, a new workflow done {self.kill_to_served_s:.1f} s later",
             f"bulk cancel:          {self.cancel_rate:.0f} runs/s; meanwhile history read {self.while_cancelling.timeouts_fired:,.0f} "
             f"timer firings and refused {self.while_cancelling.rejected:,.0f} commands (stale firings, mostly)",
+            f"a cancel's CPU:       {sum(self.cancel_cpu.values()) * 1000 / self.runs:.2f} CPU-ms: "
+            + ", ".join(f"{name} {spent * 1000 / self.runs:.2f}" for name, spent in sorted(self.cancel_cpu.items(), key=lambda i: -i[1])),
         ])
 
 
-async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
+async def measure(stack: LocalStack, runs: int, cpu: CpuMeter, worker_in_process: bool) -> Figures:
     client = await Client.connect(stack.settings.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
     history_pid = stack.services["history"].pid
     try:
-        async with Worker(client, task_queue=TASK_QUEUE, workflows=[OpenRunWorkflow, ProbeWorkflow]):
+        async with contextlib.AsyncExitStack() as in_process:
+            if worker_in_process:
+                await in_process.enter_async_context(open_runs_worker(client))
 
             async def start(i: int) -> None:
                 await client.start_workflow(OpenRunWorkflow.run, id=f"open-{i}", task_queue=TASK_QUEUE)
@@ -234,6 +254,7 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
                 await client.get_workflow_handle(f"open-{i}").cancel()
 
             before_cancel = await asyncio.to_thread(read_history_metrics, stack)
+            cpu_before_cancel = cpu.spent()
             cancelling = time.monotonic()
             await in_flight(runs, cancel)
             running = "WorkflowType = 'OpenRunWorkflow' AND ExecutionStatus = 'Running'"
@@ -242,27 +263,38 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter) -> Figures:
                     raise TimeoutError(f"runs still open {CANCEL_TIMEOUT_S:.0f} s after their cancel was requested")
                 await asyncio.sleep(0.5)
             cancel_s = time.monotonic() - cancelling
+            cancel_cpu = {name: seconds - cpu_before_cancel[name] for name, seconds in cpu.spent().items()}
             while_cancelling = (await asyncio.to_thread(read_history_metrics, stack)).since(before_cancel)
     finally:
         await client.close()
     return Figures(runs, MEASURED_STARTS / empty_s, MEASURED_STARTS / full_s, rss, rss_empty, while_full, full_s, ready_s, served_s,
-                   runs / cancel_s, while_cancelling)
+                   runs / cancel_s, while_cancelling, cancel_cpu)
 
 
-def bench(runs: int, partitions: int, broker: str | None) -> None:
+def bench(runs: int, partitions: int, broker: str | None, worker_process: bool, logs_to: Path | None, checkpoint_interval_ms: int) -> None:
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
-        stack = LocalStack(Path(data_dir), partitions=partitions, broker_kind=broker)
+        if logs_to is not None:  # the services' logs outlive the stack: `event=long_loop_hold` and `long_gc_pause` say what held the loop
+            logs_to.mkdir(parents=True, exist_ok=True)
+            (Path(data_dir) / "logs").symlink_to(logs_to.resolve())
+        stack = LocalStack(Path(data_dir), partitions=partitions, broker_kind=broker, checkpoint_interval_ms=checkpoint_interval_ms)
         stack.start()
+        worker = subprocess.Popen([sys.executable, "-m", "bench.worker", "open-runs"], env=stack.env, cwd=REPO) if worker_process else None
         try:
-            cpu = CpuMeter({**stack_processes(stack), "client and worker": os.getpid()})
+            processes = {**stack_processes(stack), "client" if worker else "client and worker": os.getpid()}
+            if worker is not None:
+                processes["worker"] = worker.pid
+            cpu = CpuMeter(processes)
             cpu.start()
-            figures = uvloop.run(measure(stack, runs, cpu))
+            figures = uvloop.run(measure(stack, runs, cpu, worker_in_process=worker is None))
             print(describe_broker(stack))
             print(figures.report())
             print(cpu.report())
             round_trip = sorted(broker_round_trip(stack.settings, 200))
             print(f"broker round trip:    p50 {round_trip[len(round_trip) // 2]:.2f} ms")
         finally:
+            if worker is not None:
+                worker.terminate()
+                worker.wait()
             stack.stop()
 
 
@@ -270,13 +302,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, nargs="+", default=[10_000])
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--worker-process", action="store_true",
+                        help="run the worker in a process of its own, as a worker Deployment does (default: in this one)")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the services' logs under this directory, a folder per N")
+    parser.add_argument("--checkpoint-interval-ms", type=int, default=LocalStack.checkpoint_interval_ms,
+                        help="history's KADENCE_CHECKPOINT_INTERVAL_MS (default: the local stack's; deploy/ gives 30000)")
     add_broker_option(parser)
     args = parser.parse_args()
     if min(args.runs) < 2 * MEASURED_STARTS:
         parser.error(f"--runs must be at least {2 * MEASURED_STARTS}: the first and the last {MEASURED_STARTS} starts are timed")
     logging.basicConfig(level=logging.WARNING)
     for runs in args.runs:
-        bench(runs, args.partitions, args.broker)
+        bench(runs, args.partitions, args.broker, args.worker_process, args.logs / str(runs) if args.logs else None,
+              args.checkpoint_interval_ms)
 
 
 if __name__ == "__main__":

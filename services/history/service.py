@@ -74,9 +74,11 @@ PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 SLICE_S = 0.02
 LOOP_PAUSE = Histogram(
     "kadence_history_loop_pause_seconds",
-    "How long the command loop held the event loop at a stretch: decoding a batch, applying its commands (up to a slice)",
+    "How long the command loop held the event loop at a stretch: decoding a batch, applying its commands (up to a slice), "
+    "or beginning a checkpoint",
     buckets=PAUSE_BUCKETS,
 )
+LONG_HOLD_S = 0.1  # a stretch this long is logged, with its CPU and commands: the open runs' target (docs/performance.md)
 CHECKPOINT_SECONDS = Histogram("kadence_history_checkpoint_seconds",
                                "How long a checkpoint took to store every partition due, beside the command loop", buckets=PAUSE_BUCKETS)
 CHECKPOINT_RUNS = Counter("kadence_history_checkpoint_runs_total", "Runs whose rows checkpoints wrote (the runs changed)")
@@ -134,6 +136,26 @@ class SentElsewhere:
 
 class FatalProduceError(RuntimeError):
     """A history batch was not written; the in-memory state is ahead of the log, so the process must restart."""
+
+
+class Stretch:
+    """One stretch of the command loop, from when it took the event loop: its wall time, its CPU,
+    and the commands it applied."""
+
+    def __init__(self) -> None:
+        self.began, self.began_cpu = time.monotonic(), time.thread_time()
+        self.commands = 0
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.began
+
+    def observe(self) -> None:
+        held = self.seconds()
+        LOOP_PAUSE.observe(held)
+        if held >= LONG_HOLD_S:
+            # CPU far below the wall time: the thread waited for a core or a collection (event=long_gc_pause).
+            log.warning("event=long_loop_hold seconds=%.3f cpu_seconds=%.3f commands=%d", held, time.thread_time() - self.began_cpu,
+                        self.commands)
 
 
 class HistoryService:
@@ -217,22 +239,23 @@ class HistoryService:
         threading.Thread(target=self._serve_deliveries, args=(stopped,), name="kadence-history-deliveries", daemon=True).start()
         try:
             async for messages in consume_batches(self.consumer, stop, on_end=self.readiness.reached_end):
-                held_since = time.monotonic()
+                stretch = Stretch()
                 if self._fatal is not None:  # what the log holds is unknown: these commands are read again
                     self._replace_producer_and_recover()
                     continue
                 commands = [(msg, self._decode(msg)) for msg in messages if msg.partition() in self.partitions]
                 if await self._load_runs(commands):
-                    held_since = time.monotonic()  # the read back gave the loop way
+                    stretch = Stretch()  # the read back gave the loop way
                 for msg, command in commands:
                     if isinstance(command, UndecodableRecord):
                         self._dead_letter(msg, str(command))
                     else:
                         self.handle(msg, command)
-                    if time.monotonic() - held_since > SLICE_S:
-                        await self._give_way(held_since)
-                        held_since = time.monotonic()
-                await self._give_way(held_since)
+                    stretch.commands += 1
+                    if stretch.seconds() > SLICE_S:
+                        await self._give_way(stretch)
+                        stretch = Stretch()
+                await self._give_way(stretch)
                 self._checkpoint_if_due()
         finally:
             if self._checkpointing is not None:
@@ -246,11 +269,11 @@ class HistoryService:
             if postgres_watch is not None:
                 postgres_watch.cancel()
 
-    async def _give_way(self, held_since: float) -> None:
+    async def _give_way(self, stretch: Stretch) -> None:
         """End a slice of the command loop: the tasks of the batches written go out, the commands
         sent elsewhere are passed, and the loop's other work (a checkpoint's encoding, /metrics)
         has its turn before the next command."""
-        LOOP_PAUSE.observe(time.monotonic() - held_since)
+        stretch.observe()
         await self._write_held()
         await self._dispatch_tasks()
         self._raise_produce_error()
@@ -284,9 +307,11 @@ class HistoryService:
         if self._checkpointing is not None and not self._checkpointing.done():
             return
         self._next_checkpoint = time.monotonic() + self.checkpoint_interval_s
+        held = Stretch()  # a stretch of the command loop's own
         self._rest_stored_runs()
         with self._offsets_lock:  # the delivery thread completes a snapshot's position
             snapshots = [(state, state.begin_snapshot()) for state in self.partitions.values() if state.checkpoint_due]
+        held.observe()
         if snapshots:
             self._checkpointing = asyncio.create_task(self._store_snapshots(self.checkpoints, snapshots))
 
