@@ -2,7 +2,7 @@
 timer, the way Temporal's users keep subscriptions and orders open for days.
 
     python -m bench.bench_open_runs [--runs 10000 100000] [--partitions 8] [--broker kafka|tansu] [--worker-process]
-                                    [--checkpoint-interval-ms 30000] [--logs DIR]
+                                    [--checkpoint-interval-ms 30000] [--batch-rps 2000] [--logs DIR]
 
 For each N, on a fresh local stack (one instance of each service, each in a process of its own, as
 Kubernetes runs them; the worker in this process, or with --worker-process in one of its own):
@@ -17,7 +17,8 @@ Kubernetes runs them; the worker in this process, or with --worker-process in on
 - history's resident memory once the N are open, and what it grew by a run since the warm-up;
 - SIGKILL of history, started again at once: until its /readyz answers 200, and until a new
   workflow (no timer) has its result;
-- a bulk cancel of the N (one cancel request each, 200 in flight): cancels per second until the
+- a bulk cancel of the N (one cancel request each, 200 in flight; with --batch-rps R, `kadence
+  workflow cancel --query ... --rps R` as an operator runs it): cancels per second until the
   read model lists none running, the timer firings history read meanwhile and the commands it
   refused (a firing that joined a backlog is most often stale when history reaches it), and the
   CPU a cancel cost each process.
@@ -34,6 +35,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -219,7 +221,37 @@ class Figures:
         ])
 
 
-async def measure(stack: LocalStack, runs: int, cpu: CpuMeter, worker_in_process: bool) -> Figures:
+async def cancel_all(client: Client, stack: LocalStack, runs: int, batch_rps: float | None) -> float:
+    """Cancel every open run: a cancel request each from this client, IN_FLIGHT at once, or with
+    `batch_rps` as an operator does, `kadence workflow cancel --query` at that rate; returns once
+    the list shows none running, with the CPU-seconds the CLI spent (0 without it)."""
+    cli_cpu_s = 0.0
+    if batch_rps is None:
+        async def cancel(i: int) -> None:
+            await client.get_workflow_handle(f"open-{i}").cancel()
+
+        await in_flight(runs, cancel)
+    else:
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cli = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "kadence"), "workflow", "cancel", "--query", "WorkflowType = 'OpenRunWorkflow'",
+            "--rps", str(batch_rps), "--yes", env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        _, stderr = await cli.communicate()
+        if cli.returncode != 0:
+            raise RuntimeError(f"kadence workflow cancel exited with {cli.returncode}: {stderr.decode(errors='replace')[-2000:]}")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CLI is the only child reaped meanwhile
+        cli_cpu_s = children.ru_utime + children.ru_stime - children_before.ru_utime - children_before.ru_stime
+    running = "WorkflowType = 'OpenRunWorkflow' AND ExecutionStatus = 'Running'"
+    began = time.monotonic()
+    while (await client.count_workflows(running)).count:
+        if time.monotonic() - began > CANCEL_TIMEOUT_S:
+            raise TimeoutError(f"runs still open {CANCEL_TIMEOUT_S:.0f} s after their cancel was requested")
+        await asyncio.sleep(0.5)
+    return cli_cpu_s
+
+
+async def measure(stack: LocalStack, runs: int, cpu: CpuMeter, worker_in_process: bool, batch_rps: float | None) -> Figures:
     client = await Client.connect(stack.settings.bootstrap_servers, postgres_dsn=stack.postgres_dsn)
     history_pid = stack.services["history"].pid
     try:
@@ -250,20 +282,14 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter, worker_in_process
                                    READY_TIMEOUT_S)
             served_s = time.monotonic() - killed
 
-            async def cancel(i: int) -> None:
-                await client.get_workflow_handle(f"open-{i}").cancel()
-
             before_cancel = await asyncio.to_thread(read_history_metrics, stack)
             cpu_before_cancel = cpu.spent()
             cancelling = time.monotonic()
-            await in_flight(runs, cancel)
-            running = "WorkflowType = 'OpenRunWorkflow' AND ExecutionStatus = 'Running'"
-            while (await client.count_workflows(running)).count:
-                if time.monotonic() - cancelling > CANCEL_TIMEOUT_S:
-                    raise TimeoutError(f"runs still open {CANCEL_TIMEOUT_S:.0f} s after their cancel was requested")
-                await asyncio.sleep(0.5)
+            cli_cpu_s = await cancel_all(client, stack, runs, batch_rps)
             cancel_s = time.monotonic() - cancelling
             cancel_cpu = {name: seconds - cpu_before_cancel[name] for name, seconds in cpu.spent().items()}
+            if batch_rps is not None:
+                cancel_cpu["kadence workflow cancel"] = cli_cpu_s
             while_cancelling = (await asyncio.to_thread(read_history_metrics, stack)).since(before_cancel)
     finally:
         await client.close()
@@ -271,21 +297,35 @@ async def measure(stack: LocalStack, runs: int, cpu: CpuMeter, worker_in_process
                    runs / cancel_s, while_cancelling, cancel_cpu)
 
 
-def bench(runs: int, partitions: int, broker: str | None, worker_process: bool, logs_to: Path | None, checkpoint_interval_ms: int) -> None:
+@dataclass(frozen=True)
+class Options:
+    partitions: int
+    broker: str | None
+    worker_process: bool
+    logs: Path | None
+    checkpoint_interval_ms: int
+    batch_rps: float | None
+
+
+def bench(runs: int, options: Options) -> None:
     with tempfile.TemporaryDirectory(prefix="kadence-bench-") as data_dir:
-        if logs_to is not None:  # the services' logs outlive the stack: `event=long_loop_hold` and `long_gc_pause` say what held the loop
+        if options.logs is not None:  # kept past the stack: `event=long_loop_hold` and `long_gc_pause` say what held the loop
+            logs_to = options.logs / str(runs)
             logs_to.mkdir(parents=True, exist_ok=True)
             (Path(data_dir) / "logs").symlink_to(logs_to.resolve())
-        stack = LocalStack(Path(data_dir), partitions=partitions, broker_kind=broker, checkpoint_interval_ms=checkpoint_interval_ms)
+        stack = LocalStack(Path(data_dir), partitions=options.partitions, broker_kind=options.broker,
+                           checkpoint_interval_ms=options.checkpoint_interval_ms)
         stack.start()
-        worker = subprocess.Popen([sys.executable, "-m", "bench.worker", "open-runs"], env=stack.env, cwd=REPO) if worker_process else None
+        worker = None
+        if options.worker_process:
+            worker = subprocess.Popen([sys.executable, "-m", "bench.worker", "open-runs"], env=stack.env, cwd=REPO)
         try:
             processes = {**stack_processes(stack), "client" if worker else "client and worker": os.getpid()}
             if worker is not None:
                 processes["worker"] = worker.pid
             cpu = CpuMeter(processes)
             cpu.start()
-            figures = uvloop.run(measure(stack, runs, cpu, worker_in_process=worker is None))
+            figures = uvloop.run(measure(stack, runs, cpu, worker is None, options.batch_rps))
             print(describe_broker(stack))
             print(figures.report())
             print(cpu.report())
@@ -307,14 +347,16 @@ def main() -> None:
     parser.add_argument("--logs", type=Path, default=None, help="keep the services' logs under this directory, a folder per N")
     parser.add_argument("--checkpoint-interval-ms", type=int, default=LocalStack.checkpoint_interval_ms,
                         help="history's KADENCE_CHECKPOINT_INTERVAL_MS (default: the local stack's; deploy/ gives 30000)")
+    parser.add_argument("--batch-rps", type=float, default=None,
+                        help="cancel with `kadence workflow cancel --query ... --rps` at this rate, as an operator does "
+                             f"(default: a cancel request each from the benchmark's client, {IN_FLIGHT} at once)")
     add_broker_option(parser)
     args = parser.parse_args()
     if min(args.runs) < 2 * MEASURED_STARTS:
         parser.error(f"--runs must be at least {2 * MEASURED_STARTS}: the first and the last {MEASURED_STARTS} starts are timed")
     logging.basicConfig(level=logging.WARNING)
     for runs in args.runs:
-        bench(runs, args.partitions, args.broker, args.worker_process, args.logs / str(runs) if args.logs else None,
-              args.checkpoint_interval_ms)
+        bench(runs, Options(args.partitions, args.broker, args.worker_process, args.logs, args.checkpoint_interval_ms, args.batch_rps))
 
 
 if __name__ == "__main__":

@@ -164,7 +164,7 @@ def test_a_stale_or_foreign_completion_is_rejected() -> None:
         decide(ex, "RespondWorkflowTaskCompleted", {"run_id": run_id, "scheduled_event_id": 2, "commands": []}, "w", NOW)
 
 
-def test_a_workflow_task_carries_the_events_since_the_previous_task_was_scheduled() -> None:
+def test_a_workflow_task_carries_the_events_since_the_previous_task_was_scheduled_and_a_copy_the_whole_history() -> None:
     state = PartitionState(0)
     started = apply(state, decide_start(None, "order-1", START, "client", NOW, 0, 0), 0)
     run_id = started["run_id"]
@@ -177,6 +177,13 @@ def test_a_workflow_task_carries_the_events_since_the_previous_task_was_schedule
     # A worker that ran task 2 has events 1 and 2; the task brings the rest, its own scheduled event last.
     assert task["first_event_id"] == 3
     assert [e["event_id"] for e in task["history"]] == [3, 4, 5, 6, 7, 8] and task["scheduled_event_id"] == 8
+
+    # Dispatched again (no worker started it): the worker it reaches may not hold the run, so the whole history.
+    fire = {"run_id": run_id, "timer_id": "t", "kind": "WORKFLOW_TASK_RETRY", "scheduled_event_id": 8, "attempt": 1}
+    again = apply(state, decide(state.executions["order-1"], "TimeoutFired", fire, "timer", NOW + 10_000), 5)
+    [copy] = [effect for kind, effect in again["effects"] if kind == "WorkflowTask"]
+    assert copy["redispatched"] and copy["first_event_id"] == 1
+    assert [e["event_id"] for e in copy["history"]] == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_a_workflow_task_completion_whose_record_would_not_fit_terminates_the_run_without_its_buffered_events() -> None:
@@ -224,8 +231,9 @@ def test_a_workflow_task_that_keeps_failing_records_its_first_failure_then_only_
              "scheduled_event_id": 5, "attempt": 2}
     dispatched = apply(state, decide(state.executions["order-1"], "TimeoutFired", retry, "timer", NOW + 1_000), 2)
     [task] = [effect for kind, effect in dispatched["effects"] if kind == "WorkflowTask"]
-    # The events since the failed attempt's WorkflowTaskScheduled; the retry's own are not written.
-    assert (task["scheduled_event_id"], task["attempt"], [e["event_id"] for e in task["history"]]) == (5, 2, [3, 4])
+    # The whole history (the worker whose attempt failed let the run go); the retry's own events are not written.
+    assert (task["scheduled_event_id"], task["attempt"], task["first_event_id"], [e["event_id"] for e in task["history"]]) == (
+        5, 2, 1, [1, 2, 3, 4])
 
     second = command(state, "RespondWorkflowTaskFailed", _failed(run_id, 5, 2, "boom 2"), 3)
     assert second["events"] == [] and second["workflow_task"]["attempt"] == 3

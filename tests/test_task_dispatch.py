@@ -274,6 +274,44 @@ async def test_a_task_history_decides_again_after_recovering_its_partition_is_ma
     assert "event=tasks_marked_as_copies_below" in (stack.data_dir / "logs" / "history.log").read_text()
 
 
+async def test_a_copy_of_a_workflow_task_its_worker_answered_is_dropped_without_a_replay(
+    stack: LocalStack, client: Client, task_queue: str,
+) -> None:
+    """History dispatches a workflow task again when no start came within 10 s, as when the first
+    waits in a backlog. The copy lands after the first on its partition, so the worker that answered
+    the first meets it after: it drops it rather than replay the run, whose answer would only be
+    refused (the run is closed here, and the worker caches nothing)."""
+    workflow_id = f"{task_queue}-copied"
+    workflow_topic = topics.task_queue_topic(task_queue, "workflow")
+    async with Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=ALL_ACTIVITIES, max_cached_workflows=0):
+        await client.execute_workflow(TwoStepWorkflow.run, "x", id=workflow_id, task_queue=task_queue)
+        first = await until_routed(stack, workflow_topic, workflow_id)
+        since = await asyncio.to_thread(command_offset, stack, workflow_id)
+        await asyncio.to_thread(produce_copy, stack, first, first.partition())
+        end = await asyncio.to_thread(end_of, stack, workflow_topic, first.partition())
+        await until(lambda: asyncio.to_thread(committed, stack, topics.worker_group(task_queue, "workflow"), workflow_topic,
+                                              first.partition(), end))
+    assert await asyncio.to_thread(commands_of, stack, workflow_id, since) == []
+
+
+def end_of(stack: LocalStack, topic: str, partition: int) -> int:
+    consumer = make_consumer(stack.settings, "kadence-test-reader")
+    try:
+        return watermarks(consumer, topic, [partition])[partition][1]
+    finally:
+        consumer.close()
+
+
+def committed(stack: LocalStack, group: str, topic: str, partition: int, offset: int) -> bool:
+    """Whether the group committed `offset` or past it on the partition."""
+    consumer = make_consumer(stack.settings, group)
+    try:
+        [position] = consumer.committed([TopicPartition(topic, partition)], timeout=10)
+        return bool(position.offset >= offset)
+    finally:
+        consumer.close()
+
+
 async def until_routed(stack: LocalStack, topic: str, workflow_id: str, timeout: float = 30) -> Message:
     """The task the history service dispatched for the workflow to `topic`, once it is there."""
     def find() -> Message | None:
@@ -326,12 +364,7 @@ def paused(stack: LocalStack, instance: str) -> Iterator[None]:
 
 def command_offset(stack: LocalStack, workflow_id: str) -> int:
     """The end of the workflow's partition of kadence.commands: where its next command goes."""
-    partition = partition_for_key(workflow_id.encode(), topic_partitions(stack.settings, topics.COMMANDS))
-    consumer = make_consumer(stack.settings, "kadence-test-reader")
-    try:
-        return watermarks(consumer, topics.COMMANDS, [partition])[partition][1]
-    finally:
-        consumer.close()
+    return end_of(stack, topics.COMMANDS, partition_for_key(workflow_id.encode(), topic_partitions(stack.settings, topics.COMMANDS)))
 
 
 def commands_of(stack: LocalStack, workflow_id: str, since: int) -> list[tuple[str, str]]:

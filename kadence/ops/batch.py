@@ -39,6 +39,9 @@ _JOB_COLUMNS = (
     "close_time, terminate_reason"
 )
 STATE_CHECK_S = 1.0  # how often a running job looks whether it was terminated
+# Outcomes are recorded this many, or this often, at a time.
+RECORD_BATCH = 500
+RECORD_INTERVAL_S = 0.1
 _COUNTS = (
     "count(*), count(*) FILTER (WHERE outcome = 'Done'), count(*) FILTER (WHERE outcome = 'Failed'), "
     "count(*) FILTER (WHERE outcome = 'AlreadyClosed'), count(*) FILTER (WHERE outcome = 'NotCurrent')"
@@ -159,7 +162,7 @@ class BatchJob:
 
 @dataclass(frozen=True)
 class ExecutionResult:
-    """An execution of a job that has its outcome other than done: why."""
+    """An execution of a job and its outcome; `detail` says why, for an outcome other than done."""
 
     workflow_id: str
     run_id: str
@@ -285,11 +288,14 @@ class BatchJobs:
         )
         return {by_request[request_id]: (accepted, cause, reason) for request_id, accepted, cause, reason in rows}
 
-    async def record(self, job_id: str, workflow_id: str, run_id: str, outcome: ExecutionOutcome, detail: str) -> None:
+    async def record(self, job_id: str, outcomes: Sequence[ExecutionResult]) -> None:
+        """The executions' outcomes, in one statement."""
         await self._conn.execute(
-            "UPDATE kadence_batch_job_executions SET outcome = %s, detail = %s "
-            "WHERE job_id = %s AND workflow_id = %s AND run_id = %s AND outcome IS NULL",
-            (outcome.value, detail, job_id, workflow_id, run_id),
+            "UPDATE kadence_batch_job_executions e SET outcome = o.outcome, detail = o.detail "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS o(workflow_id, run_id, outcome, detail) "
+            "WHERE e.job_id = %s AND e.workflow_id = o.workflow_id AND e.run_id = o.run_id AND e.outcome IS NULL",
+            ([o.workflow_id for o in outcomes], [o.run_id for o in outcomes], [o.outcome.value for o in outcomes],
+             [o.detail for o in outcomes], job_id),
         )
 
     async def complete(self, job_id: str) -> None:
@@ -354,8 +360,8 @@ async def _apply(client: Client, job_id: str, request: BatchRequest, workflow_id
 async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
                   on_progress: Callable[[BatchCounts], None]) -> BatchCounts:
     """Apply the job's operation to each of its executions without an outcome, starting at most
-    `rps` a second, and record each outcome as it comes; the job is Completed once every execution
-    has one. Holds the job's lock throughout. An error other than a refused command (Postgres or the
+    `rps` a second, and record the outcomes as they come, a batch at a time; the job is Completed
+    once every execution has one. Holds the job's lock throughout. An error other than a refused command (Postgres or the
     broker gone) stops the job, to be resumed by running it again."""
     if rps <= 0:
         raise ValueError(f"rps must be above 0, not {rps}")
@@ -371,14 +377,29 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
     done = {ExecutionOutcome.DONE: counts.done, ExecutionOutcome.FAILED: counts.failed,
             ExecutionOutcome.ALREADY_CLOSED: counts.already_closed, ExecutionOutcome.NOT_CURRENT: counts.not_current}
 
-    async def settle(workflow_id: str, run_id: str, outcome: ExecutionOutcome, detail: str) -> None:
-        await jobs.record(job.job_id, workflow_id, run_id, outcome, detail)
-        done[outcome] += 1
+    loop = asyncio.get_running_loop()
+    unrecorded: list[ExecutionResult] = []
+    last_recorded = loop.time()
+
+    async def record() -> None:
+        nonlocal unrecorded, last_recorded
+        outcomes, unrecorded, last_recorded = unrecorded, [], loop.time()
+        if outcomes:
+            await jobs.record(job.job_id, outcomes)
+            for outcome in outcomes:
+                done[outcome.outcome] += 1
         on_progress(_counts(counts.matched, done))
 
+    async def settle(workflow_id: str, run_id: str, outcome: ExecutionOutcome, detail: str) -> None:
+        # Recorded a batch at a time: one statement, not one per execution. An outcome not recorded
+        # when the CLI stops is found again on resume (`answered`), as the command's outcome.
+        unrecorded.append(ExecutionResult(workflow_id, run_id, outcome, detail))
+        if len(unrecorded) >= RECORD_BATCH or loop.time() - last_recorded >= RECORD_INTERVAL_S:
+            await record()
+
     for (workflow_id, run_id), answer in settled.items():
-        await settle(workflow_id, run_id, *_outcome_of(job.request.operation, *answer))
-    on_progress(_counts(counts.matched, done))
+        unrecorded.append(ExecutionResult(workflow_id, run_id, *_outcome_of(job.request.operation, *answer)))
+    await record()
 
     slots = asyncio.Semaphore(max(1, math.ceil(rps)))  # about a second's worth in flight
 
@@ -388,7 +409,6 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
         finally:
             slots.release()
 
-    loop = asyncio.get_running_loop()
     next_start = next_check = loop.time()
     try:
         async with asyncio.TaskGroup() as group:
@@ -404,6 +424,7 @@ async def run_job(client: Client, jobs: BatchJobs, job_id: str, *, rps: float,
         if isinstance(cause := failed.exceptions[0], psycopg.OperationalError):
             raise BatchJobError(f"the batch job stopped, Postgres failed ({cause}): run it again to resume it") from cause
         raise cause from None
+    await record()
     await _unless_terminated(jobs, job.job_id)
     await jobs.complete(job.job_id)
     return _counts(counts.matched, done)

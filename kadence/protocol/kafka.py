@@ -469,8 +469,45 @@ def core_topics(settings: KafkaSettings) -> dict[str, int]:
     }
 
 
-# A delivery report kept for its event loop: the callback that settles the record's future, and what librdkafka said.
-DeliveryReport = tuple[Callable[..., None], KafkaError | None, Message | None]
+class _Delivery:
+    """One record produced by an AsyncProducer, until its future is settled: librdkafka's delivery
+    callback (called on the thread that polled), then, on the record's event loop, `settle`. One
+    object a record, where a closure held a cell per name (the garbage collector walks them all)."""
+
+    __slots__ = ("attempt", "err", "future", "headers", "key", "loop", "msg", "partition", "producer", "topic", "until_delivered",
+                 "value")
+
+    def __init__(
+        self, producer: AsyncProducer, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Message], topic: str, value: bytes,
+        key: bytes | None, partition: int | None, headers: HeaderList | None, until_delivered: bool,
+    ) -> None:
+        self.producer, self.loop, self.future = producer, loop, future
+        self.topic, self.value, self.key, self.partition, self.headers = topic, value, key, partition, headers
+        self.until_delivered, self.attempt = until_delivered, 1
+        self.err: KafkaError | None = None
+        self.msg: Message | None = None
+
+    def __call__(self, err: KafkaError | None, msg: Message | None) -> None:
+        self.err, self.msg = err, msg
+        self.producer._report(self)
+
+    def settle(self) -> None:
+        """On the record's loop: resolve its future, or produce it again (until_delivered)."""
+        err, future = self.err, self.future
+        if err is not None and self.until_delivered and not self.producer._closing and _passes(err) and not future.done():
+            PRODUCE_RETRIED.inc()
+            log.log(logging.WARNING if self.attempt == 1 else logging.DEBUG, "event=produce_retried topic=%s partition=%s attempt=%d "
+                    "error=%r", self.topic, self.partition, self.attempt, err.str())
+            self.attempt += 1
+            # Not at once: a producer that failed a record on a fatal error is replaced first.
+            self.loop.call_later(0.1, self.producer._send, self)
+            return
+        if future.done():
+            return
+        if err is not None:
+            future.set_exception(KafkaException(err))
+        else:
+            future.set_result(self.msg)  # type: ignore[arg-type]  # delivered: librdkafka gives the message
 
 
 class AsyncProducer:
@@ -499,7 +536,7 @@ class AsyncProducer:
         self._closed = threading.Event()
         # Delivery reports served by a poll, per event loop, settled on it in one callback per
         # poll: one wake-up of the loop for every record a produce request carried.
-        self._reports: dict[asyncio.AbstractEventLoop, list[DeliveryReport]] = {}
+        self._reports: dict[asyncio.AbstractEventLoop, list[_Delivery]] = {}
         self._reports_lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve_callbacks, name="kadence-producer", daemon=True)
         self._thread.start()
@@ -516,10 +553,10 @@ class AsyncProducer:
             if self._fatal is not None:
                 self._replace()
 
-    def _report(self, loop: asyncio.AbstractEventLoop, settle: Callable[..., None], err: KafkaError | None, msg: Message | None) -> None:
+    def _report(self, delivery: _Delivery) -> None:
         """A delivery report, kept for `_hand_over_reports` (on whichever thread served it)."""
         with self._reports_lock:
-            self._reports.setdefault(loop, []).append((settle, err, msg))
+            self._reports.setdefault(delivery.loop, []).append(delivery)
 
     def _hand_over_reports(self) -> None:
         """The reports the last poll or flush served, to their loops: one callback each."""
@@ -552,37 +589,26 @@ class AsyncProducer:
         thread), resolves on delivery."""
         loop = loop or asyncio.get_running_loop()
         future: asyncio.Future[Message] = loop.create_future()
-        self._send(loop, future, topic, value, key, partition, headers, until_delivered, 1)
+        self._send(_Delivery(self, loop, future, topic, value, key, partition, headers, until_delivered))
         return future
 
-    def _send(
-        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Message], topic: str, value: bytes, key: bytes | None,
-        partition: int | None, headers: HeaderList | None, until_delivered: bool, attempt: int,
-    ) -> None:
-        def settle(err: KafkaError | None, msg: Message | None) -> None:
-            if err is not None and until_delivered and not self._closing and _passes(err) and not future.done():
-                PRODUCE_RETRIED.inc()
-                log.log(logging.WARNING if attempt == 1 else logging.DEBUG,
-                        "event=produce_retried topic=%s partition=%s attempt=%d error=%r", topic, partition, attempt, err.str())
-                # Not at once: a producer that failed a record on a fatal error is replaced first.
-                loop.call_later(0.1, self._send, loop, future, topic, value, key, partition, headers, until_delivered, attempt + 1)
-            else:
-                _settle(future, err, msg)  # type: ignore[arg-type]
-
-        kwargs: dict[str, Any] = {"key": key, "headers": headers, "on_delivery": functools.partial(self._report, loop, settle)}
-        if partition is not None:
-            kwargs["partition"] = partition
+    def _send(self, delivery: _Delivery) -> None:
         while True:
             with self._lock:
                 producer = self._producer
             try:
-                producer.produce(topic, value, **kwargs)
+                if delivery.partition is None:
+                    producer.produce(delivery.topic, delivery.value, delivery.key, headers=delivery.headers, on_delivery=delivery)
+                else:
+                    producer.produce(delivery.topic, delivery.value, delivery.key, delivery.partition, headers=delivery.headers,
+                                     on_delivery=delivery)
                 return
             except BufferError:
                 producer.poll(0.01)
                 self._hand_over_reports()
             except KafkaException as exc:  # _FATAL: this producer is being replaced
-                loop.call_soon_threadsafe(settle, exc.args[0], None)  # on the loop: this may be another thread
+                delivery.err = exc.args[0]
+                delivery.loop.call_soon_threadsafe(delivery.settle)  # on the loop: this may be another thread
                 return
 
     async def flush(self) -> None:
@@ -608,21 +634,12 @@ def _passes(err: KafkaError) -> bool:
     return err.retriable() or err.code() in _PASSING_ERRORS
 
 
-def _settle_all(settles: list[DeliveryReport]) -> None:
-    for settle, err, msg in settles:
+def _settle_all(deliveries: list[_Delivery]) -> None:
+    for delivery in deliveries:
         try:
-            settle(err, msg)
+            delivery.settle()
         except Exception:  # a bug in one report's handling must not leave the others unsettled
             log.exception("event=delivery_report_failed")
-
-
-def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Message) -> None:
-    if future.done():
-        return
-    if err is not None:
-        future.set_exception(KafkaException(err))
-    else:
-        future.set_result(msg)
 
 
 def position(msg: Message) -> tuple[int, int]:

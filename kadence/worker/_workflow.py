@@ -68,6 +68,10 @@ log = logging.getLogger("kadence.worker")
 HISTORY_WAIT_S = 10.0
 LOCAL_RETRY_BUDGET_MS = 5000  # retries of a local activity without schedule_to_close stay within this
 WORKFLOW_TASK_SLOTS = 100  # temporalio's max_concurrent_workflow_tasks when not given
+# The last workflow task answered, for this many runs beyond the cache: a copy history dispatches
+# again while the first waits in a backlog comes after it on the same partition, so it finds the
+# answer sent (20 s of tasks at 1,000 a second).
+ANSWERED_RUNS = 20_000
 
 
 def run_clock_ms(task: Task) -> int:
@@ -127,6 +131,7 @@ class WorkflowWorker:
         self._max_cached = max_cached
         self._executor = executor  # where activations run: this loop when None
         self._cache: collections.OrderedDict[str, WorkflowInstance] = collections.OrderedDict()
+        self._last_answered: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()  # run id -> (task, attempt)
         self._starts = HeldStarts(context.send_all)
         self._slots = _TaskSlots(max_concurrent or WORKFLOW_TASK_SLOTS, context if workflows else None)
         # Held by the poller's batch, or an eager start's task, from its activation to its answer:
@@ -253,6 +258,11 @@ class WorkflowWorker:
             return [asyncio.ensure_future(self._answer_query(task))]
         run_id = task["run_id"]
         wt = workflow_task(task)
+        if self._last_answered.get(run_id, (0, 0)) >= (wt["scheduled_event_id"], wt["attempt"]):
+            # A copy of a task this worker answered (history dispatched it again while the first waited
+            # in the queue): its replay would be refused, or, with the run closed since, be a read and a
+            # replay for nothing.
+            return []
         if wt["attempt"] > 1:
             # A retried (transient) task: its failed attempts left no events, so a cached run may be one
             # whose completion history refused; it replays from the recorded events instead.
@@ -333,8 +343,14 @@ class WorkflowWorker:
         return (have, first) if first > have + 1 else None
 
     async def _earlier_events(self, tasks: list[Task]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
-        """The events these workflow tasks lack (see `_read_events`)."""
-        return await self._read_events({(t["workflow_id"], t["run_id"]): lacks for t in tasks if (lacks := self._lacks(t)) is not None})
+        """The events these workflow tasks lack (see `_read_events`): per run, those any of its tasks lacks."""
+        wanted: dict[tuple[str, str], tuple[int, int]] = {}
+        for task in tasks:
+            if (lacks := self._lacks(task)) is not None:
+                run = (task["workflow_id"], task["run_id"])
+                after, before = wanted.get(run, lacks)
+                wanted[run] = (min(after, lacks[0]), max(before, lacks[1]))
+        return await self._read_events(wanted)
 
     async def _read_events(self, wanted: dict[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], list[HistoryEvent] | None]:
         """Per run, its events between (after, before), both exclusive, from the read model in one
@@ -374,8 +390,10 @@ class WorkflowWorker:
             return wt["history"]
         run = (task["workflow_id"], task["run_id"])
         events = earlier.get(run, [])
-        if events is not None and (len(events) != lacks[1] - lacks[0] - 1 or (events and events[0]["event_id"] != lacks[0] + 1)):
-            events = (await self._earlier_events([task]))[run]
+        if events is not None:
+            events = [event for event in events if lacks[0] < event["event_id"] < lacks[1]]
+            if len(events) != lacks[1] - lacks[0] - 1:  # not read with the batch, or the cache changed since
+                events = (await self._earlier_events([task]))[run]
         if events is None:
             raise WorkflowTaskError(
                 f"workflow task {wt['scheduled_event_id']} of {task['workflow_id']} (run {task['run_id']}) needs events "
@@ -384,9 +402,17 @@ class WorkflowWorker:
             )
         return events + wt["history"]
 
+    def _answering(self, task: Task) -> None:
+        wt = workflow_task(task)
+        self._last_answered[task["run_id"]] = (wt["scheduled_event_id"], wt["attempt"])
+        self._last_answered.move_to_end(task["run_id"])
+        if len(self._last_answered) > ANSWERED_RUNS:
+            self._last_answered.popitem(last=False)
+
     def _fail_workflow_task(self, task: Task, exc: Exception, start: HeldStart | None = None) -> asyncio.Future[Message]:
         """Fail the task with the reason, after its start if it is still held."""
         self._cache.pop(task["run_id"], None)
+        self._answering(task)
         cause = "NON_DETERMINISTIC_ERROR" if isinstance(exc, NondeterminismError) else "WORKFLOW_WORKER_UNHANDLED_FAILURE"
         self._context.metrics.workflow_task_execution_failed.add(1, self._context.metric_attributes(
             workflow_type=workflow_task(task)["workflow_type"], failure_reason=cause))
@@ -438,6 +464,7 @@ class WorkflowWorker:
         if starts is not None:
             completed_with["eager_request_id"] = starts.request_id
         answer = self._with_start(start, CommandType.RespondWorkflowTaskCompleted, completed_with)
+        self._answering(task)
         try:
             sent = self._context.send_all(task["workflow_id"], answer)
         except BaseException:  # nothing sent: the client is closed (a command it cannot send is refused, not raised)

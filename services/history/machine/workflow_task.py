@@ -312,12 +312,13 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState, *, redispatched: 
     """The task carries the events after the previous started workflow task's WorkflowTaskScheduled:
     what a worker that ran that task (and caches the run) lacks; a worker without the run reads the
     earlier events from the read model. So a task's size follows what happened since the previous
-    one, not the whole history (Temporal sends a sticky worker the same part)."""
-    known = 0  # the last event a worker that ran the previous task has
-    for event in reversed(ex.history):
-        if event_type(event) == EventType.WorkflowTaskStarted and event["event_id"] < wt.scheduled_event_id:
-            known = attributes(event)["scheduled_event_id"]
-            break
+    one, not the whole history (Temporal sends a sticky worker the same part).
+
+    A task no worker can be counted on to hold the run for carries the whole history, as Temporal
+    sends a task that left the sticky queue: a retry (the worker whose attempt failed let the run
+    go) and a task dispatched again (its first worker may be gone). Those are what an overloaded
+    worker meets, and they then never wait for the read model, which lags most then too."""
+    known = 0 if wt.attempt > 1 or redispatched else _known_to_sticky_worker(ex, wt)
     history = []
     for event in reversed(ex.history):
         if event["event_id"] <= known:
@@ -330,6 +331,14 @@ def workflow_task_effect(ex: Execution, wt: WorkflowTaskState, *, redispatched: 
         "scheduled_event_id": wt.scheduled_event_id, "attempt": wt.attempt, "first_event_id": known + 1, "history": history,
         "redispatched": redispatched, "clock_offset_ms": ex.clock_offset_ms,
     }
+
+
+def _known_to_sticky_worker(ex: Execution, wt: WorkflowTaskState) -> int:
+    """The last event a worker that ran the previous started workflow task has: its scheduled event."""
+    for event in reversed(ex.history):
+        if event_type(event) == EventType.WorkflowTaskStarted and event["event_id"] < wt.scheduled_event_id:
+            return int(attributes(event)["scheduled_event_id"])
+    return 0
 
 
 def eager_workflow_task(ex: Execution, t: Transition) -> EagerWorkflowTask | None:
